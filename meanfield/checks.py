@@ -1,0 +1,79 @@
+"""Validation of user input at the public boundary.
+
+Every helper raises :class:`ValueError` (or :class:`TypeError`) whose message
+names the offending argument and shows its value, so that a user can fix the
+call without reading the source.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+#: Largest argument of ``exp`` that stays finite in double precision.
+EXP_OVERFLOW = 709.0
+
+#: Points whose norm differs from one by more than this are rejected as "off the sphere".
+SPHERE_TOLERANCE = 1e-6
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_real(value: object, name: str, *, minimum: float | None = None,
+               strictly: bool = False) -> float:
+    """Return ``value`` as a finite float, optionally bounded below."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {_show(value)}")
+    number = float(value)
+    if not np.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {number!r}")
+    if minimum is not None:
+        if strictly and number <= minimum:
+            raise ValueError(f"{name} must be > {minimum}, got {number!r}")
+        if not strictly and number < minimum:
+            raise ValueError(f"{name} must be >= {minimum}, got {number!r}")
+    return number
+
+
+def check_int(value: object, name: str, *, minimum: int) -> int:
+    """Return ``value`` as an int ``>= minimum``; floats such as ``3.0`` are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def check_points(x: object, name: str = "x", *, tolerance: float = SPHERE_TOLERANCE) -> np.ndarray:
+    """Return ``x`` as a float array of unit vectors with shape ``(..., n, d)``."""
+    array = np.asarray(x, dtype=float)
+    if array.ndim < 2:
+        raise ValueError(f"{name} must have shape (..., n, d) with n >= 1 and d >= 2, "
+                         f"got shape {array.shape}")
+    if array.shape[-1] < 2 or array.shape[-2] < 1:
+        raise ValueError(f"{name} must have shape (..., n, d) with n >= 1 and d >= 2, "
+                         f"got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    deviation = np.abs(np.linalg.norm(array, axis=-1) - 1.0)
+    worst = float(deviation.max())
+    if worst > tolerance:
+        raise ValueError(f"{name} must lie on the unit sphere (|x| = 1); the largest "
+                         f"deviation | |x| - 1 | is {worst:.3g} > {tolerance:g}")
+    return array
+
+
+def check_times(times: object, name: str = "times") -> np.ndarray:
+    """Return output times as a 1-d float array, finite and strictly increasing."""
+    array = np.atleast_1d(np.asarray(times, dtype=float))
+    if array.ndim != 1 or array.size < 1:
+        raise ValueError(f"{name} must be a 1-d sequence of output times, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite values: {_show(array.tolist())}")
+    if np.any(np.diff(array) <= 0):
+        raise ValueError(f"{name} must be strictly increasing, got {_show(array.tolist())}")
+    return array

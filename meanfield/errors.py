@@ -1,0 +1,20 @@
+"""Exceptions that carry what was computed before a run stopped."""
+
+from __future__ import annotations
+
+
+class StepSizeCollapse(RuntimeError):
+    """The time step fell below what the integrator can take; the run cannot go on.
+
+    Attributes
+    ----------
+    time : float
+        The time reached.
+    partial : xarray.Dataset or None
+        Every output time completed before the collapse, so that nothing is lost.
+    """
+
+    def __init__(self, message: str, *, time: float, partial=None):
+        super().__init__(message)
+        self.time = time
+        self.partial = partial

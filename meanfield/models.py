@@ -1,0 +1,381 @@
+r"""Interaction models: self-attention (SA, USA) and zonal aggregation.
+
+Every model gives the particle velocity :math:`v_i = P_{x_i}(\dots)` of MODEL.md sec. 2,
+the interaction energy of the empirical measure (sec. 4), the diffusion coefficient of
+the Fokker-Planck variant, and, when its kernel is zonal, the harmonic spectra the PDE
+solvers need (sec. 5).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.special import logsumexp
+
+from .checks import EXP_OVERFLOW, check_points, check_real
+from .interaction import pair_sums
+from .sphere import project_tangent
+from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
+
+
+def _as_head_matrices(matrix: object, name: str) -> np.ndarray | None:
+    """``None`` (identity), or a read-only array of shape ``(heads, d, d)``."""
+    if matrix is None:
+        return None
+    array = np.asarray(matrix, dtype=float)
+    if array.ndim == 2:
+        array = array[None]
+    if array.ndim != 3 or array.shape[-1] != array.shape[-2] or array.shape[-1] < 2:
+        raise ValueError(f"{name} must be a (d, d) matrix or a (heads, d, d) stack, "
+                         f"got shape {np.shape(matrix)}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite entries")
+    array.setflags(write=False)
+    return array
+
+
+def _flatten_batch(x: np.ndarray) -> np.ndarray:
+    return x.reshape((-1,) + x.shape[-2:])
+
+
+@dataclass(frozen=True, eq=False)
+class SelfAttention:
+    r"""Self-attention dynamics on the sphere: softmax (SA) or unnormalized (USA).
+
+    .. math::
+        \text{SA:}\quad \dot x_i = P_{x_i}\Big(\sum_j
+            \frac{e^{\beta\langle Q x_i, K x_j\rangle}}{\sum_l e^{\beta\langle Q x_i, K x_l\rangle}} V x_j\Big),
+        \qquad
+        \text{USA:}\quad \dot x_i = P_{x_i}\Big(\frac1n \sum_j e^{\beta\langle Q x_i, K x_j\rangle} V x_j\Big),
+
+    summed over heads when ``query``/``key``/``value`` are stacks, plus noise
+    :math:`\sqrt{2D}\,dB` on the sphere when ``diffusion > 0``.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature, ``>= 0``. ``beta = 0`` is the Kuramoto model (handled as a
+        limit, never divided by).
+    normalized : bool
+        ``True`` for SA (softmax), ``False`` for USA.
+    diffusion : float
+        Diffusion coefficient ``D >= 0``.
+    query, key : array_like, shape (d, d) or (heads, d, d), optional
+        Query and key matrices; identity when omitted.
+    value : float or array_like, shape (d, d) or (heads, d, d), optional
+        Value matrix; a number ``c`` means ``c I``. ``value=-1`` is the repulsive case:
+        velocities reversed, energy non-increasing, uniform state stable.
+    time_rescaled : bool
+        USA only: use the kernel :math:`e^{\beta(\langle x,y\rangle - 1)}`, i.e. measure time
+        in units of :math:`e^{\beta}`. Needed for ``beta`` beyond ~700, where
+        :math:`e^{\beta}` overflows.
+    """
+
+    beta: float
+    normalized: bool = True
+    diffusion: float = 0.0
+    query: np.ndarray | None = None
+    key: np.ndarray | None = None
+    value: float | np.ndarray = 1.0
+    time_rescaled: bool = False
+    _bound: float = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "beta", check_real(self.beta, "beta", minimum=0.0))
+        set_(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
+        if not isinstance(self.normalized, (bool, np.bool_)):
+            raise TypeError(f"normalized must be True (SA) or False (USA), got {self.normalized!r}")
+        set_(self, "query", _as_head_matrices(self.query, "query"))
+        set_(self, "key", _as_head_matrices(self.key, "key"))
+        if np.ndim(self.value) == 0:
+            set_(self, "value", check_real(self.value, "value"))
+        else:
+            set_(self, "value", _as_head_matrices(self.value, "value"))
+        shapes = {name: m.shape for name, m in
+                  (("query", self.query), ("key", self.key), ("value", self.value))
+                  if isinstance(m, np.ndarray)}
+        if len(set(shapes.values())) > 1:
+            raise ValueError(f"query, key and value must have the same shape, got {shapes}")
+        if self.time_rescaled and self.normalized:
+            raise ValueError("time_rescaled applies to USA (normalized=False) only: SA is "
+                             "already invariant under rescaling the kernel")
+        set_(self, "_bound", self._logit_bound())
+        if not self.normalized and not self.time_rescaled and self.beta * self._bound > EXP_OVERFLOW:
+            raise ValueError(
+                f"USA with beta={self.beta}: the kernel exp(beta <Qx, Ky>) reaches "
+                f"exp({self.beta * self._bound:.4g}), which overflows double precision. "
+                "Pass time_rescaled=True to use exp(beta (<Qx, Ky> - 1)) (time in units of exp(beta)).")
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def heads(self) -> int:
+        for m in (self.query, self.key, self.value):
+            if isinstance(m, np.ndarray):
+                return m.shape[0]
+        return 1
+
+    @property
+    def dimension(self) -> int | None:
+        """Ambient dimension fixed by the matrices, or ``None`` (any ``d``)."""
+        for m in (self.query, self.key, self.value):
+            if isinstance(m, np.ndarray):
+                return m.shape[-1]
+        return None
+
+    @property
+    def is_zonal(self) -> bool:
+        r"""Whether the velocity depends on :math:`\langle x, y\rangle` only (identity Q, K; V = cI; one head)."""
+        return self.query is None and self.key is None and np.ndim(self.value) == 0
+
+    @property
+    def value_sign(self) -> float:
+        """The scalar ``c`` of ``V = c I`` for a zonal model (``-1`` for the repulsive case)."""
+        if not self.is_zonal:
+            raise NotImplementedError("value_sign is defined for zonal models (V = c I) only")
+        return float(self.value)
+
+    def _logit_bound(self) -> float:
+        r"""Upper bound of :math:`\langle Q x, K y\rangle` over unit vectors: :math:`\|Q^T K\|_2`."""
+        if self.query is None and self.key is None:
+            return 1.0
+        d = self.dimension
+        q = self.query if self.query is not None else np.broadcast_to(np.eye(d), (self.heads, d, d))
+        k = self.key if self.key is not None else np.broadcast_to(np.eye(d), (self.heads, d, d))
+        return float(max(np.linalg.norm(qh.T @ kh, 2) for qh, kh in zip(q, k)))
+
+    def _head_matrices(self, d: int):
+        """Yield ``(Q, K, V)`` per head, ``None`` standing for the identity."""
+        for h in range(self.heads):
+            q = None if self.query is None else self.query[h]
+            k = None if self.key is None else self.key[h]
+            v = self.value if np.ndim(self.value) == 0 else self.value[h]
+            yield q, k, v
+
+    def _check_dimension(self, x: np.ndarray) -> None:
+        d = self.dimension
+        if d is not None and x.shape[-1] != d:
+            raise ValueError(f"x has points in R^{x.shape[-1]} but the model's matrices are {d} x {d}")
+
+    # ------------------------------------------------------------------ velocity
+    def velocity(self, x: np.ndarray) -> np.ndarray:
+        """Tangent velocities, shape ``(..., n, d)``, of particles ``x`` of shape ``(..., n, d)``."""
+        x = check_points(x, "x")
+        self._check_dimension(x)
+        return self.drift(x)
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`velocity` without input checks, for integrators (stage points may be slightly off the sphere)."""
+        flat = _flatten_batch(x)
+        total = np.zeros_like(flat)
+        for q, k, v in self._head_matrices(x.shape[-1]):
+            drive = self._head_drive(flat, q, k)
+            total += v * drive if np.ndim(v) == 0 else drive @ v.T
+        return project_tangent(flat, total).reshape(x.shape)
+
+    def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None) -> np.ndarray:
+        """Attention-weighted average (SA) or mean (USA) of the keys' points, before V."""
+        n, d = x.shape[-2:]
+        if self.beta == 0.0:
+            return np.broadcast_to(x.mean(axis=-2, keepdims=True), x.shape)
+        beta = self.beta
+        queries = x if q is None else x @ q.T
+        keys = x if k is None else x @ k.T
+        identity = q is None and k is None
+        if self.normalized:
+            def softmax_weight(block: np.ndarray) -> None:
+                block *= beta
+                # With Q = K = I the largest logit of row i is the self term beta |x_i|^2 = beta.
+                block -= beta if identity else block.max(axis=-1, keepdims=True)
+                np.exp(block, out=block)
+
+            values = np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
+            sums, _ = pair_sums(queries, keys, values, softmax_weight)
+            return sums[..., :d] / sums[..., d:]
+        shift = beta * self._bound if self.time_rescaled else 0.0
+
+        def kernel_weight(block: np.ndarray) -> None:
+            block *= beta
+            if shift:
+                block -= shift
+            np.exp(block, out=block)
+
+        sums, _ = pair_sums(queries, keys, x, kernel_weight)
+        return sums / n
+
+    # ------------------------------------------------------------------ energy
+    def log_energy(self, x: np.ndarray) -> np.ndarray:
+        r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``)."""
+        x = check_points(x, "x")
+        self._check_dimension(x)
+        if self.beta == 0.0:
+            raise ValueError("log_energy is undefined at beta=0 (the energy there is |m|^2/2, possibly 0); "
+                             "use energy")
+        flat = _flatten_batch(x)
+        n = flat.shape[-2]
+        beta = self.beta
+        per_head = []
+        for q, k, _ in self._head_matrices(x.shape[-1]):
+            def stable_exp(block: np.ndarray) -> np.ndarray:
+                block *= beta
+                row_max = block.max(axis=-1, keepdims=True)
+                block -= row_max
+                np.exp(block, out=block)
+                return row_max
+
+            queries = flat if q is None else flat @ q.T
+            keys = flat if k is None else flat @ k.T
+            sums, shifts = pair_sums(queries, keys, np.ones(flat.shape[:-1] + (1,)), stable_exp)
+            per_head.append(logsumexp(np.log(sums[..., 0]) + shifts[..., 0], axis=-1))
+        log_total = logsumexp(np.stack(per_head), axis=0) - np.log(2.0 * beta * n * n)
+        if self.time_rescaled:
+            log_total = log_total - beta * self._bound
+        return log_total.reshape(x.shape[:-2])
+
+    def energy(self, x: np.ndarray) -> np.ndarray:
+        r"""Interaction energy of the empirical measure, shape ``(...,)``.
+
+        .. math:: E = \frac{1}{2\beta n^2} \sum_h \sum_{i,j} e^{\beta \langle Q_h x_i, K_h x_j\rangle}
+
+        (times :math:`e^{-\beta\|Q^TK\|}` when ``time_rescaled``). At ``beta = 0`` it is the
+        limit of :math:`E - 1/(2\beta)` per head, :math:`\tfrac12 |m|^2` with
+        :math:`m = \frac1n\sum_i x_i`. Attractive (``V = I``) SA and USA runs without
+        diffusion make it non-decreasing; the repulsive one (``V = -I``) non-increasing.
+        Raises :class:`OverflowError` where the value exceeds double precision
+        (SA at ``beta`` beyond ~700): use :meth:`log_energy` there.
+        """
+        if self.beta == 0.0:
+            x = check_points(x, "x")
+            return 0.5 * self.heads * np.sum(x.mean(axis=-2) ** 2, axis=-1)
+        log_e = self.log_energy(x)
+        if np.max(log_e) > EXP_OVERFLOW:
+            raise OverflowError(f"the energy at beta={self.beta} exceeds double precision "
+                                f"(log E = {np.max(log_e):.6g}); use log_energy(x)")
+        return np.exp(log_e)
+
+    # ------------------------------------------------------------------ spectra
+    def kernel_spectrum(self, lmax: int, d: int) -> np.ndarray:
+        r"""Eigenvalues of :math:`\rho \mapsto K * \rho` on degrees ``0..lmax`` of :math:`S^{d-1}`.
+
+        The kernel is the one this model uses: :math:`e^{\beta\langle x,y\rangle}` for USA,
+        :math:`e^{\beta(\langle x,y\rangle-1)}` for SA (scale-invariant, so the scaled,
+        overflow-free values are used) and for time-rescaled USA.
+        """
+        self._require_zonal()
+        return attention_spectrum(self.beta, lmax, d, scaled=self.normalized or self.time_rescaled)
+
+    def potential_spectrum(self, lmax: int, d: int) -> np.ndarray:
+        r"""Spectrum of :math:`\Phi` with :math:`v = \nabla_S (\Phi * \rho)`, for velocities linear in :math:`\rho`.
+
+        USA: :math:`\Phi = c\, e^{\beta s} / \beta` (``c`` the value scalar); at ``beta = 0``
+        (SA or USA, the Kuramoto model) :math:`\Phi = c\, s`. SA at ``beta > 0`` is not linear
+        in :math:`\rho` (:math:`v = \frac{c}{\beta}\nabla_S \log K*\rho`): use :meth:`kernel_spectrum`.
+        Degree 0 carries no gradient and may be returned as 0.
+        """
+        self._require_zonal()
+        if self.normalized and self.beta > 0:
+            raise ValueError("SA with beta > 0 has a velocity nonlinear in rho; use kernel_spectrum")
+        return self.value_sign * attention_spectrum_over_beta(self.beta, lmax, d, scaled=self.time_rescaled)
+
+    def _require_zonal(self) -> None:
+        if not self.is_zonal:
+            raise NotImplementedError(
+                "general query/key/value matrices or several heads make the kernel non-zonal; "
+                "harmonic spectra exist only for Q = K = I, V = cI and one head")
+
+    def to_dict(self) -> dict:
+        """A JSON-serializable description from which :func:`model_from_dict` rebuilds the model."""
+        def plain(m):
+            return m.tolist() if isinstance(m, np.ndarray) else m
+        return {"model": "SelfAttention", "beta": self.beta, "normalized": bool(self.normalized),
+                "diffusion": self.diffusion, "query": plain(self.query), "key": plain(self.key),
+                "value": plain(self.value), "time_rescaled": bool(self.time_rescaled)}
+
+
+@dataclass(frozen=True, eq=False)
+class ZonalAggregation:
+    r"""Aggregation with a zonal potential :math:`W(\langle x, y\rangle)`.
+
+    .. math:: \dot x_i = \nabla_S \Big(\frac1n\sum_j W(\langle x, x_j\rangle)\Big)\Big|_{x=x_i}
+              = P_{x_i}\Big(\frac1n \sum_j W'(\langle x_i, x_j\rangle)\, x_j\Big)
+
+    An increasing ``W`` attracts, a decreasing one repels; ``W(s) = e^{\beta s}/\beta`` is USA.
+    The energy :math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)` is
+    non-decreasing along the flow without diffusion.
+
+    Parameters
+    ----------
+    potential : callable
+        Vectorized :math:`W(s)`, ``s`` in ``[-1, 1]``.
+    derivative : callable
+        Vectorized :math:`W'(s)` (needed by the particle velocity; the PDE solvers use the
+        Funk-Hecke spectrum of ``potential``).
+    diffusion : float
+        Diffusion coefficient ``D >= 0``.
+    name : str
+        A label kept in dataset attributes (callables cannot be serialized).
+    """
+
+    potential: Callable[[np.ndarray], np.ndarray]
+    derivative: Callable[[np.ndarray], np.ndarray]
+    diffusion: float = 0.0
+    name: str = "W"
+
+    def __post_init__(self) -> None:
+        for arg in ("potential", "derivative"):
+            if not callable(getattr(self, arg)):
+                raise TypeError(f"{arg} must be a callable of s = <x, y>, got {getattr(self, arg)!r}")
+        object.__setattr__(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
+
+    is_zonal = True
+    heads = 1
+    dimension = None
+
+    def velocity(self, x: np.ndarray) -> np.ndarray:
+        """Tangent velocities, shape ``(..., n, d)``."""
+        return self.drift(check_points(x, "x"))
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`velocity` without input checks, for integrators."""
+        flat = _flatten_batch(x)
+        derivative = self.derivative
+
+        def weight(block: np.ndarray) -> None:
+            block[...] = derivative(block)
+
+        sums, _ = pair_sums(flat, flat, flat, weight)
+        return project_tangent(flat, sums / flat.shape[-2]).reshape(x.shape)
+
+    def energy(self, x: np.ndarray) -> np.ndarray:
+        r""":math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`, shape ``(...,)``."""
+        flat = _flatten_batch(check_points(x, "x"))
+        potential = self.potential
+
+        def weight(block: np.ndarray) -> None:
+            block[...] = potential(block)
+
+        sums, _ = pair_sums(flat, flat, np.ones(flat.shape[:-1] + (1,)), weight)
+        n = flat.shape[-2]
+        return (sums.sum(axis=(-2, -1)) / (2.0 * n * n)).reshape(x.shape[:-2])
+
+    def potential_spectrum(self, lmax: int, d: int) -> np.ndarray:
+        r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..lmax`` of :math:`S^{d-1}`."""
+        return funk_hecke_spectrum(self.potential, lmax, d)
+
+    def to_dict(self) -> dict:
+        return {"model": "ZonalAggregation", "name": self.name, "diffusion": self.diffusion}
+
+
+def model_from_dict(description: dict) -> SelfAttention:
+    """Rebuild a :class:`SelfAttention` from :meth:`SelfAttention.to_dict` (or its JSON)."""
+    if isinstance(description, str):
+        description = json.loads(description)
+    fields = dict(description)
+    kind = fields.pop("model", None)
+    if kind != "SelfAttention":
+        raise ValueError(f"description['model'] must be 'SelfAttention' to be rebuilt, got {kind!r} "
+                         "(a ZonalAggregation holds user callables and must be rebuilt by hand)")
+    return SelfAttention(**fields)

@@ -1,0 +1,142 @@
+r"""Harmonic spectra of zonal kernels (Funk-Hecke).
+
+A zonal kernel :math:`W(\langle x, y \rangle)` on :math:`S^{d-1}` acts on a
+degree-:math:`l` spherical harmonic :math:`Y_l` by a scalar,
+
+.. math:: \int_{S^{d-1}} W(\langle x, y\rangle)\, Y_l(y)\, d\sigma(y) = \lambda_l\, Y_l(x),
+   \qquad
+   \lambda_l = |S^{d-2}| \int_{-1}^{1} W(s)\, P_l^{(d)}(s)\, (1 - s^2)^{(d-3)/2}\, ds,
+
+with :math:`P_l^{(d)}` the Gegenbauer polynomial normalized by :math:`P_l^{(d)}(1) = 1`
+(Chebyshev :math:`T_l` on the circle, Legendre :math:`P_l` on :math:`S^2`).
+For the attention kernel :math:`W(s) = e^{\beta s}` this is
+
+.. math:: \lambda_l = (2\pi)^{d/2} \beta^{1 - d/2} I_{l + d/2 - 1}(\beta),
+
+i.e. :math:`2\pi I_k(\beta)` on the circle and :math:`4\pi i_l(\beta)` on :math:`S^2`.
+The solvers take their spectra from here; none re-derives them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, roots_jacobi
+
+from .checks import check_int, check_real
+from .sphere import sphere_area
+
+# Below this beta the series I_nu(b) = (b/2)^nu / Gamma(nu+1) (1 + O(b^2)) is exact to
+# double precision, and it avoids the underflow of b^{-d/2} I_nu(b) as b -> 0.
+_SMALL_BETA = 1e-8
+
+
+def _log_bessel_over_power(beta: float, degrees: np.ndarray, d: int, power: float) -> np.ndarray:
+    """log of beta^{-power} I_{l+d/2-1}(beta) for beta > 0 (-inf where it underflows)."""
+    nu = degrees + 0.5 * d - 1.0
+    if beta < _SMALL_BETA:
+        return nu * np.log(0.5 * beta) - gammaln(nu + 1.0) - power * np.log(beta)
+    with np.errstate(divide="ignore"):
+        return np.log(ive(nu, beta)) + beta - power * np.log(beta)
+
+
+def attention_spectrum(beta: float, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    r"""Eigenvalues :math:`\lambda_l`, ``l = 0..lmax``, of :math:`\rho \mapsto \int e^{\beta\langle x,y\rangle}\rho(y)\,dy`.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature, ``>= 0``.
+    lmax : int
+        Largest degree (on the circle: largest Fourier mode ``k``).
+    d : int
+        Ambient dimension; the sphere is :math:`S^{d-1}` (``d = 2`` is the circle).
+    scaled : bool
+        Return :math:`e^{-\beta}\lambda_l`, finite for any ``beta`` (for ``beta`` up to
+        thousands the unscaled values overflow).
+
+    Returns
+    -------
+    numpy.ndarray, shape (lmax + 1,)
+    """
+    beta = check_real(beta, "beta", minimum=0.0)
+    lmax = check_int(lmax, "lmax", minimum=0)
+    d = check_int(d, "d", minimum=2)
+    degrees = np.arange(lmax + 1, dtype=float)
+    if beta == 0.0:
+        values = np.zeros(lmax + 1)
+        values[0] = sphere_area(d)
+        return values
+    log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, 0.5 * d - 1.0)
+    if scaled:
+        log_values = log_values - beta
+    elif np.max(log_values) > 709.0:
+        raise OverflowError(f"the attention spectrum at beta={beta} overflows double precision; "
+                            "use scaled=True (values times exp(-beta))")
+    return np.exp(log_values)
+
+
+def attention_spectrum_over_beta(beta: float, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    r""":math:`\lambda_l / \beta`, with its finite limit at ``beta = 0``.
+
+    This is the symbol of the USA velocity potential :math:`(1/\beta) K * \rho` and of the
+    linear growth rates. At ``beta = 0`` only degree 1 survives:
+    :math:`\lambda_1/\beta \to |S^{d-1}| / d` (the Kuramoto limit), and degree 0, whose
+    value diverges but which carries no gradient, is returned as 0.
+    """
+    beta = check_real(beta, "beta", minimum=0.0)
+    lmax = check_int(lmax, "lmax", minimum=0)
+    d = check_int(d, "d", minimum=2)
+    degrees = np.arange(lmax + 1, dtype=float)
+    if beta == 0.0:
+        values = np.zeros(lmax + 1)
+        if lmax >= 1:
+            values[1] = sphere_area(d) / d
+        # lambda_0 / beta diverges, but degree 0 is a constant potential with no gradient:
+        # it drops out of every velocity and growth rate, so 0 is returned in its place.
+        return values
+    log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, 0.5 * d)
+    if scaled:
+        log_values = log_values - beta
+    elif np.max(log_values) > 709.0:
+        raise OverflowError(f"lambda_l / beta at beta={beta} overflows double precision; "
+                            "use scaled=True (values times exp(-beta))")
+    return np.exp(log_values)
+
+
+def zonal_polynomial(l: int, d: int, s: np.ndarray) -> np.ndarray:
+    """Gegenbauer polynomial of degree ``l`` for ``S^{d-1}``, normalized to 1 at ``s = 1``."""
+    if d == 2:
+        return eval_chebyt(l, s)
+    alpha = 0.5 * (d - 2)
+    return eval_gegenbauer(l, alpha, s) / eval_gegenbauer(l, alpha, 1.0)
+
+
+def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], lmax: int, d: int,
+                        *, nodes: int | None = None) -> np.ndarray:
+    r"""Eigenvalues :math:`\lambda_l`, ``l = 0..lmax``, of convolution with a zonal ``potential(s)``.
+
+    Gauss-Jacobi quadrature with weight :math:`(1-s^2)^{(d-3)/2}` integrates the Funk-Hecke
+    formula (module docstring); for a smooth potential it is exact to round-off once
+    ``nodes`` exceeds ``lmax`` plus the polynomial degree needed to resolve ``potential``.
+
+    Parameters
+    ----------
+    potential : callable
+        Vectorized ``W(s)`` for ``s`` in ``[-1, 1]``.
+    lmax, d : int
+        Largest degree and ambient dimension.
+    nodes : int, optional
+        Quadrature nodes; default ``max(256, 2 lmax + 64)``.
+    """
+    lmax = check_int(lmax, "lmax", minimum=0)
+    d = check_int(d, "d", minimum=2)
+    nodes = max(256, 2 * lmax + 64) if nodes is None else check_int(nodes, "nodes", minimum=1)
+    alpha = 0.5 * (d - 3)
+    s, w = roots_jacobi(nodes, alpha, alpha)
+    values = np.asarray(potential(s), dtype=float)
+    if values.shape != s.shape or not np.all(np.isfinite(values)):
+        raise ValueError("potential must map an array of s in [-1, 1] to finite values of the same shape")
+    weighted = w * values * sphere_area(d - 1)  # |S^0| = 2 on the circle
+    return np.array([np.sum(weighted * zonal_polynomial(l, d, s)) for l in range(lmax + 1)])

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One-time set-up: FFTW (shtns compiles against it), a virtual environment,
+# and the package installed into it. Safe to run again: each step is skipped
+# when its result is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+
+have_fftw() {
+    # shtns's build needs both the header and the shared library.
+    [ -f /usr/include/fftw3.h ] && ldconfig -p 2>/dev/null | grep -q 'libfftw3\.so'
+}
+
+if ! have_fftw; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing libfftw3-dev (needed to compile shtns)"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfftw3-dev >/dev/null
+    else
+        echo "setup: the FFTW library is missing; shtns cannot be built without it." >&2
+        echo "       Install the Debian/Ubuntu package 'libfftw3-dev' (e.g. sudo apt-get install libfftw3-dev)" >&2
+        echo "       or your system's FFTW3 development package, then run this command again." >&2
+        exit 1
+    fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "setup: creating virtual environment $VENV"
+    "$PYTHON" -m venv "$VENV"
+fi
+
+stamp="$VENV/.installed"
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing the package and its test dependencies into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    touch "$stamp"
+fi
