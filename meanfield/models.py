@@ -17,7 +17,7 @@ from scipy.special import logsumexp
 
 from .checks import EXP_OVERFLOW, check_points, check_real
 from .interaction import pair_sums
-from .sphere import project_tangent
+from .sphere import normalize, project_tangent
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 
 
@@ -168,8 +168,14 @@ class SelfAttention:
         return self.drift(x)
 
     def drift(self, x: np.ndarray) -> np.ndarray:
-        """:meth:`velocity` without input checks, for integrators (stage points may be slightly off the sphere)."""
-        flat = _flatten_batch(x)
+        """:meth:`velocity` without input checks, for integrators.
+
+        Stage points of an integrator sit slightly off the sphere; the velocity is extended to
+        them as ``v(x / |x|)``, which is orthogonal to ``x``, so ``|x|`` is conserved by the
+        extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
+        repulsive case and the norm drifts away.)
+        """
+        flat = normalize(_flatten_batch(x))
         total = np.zeros_like(flat)
         for q, k, v in self._head_matrices(x.shape[-1]):
             drive = self._head_drive(flat, q, k)
@@ -339,8 +345,8 @@ class ZonalAggregation:
         return self.drift(check_points(x, "x"))
 
     def drift(self, x: np.ndarray) -> np.ndarray:
-        """:meth:`velocity` without input checks, for integrators."""
-        flat = _flatten_batch(x)
+        """:meth:`velocity` without input checks; extended off the sphere as ``v(x / |x|)``."""
+        flat = normalize(_flatten_batch(x))
         derivative = self.derivative
 
         def weight(block: np.ndarray) -> None:

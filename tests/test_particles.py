@@ -1,0 +1,145 @@
+"""The particle system against exact references (MODEL.md sec. 4 and 6)."""
+
+import tracemalloc
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import meanfield as mf
+from validation import orthogonal_token_inner_product, wendel_probability
+
+
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+@pytest.mark.parametrize("n, d, beta, value", [(3, 3, 1.0, 1.0), (4, 6, 4.0, 1.0), (3, 5, 2.0, -1.0)],
+                         ids=["n3d3", "n4d6", "repulsive"])
+def test_orthonormal_tokens_follow_the_inner_product_ode(normalized, n, d, beta, value):
+    model = mf.SelfAttention(beta, normalized=normalized, value=value)
+    times = np.linspace(0, 3, 7)
+    ds = mf.simulate_particles(model, np.eye(d)[:n], times, rtol=1e-12, atol=1e-14)
+    x = ds.x.values
+    gram = np.einsum("tid,tjd->tij", x, x)
+    pairs = gram[:, ~np.eye(n, dtype=bool)]
+    expected = orthogonal_token_inner_product(model, n, times)
+    np.testing.assert_allclose(pairs, np.repeat(expected[:, None], pairs.shape[1], axis=1), atol=1e-8)
+    assert abs(expected[-1]) > 0.1  # the curve has moved well away from r(0) = 0
+
+
+def test_time_rescaled_usa_follows_rescaled_ode():
+    model = mf.SelfAttention(30.0, normalized=False, time_rescaled=True)
+    times = np.linspace(0, 2, 5)
+    x = mf.simulate_particles(model, np.eye(3), times, rtol=1e-12, atol=1e-14).x.values
+    np.testing.assert_allclose(np.einsum("td,td->t", x[:, 0], x[:, 1]),
+                               orthogonal_token_inner_product(model, 3, times), atol=1e-8)
+
+
+@pytest.mark.parametrize("method", ["fixed", "adaptive"])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+@pytest.mark.parametrize("value", [1.0, -1.0], ids=["attractive", "repulsive"])
+def test_energy_is_monotone_and_points_stay_on_the_sphere(method, normalized, value, rng):
+    model = mf.SelfAttention(3.0, normalized=normalized, value=value)
+    x0 = mf.sample_uniform(24, 3, rng, batch=3)
+    rtol = 1e-10
+    ds = mf.simulate_particles(model, x0, np.linspace(0, 4, 41), method=method, dt=0.01, rtol=rtol)
+    energy = ds.energy.values
+    increments = value * np.diff(energy, axis=-1)
+    # Round-off of an n^2-term sum in the fixed mode; the global integration error in the adaptive one.
+    slack = (1e-13 if method == "fixed" else 10 * rtol) * np.abs(energy).max()
+    assert increments.min() >= -slack
+    assert increments.max() > 1e3 * slack  # the run actually moved
+    assert ds.norm_error.max() <= (1e-12 if method == "fixed" else 10 * rtol)
+
+
+def test_beta_zero_on_the_circle_is_the_kuramoto_model(rng):
+    theta0 = rng.uniform(0, 2 * np.pi, 12)
+    times = np.linspace(0, 5, 11)
+
+    def kuramoto(t, theta):
+        return -np.mean(np.sin(theta[:, None] - theta[None, :]), axis=1)
+
+    reference = solve_ivp(kuramoto, (0, 5), theta0, t_eval=times, method="DOP853", rtol=1e-13, atol=1e-13).y.T
+    for normalized in (True, False):
+        ds = mf.simulate_particles(mf.SelfAttention(0.0, normalized=normalized), mf.circle_points(theta0),
+                                   times, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(ds.x.values, mf.circle_points(reference), atol=1e-9)
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_noise_alone_decorrelates_at_the_heat_kernel_rate(d, rng):
+    diffusion, t_end, systems = 0.25, 1.0, 20000
+    model = mf.SelfAttention(1.0, diffusion=diffusion)
+    x0 = mf.sample_uniform(1, d, rng, batch=systems)  # one particle per system: no interaction
+    ds = mf.simulate_particles(model, x0, [0.0, t_end], dt=1e-3, rng=rng)
+    overlap = np.einsum("sd,sd->s", ds.x.values[:, -1, 0], x0[:, 0])
+    standard_error = overlap.std(ddof=1) / np.sqrt(systems)
+    exact = np.exp(-(d - 1) * diffusion * t_end)
+    # Weak-order-one bias is ~ D^2 dt t (d-1)(d+2) < 1e-3 here, far below 4 standard errors.
+    assert abs(overlap.mean() - exact) < 4 * standard_error
+
+
+def test_sde_is_reproducible_from_its_seed(rng):
+    model = mf.SelfAttention(2.0, diffusion=0.1)
+    x0 = mf.sample_uniform(10, 3, rng)
+    first = mf.simulate_particles(model, x0, [0, 0.5], rng=7)
+    second = mf.simulate_particles(model, x0, [0, 0.5], rng=7)
+    np.testing.assert_array_equal(first.x.values, second.x.values)
+    assert first.norm_error.max() < 1e-12
+
+
+@pytest.mark.parametrize("n, d", [(5, 2), (6, 3), (8, 4)])
+def test_wendel_hemisphere_probability(n, d, rng):
+    trials = 1500
+    hits = sum(mf.in_common_hemisphere(mf.sample_uniform(n, d, rng)) for _ in range(trials))
+    p = wendel_probability(n, d)
+    assert abs(hits / trials - p) < 4 * np.sqrt(p * (1 - p) / trials)
+
+
+def test_hemisphere_test_on_known_configurations():
+    assert mf.in_common_hemisphere(np.array([[1, 0, 0], [0, 1, 0], [0, 0, 1.0]]))
+    assert not mf.in_common_hemisphere(np.array([[1, 0], [-1, 0.0]]))
+    assert not mf.in_common_hemisphere(mf.circle_points(np.arange(3) * 2 * np.pi / 3))
+
+
+def test_large_system_velocity_memory_is_bounded(rng):
+    x = mf.sample_uniform(20000, 3, rng)
+    tracemalloc.start()
+    velocity = mf.SelfAttention(4.0).velocity(x)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.all(np.isfinite(velocity))
+    assert peak < 64 * 2**20  # the 20000^2 pair matrix alone would take 3 GiB
+
+
+def test_dataset_contract(rng):
+    model = mf.SelfAttention(1.0)
+    ds = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng), [0.0, 0.5, 1.0])
+    assert ds.x.dims == ("time", "particle", "component")
+    assert ds.energy.dims == ("time",)
+    assert mf.model_from_dict(ds.attrs["model"]).to_dict() == model.to_dict()
+    batched = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng, batch=2), [0.0, 1.0], method="fixed")
+    assert batched.x.dims == ("system", "time", "particle", "component")
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    (dict(times=[0.0, 1.0, 0.5]), "times"),
+    (dict(times=[0.0, np.nan]), "times"),
+    (dict(method="euler"), "method"),
+    (dict(dt=-0.1, method="fixed"), "dt"),
+    (dict(rtol=0.0), "rtol"),
+])
+def test_bad_simulation_arguments(kwargs, argument, rng):
+    arguments = dict(times=[0.0, 1.0])
+    arguments.update(kwargs)
+    with pytest.raises(ValueError, match=argument):
+        mf.simulate_particles(mf.SelfAttention(1.0), mf.sample_uniform(4, 3, rng), **arguments)
+
+
+def test_adaptive_with_diffusion_is_refused(rng):
+    with pytest.raises(ValueError, match="method='fixed'"):
+        mf.simulate_particles(mf.SelfAttention(1.0, diffusion=0.1), mf.sample_uniform(4, 3, rng),
+                              [0, 1], method="adaptive")
+
+
+def test_off_sphere_initial_points_are_refused():
+    with pytest.raises(ValueError, match="x0"):
+        mf.simulate_particles(mf.SelfAttention(1.0), np.ones((4, 3)), [0, 1])

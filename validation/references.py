@@ -1,0 +1,74 @@
+r"""Exact reference results (MODEL.md sec. 6) as code.
+
+The tests of the particle system and of the PDE solvers compare against these,
+so each formula lives here once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.integrate import solve_ivp
+from scipy.special import comb
+
+from meanfield.checks import check_int, check_times
+from meanfield.sphere import sphere_area
+
+
+def growth_rate(model, degree: int, d: int) -> float:
+    r"""Linear growth rate :math:`\gamma_l` of a degree-``l`` perturbation of the uniform state.
+
+    .. math::
+        \text{linear } v = \nabla(\Phi*\rho):\ \gamma_l = l(l+d-2)\,(\rho_0 \hat\Phi_l - D),
+        \qquad
+        \text{SA:}\ \gamma_l = l(l+d-2)\Big(\frac{c\,\lambda_l}{\beta\lambda_0} - D\Big),
+
+    with :math:`\rho_0 = 1/|S^{d-1}|`, :math:`\hat\Phi_l = c\lambda_l/\beta` for USA (``c`` the
+    value scalar), the Funk-Hecke spectrum of ``W`` for zonal aggregation.
+    """
+    degree = check_int(degree, "degree", minimum=0)
+    d = check_int(d, "d", minimum=2)
+    eigen = degree * (degree + d - 2)
+    if eigen == 0:
+        return 0.0
+    if getattr(model, "normalized", False) and model.beta > 0:
+        spectrum = model.kernel_spectrum(degree, d)
+        drive = model.value_sign * spectrum[degree] / (model.beta * spectrum[0])
+    else:
+        drive = model.potential_spectrum(degree, d)[degree] / sphere_area(d)
+    return float(eigen * (drive - model.diffusion))
+
+
+def orthogonal_token_inner_product(model, n: int, times) -> np.ndarray:
+    r"""Common pairwise inner product :math:`r(t)` of ``n <= d`` initially orthonormal tokens.
+
+    .. math::
+        \text{SA:}\ r' = \frac{2c\,(1-r)(1+(n-1)r)}{e^{\beta(1-r)} + n - 1},\qquad
+        \text{USA:}\ r' = \frac{2c}{n} e^{\beta r}(1-r)(1+(n-1)r),
+
+    (the SA form is MODEL.md's divided by :math:`e^{\beta r}`, which cannot overflow;
+    time-rescaled USA carries :math:`e^{\beta(r-1)}`), solved to ``rtol = 1e-13``.
+    """
+    n = check_int(n, "n", minimum=2)
+    times = check_times(times)
+    beta, c = model.beta, model.value_sign
+    if model.normalized:
+        def rhs(t, r):
+            return 2 * c * (1 - r) * (1 + (n - 1) * r) / (np.exp(beta * (1 - r)) + n - 1)
+    else:
+        offset = beta if model.time_rescaled else 0.0
+
+        def rhs(t, r):
+            return (2 * c / n) * np.exp(beta * r - offset) * (1 - r) * (1 + (n - 1) * r)
+    solution = solve_ivp(rhs, (times[0], times[-1]), [0.0], t_eval=times, method="DOP853",
+                         rtol=1e-13, atol=1e-15)
+    return solution.y[0]
+
+
+def wendel_probability(n: int, d: int) -> float:
+    r"""Probability that ``n`` iid uniform points of :math:`S^{d-1}` lie in a common open hemisphere.
+
+    .. math:: p_{n,d} = 2^{-(n-1)} \sum_{k=0}^{d-1} \binom{n-1}{k}
+    """
+    n = check_int(n, "n", minimum=1)
+    d = check_int(d, "d", minimum=1)
+    return float(sum(comb(n - 1, k, exact=True) for k in range(d)) / 2 ** (n - 1))
