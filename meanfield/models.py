@@ -286,6 +286,15 @@ class SelfAttention:
             raise ValueError("SA with beta > 0 has a velocity nonlinear in rho; use kernel_spectrum")
         return self.value_sign * attention_spectrum_over_beta(self.beta, lmax, d, scaled=self.time_rescaled)
 
+    def energy_spectrum(self, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+        r"""Spectrum of :math:`\Psi` with :math:`E[\rho] = \tfrac12 \int \rho\, (\Psi * \rho)`: :math:`\lambda_l/\beta`.
+
+        With ``scaled`` (or ``time_rescaled``) the values carry the factor :math:`e^{-\beta}`.
+        At ``beta = 0`` degree 0 is dropped, matching :meth:`energy`'s convention there.
+        """
+        self._require_zonal()
+        return attention_spectrum_over_beta(self.beta, lmax, d, scaled=scaled or self.time_rescaled)
+
     def _require_zonal(self) -> None:
         if not self.is_zonal:
             raise NotImplementedError(
@@ -370,6 +379,10 @@ class ZonalAggregation:
     def potential_spectrum(self, lmax: int, d: int) -> np.ndarray:
         r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..lmax`` of :math:`S^{d-1}`."""
         return funk_hecke_spectrum(self.potential, lmax, d)
+
+    def energy_spectrum(self, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+        r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`); ``scaled`` is ignored."""
+        return self.potential_spectrum(lmax, d)
 
     def to_dict(self) -> dict:
         return {"model": "ZonalAggregation", "name": self.name, "diffusion": self.diffusion}

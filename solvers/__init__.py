@@ -1,0 +1,6 @@
+"""solvers: discretizations of the mean-field PDE (finite volume on the circle, spectral on S^2)."""
+
+from .circle import CircleFV
+from .common import UnderResolvedWarning
+
+__all__ = ["CircleFV", "UnderResolvedWarning"]
