@@ -72,3 +72,44 @@ def wendel_probability(n: int, d: int) -> float:
     n = check_int(n, "n", minimum=1)
     d = check_int(d, "d", minimum=1)
     return float(sum(comb(n - 1, k, exact=True) for k in range(d)) / 2 ** (n - 1))
+
+
+def circle_stationary_density(model, cells: int, start: np.ndarray, *, tol: float = 1e-13,
+                              damping: float = 0.5, max_iterations: int = 20000) -> np.ndarray:
+    r"""A stationary density with diffusion on the circle, from its self-consistency (MODEL.md sec. 6).
+
+    Zero flux gives :math:`\rho \propto e^{\phi[\rho]/D}` with the velocity potential
+    :math:`\phi` (USA: :math:`\phi = (1/\beta) K*\rho`, i.e. :math:`\rho\propto e^{K*\rho/(\beta D)}`;
+    SA: :math:`\phi = (1/\beta)\log K*\rho`, i.e. :math:`\rho \propto (K*\rho)^{1/(\beta D)}`).
+    Solved by damped fixed-point iteration on ``cells`` equispaced points (spectrally exact
+    convolution) from ``start``, which selects the branch (the uniform density is always a
+    solution). Values are point values at the cell centres, normalized to mass one.
+
+    Raises
+    ------
+    RuntimeError
+        If the iteration does not converge to ``tol`` (relative, max norm).
+    """
+    diffusion = model.diffusion
+    if diffusion <= 0:
+        raise ValueError(f"a stationary state with diffusion needs diffusion > 0, got {diffusion!r}")
+    cells = check_int(cells, "cells", minimum=8)
+    kmax = cells // 2
+    nonlinear = getattr(model, "normalized", False) and model.beta > 0
+    symbol = model.kernel_spectrum(kmax, 2) if nonlinear else model.potential_spectrum(kmax, 2)
+    width = 2 * np.pi / cells
+    rho = np.asarray(start, dtype=float)
+    rho = rho / (width * rho.sum())
+    for _ in range(max_iterations):
+        convolution = np.fft.irfft(symbol * np.fft.rfft(rho), cells)
+        if nonlinear:
+            phi = model.value_sign * np.log(convolution) / model.beta
+        else:
+            phi = convolution
+        gibbs = np.exp((phi - phi.max()) / diffusion)
+        gibbs /= width * gibbs.sum()
+        change = np.abs(gibbs - rho).max() / rho.max()
+        rho = (1 - damping) * rho + damping * gibbs
+        if change < tol:
+            return gibbs
+    raise RuntimeError(f"the self-consistency iteration did not converge to {tol} in {max_iterations} steps")

@@ -1,0 +1,212 @@
+"""CircleFV against the properties of MODEL.md sec. 4 and the exact references of sec. 6."""
+
+import dataclasses
+import json
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.errors import StepSizeCollapse
+from solvers import CircleFV, UnderResolvedWarning
+from validation import growth_rate
+from validation.references import circle_stationary_density
+
+
+def bumpy(theta):
+    return 1 + 0.3 * np.cos(theta) + 0.2 * np.sin(2 * theta + 0.4)
+
+
+MODELS = {
+    "SA": mf.SelfAttention(4.0),
+    "USA": mf.SelfAttention(2.0, normalized=False),
+    "Kuramoto": mf.SelfAttention(0.0),
+    "repulsive-USA": mf.SelfAttention(2.0, normalized=False, value=-1.0),
+    "zonal": mf.ZonalAggregation(lambda s: s + 0.5 * s**2, lambda s: 1 + s),
+    "repulsive-zonal": mf.ZonalAggregation(lambda s: -s, lambda s: -np.ones_like(s)),
+}
+
+
+def with_diffusion(model, diffusion):
+    if isinstance(model, mf.SelfAttention):
+        return dataclasses.replace(model, diffusion=diffusion)
+    return mf.ZonalAggregation(model.potential, model.derivative, diffusion)
+
+
+class StepLog:
+    """Observer recording every accepted step."""
+
+    def __init__(self, solver):
+        self.solver, self.minimum, self.functional, self.mass = solver, [], [], []
+
+    def __call__(self, t, rho):
+        ops = self.solver.operators
+        self.minimum.append(rho.min())
+        self.functional.append(ops.lyapunov(rho))
+        self.mass.append(ops.mass(rho))
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.05], ids=["D0", "D0.05"])
+@pytest.mark.parametrize("name", list(MODELS))
+def test_mass_positivity_and_lyapunov_at_every_step(name, diffusion):
+    model = with_diffusion(MODELS[name], diffusion)
+    solver = CircleFV(model, cells=256, rtol=1e-5)
+    log = StepLog(solver)
+    ds = solver.solve(bumpy, np.linspace(0, 3, 4), observer=log)
+    assert json.loads(ds.attrs["settings"])["steps"] >= 100
+    np.testing.assert_allclose(log.mass, 1.0, rtol=1e-12)
+    assert min(log.minimum) >= 0.0
+    if log.functional[0] is not None:
+        functional = np.array(log.functional)
+        slack = 1e-12 * np.abs(functional).max()
+        assert np.diff(functional).max() <= slack
+
+
+def test_free_energy_of_attractive_usa_decreases_without_step_rejection():
+    """The implicit Scharfetter-Gummel step dissipates the free energy by construction."""
+    model = mf.SelfAttention(2.0, normalized=False, diffusion=0.05)
+    solver = CircleFV(model, cells=512)
+    log = StepLog(solver)
+    ds = solver.solve(bumpy, np.linspace(0, 10, 3), observer=log)
+    assert "lyapunov" not in json.loads(ds.attrs["settings"])["rejections"]
+    free_energy = np.array(log.functional)
+    assert len(free_energy) > 50
+    assert np.diff(free_energy).max() <= 1e-12 * np.abs(free_energy).max()
+    assert free_energy[-1] < free_energy[0] - 0.1
+
+
+def test_usa_energy_non_decreasing_at_every_step():
+    model = mf.SelfAttention(2.0, normalized=False)
+    solver = CircleFV(model, cells=512)
+    energies = []
+    solver.solve(bumpy, [0, 2.0], observer=lambda t, rho: energies.append(solver.operators.energy(rho)))
+    energies = np.array(energies)
+    assert len(energies) > 100
+    assert np.diff(energies).min() >= -1e-12 * energies.max()
+
+
+def cell_average_to(rho_fine, cells):
+    return rho_fine.reshape(cells, -1).mean(axis=1)
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(1.0), mf.SelfAttention(1.0, normalized=False, diffusion=0.1)],
+                         ids=["SA-D0", "USA-D0.1"])
+def test_second_order_in_space(model):
+    times = [0.0, 0.5]
+    sizes = [32, 64, 128, 256]
+    reference = CircleFV(model, cells=1024, rtol=1e-8).solve(bumpy, times).rho.values[-1]
+    errors = []
+    for n in sizes:
+        rho = CircleFV(model, cells=n, rtol=1e-8).solve(bumpy, times).rho.values[-1]
+        errors.append(np.abs(rho - cell_average_to(reference, n)).sum() * 2 * np.pi / n)
+    order = -np.polyfit(np.log(sizes), np.log(errors), 1)[0]
+    assert order >= 1.8, (errors, order)
+
+
+def measured_growth_rate(model, k, cells=256, amplitude=1e-3):
+    # amplitude 1e-3: mode interactions change the rate by O(amplitude^2); the step error
+    # control is relative to max rho, so a tiny amplitude would hide the perturbation from it.
+    exact = growth_rate(model, k, 2)
+    duration = min(2.0, 2.0 / max(abs(exact), 0.5))
+    solver = CircleFV(model, cells=cells, rtol=1e-8)
+    ds = solver.solve(lambda th: 1 + amplitude * np.cos(k * th), [0.0, duration])
+    modes = np.abs(np.fft.rfft(ds.rho.values, axis=1)[:, k])
+    return np.log(modes[1] / modes[0]) / duration, exact
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.05])
+@pytest.mark.parametrize("beta", [0.0, 1.0, 5.0])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+def test_linear_growth_rates_match_dispersion_relation(normalized, beta, diffusion):
+    model = mf.SelfAttention(beta, normalized=normalized, diffusion=diffusion)
+    for k in range(1, 5):
+        measured, exact = measured_growth_rate(model, k)
+        # Discrete symbols carry a relative error (k h)^2 / 12 < 1e-3; the spec asks 1 %.
+        assert measured == pytest.approx(exact, rel=0.01, abs=1e-5), (k, measured, exact)
+
+
+@pytest.mark.parametrize("diffusion, grows", [(0.45, True), (0.55, False)])
+def test_noisy_kuramoto_threshold(diffusion, grows):
+    measured, exact = measured_growth_rate(mf.SelfAttention(0.0, diffusion=diffusion), 1)
+    assert (measured > 0) == grows
+    assert measured == pytest.approx(0.5 - diffusion, rel=0.01)
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(2.0, diffusion=0.2),
+                                   mf.SelfAttention(1.0, normalized=False, diffusion=0.3)], ids=["SA", "USA"])
+def test_long_time_state_is_the_self_consistent_stationary_state(model):
+    start = lambda th: 1 + 0.5 * np.cos(th)  # noqa: E731
+    fine = 2048
+    theta_fine = (np.arange(fine) + 0.5) * 2 * np.pi / fine
+    reference = circle_stationary_density(model, fine, start(theta_fine))
+    errors = []
+    for cells in (64, 128):
+        ds = CircleFV(model, cells=cells, rtol=1e-6).solve(start, [0.0, 100.0, 150.0])
+        rho = ds.rho.values
+        # Reached the stationary state, far below the discretization error measured next.
+        assert np.abs(rho[-1] - rho[-2]).max() < 1e-7
+        errors.append(np.abs(rho[-1] - cell_average_to(reference, cells)).max() / reference.max())
+    # Second-order discretization error: small, and falling about fourfold per refinement.
+    assert errors[1] < 2e-3 and errors[0] / errors[1] > 3.0, errors
+
+
+def test_under_resolution_warns_once_and_is_recorded():
+    solver = CircleFV(mf.SelfAttention(9.0), cells=64)
+    with pytest.warns(UnderResolvedWarning, match="increase cells") as record:
+        ds = solver.solve(lambda th: 1 + 0.1 * np.cos(4 * th), np.linspace(0, 20, 11))
+    assert len([w for w in record if issubclass(w.category, UnderResolvedWarning)]) == 1
+    since = ds.attrs["underresolved_since"]
+    assert 0 < since <= 20
+    np.testing.assert_array_equal(ds.resolved.values, ds.time.values < since)
+
+
+def test_step_collapse_keeps_what_was_computed():
+    solver = CircleFV(mf.SelfAttention(4.0), cells=128)
+    with pytest.raises(StepSizeCollapse, match="t=") as info:
+        solver.solve(bumpy, [0.0, 0.01, 0.02, 5.0], max_steps=40)
+    partial = info.value.partial
+    assert partial.sizes["time"] == 3 and 0.02 <= info.value.time < 5.0
+    assert np.all(np.isfinite(partial.rho.values))
+
+
+def test_dataset_contract():
+    model = mf.SelfAttention(1.0)
+    ds = CircleFV(model, cells=64).solve(bumpy, [0.0, 0.5])
+    assert ds.rho.dims == ("time", "theta")
+    for name in ("mass", "energy", "min_density", "cluster_width", "resolved"):
+        assert ds[name].dims == ("time",)
+    assert mf.model_from_dict(ds.attrs["model"]).to_dict() == model.to_dict()
+    np.testing.assert_allclose(ds.theta.values, (np.arange(64) + 0.5) * 2 * np.pi / 64)
+
+
+def test_array_initial_density_is_normalized():
+    ds = CircleFV(mf.SelfAttention(1.0), cells=32).solve(np.full(32, 7.0), [0.0, 0.1])
+    np.testing.assert_allclose(ds.rho.values[0], 1 / (2 * np.pi), rtol=1e-15)
+
+
+@pytest.mark.parametrize("cells", [0, -4, 2.5, "64"])
+def test_bad_cell_count(cells):
+    with pytest.raises(ValueError, match="cells"):
+        CircleFV(mf.SelfAttention(1.0), cells=cells)
+
+
+@pytest.mark.parametrize("rho0, message", [
+    (np.full(32, -1.0), "nonnegative"),
+    (np.full(32, np.nan), "NaN"),
+    (np.zeros(32), "zero mass"),
+    (np.ones(31), "shape"),
+    (lambda th: np.cos(th), "nonnegative"),
+])
+def test_bad_initial_density(rho0, message):
+    with pytest.raises(ValueError, match=message) as info:
+        CircleFV(mf.SelfAttention(1.0), cells=32).solve(rho0, [0.0, 1.0])
+    assert "rho0" in str(info.value)
+
+
+def test_decreasing_times_are_refused():
+    with pytest.raises(ValueError, match="times"):
+        CircleFV(mf.SelfAttention(1.0), cells=32).solve(bumpy, [1.0, 0.0])
+
+
+def test_non_zonal_model_is_refused():
+    with pytest.raises(NotImplementedError, match="zonal"):
+        CircleFV(mf.SelfAttention(1.0, query=2 * np.eye(2)), cells=32)
