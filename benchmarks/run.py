@@ -7,17 +7,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import bench_circle  # noqa: E402
 import bench_velocity  # noqa: E402
 
-SUITES = {"velocity": bench_velocity}
+SUITES = {"velocity": bench_velocity, "circle": bench_circle}
 
 
 def main(selected: list[str]) -> None:
     names = selected or list(SUITES)
-    print(f"{'benchmark':48} {'ours [ms]':>10} {'baseline [ms]':>14} {'ratio':>7}")
+    print(f"{'benchmark (times in s)':58} {'ours':>12} {'baseline':>14} {'ratio':>9}")
     for name in names:
         for label, ours, base, ratio in SUITES[name].run():
-            print(f"{label:48} {1e3 * ours:10.2f} {1e3 * base:14.2f} {ratio:7.2f}")
+            print(f"{label:58} {ours:12.4g} {base:14.4g} {ratio:9.3g}")
 
 
 if __name__ == "__main__":
