@@ -30,11 +30,11 @@ from scipy.special import roots_legendre
 
 from meanfield.checks import check_int, check_real, check_times
 from meanfield.errors import StepSizeCollapse
-from meanfield.progress import time_progress
 
 from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
 from .clusters import sharpest_cluster_width
 from .common import ResolutionMonitor, check_density, solver_attrs
+from .driver import StepCounts, integrate
 
 #: Relative round-off slack of the Lyapunov check (sums of N terms in double precision).
 LYAPUNOV_SLACK = 1e-12
@@ -139,35 +139,14 @@ class CircleFV:
             With the time reached and the reason; ``partial`` holds the outputs so far.
         """
         times = check_times(times)
-        ops = self.operators
         rho = self.initial_density(rho0)
         monitor = ResolutionMonitor(f"increase cells (now {self.cells}), add diffusion, or stop earlier")
         run = _Run(self, times, monitor)
-        run.record(times[0], rho)
-        t, dt = times[0], self._initial_step(rho, times)
-        functional = ops.lyapunov(rho)
-        with time_progress(times[0], times[-1], progress, "CircleFV") as bar:
-            for target in times[1:]:
-                while t < target:
-                    if run.steps + run.rejected >= max_steps:
-                        run.collapse(t, f"{max_steps} steps did not reach t={times[-1]}")
-                    trial = min(dt, target - t)
-                    new, proposal, reason = self._attempt(rho, trial, functional)
-                    if reason:
-                        run.rejected += 1
-                        run.reasons[reason] = run.reasons.get(reason, 0) + 1
-                        dt = proposal
-                        if dt < 1e-13 * max(1.0, abs(t)):
-                            run.collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
-                        continue
-                    rho, functional = new, ops.lyapunov(new)
-                    t = target if trial == target - t else t + trial
-                    run.steps += 1
-                    bar.update(trial)
-                    if observer is not None:
-                        observer(t, rho)
-                    dt = proposal if trial == dt else max(proposal, dt)
-                run.record(target, rho)
+        integrate((rho, self.operators.lyapunov(rho)), times, self._attempt,
+                  first_step=self._initial_step(rho, times),
+                  record=lambda t, state: run.record(t, state[0]), collapse=run.collapse,
+                  observer=None if observer is None else (lambda t, state: observer(t, state[0])),
+                  progress=progress, name="CircleFV", max_steps=max_steps, counts=run.counts)
         return run.dataset()
 
     def _initial_step(self, rho: np.ndarray, times: np.ndarray) -> float:
@@ -175,16 +154,17 @@ class CircleFV:
         span = times[-1] - times[0]
         return min(span, 0.1 * self.cfl * self.operators.width / max(speed, 1e-300)) if span > 0 else 1.0
 
-    def _attempt(self, rho: np.ndarray, dt: float, functional: float | None):
-        """One step; returns ``(new_rho, next_dt, None)`` or ``(None, smaller_dt, reason)``."""
+    def _attempt(self, state: tuple[np.ndarray, float | None], dt: float):
+        """One step from ``(rho, lyapunov(rho))``: ``(new_state, next_dt, None)`` or ``(None, dt, reason)``."""
+        rho, functional = state
         step = self._implicit_step if self.model.diffusion > 0 else self._transport_step
         new, proposal, reason = step(rho, dt)
-        if reason is None and functional is not None:
-            ops = self.operators
-            updated = ops.lyapunov(new)
-            if updated > functional + LYAPUNOV_SLACK * (abs(functional) + abs(updated)):
-                return None, 0.5 * dt, "lyapunov"
-        return new, proposal, reason
+        if reason is not None:
+            return None, proposal, reason
+        updated = self.operators.lyapunov(new)
+        if functional is not None and updated > functional + LYAPUNOV_SLACK * (abs(functional) + abs(updated)):
+            return None, 0.5 * dt, "lyapunov"
+        return (new, updated), proposal, None
 
     def _transport_step(self, rho: np.ndarray, dt: float):
         ops, h = self.operators, self.operators.width
@@ -237,8 +217,7 @@ class _Run:
         self.solver, self.times, self.monitor = solver, times, monitor
         self.frames: list[np.ndarray] = []
         self.diagnostics: list[tuple] = []
-        self.steps = self.rejected = 0
-        self.reasons: dict[str, int] = {}
+        self.counts = StepCounts()
 
     def record(self, t: float, rho: np.ndarray) -> None:
         ops = self.solver.operators
@@ -265,8 +244,7 @@ class _Run:
              "resolved": ("time", resolved)},
             coords={"time": self.times[:count], "theta": ops.theta})
         settings = {"solver": "CircleFV", "cells": self.solver.cells, "rtol": self.solver.rtol,
-                    "cfl": self.solver.cfl, "steps": self.steps, "rejected_steps": self.rejected,
-                    "rejections": self.reasons}
+                    "cfl": self.solver.cfl, **self.counts.as_dict()}
         ds.attrs.update(kind="pde", geometry="circle", **solver_attrs(self.solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
         return ds

@@ -1,0 +1,62 @@
+"""The adaptive time loop shared by the solvers: stepping, observation and bookkeeping apart.
+
+A solver supplies ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``;
+the driver hits every output time exactly, retries rejected steps with the proposed
+step, calls the observer after each accepted step, advances the progress bar, and
+declares a collapse (with the reason) when the step becomes negligible or the step
+budget is spent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from meanfield.progress import time_progress
+
+Attempt = Callable[[Any, float], "tuple[Any, float, str | None]"]
+
+
+@dataclass
+class StepCounts:
+    steps: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"steps": self.steps, "rejected_steps": self.rejected, "rejections": dict(self.reasons)}
+
+
+def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
+              record: Callable[[float, Any], None], collapse: Callable[[float, str], None],
+              observer: Callable[[float, Any], None] | None, progress: bool | None, name: str,
+              max_steps: int, counts: StepCounts) -> Any:
+    """Advance ``state`` from ``times[0]`` through every output time; returns the final state."""
+    t, dt = times[0], first_step
+    record(t, state)
+    with time_progress(times[0], times[-1], progress, name) as bar:
+        for target in times[1:]:
+            while t < target:
+                if counts.steps + counts.rejected >= max_steps:
+                    collapse(t, f"{max_steps} steps did not reach t={times[-1]:.6g}")
+                trial = min(dt, target - t)
+                new, proposal, reason = attempt(state, trial)
+                if reason:
+                    counts.rejected += 1
+                    counts.reasons[reason] = counts.reasons.get(reason, 0) + 1
+                    dt = proposal
+                    if dt < 1e-13 * max(1.0, abs(t)):
+                        collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
+                    continue
+                state = new
+                t = target if trial == target - t else t + trial
+                counts.steps += 1
+                bar.update(trial)
+                if observer is not None:
+                    observer(t, state)
+                # A step shortened to land on an output time says nothing about the step size.
+                dt = proposal if trial == dt else max(proposal, dt)
+            record(target, state)
+    return state
