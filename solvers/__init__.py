@@ -2,5 +2,6 @@
 
 from .circle import CircleFV
 from .common import UnderResolvedWarning
+from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "SphereSpectral", "UnderResolvedWarning"]

@@ -1,0 +1,255 @@
+r"""Spherical-harmonic spectral solver for the mean-field equation on :math:`S^2`.
+
+.. math:: \partial_t\rho + \mathrm{div}_S(\rho\, v[\rho]) = D\,\Delta_S\rho
+
+The density is carried by its coefficients :math:`\rho_{lm}`, ``l <= lmax``. Convolution
+with the zonal kernel is diagonal (Funk-Hecke; spectra from :mod:`meanfield`), the
+velocity :math:`v = \nabla_S(\Phi*\rho)` (USA, Kuramoto, zonal aggregation) or
+:math:`v = \frac{c}{\beta}\nabla_S\log(K*\rho)` (SA) is formed on a dealiased Gauss grid,
+and the divergence of the flux comes back through the spheroidal/toroidal analysis.
+Diffusion, :math:`-D\,l(l+1)`, is integrated exactly (Lawson integrating factor); the
+transport part by Dormand-Prince 5(4) with error control (``rtol``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import xarray as xr
+
+from meanfield.checks import check_int, check_real, check_times
+from meanfield.errors import StepSizeCollapse
+
+from .common import ResolutionMonitor, check_density, is_gradient_flow, solver_attrs
+from .driver import StepCounts, integrate
+from .sphere_grid import SphereGrid
+from .stepping import LawsonDormandPrince
+
+#: Degrees whose kernel eigenvalue is below this fraction of the largest are negligible.
+KERNEL_TOLERANCE = 1e-8
+
+
+@dataclass(frozen=True, eq=False)
+class SphereSpectral:
+    r"""Spectral Galerkin solver on :math:`S^2` with shtns transforms.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        A zonal model (Q = K = I, V = cI, one head); any diffusion.
+    lmax : int
+        Largest degree; it must resolve the kernel (:math:`\lambda_{l_{max}}/\lambda_{max}`
+        below ``1e-8``, i.e. ``lmax`` well above :math:`\sqrt{\beta}`).
+    rtol : float
+        Local error tolerance of the time stepping (relative, in :math:`L^2`).
+    tail_threshold : float
+        The solution counts as resolved while the top 10 % of degrees hold less than this
+        fraction of the spectral energy of :math:`\rho - \rho_0`.
+    """
+
+    model: object
+    lmax: int = 63
+    rtol: float = 1e-6
+    tail_threshold: float = 1e-10
+    grid: SphereGrid = field(init=False, repr=False)
+    _symbol: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_int(self.lmax, "lmax", minimum=2)
+        check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
+        check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        if getattr(self.model, "dimension", None) not in (None, 3) or not self.model.is_zonal:
+            raise NotImplementedError(
+                "SphereSpectral needs a zonal model on S^2 (Q = K = I, V = cI, one head): general "
+                "query/key matrices or several heads make the kernel non-zonal")
+        object.__setattr__(self, "grid", SphereGrid(self.lmax))
+        spectrum = np.abs(self._symbol_by_degree())
+        object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
+        tail = spectrum[-1] / spectrum.max()
+        if tail > KERNEL_TOLERANCE:
+            needed = next((l for l in range(self.lmax, 4 * self.lmax + 64)
+                           if abs(self._symbol_by_degree(l)[-1]) / spectrum.max() <= KERNEL_TOLERANCE), None)
+            advice = f"use lmax >= {needed}" if needed else "raise lmax"
+            raise ValueError(f"lmax={self.lmax} does not resolve the kernel: its degree-{self.lmax} "
+                             f"eigenvalue is {tail:.2g} of the largest (> {KERNEL_TOLERANCE:g}); {advice}")
+
+    # ------------------------------------------------------------------ operators
+    @property
+    def linear(self) -> bool:
+        return is_gradient_flow(self.model)
+
+    def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
+        lmax = self.lmax if lmax is None else lmax
+        if self.linear:
+            return self.model.potential_spectrum(lmax, 3)
+        return self.model.kernel_spectrum(lmax, 3)
+
+    def _per_coefficient(self, by_degree: np.ndarray) -> np.ndarray:
+        return by_degree[self.grid.degree.astype(int)]
+
+    def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Grid components (colatitude, longitude) of :math:`v[\\rho]`."""
+        grid = self.grid
+        symbol = self._symbol
+        if self.linear:
+            return grid.gradient(symbol * coefficients)
+        c, beta = self.model.value_sign, self.model.beta
+        convolution = symbol * coefficients
+        attention = np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
+        along_t, along_p = grid.gradient(convolution)
+        along_t, along_p = (c / beta) * along_t / attention, (c / beta) * along_p / attention
+        # |grad log K*rho| <= beta for the exact kernel: the bound removes round-off noise where
+        # K*rho is below machine precision of its maximum.
+        excess = np.maximum(np.hypot(along_t, along_p) / abs(c), 1.0)
+        return along_t / excess, along_p / excess
+
+    def transport(self, coefficients: np.ndarray) -> np.ndarray:
+        r"""Coefficients of :math:`-\mathrm{div}_S(\rho v[\rho])`."""
+        rho = self.grid.synthesise(coefficients)
+        along_t, along_p = self.velocity(coefficients)
+        return -self.grid.divergence(rho * along_t, rho * along_p)
+
+    # ------------------------------------------------------------------ functionals
+    def _energy_symbol(self) -> tuple[np.ndarray, bool]:
+        try:
+            return self._per_coefficient(self.model.energy_spectrum(self.lmax, 3)), \
+                bool(getattr(self.model, "time_rescaled", False))
+        except OverflowError:
+            return self._per_coefficient(self.model.energy_spectrum(self.lmax, 3, scaled=True)), True
+
+    def energy(self, coefficients: np.ndarray) -> float:
+        r""":math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2` (times :math:`e^{-\beta}` where it would overflow)."""
+        symbol, _ = self._energy_symbol()
+        return 0.5 * self.grid.inner(coefficients, symbol * coefficients)
+
+    def lyapunov(self, coefficients: np.ndarray) -> float:
+        """Free energy ``D int rho log rho - (1/2) int rho (Phi * rho)`` (gradient flows), ``-cE`` (SA, ``D = 0``), else NaN."""
+        if self.linear:
+            potential = 0.5 * self.grid.inner(coefficients, self._symbol * coefficients)
+            diffusion = self.model.diffusion
+            if diffusion == 0:
+                return -potential
+            rho = self.grid.synthesise(coefficients)
+            if rho.min() <= 0:
+                return np.nan
+            return diffusion * self.grid.integrate(rho * np.log(rho)) - potential
+        if self.model.diffusion == 0:
+            return -self.model.value_sign * self.energy(coefficients)
+        return np.nan
+
+    def spectral_tail(self, coefficients: np.ndarray) -> float:
+        """Fraction of the spectral energy of ``rho - rho_0`` held by the top 10 % of degrees."""
+        power = self.grid.parseval_weight * np.abs(coefficients) ** 2
+        degree = self.grid.degree
+        deviation = power[degree > 0].sum()
+        if deviation == 0:
+            return 0.0
+        return float(power[degree > 0.9 * self.lmax].sum() / deviation)
+
+    # ------------------------------------------------------------------ solve
+    def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray) -> np.ndarray:
+        """Coefficients of ``rho0`` (callable of points ``(..., 3)`` or grid values), mass one."""
+        values = rho0(self.grid.points()) if callable(rho0) else rho0
+        values = check_density(values, self.grid.shape)
+        coefficients = self.grid.analyse(values)
+        return coefficients / self.grid.mass(coefficients)
+
+    def solve(self, rho0, times, *, progress: bool | None = None,
+              observer: Callable[[float, np.ndarray], None] | None = None,
+              max_steps: int = 1_000_000) -> xr.Dataset:
+        r"""Evolve ``rho0`` and record it at ``times``.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            Density as a callable of points ``(nlat, nphi, 3)`` or values on the grid
+            (shape ``grid.shape``); normalized to mass one.
+        times : array_like
+            Strictly increasing output times; the run starts at ``times[0]``.
+        progress : bool, optional
+            Progress bar (default: when stderr is a terminal).
+        observer : callable, optional
+            ``observer(t, coefficients)`` after every accepted step.
+        max_steps : int
+            Step budget before the run is declared collapsed.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``rho`` (time, colatitude, longitude), and per time ``mass``, ``energy``,
+            ``lyapunov``, ``min_density``, ``spectral_tail``, ``resolved``; ``attrs`` hold
+            the model, settings, right-hand-side count and ``underresolved_since``.
+        """
+        times = check_times(times)
+        coefficients = self.initial_coefficients(rho0)
+        decay = self.model.diffusion * self.grid.degree * (self.grid.degree + 1)
+        stepper = LawsonDormandPrince(self.transport, decay, lambda q: np.sqrt(self.grid.inner(q, q)), self.rtol)
+        run = _SphereRun(self, times)
+
+        def attempt(q: np.ndarray, dt: float):
+            new, error = stepper.step(q, dt)
+            if not np.isfinite(error):
+                return None, 0.25 * dt, "non-finite"
+            factor = min(5.0, max(0.2, 0.9 * error ** (-1 / 5))) if error > 0 else 5.0
+            if error > 1.0:
+                return None, dt * factor, "accuracy"
+            return new, dt * factor, None
+
+        speed = np.hypot(*self.velocity(coefficients)).max()
+        first = min(times[-1] - times[0], 0.1 / (max(speed, 1e-12) * (self.lmax + 1))) or 1.0
+        integrate(coefficients, times, attempt, first_step=first, record=run.record, collapse=run.collapse,
+                  observer=observer, progress=progress, name="SphereSpectral", max_steps=max_steps,
+                  counts=run.counts)
+        return run.dataset(stepper.evaluations)
+
+
+class _SphereRun:
+    """Outputs and diagnostics of one solve."""
+
+    def __init__(self, solver: SphereSpectral, times: np.ndarray):
+        self.solver, self.times = solver, times
+        self.monitor = ResolutionMonitor(f"raise lmax (now {solver.lmax}), add diffusion, or stop earlier")
+        self.frames: list[np.ndarray] = []
+        self.diagnostics: list[tuple] = []
+        self.counts = StepCounts()
+        self.evaluations = 0
+
+    def record(self, t: float, coefficients: np.ndarray) -> None:
+        solver = self.solver
+        rho = solver.grid.synthesise(coefficients)
+        tail = solver.spectral_tail(coefficients)
+        # Negative values beyond round-off mean the truncated series no longer represents rho.
+        negative = rho.min() < -1e-8 * rho.max()
+        resolved = tail < solver.tail_threshold and not negative
+        reason = (f"the top 10% of degrees hold {tail:.2g} of the spectral energy (> {solver.tail_threshold:g})"
+                  if tail >= solver.tail_threshold else f"the density is negative ({rho.min():.3g})")
+        self.monitor.record(t, resolved, reason)
+        self.frames.append(rho)
+        self.diagnostics.append((solver.grid.mass(coefficients), solver.energy(coefficients),
+                                 solver.lyapunov(coefficients), rho.min(), tail, resolved))
+
+    def dataset(self, evaluations: int) -> xr.Dataset:
+        solver = self.solver
+        mass, energy, functional, minimum, tail, resolved = map(np.array, zip(*self.diagnostics))
+        _, scaled = solver._energy_symbol()
+        ds = xr.Dataset(
+            {"rho": (("time", "colatitude", "longitude"), np.array(self.frames)),
+             "mass": ("time", mass),
+             "energy": ("time", energy, {"note": "exp(-beta) E" if scaled else "E"}),
+             "lyapunov": ("time", functional, {"long_name": "free energy F (or -cE); NaN where none is known"}),
+             "min_density": ("time", minimum),
+             "spectral_tail": ("time", tail, {"long_name": "spectral energy fraction in the top 10% of degrees"}),
+             "resolved": ("time", resolved)},
+            coords={"time": self.times[:len(self.frames)], "colatitude": solver.grid.colatitude,
+                    "longitude": solver.grid.longitude})
+        settings = {"solver": "SphereSpectral", "lmax": solver.lmax, "rtol": solver.rtol,
+                    "grid": list(solver.grid.shape), "rhs_evaluations": evaluations, **self.counts.as_dict()}
+        ds.attrs.update(kind="pde", geometry="S^2", **solver_attrs(solver.model, settings))
+        ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
+        return ds
+
+    def collapse(self, t: float, reason: str):
+        raise StepSizeCollapse(f"SphereSpectral stopped at t={t:.6g}: {reason}", time=t,
+                               partial=self.dataset(-1))

@@ -1,0 +1,92 @@
+r"""Spherical-harmonic transforms and grid of :math:`S^2` (a thin layer over shtns).
+
+Orthonormal complex harmonics with the Condon-Shortley phase; coefficients for
+``m >= 0`` only (real fields). The Gauss grid has about 3/2 the minimal size in each
+direction, so that quadratic products (the flux :math:`\rho v`) do not alias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import shtns
+
+from meanfield.sphere import sphere_points
+
+#: shtns refuses Gauss grids with fewer latitudes.
+MIN_LATITUDES = 32
+
+
+@dataclass(frozen=True, eq=False)
+class SphereGrid:
+    """Transforms up to degree ``lmax`` on a dealiased Gauss grid."""
+
+    lmax: int
+    transform: shtns.sht = field(init=False, repr=False)
+    degree: np.ndarray = field(init=False, repr=False)
+    parseval_weight: np.ndarray = field(init=False, repr=False)
+    area_weight: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        sh = shtns.sht(self.lmax, self.lmax)
+        # 3/2-rule for quadratic products: nlat >= 3 (lmax + 1) / 2, nphi >= 3 lmax + 1.
+        nlat = max(MIN_LATITUDES, 2 * ((3 * (self.lmax + 1) + 3) // 4))
+        sh.set_grid(nlat=nlat, nphi=2 * nlat, flags=shtns.sht_gauss)
+        set_(self, "transform", sh)
+        set_(self, "degree", sh.l.astype(float))
+        # int f^2 = sum_l (|q_l0|^2 + 2 sum_{m>0} |q_lm|^2) for a real field f.
+        set_(self, "parseval_weight", np.where(sh.m == 0, 1.0, 2.0))
+        half = sh.gauss_wts()
+        latitude_weights = np.concatenate([half, half[::-1]])
+        set_(self, "area_weight", (2 * np.pi / sh.nphi) * latitude_weights[:, None] * np.ones(sh.nphi))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.transform.nlat, self.transform.nphi)
+
+    @property
+    def colatitude(self) -> np.ndarray:
+        return np.arccos(self.transform.cos_theta)
+
+    @property
+    def longitude(self) -> np.ndarray:
+        return 2 * np.pi * np.arange(self.transform.nphi) / self.transform.nphi
+
+    def points(self) -> np.ndarray:
+        """Grid points on the unit sphere, shape ``(nlat, nphi, 3)``."""
+        return sphere_points(self.colatitude[:, None], self.longitude[None, :])
+
+    def analyse(self, values: np.ndarray) -> np.ndarray:
+        return self.transform.analys(np.ascontiguousarray(values, dtype=float))
+
+    def synthesise(self, coefficients: np.ndarray) -> np.ndarray:
+        return self.transform.synth(coefficients)
+
+    def gradient(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Colatitude and longitude components of the surface gradient, on the grid."""
+        return self.transform.synth_grad(coefficients)
+
+    def divergence(self, colatitude_part: np.ndarray, longitude_part: np.ndarray) -> np.ndarray:
+        r"""Coefficients of :math:`\mathrm{div}_S V` from the grid components of a tangent field :math:`V`."""
+        spheroidal, _ = self.transform.analys(np.ascontiguousarray(colatitude_part),
+                                              np.ascontiguousarray(longitude_part))
+        return -self.degree * (self.degree + 1) * spheroidal
+
+    def integrate(self, values: np.ndarray) -> float:
+        return float(np.sum(self.area_weight * values))
+
+    def inner(self, a: np.ndarray, b: np.ndarray) -> float:
+        r""":math:`\int f g` of two real fields from their coefficients (Parseval)."""
+        return float(np.sum(self.parseval_weight * (a.conj() * b).real))
+
+    def mass(self, coefficients: np.ndarray) -> float:
+        return float(np.sqrt(4 * np.pi) * coefficients[0].real)
+
+    def point_values(self, coefficients: np.ndarray, points: np.ndarray) -> np.ndarray:
+        """Values of the band-limited field at arbitrary unit vectors ``points`` of shape ``(k, 3)``."""
+        points = np.asarray(points, dtype=float).reshape(-1, 3)
+        longitudes = np.arctan2(points[:, 1], points[:, 0])
+        return np.array([self.transform.SH_to_point(coefficients, z, p)
+                         for z, p in zip(np.clip(points[:, 2], -1, 1), longitudes)])
