@@ -8,9 +8,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_circle  # noqa: E402
+import bench_sphere  # noqa: E402
 import bench_velocity  # noqa: E402
 
-SUITES = {"velocity": bench_velocity, "circle": bench_circle}
+SUITES = {"velocity": bench_velocity, "circle": bench_circle, "sphere": bench_sphere}
 
 
 def main(selected: list[str]) -> None:

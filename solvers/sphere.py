@@ -97,19 +97,26 @@ class SphereSpectral:
             return grid.gradient(symbol * coefficients)
         c, beta = self.model.value_sign, self.model.beta
         convolution = symbol * coefficients
-        attention = np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
+        scale = (c / beta) / np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
         along_t, along_p = grid.gradient(convolution)
-        along_t, along_p = (c / beta) * along_t / attention, (c / beta) * along_p / attention
-        # |grad log K*rho| <= beta for the exact kernel: the bound removes round-off noise where
-        # K*rho is below machine precision of its maximum.
-        excess = np.maximum(np.hypot(along_t, along_p) / abs(c), 1.0)
-        return along_t / excess, along_p / excess
+        along_t *= scale
+        along_p *= scale
+        # |grad log K*rho| <= beta for the exact kernel, so |v| <= |c|: the bound removes round-off
+        # noise where K*rho is below machine precision of its maximum (rarely active: checked first).
+        speed_squared = along_t * along_t + along_p * along_p
+        if speed_squared.max() > c * c:
+            excess = np.sqrt(np.maximum(speed_squared / (c * c), 1.0))
+            along_t /= excess
+            along_p /= excess
+        return along_t, along_p
 
     def transport(self, coefficients: np.ndarray) -> np.ndarray:
         r"""Coefficients of :math:`-\mathrm{div}_S(\rho v[\rho])`."""
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
-        return -self.grid.divergence(rho * along_t, rho * along_p)
+        along_t *= rho
+        along_p *= rho
+        return self.grid.divergence(along_t, along_p, sign=-1.0)
 
     # ------------------------------------------------------------------ functionals
     def _energy_symbol(self) -> tuple[np.ndarray, bool]:
@@ -184,7 +191,7 @@ class SphereSpectral:
         """
         times = check_times(times)
         coefficients = self.initial_coefficients(rho0)
-        decay = self.model.diffusion * self.grid.degree * (self.grid.degree + 1)
+        decay = self.model.diffusion * self.grid.laplacian_eigenvalue
         stepper = LawsonDormandPrince(self.transport, decay, lambda q: np.sqrt(self.grid.inner(q, q)), self.rtol)
         run = _SphereRun(self, times)
 

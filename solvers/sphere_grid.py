@@ -25,6 +25,7 @@ class SphereGrid:
     lmax: int
     transform: shtns.sht = field(init=False, repr=False)
     degree: np.ndarray = field(init=False, repr=False)
+    laplacian_eigenvalue: np.ndarray = field(init=False, repr=False)
     parseval_weight: np.ndarray = field(init=False, repr=False)
     area_weight: np.ndarray = field(init=False, repr=False)
 
@@ -36,6 +37,7 @@ class SphereGrid:
         sh.set_grid(nlat=nlat, nphi=2 * nlat, flags=shtns.sht_gauss)
         set_(self, "transform", sh)
         set_(self, "degree", sh.l.astype(float))
+        set_(self, "laplacian_eigenvalue", self.degree * (self.degree + 1))  # of -Lap_S
         # int f^2 = sum_l (|q_l0|^2 + 2 sum_{m>0} |q_lm|^2) for a real field f.
         set_(self, "parseval_weight", np.where(sh.m == 0, 1.0, 2.0))
         half = sh.gauss_wts()
@@ -68,11 +70,13 @@ class SphereGrid:
         """Colatitude and longitude components of the surface gradient, on the grid."""
         return self.transform.synth_grad(coefficients)
 
-    def divergence(self, colatitude_part: np.ndarray, longitude_part: np.ndarray) -> np.ndarray:
-        r"""Coefficients of :math:`\mathrm{div}_S V` from the grid components of a tangent field :math:`V`."""
+    def divergence(self, colatitude_part: np.ndarray, longitude_part: np.ndarray,
+                   sign: float = 1.0) -> np.ndarray:
+        r"""Coefficients of :math:`\mathrm{div}_S V` (times ``sign``) from the grid components of :math:`V`."""
         spheroidal, _ = self.transform.analys(np.ascontiguousarray(colatitude_part),
                                               np.ascontiguousarray(longitude_part))
-        return -self.degree * (self.degree + 1) * spheroidal
+        spheroidal *= (-sign) * self.laplacian_eigenvalue
+        return spheroidal
 
     def integrate(self, values: np.ndarray) -> float:
         return float(np.sum(self.area_weight * values))

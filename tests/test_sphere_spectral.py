@@ -1,0 +1,204 @@
+"""SphereSpectral: operators on exact eigenfunctions, invariants, rates and equivariance."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.special import sph_harm_y, spherical_in
+
+import meanfield as mf
+from solvers import SphereSpectral, UnderResolvedWarning
+from solvers.sphere_grid import SphereGrid
+from validation import growth_rate
+
+
+def smooth_density(points):
+    return np.exp(2 * points[..., 2]) + 0.5 * np.exp(3 * points[..., 0])
+
+
+@pytest.fixture(scope="module")
+def grid():
+    return SphereGrid(24)
+
+
+def harmonic_on_grid(grid, l, m):
+    return sph_harm_y(l, m, grid.colatitude[:, None], grid.longitude[None, :]).real
+
+
+@pytest.mark.parametrize("l, m", [(1, 0), (3, 2), (7, 5), (24, 11)])
+def test_laplacian_on_eigenfunctions(grid, l, m):
+    q = grid.analyse(harmonic_on_grid(grid, l, m))
+    laplacian = grid.divergence(*grid.gradient(q))
+    np.testing.assert_allclose(laplacian, -l * (l + 1) * q, atol=1e-12 * l * (l + 1))
+
+
+def test_gradient_of_coordinate_functions(grid):
+    t, p = grid.colatitude[:, None], grid.longitude[None, :]
+    along_t, along_p = grid.gradient(grid.analyse(np.sin(t) * np.cos(p)))  # f = x
+    np.testing.assert_allclose(along_t, np.cos(t) * np.cos(p), atol=1e-13)
+    np.testing.assert_allclose(along_p, -np.sin(p) * np.ones_like(t), atol=1e-13)
+
+
+def test_divergence_of_rotation_field_vanishes(grid):
+    t = grid.colatitude[:, None] * np.ones(grid.shape)
+    # Rotation about the z axis, e_z x x, is (0, sin t) in (colatitude, longitude) components.
+    divergence = grid.divergence(np.zeros(grid.shape), np.sin(t))
+    assert np.abs(divergence).max() < 1e-13
+
+
+@pytest.mark.parametrize("l, m", [(0, 0), (2, 1), (5, 3)])
+def test_convolution_against_direct_quadrature(grid, l, m):
+    beta = 3.0
+    solver = SphereSpectral(mf.SelfAttention(beta, normalized=False), lmax=24)
+    values = harmonic_on_grid(grid, l, m)
+    potential = grid.synthesise(solver._symbol * grid.analyse(values))  # (1/beta) K * Y
+    points = grid.points()
+    for i, j in [(3, 5), (20, 40), (11, 0)]:
+        direct = grid.integrate(np.exp(beta * points @ points[i, j]) * values) / beta
+        assert potential[i, j] == pytest.approx(direct, abs=1e-12)
+        assert potential[i, j] == pytest.approx(4 * np.pi * spherical_in(l, beta) * values[i, j] / beta, abs=1e-12)
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(3.0), mf.SelfAttention(2.0, normalized=False),
+                                   mf.SelfAttention(0.0, diffusion=0.1),
+                                   mf.SelfAttention(3.0, normalized=False, diffusion=0.05)],
+                         ids=["SA", "USA", "Kuramoto-noisy", "USA-noisy"])
+def test_mass_is_conserved(model):
+    ds = SphereSpectral(model, lmax=31).solve(smooth_density, np.linspace(0, 2, 5))
+    assert json.loads(ds.attrs["settings"])["steps"] >= 10
+    np.testing.assert_allclose(ds.mass.values, 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(3.0), mf.SelfAttention(2.0, normalized=False)], ids=["SA", "USA"])
+def test_energy_non_decreasing_while_resolved(model):
+    solver = SphereSpectral(model, lmax=31, rtol=1e-9)
+    energies = []
+
+    def observe(t, q):
+        if solver.spectral_tail(q) < solver.tail_threshold:
+            energies.append(solver.energy(q))
+
+    solver.solve(smooth_density, [0.0, 1.5], observer=observe)
+    energies = np.array(energies)
+    assert len(energies) > 10 and energies[-1] > energies[0]
+    assert np.diff(energies).min() >= -1e-12 * energies.max()
+
+
+def test_free_energy_decreases_with_diffusion():
+    model = mf.SelfAttention(2.0, normalized=False, diffusion=0.3)
+    ds = SphereSpectral(model, lmax=31).solve(smooth_density, np.linspace(0, 3, 16))
+    assert ds.resolved.all()
+    assert np.diff(ds.lyapunov.values).max() <= 1e-12 * np.abs(ds.lyapunov.values).max()
+
+
+def test_spectral_accuracy_is_exponential_in_lmax():
+    model = mf.SelfAttention(3.0)
+    times = [0.0, 0.5]
+    reference = SphereSpectral(model, lmax=48, rtol=1e-11).solve(smooth_density, times)
+    reference_grid = SphereGrid(48)
+    reference_q = reference_grid.analyse(reference.rho.values[-1])
+    points = mf.sample_uniform(200, 3, 0)
+    exact = reference_grid.point_values(reference_q, points)
+    sizes, errors = [6, 10, 14, 18, 22], []
+    for lmax in sizes:
+        solver = SphereSpectral(model, lmax=lmax, rtol=1e-11) if lmax > 12 else None
+        if solver is None:  # small lmax cannot resolve the kernel to 1e-8: checked apart below
+            with pytest.raises(ValueError, match="lmax"):
+                SphereSpectral(model, lmax=lmax)
+            continue
+        ds = solver.solve(smooth_density, times)
+        values = solver.grid.point_values(solver.grid.analyse(ds.rho.values[-1]), points)
+        errors.append(np.abs(values - exact).max())
+    slope = np.polyfit(sizes[-len(errors):], np.log(errors), 1)[0]
+    # Exponential convergence: log(error) falls linearly in lmax, by orders of magnitude.
+    assert slope < -0.5 and errors[0] / errors[-1] > 1e3, errors
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.02])
+@pytest.mark.parametrize("beta", [0.5, 3.0, 10.0])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+def test_linear_growth_rates(normalized, beta, diffusion):
+    model = mf.SelfAttention(beta, normalized=normalized, diffusion=diffusion)
+    solver = SphereSpectral(model, lmax=31, rtol=1e-10)
+    grid = solver.grid
+    rates = [growth_rate(model, l, 3) for l in range(1, 7)]
+    # Over longer times the faster degrees, seeded at O(amplitude^2) by the quadratic flux,
+    # would grow into the measured one.
+    duration = 1.0 / max(abs(r) for r in rates)
+    for l, exact in enumerate(rates, start=1):
+        amplitude = 1e-4
+        values = 1 / (4 * np.pi) + amplitude * harmonic_on_grid(grid, l, 0)
+        ds = solver.solve(values, [0.0, duration])
+        index = grid.transform.idx(l, 0)
+        start, end = (grid.analyse(frame)[index].real for frame in ds.rho.values)
+        measured = np.log(end / start) / duration
+        assert measured == pytest.approx(exact, rel=1e-3), (l, measured, exact)
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(2.0, normalized=False), mf.SelfAttention(3.0)], ids=["USA", "SA"])
+def test_rotation_equivariance(model):
+    angles = (0.3, 0.7, 1.1)
+    ca, sa = np.cos(angles), np.sin(angles)
+    rz1 = np.array([[ca[0], -sa[0], 0], [sa[0], ca[0], 0], [0, 0, 1]])
+    ry = np.array([[ca[1], 0, sa[1]], [0, 1, 0], [-sa[1], 0, ca[1]]])
+    rz2 = np.array([[ca[2], -sa[2], 0], [sa[2], ca[2], 0], [0, 0, 1]])
+    rotation = rz2 @ ry @ rz1
+    solver = SphereSpectral(model, lmax=31, rtol=1e-10)
+    times = [0.0, 1.0]
+    plain = solver.solve(smooth_density, times).rho.values[-1]
+    rotated = solver.solve(lambda x: smooth_density(x @ rotation), times).rho.values[-1]  # rho(R^T x)
+    points = mf.sample_uniform(300, 3, 1)
+    grid = solver.grid
+    expected = grid.point_values(grid.analyse(plain), points @ rotation)
+    actual = grid.point_values(grid.analyse(rotated), points)
+    np.testing.assert_allclose(actual, expected, atol=1e-7 * np.abs(expected).max())
+
+
+def test_sa_at_beta_100():
+    solver = SphereSpectral(mf.SelfAttention(100.0), lmax=63)
+    ds = solver.solve(smooth_density, [0.0, 0.05, 0.1])
+    assert np.all(np.isfinite(ds.rho.values))
+    np.testing.assert_allclose(ds.mass.values, 1.0, rtol=1e-12)
+    with pytest.raises(ValueError, match="lmax=15 does not resolve the kernel.*use lmax >= "):
+        SphereSpectral(mf.SelfAttention(100.0), lmax=15)
+
+
+def test_under_resolution_warns_and_is_recorded():
+    solver = SphereSpectral(mf.SelfAttention(4.0), lmax=20)
+    with pytest.warns(UnderResolvedWarning, match="raise lmax"):
+        ds = solver.solve(lambda p: np.exp(3 * p[..., 2]), np.linspace(0, 3, 7))
+    since = ds.attrs["underresolved_since"]
+    assert 0 < since <= 3
+    np.testing.assert_array_equal(ds.resolved.values, ds.time.values < since)
+
+
+def test_dataset_contract():
+    model = mf.SelfAttention(1.0)
+    solver = SphereSpectral(model, lmax=15)
+    ds = solver.solve(smooth_density, [0.0, 0.2])
+    assert ds.rho.dims == ("time", "colatitude", "longitude")
+    assert ds.rho.shape[1:] == solver.grid.shape
+    assert json.loads(ds.attrs["settings"])["rhs_evaluations"] > 0
+    assert mf.model_from_dict(ds.attrs["model"]).to_dict() == model.to_dict()
+
+
+@pytest.mark.parametrize("lmax", [1, 2.5, "31"])
+def test_bad_lmax(lmax):
+    with pytest.raises(ValueError, match="lmax"):
+        SphereSpectral(mf.SelfAttention(1.0), lmax=lmax)
+
+
+@pytest.mark.parametrize("rho0, message", [
+    (np.ones((5, 5)), "shape"),
+    (lambda p: -np.ones(p.shape[:-1]), "nonnegative"),
+    (lambda p: np.full(p.shape[:-1], np.nan), "NaN"),
+    (lambda p: np.zeros(p.shape[:-1]), "zero mass"),
+])
+def test_bad_initial_density(rho0, message):
+    with pytest.raises(ValueError, match=message):
+        SphereSpectral(mf.SelfAttention(1.0), lmax=15).solve(rho0, [0.0, 1.0])
+
+
+def test_non_zonal_model_is_refused():
+    with pytest.raises(NotImplementedError, match="non-zonal"):
+        SphereSpectral(mf.SelfAttention(1.0, query=np.diag([1.0, 2.0, 3.0])), lmax=15)
