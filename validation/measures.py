@@ -1,0 +1,97 @@
+"""Measures read from run datasets: particle clouds or gridded densities, per output time.
+
+A dataset from :func:`meanfield.simulate_particles` carries ``x`` (time, particle,
+component); one from a PDE solver carries ``rho`` on its grid. Both say their geometry
+in ``attrs["geometry"]``. Everything that compares measures goes through here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+from scipy.special import sph_legendre_p_all
+
+from meanfield.sphere import circle_angles
+from solvers.sphere_grid import SphereGrid
+
+GEOMETRIES = ("circle", "S^2")
+
+
+def geometry_of(ds: xr.Dataset, name: str) -> str:
+    geometry = ds.attrs.get("geometry")
+    if geometry not in GEOMETRIES:
+        raise ValueError(f"{name} must be a particle or PDE dataset on one of {GEOMETRIES}; "
+                         f"its attrs['geometry'] is {geometry!r}")
+    if "x" not in ds and "rho" not in ds:
+        raise ValueError(f"{name} has neither particles 'x' nor a density 'rho'")
+    if "x" in ds and "system" in ds["x"].dims:
+        raise ValueError(f"{name} holds a batch of systems: select one with ds.isel(system=k)")
+    return geometry
+
+
+def is_particles(ds: xr.Dataset) -> bool:
+    return "x" in ds
+
+
+def model_description(ds: xr.Dataset) -> dict:
+    return json.loads(ds.attrs.get("model", "{}"))
+
+
+# ---------------------------------------------------------------------------- circle
+def circle_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray) -> np.ndarray:
+    """Right-continuous CDF :math:`F(\\theta) = \\mu([0, \\theta])` at sorted ``points`` in ``[0, 2 pi]``."""
+    if is_particles(ds):
+        angles = np.sort(circle_angles(ds["x"].values[time_index]))
+        return np.searchsorted(angles, points, side="right") / angles.size
+    rho = ds["rho"].values[time_index]
+    cells = rho.size
+    width = 2 * np.pi / cells
+    cumulative = np.concatenate([[0.0], np.cumsum(rho) * width])
+    index = np.minimum((points // width).astype(int), cells - 1)
+    return cumulative[index] + rho[index] * (points - index * width)
+
+
+def circle_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
+    """Where the CDF is not affine: particle angles or cell boundaries."""
+    if is_particles(ds):
+        return circle_angles(ds["x"].values[time_index])
+    cells = ds["rho"].shape[-1]
+    return np.arange(cells + 1) * (2 * np.pi / cells)
+
+
+# ---------------------------------------------------------------------------- sphere
+def harmonic_coefficients(ds: xr.Dataset, time_index: int, lmax: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""Coefficients :math:`\int \overline{Y_{lm}}\, d\mu` for ``0 <= m <= l <= lmax``.
+
+    Returns ``(coefficients, parseval_weight)`` in shtns order (``m`` major). Particles are
+    summed exactly, :math:`\mu_{lm} = \frac1n\sum_i \overline{Y_{lm}(x_i)}`; a PDE density is
+    analysed on its own grid and truncated.
+    """
+    if is_particles(ds):
+        x = ds["x"].values[time_index]
+        colatitude = np.arccos(np.clip(x[:, 2], -1, 1))
+        longitude = np.arctan2(x[:, 1], x[:, 0])
+        legendre = sph_legendre_p_all(lmax, lmax, colatitude)[0]  # (l, m, point); m >= 0 first
+        blocks = []
+        for m in range(lmax + 1):
+            phase = np.exp(-1j * m * longitude)
+            blocks.append((legendre[m:, m, :] * phase).mean(axis=1))
+        coefficients = np.concatenate(blocks)
+    else:
+        rho = ds["rho"].values[time_index]
+        source_lmax = int(json.loads(ds.attrs["settings"])["lmax"])
+        if source_lmax < lmax:
+            raise ValueError(f"the PDE dataset has lmax={source_lmax} < {lmax} needed by the distance")
+        grid = SphereGrid(source_lmax)
+        full = grid.analyse(rho)
+        keep = (grid.transform.l <= lmax)
+        coefficients = full[keep]
+    m_index = np.concatenate([np.full(lmax + 1 - m, m) for m in range(lmax + 1)])
+    return coefficients, np.where(m_index == 0, 1.0, 2.0)
+
+
+def coefficient_degrees(lmax: int) -> np.ndarray:
+    """Degree of each coefficient in shtns order."""
+    return np.concatenate([np.arange(m, lmax + 1) for m in range(lmax + 1)])
