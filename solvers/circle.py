@@ -195,7 +195,7 @@ class CircleFV:
         return self._finish(halves, dt, error, ROUNDOFF_NEGATIVE * rho.max(), order=1)
 
     def _linearly_implicit_euler(self, rho: np.ndarray, dt: float) -> np.ndarray:
-        """Solve :math:`(I - \Delta t\, L[\rho])\,\rho_{new} = \rho` (potential frozen at ``rho``)."""
+        r"""Solve :math:`(I - \Delta t\, L[\rho])\,\rho_{new} = \rho` (potential frozen at ``rho``)."""
         sub, diag, sup = self.operators.drift_diffusion_generator(rho)
         return solve_cyclic_tridiagonal(-dt * sub, 1.0 - dt * diag, -dt * sup, rho)
 

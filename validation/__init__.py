@@ -1,5 +1,11 @@
-"""validation: exact references, distances between measures, mean-field convergence."""
+"""validation: exact references, distances between measures, mean-field convergence, the CLI."""
 
-from .references import growth_rate, orthogonal_token_inner_product, wendel_probability
+from .clusters import ClusterSummary, cluster_statistics, order_parameter
+from .convergence import StudySettings, mean_field_convergence
+from .distances import distance
+from .references import (circle_stationary_density, growth_rate, orthogonal_token_inner_product,
+                         wendel_probability)
 
-__all__ = ["growth_rate", "orthogonal_token_inner_product", "wendel_probability"]
+__all__ = ["distance", "mean_field_convergence", "StudySettings", "growth_rate",
+           "orthogonal_token_inner_product", "wendel_probability", "circle_stationary_density",
+           "cluster_statistics", "order_parameter", "ClusterSummary"]

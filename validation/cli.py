@@ -39,9 +39,42 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """The main job: mean-field convergence on the circle and the sphere, with report and figures."""
+    from .validate import default_specs, run_validation
+
+    specs = default_specs(beta_circle=args.beta_circle, beta_sphere=args.beta_sphere,
+                          diffusion_sphere=args.diffusion_sphere, sizes=args.sizes, seeds=args.seeds)
+    if args.geometry != "both":
+        specs = {args.geometry: specs[args.geometry]}
+    rows = run_validation(specs, args.output, progress=False if args.quiet else None)
+    return 0 if all(row["contains"] for row in rows if row["time"] > 0) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="meanfield", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
+    validate = commands.add_parser(
+        "validate", help="default mean-field validation run (report, NetCDF, figures)",
+        description="Particles against the PDE on the circle (SA, D = 0) and the sphere (USA, small D): "
+                    "distances at several times, fitted convergence rate in n with bootstrap intervals. "
+                    "Exit status 1 if -1/2 lies outside an interval at some t > 0.")
+    validate.add_argument("--geometry", choices=["circle", "sphere", "both"], default="both")
+    validate.add_argument("--beta-circle", type=float, default=5.0, help="SA inverse temperature on the circle")
+    validate.add_argument("--beta-sphere", type=float, default=1.0, help="USA inverse temperature on S^2")
+    validate.add_argument("--diffusion-sphere", type=float, default=0.05, help="diffusion D on S^2")
+    validate.add_argument("--sizes", type=_int_list, default=None, help="particle counts, e.g. 32,64,128")
+    validate.add_argument("--seeds", type=int, default=None, help="samples per particle count")
+    validate.add_argument("--output", type=Path, default=Path("output/validate"))
+    validate.add_argument("--quiet", action="store_true", help="no progress bars")
+    validate.set_defaults(handler=_validate)
     demo = commands.add_parser("demo", help="short particle demo on the circle")
     demo.add_argument("--beta", type=float, default=9.0)
     demo.add_argument("--n", type=int, default=256)
@@ -54,8 +87,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.handler(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ValueError, TypeError) as error:  # bad parameters: say which, exit 2 like argparse
+        parser.exit(2, f"meanfield: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,126 @@
+"""Distances, exact references and the mean-field convergence study."""
+
+import json
+
+import numpy as np
+import ot
+import pytest
+import xarray as xr
+from scipy.special import eval_legendre
+
+import meanfield as mf
+from meanfield.particles import particle_dataset
+from solvers import CircleFV, SphereSpectral
+from validation import distance
+from validation.convergence import fit_rates, mean_field_convergence
+from validation.distances import mmd_degree, mmd_weights
+
+MODEL = mf.SelfAttention(1.0)
+
+
+def particles(x, model=MODEL, times=(0.0,)):
+    return particle_dataset(model, [x] * len(times), np.array(times), {})
+
+
+def circle_density(values, model=MODEL):
+    ds = xr.Dataset({"rho": (("time", "theta"), np.atleast_2d(values))}, coords={"time": [0.0]})
+    ds.attrs.update(geometry="circle", model=json.dumps(model.to_dict()))
+    return ds
+
+
+@pytest.mark.parametrize("na, nb", [(1, 1), (5, 5), (50, 70), (3, 1000), (2000, 1500)])
+def test_circle_w1_between_particles_matches_pot(na, nb, rng):
+    xa, xb = mf.sample_uniform(na, 2, rng), mf.sample_uniform(nb, 2, rng)
+    ua, ub = mf.circle_angles(xa) / (2 * np.pi), mf.circle_angles(xb) / (2 * np.pi)
+    expected = 2 * np.pi * ot.wasserstein_circle(ua, ub, p=1)[0]
+    assert distance(particles(xa), particles(xb)).values[0] == pytest.approx(expected, abs=1e-10)
+
+
+def test_circle_w1_uniform_against_one_atom_is_pi_over_two():
+    uniform = circle_density(np.full(16, 1 / (2 * np.pi)))
+    atom = particles(np.array([[1.0, 0.0]]))
+    assert distance(uniform, atom).values[0] == pytest.approx(np.pi / 2, abs=1e-14)
+
+
+def test_circle_w1_density_against_particles_matches_brute_force(rng):
+    cells = 64
+    theta = (np.arange(cells) + 0.5) * 2 * np.pi / cells
+    rho = 1 + 0.5 * np.cos(theta)
+    rho /= rho.sum() * 2 * np.pi / cells
+    x = mf.sample_uniform(40, 2, rng)
+    exact = distance(circle_density(rho), particles(x)).values[0]
+    # Brute force: min_c of the integral of |F_mu - F_rho - c| on a fine midpoint grid.
+    grid = (np.arange(2_000_000) + 0.5) * 2 * np.pi / 2_000_000
+    f_mu = np.searchsorted(np.sort(mf.circle_angles(x)), grid, side="right") / 40
+    index = (grid // (2 * np.pi / cells)).astype(int)
+    f_rho = np.concatenate([[0], np.cumsum(rho)])[index] * 2 * np.pi / cells + rho[index] * (grid - index * 2 * np.pi / cells)
+    gap = f_mu - f_rho
+    brute = np.mean(np.abs(gap - np.median(gap))) * 2 * np.pi
+    assert exact == pytest.approx(brute, abs=1e-6)  # midpoint-rule error of the brute force
+
+
+def test_w1_between_two_pde_runs_is_zero_for_the_same_run():
+    ds = CircleFV(MODEL, cells=64).solve(lambda th: 1 + 0.3 * np.cos(th), [0.0, 0.5])
+    np.testing.assert_allclose(distance(ds, ds).values, 0.0, atol=1e-15)
+
+
+def test_mmd_of_a_density_with_itself_is_zero():
+    ds = SphereSpectral(MODEL, lmax=31).solve(lambda p: 1 + 0.5 * p[..., 2], [0.0, 0.5])
+    np.testing.assert_allclose(distance(ds, ds).values, 0.0, atol=1e-15)
+
+
+def test_mmd_between_particle_sets_matches_direct_kernel_sum(rng):
+    smoothing = 0.05
+    x, y = mf.sample_uniform(30, 3, rng), mf.sample_von_mises_fisher([0, 0, 1], 2.0, 25, rng)
+    lmax = mmd_degree(smoothing)
+    degrees = np.arange(lmax + 1)
+    a = np.exp(-smoothing * degrees * (degrees + 1)) * (2 * degrees + 1) / (4 * np.pi)
+
+    def kernel_mean(p, q):  # addition theorem: sum_m Y_lm(p) conj Y_lm(q) = (2l+1)/(4 pi) P_l(<p, q>)
+        s = np.clip(p @ q.T, -1, 1)
+        return sum(a[l] * eval_legendre(l, s).mean() for l in degrees)
+
+    direct = np.sqrt(kernel_mean(x, x) + kernel_mean(y, y) - 2 * kernel_mean(x, y))
+    assert distance(particles(x), particles(y)).values[0] == pytest.approx(direct, rel=1e-10)
+    assert mmd_weights(lmax, smoothing)[-1] < 1e-17
+
+
+def test_mmd_between_density_and_its_particles_shrinks_like_root_n(rng):
+    ds = SphereSpectral(MODEL, lmax=31).solve(lambda p: np.exp(p[..., 0]), [0.0])
+    values = {n: np.mean([distance(ds, particles(mf.sample_sphere(lambda p: np.exp(p[:, 0]), n, 3, rng))).values[0]
+                          for _ in range(6)]) for n in (100, 1600)}
+    assert values[1600] / values[100] == pytest.approx(0.25, rel=0.35)
+
+
+def test_fit_rates_recovers_an_exact_power_law(rng):
+    sizes = np.array([10, 100, 1000])
+    noise = np.exp(0.05 * rng.normal(size=(3, 8, 2)))
+    distances = sizes[:, None, None] ** -0.5 * noise
+    rate, low, high = fit_rates(sizes, distances, 500, 0.95, rng)
+    assert np.all(low <= -0.5) and np.all(high >= -0.5) and np.all(np.abs(rate + 0.5) < 0.02)
+
+
+@pytest.mark.parametrize("kwargs, argument", [
+    (dict(sizes=[64]), "sizes"),
+    (dict(sizes=[1, 64]), "sizes"),
+    (dict(seeds=0), "seeds"),
+    (dict(geometry="torus"), "geometry"),
+])
+def test_bad_study_arguments(kwargs, argument):
+    arguments = dict(geometry="circle", sizes=[16, 32], seeds=2, times=[0.0, 0.1])
+    arguments.update(kwargs)
+    with pytest.raises(ValueError, match=argument):
+        mean_field_convergence(MODEL, lambda th: 1 + 0 * th, **arguments)
+
+
+def test_mismatched_datasets_are_refused(rng):
+    circle = particles(mf.sample_uniform(5, 2, rng))
+    sphere = particles(mf.sample_uniform(5, 3, rng))
+    other_model = particles(mf.sample_uniform(5, 2, rng), model=mf.SelfAttention(2.0))
+    later = particles(mf.sample_uniform(5, 2, rng), times=(0.0, 1.0))
+    with pytest.raises(ValueError, match="geometr"):
+        distance(circle, sphere)
+    with pytest.raises(ValueError, match="model"):
+        distance(circle, other_model)
+    with pytest.raises(ValueError, match="times"):
+        distance(circle, later)

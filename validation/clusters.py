@@ -1,0 +1,144 @@
+r"""Cluster statistics and the order parameter, from particle or PDE datasets.
+
+A cluster of particles is a group linked by gaps smaller than ``separation`` (single
+linkage, geodesic distance); a cluster of a density is a connected region where it
+exceeds ``level`` times the uniform density. The order parameter is
+:math:`|\int x\, d\mu|` (1 for a single Dirac mass, 0 for the uniform measure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import xarray as xr
+from scipy import ndimage
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.special import roots_legendre
+
+from meanfield.sphere import circle_angles, circle_points, normalize, sphere_points
+
+from .measures import geometry_of, is_particles
+
+#: Single linkage needs all pairwise distances: beyond this many particles on S^2 it is refused.
+MAX_LINKAGE_PARTICLES = 5000
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """Clusters at one time, heaviest first: ``masses`` (k,) sum to at most one, ``positions`` (k, d)."""
+
+    masses: np.ndarray
+    positions: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return int(self.masses.size)
+
+
+def cluster_statistics(ds: xr.Dataset, time_index: int = -1, *, separation: float = 0.2,
+                       level: float = 2.0) -> ClusterSummary:
+    """Number, masses and positions of the clusters of ``ds`` at ``time_index``."""
+    geometry = geometry_of(ds, "ds")
+    if is_particles(ds):
+        x = ds["x"].values[time_index]
+        labels = _circle_particle_labels(x, separation) if geometry == "circle" else _sphere_particle_labels(x, separation)
+        weights = np.full(x.shape[0], 1.0 / x.shape[0])
+        return _summarize(x, weights, labels)
+    rho = ds["rho"].values[time_index]
+    if geometry == "circle":
+        theta = ds["theta"].values
+        width = 2 * np.pi / theta.size
+        labels = _periodic_labels(rho > level / (2 * np.pi), axis_wraps=(True,))
+        return _summarize(circle_points(theta), rho * width, labels)
+    colatitude, longitude = ds["colatitude"].values, ds["longitude"].values
+    labels = _periodic_labels(rho > level / (4 * np.pi), axis_wraps=(False, True))
+    area = _sphere_cell_areas(colatitude, longitude)
+    points = sphere_points(colatitude[:, None], longitude[None, :])
+    return _summarize(points.reshape(-1, 3), (rho * area).ravel(), labels.ravel())
+
+
+def order_parameter(ds: xr.Dataset) -> xr.DataArray:
+    r""":math:`|\int x\, d\mu_t|` at every output time."""
+    geometry = geometry_of(ds, "ds")
+    if is_particles(ds):
+        values = np.linalg.norm(ds["x"].values.mean(axis=-2), axis=-1)
+    elif geometry == "circle":
+        theta = ds["theta"].values
+        width = 2 * np.pi / theta.size
+        # Exact for cell averages: the integral of e^{i theta} over a cell is its centre value times sinc.
+        first_moment = ds["rho"].values @ np.exp(1j * theta) * 2 * np.sin(width / 2)
+        values = np.abs(first_moment)
+    else:
+        colatitude, longitude = ds["colatitude"].values, ds["longitude"].values
+        weights = ds["rho"].values * _sphere_cell_areas(colatitude, longitude)
+        points = sphere_points(colatitude[:, None], longitude[None, :])
+        values = np.linalg.norm(np.einsum("tij,ijc->tc", weights, points), axis=-1)
+    return xr.DataArray(values, coords={"time": ds["time"].values}, dims=("time",), name="order_parameter")
+
+
+def _circle_particle_labels(x: np.ndarray, separation: float) -> np.ndarray:
+    angles = circle_angles(x)
+    order = np.argsort(angles)
+    sorted_angles = angles[order]
+    gaps = np.diff(np.concatenate([sorted_angles, [sorted_angles[0] + 2 * np.pi]]))
+    breaks = gaps > separation
+    if not breaks.any():
+        return np.zeros(x.shape[0], int)
+    # Start numbering after the last break so the cluster wrapping through angle 0 stays whole.
+    start = (np.flatnonzero(breaks)[-1] + 1) % x.shape[0]
+    rolled = np.roll(breaks, -start)
+    group = np.concatenate([[0], np.cumsum(rolled[:-1])])
+    labels = np.empty(x.shape[0], int)
+    labels[np.roll(order, -start)] = group
+    return labels
+
+
+def _sphere_particle_labels(x: np.ndarray, separation: float) -> np.ndarray:
+    if x.shape[0] > MAX_LINKAGE_PARTICLES:
+        raise ValueError(f"cluster_statistics links at most {MAX_LINKAGE_PARTICLES} particles on S^2 "
+                         f"(all pairs), got n={x.shape[0]}: pass a subsample, e.g. ds.isel(particle=slice(0, 5000))")
+    if x.shape[0] == 1:
+        return np.zeros(1, int)
+    chord = 2 * np.sin(separation / 2)
+    return fcluster(linkage(x, method="single"), t=chord, criterion="distance") - 1
+
+
+def _periodic_labels(mask: np.ndarray, axis_wraps: tuple[bool, ...]) -> np.ndarray:
+    """Connected components of ``mask`` (-1 outside), merging components across periodic edges."""
+    labels, count = ndimage.label(mask)
+    parent = np.arange(count + 1)
+
+    def find(a):
+        while parent[a] != a:
+            a = parent[a]
+        return a
+
+    for axis, wraps in enumerate(axis_wraps):
+        if wraps:
+            first = np.take(labels, 0, axis=axis).ravel()
+            last = np.take(labels, -1, axis=axis).ravel()
+            for a, b in zip(first, last):
+                if a and b:
+                    parent[find(a)] = find(b)
+    roots = np.array([find(a) for a in range(count + 1)])
+    return np.where(labels > 0, roots[labels], -1)
+
+
+def _sphere_cell_areas(colatitude: np.ndarray, longitude: np.ndarray) -> np.ndarray:
+    """Quadrature areas of the solver's Gauss grid (Gauss-Legendre in cos(colatitude))."""
+    nodes, weights = roots_legendre(colatitude.size)
+    order = np.argsort(-nodes)  # north to south, as cos(colatitude) is stored
+    return weights[order][:, None] * (2 * np.pi / longitude.size) * np.ones(longitude.size)
+
+
+def _summarize(points: np.ndarray, weights: np.ndarray, labels: np.ndarray) -> ClusterSummary:
+    masses, positions = [], []
+    for label in np.unique(labels[labels >= 0]):
+        members = labels == label
+        masses.append(weights[members].sum())
+        positions.append(normalize(weights[members] @ points[members]))
+    order = np.argsort(masses)[::-1]
+    d = points.shape[-1]
+    return ClusterSummary(np.array(masses)[order] if masses else np.zeros(0),
+                          np.array(positions)[order] if positions else np.zeros((0, d)))

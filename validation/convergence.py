@@ -1,0 +1,169 @@
+r"""Mean-field convergence: particles against the PDE, with the rate in ``n`` fitted per time.
+
+For each particle count ``n`` and seed, ``n`` iid particles are drawn from :math:`\rho_0`
+and evolved; the PDE is solved once; their distance is measured at every output time.
+MODEL.md sec. 7 predicts :math:`E\,\mathrm{dist}(\mu^n_t, \rho_t) \le C e^{Lt} n^{-1/2}`:
+the fitted slope of :math:`\log E\,\mathrm{dist}` against :math:`\log n` should be
+:math:`-1/2` until the PDE's own error floor. Confidence intervals come from a bootstrap
+over seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import xarray as xr
+
+import meanfield as mf
+from meanfield.checks import check_int, check_real, check_times
+from meanfield.particles import package_version
+from solvers import CircleFV, SphereSpectral
+
+from .distances import distance
+
+GEOMETRY_DIMENSION = {"circle": 2, "sphere": 3}
+
+
+class PDEErrorWarning(RuntimeWarning):
+    """The PDE reference is not accurate enough compared with the particle distances."""
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """Numerical settings of a study (defaults suit the default ``meanfield validate`` run)."""
+
+    cells: int = 2048            # CircleFV resolution
+    lmax: int = 47               # SphereSpectral resolution
+    particle_dt: float = 0.01    # fixed-step particle scheme (RK4 without noise, Euler-Maruyama with)
+    bootstrap: int = 2000
+    confidence: float = 0.95
+
+
+def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", sizes=(64, 128, 256, 512, 1024),
+                           seeds: int = 8, times=(0.0, 1.0, 2.0), settings: StudySettings | None = None,
+                           rng: int = 0, progress: bool | None = None) -> xr.Dataset:
+    r"""Measure how fast the particle system approaches its mean-field limit.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+    rho0 : callable
+        Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere
+        (need not be normalized). Particles are drawn from it exactly, the PDE starts from it.
+    geometry : {"circle", "sphere"}
+    sizes : sequence of int
+        Particle counts ``n`` (at least two distinct values, each ``>= 2``).
+    seeds : int
+        Independent samples per size (``>= 2``, for the bootstrap).
+    times : sequence of float
+        Output times, starting at the initial time.
+    settings : StudySettings, optional
+    rng : int
+        Base seed; seed ``s`` of size ``n`` uses a generator derived from ``(rng, n, s)``.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``distance`` (size, seed, time); ``mean_distance`` (size, time); ``rate``,
+        ``rate_low``, ``rate_high`` (time): the fitted slope and its bootstrap interval;
+        ``pde_error`` (time): distance between the PDE at its resolution and at a coarser
+        one, an estimate of the reference's own error; ``energy_pde`` (time) and
+        ``energy_particles`` (size, time, mean over seeds); for figures, ``pde_rho`` (the PDE
+        density) and ``particles_x`` (seed 0 of the largest size).
+    """
+    if geometry not in GEOMETRY_DIMENSION:
+        raise ValueError(f"geometry must be one of {tuple(GEOMETRY_DIMENSION)}, got {geometry!r}")
+    sizes = sorted({check_int(n, "sizes", minimum=2) for n in np.atleast_1d(sizes).tolist()})
+    if len(sizes) < 2:
+        raise ValueError(f"sizes must hold at least two distinct particle counts >= 2, got {sizes}")
+    seeds = check_int(seeds, "seeds", minimum=2)
+    times = check_times(times)
+    settings = settings or StudySettings()
+    check_real(settings.particle_dt, "particle_dt", minimum=0.0, strictly=True)
+
+    pde, pde_coarse = _solve_pde(model, rho0, geometry, times, settings, progress)
+    pde_error = distance(pde, pde_coarse).values
+
+    distances = np.empty((len(sizes), seeds, times.size))
+    particle_energy = np.empty((len(sizes), times.size))
+    for i, n in enumerate(sizes):
+        x0 = np.stack([_sample(rho0, geometry, n, np.random.default_rng([rng, n, s])) for s in range(seeds)])
+        run = mf.simulate_particles(model, x0, times, method="fixed", dt=settings.particle_dt,
+                                    rng=np.random.default_rng([rng, n, seeds]), progress=progress)
+        particle_energy[i] = run.energy.values.mean(axis=0)
+        for s in range(seeds):
+            distances[i, s] = distance(run.isel(system=s), pde).values
+        sample_run = run.x.values[0]
+
+    rate, low, high = fit_rates(np.array(sizes), distances, settings.bootstrap, settings.confidence,
+                                np.random.default_rng([rng, 7]))
+    smallest = distances[-1].mean(axis=0)
+    floor_reached = pde_error > 0.1 * smallest
+    if np.any(floor_reached[1:]):
+        warnings.warn(f"the PDE reference error ({pde_error.max():.2g}) is not below a tenth of the smallest "
+                      f"particle distance ({smallest.min():.2g}) at t={times[floor_reached].tolist()}: "
+                      "refine the PDE (cells / lmax) or use fewer particles there", PDEErrorWarning, stacklevel=2)
+    ds = xr.Dataset(
+        {"distance": (("size", "seed", "time"), distances),
+         "mean_distance": (("size", "time"), distances.mean(axis=1)),
+         "rate": ("time", rate, {"long_name": "fitted slope of log mean distance vs log n"}),
+         "rate_low": ("time", low), "rate_high": ("time", high),
+         "pde_error": ("time", pde_error, {"long_name": "distance between the PDE and a coarser PDE run"}),
+         "pde_floor_reached": ("time", floor_reached),
+         "energy_pde": ("time", pde.energy.values),
+         "energy_particles": (("size", "time"), particle_energy),
+         # For figures: the PDE density and one particle run of the largest size (seed 0).
+         "pde_rho": (("time",) + pde.rho.dims[1:], pde.rho.values),
+         "particles_x": (("time", "particle", "component"), sample_run)},
+        coords={"size": sizes, "seed": np.arange(seeds), "time": times,
+                **{name: pde[name].values for name in pde.rho.dims[1:]}})
+    ds.attrs.update(geometry=geometry, model=json.dumps(model.to_dict()), version=package_version(),
+                    settings=json.dumps({**settings.__dict__, "seeds": seeds, "rng": rng}),
+                    distance=("W1 (exact)" if geometry == "circle" else "MMD, heat kernel s=0.05"),
+                    confidence=settings.confidence, expected_rate=-0.5)
+    return ds
+
+
+def _solve_pde(model, rho0, geometry, times, settings, progress):
+    if geometry == "circle":
+        fine = CircleFV(model, cells=settings.cells).solve(rho0, times, progress=progress)
+        coarse = CircleFV(model, cells=settings.cells // 2).solve(rho0, times, progress=False)
+    else:
+        sphere_rho0 = _on_sphere(rho0)
+        fine = SphereSpectral(model, lmax=settings.lmax).solve(sphere_rho0, times, progress=progress)
+        coarse = SphereSpectral(model, lmax=(3 * settings.lmax) // 4).solve(sphere_rho0, times, progress=False)
+    return fine, coarse
+
+
+def _on_sphere(rho0):
+    return lambda points: np.asarray(rho0(points), dtype=float)
+
+
+def _sample(rho0, geometry: str, n: int, generator: np.random.Generator) -> np.ndarray:
+    if geometry == "circle":
+        return mf.sample_circle(rho0, n, generator)
+    return mf.sample_sphere(rho0, n, 3, generator)
+
+
+def fit_rates(sizes: np.ndarray, distances: np.ndarray, resamples: int, confidence: float,
+              generator: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Least-squares slope of ``log mean_seed(distance)`` against ``log n`` per time, with a
+    percentile bootstrap interval over seeds (seeds resampled with replacement, per size)."""
+    log_n = np.log(sizes)
+    centred = log_n - log_n.mean()
+
+    def slopes(mean_distance: np.ndarray) -> np.ndarray:  # (..., size, time) -> (..., time)
+        log_d = np.log(mean_distance)
+        return np.einsum("s,...st->...t", centred, log_d - log_d.mean(axis=-2, keepdims=True)) / (centred @ centred)
+
+    estimate = slopes(distances.mean(axis=1))
+    seeds = distances.shape[1]
+    picks = generator.integers(0, seeds, size=(resamples, sizes.size, seeds))
+    resampled = np.take_along_axis(distances[None], picks[..., None], axis=2).mean(axis=2)
+    boot = slopes(resampled)
+    tail = 0.5 * (1 - confidence)
+    return estimate, np.quantile(boot, tail, axis=0), np.quantile(boot, 1 - tail, axis=0)

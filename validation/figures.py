@@ -1,0 +1,87 @@
+"""Figures of a mean-field convergence study (PNG, no screen needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import xarray as xr  # noqa: E402
+
+from meanfield.sphere import circle_angles  # noqa: E402
+
+
+def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
+    """PDE density against the particles (largest size, seed 0) at up to ``columns`` times."""
+    picks = np.unique(np.linspace(0, study.time.size - 1, min(columns, study.time.size)).round().astype(int))
+    n = study.particles_x.sizes["particle"]
+    if study.attrs["geometry"] == "circle":
+        fig, axes = plt.subplots(1, picks.size, figsize=(3.6 * picks.size, 3.2), constrained_layout=True,
+                                 squeeze=False)
+        theta = study.theta.values
+        for ax, k in zip(axes[0], picks):
+            angles = circle_angles(study.particles_x.values[k])
+            ax.hist(angles, bins=64, range=(0, 2 * np.pi), density=True, color="0.75", label=f"particles, n={n}")
+            ax.plot(theta, study.pde_rho.values[k], color="C3", lw=1.5, label="PDE")
+            ax.set(title=f"t = {study.time.values[k]:g}", xlabel="angle", xlim=(0, 2 * np.pi))
+        axes[0, 0].set_ylabel("density")
+        axes[0, 0].legend(fontsize=8)
+    else:
+        fig, axes = plt.subplots(1, picks.size, figsize=(4.2 * picks.size, 2.8), constrained_layout=True,
+                                 squeeze=False, subplot_kw={"projection": "mollweide"})
+        longitude = np.where(study.longitude.values > np.pi, study.longitude.values - 2 * np.pi,
+                             study.longitude.values)
+        order = np.argsort(longitude)
+        latitude = 0.5 * np.pi - study.colatitude.values
+        for ax, k in zip(axes[0], picks):
+            rho = study.pde_rho.values[k][:, order]
+            mesh = ax.pcolormesh(longitude[order], latitude, rho, shading="auto", cmap="viridis")
+            x = study.particles_x.values[k]
+            ax.scatter(np.arctan2(x[:, 1], x[:, 0]), np.arcsin(np.clip(x[:, 2], -1, 1)), s=1, c="w", alpha=0.5)
+            ax.set_title(f"t = {study.time.values[k]:g}")
+            ax.set_xticklabels([])
+            fig.colorbar(mesh, ax=ax, orientation="horizontal", fraction=0.05, pad=0.05)
+    fig.suptitle(f"{study.attrs['geometry']}: PDE density and particles (n = {n})")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def rate_plot(study: xr.Dataset, path: Path) -> Path:
+    """Distance against n on log axes per time, with the fitted slope and its interval."""
+    fig, ax = plt.subplots(figsize=(5.5, 4.2), constrained_layout=True)
+    sizes = study["size"].values
+    for k, t in enumerate(study.time.values):
+        mean = study.mean_distance.values[:, k]
+        ax.loglog(sizes, study.distance.values[:, :, k], ".", color=f"C{k}", alpha=0.25, ms=3)
+        fit = mean[0] * (sizes / sizes[0]) ** study.rate.values[k]
+        label = (f"t={t:g}: slope {study.rate.values[k]:.2f} "
+                 f"[{study.rate_low.values[k]:.2f}, {study.rate_high.values[k]:.2f}]")
+        ax.loglog(sizes, mean, "o", color=f"C{k}", label=label)
+        ax.loglog(sizes, fit, "-", color=f"C{k}", lw=1)
+    ax.loglog(sizes, study.mean_distance.values[0, 0] * (sizes / sizes[0]) ** -0.5, "k--", lw=1, label="slope -1/2")
+    ax.set(xlabel="particles n", ylabel=study.attrs["distance"],
+           title=f"{study.attrs['geometry']}: mean-field convergence")
+    ax.legend(fontsize=7)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def energy_plot(studies: dict[str, xr.Dataset], path: Path) -> Path:
+    """Energy of the PDE and of the particles (mean over seeds, each size) against time."""
+    fig, axes = plt.subplots(1, len(studies), figsize=(5 * len(studies), 3.8), constrained_layout=True,
+                             squeeze=False)
+    for ax, (name, study) in zip(axes[0], studies.items()):
+        for i, n in enumerate(study["size"].values):
+            ax.plot(study.time, study.energy_particles.values[i], color=plt.cm.Greys(0.3 + 0.7 * i / study.sizes["size"]),
+                    label=f"particles n={n}")
+        ax.plot(study.time, study.energy_pde, "C3", lw=2, label="PDE")
+        ax.set(xlabel="time", ylabel="energy E", title=name)
+        ax.legend(fontsize=7)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
