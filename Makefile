@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make run    the main job
+#   make run    the main job (meanfield validate: report, data and figures in output/validate)
 #   make test   the test suite (what CI runs)
 # Set-up (FFTW, the virtual environment, the package) happens once; a second call reuses it.
 
@@ -10,7 +10,7 @@ setup:
 	@bash scripts/setup.sh
 
 run: setup
-	$(VENV)/bin/meanfield demo
+	$(VENV)/bin/meanfield validate
 
 test: setup
 	$(VENV)/bin/python -m pytest -m "not slow" -q

@@ -33,8 +33,12 @@ fi
 
 stamp="$VENV/.installed"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing the package and its test dependencies into $VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    echo "setup: installing the package and its test dependencies into $VENV (log: $VENV/setup.log)"
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
+           "$VENV/bin/python" -m pip install -e '.[test]'; } > "$VENV/setup.log" 2>&1; then
+        tail -n 30 "$VENV/setup.log" >&2
+        echo "setup: installing the package failed; the full log is $VENV/setup.log" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi

@@ -124,3 +124,37 @@ def test_mismatched_datasets_are_refused(rng):
         distance(circle, other_model)
     with pytest.raises(ValueError, match="times"):
         distance(circle, later)
+
+
+def test_particles_and_pde_agree_on_an_unstable_mode():
+    model = mf.SelfAttention(5.0)
+    epsilon, k, t_end, n, systems = 0.1, 3, 1.0, 400, 30
+    rho0 = lambda th: 1 + epsilon * np.cos(k * th)  # noqa: E731
+    pde = CircleFV(model, cells=1024).solve(rho0, [0.0, t_end])
+    theta = pde.theta.values
+    pde_mode = pde.rho.values @ np.cos(k * theta) * (2 * np.pi / theta.size)
+    generator = np.random.default_rng(5)
+    x0 = np.stack([mf.sample_circle(rho0, n, generator) for _ in range(systems)])
+    run = mf.simulate_particles(model, x0, [0.0, t_end], method="fixed", dt=0.05)
+    modes = np.cos(k * mf.circle_angles(run.x.values)).mean(axis=-1)  # (system, time)
+    standard_error = modes.std(axis=0, ddof=1) / np.sqrt(systems)
+    assert pde_mode[1] > 1.8 * pde_mode[0]  # the mode is linearly unstable and grew
+    np.testing.assert_array_less(np.abs(modes.mean(axis=0) - pde_mode), 4 * standard_error)
+
+
+@pytest.mark.slow
+def test_default_circle_study_rate_contains_minus_one_half():
+    from validation.validate import default_specs
+    spec = default_specs()["circle"]
+    study = mean_field_convergence(spec.model, spec.rho0, geometry="circle", sizes=spec.sizes, seeds=spec.seeds,
+                                   times=spec.times, settings=spec.settings, progress=False)
+    assert study.rate_low.values[1] <= -0.5 <= study.rate_high.values[1]
+
+
+@pytest.mark.slow
+def test_default_sphere_study_rate_contains_minus_one_half():
+    from validation.validate import default_specs
+    spec = default_specs()["sphere"]
+    study = mean_field_convergence(spec.model, spec.rho0, geometry="sphere", sizes=spec.sizes, seeds=spec.seeds,
+                                   times=spec.times, settings=spec.settings, progress=False)
+    assert study.rate_low.values[1] <= -0.5 <= study.rate_high.values[1]
