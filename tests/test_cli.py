@@ -1,0 +1,34 @@
+"""The command line: the main job end to end (small), and bad input."""
+
+import subprocess
+import sys
+
+import pytest
+import xarray as xr
+
+from validation.cli import main
+
+
+def test_validate_writes_report_data_and_figures(tmp_path):
+    status = main(["validate", "--sizes", "16,32", "--seeds", "3", "--quiet", "--output", str(tmp_path)])
+    assert status == 0
+    for name in ("report.md", "circle.nc", "sphere.nc", "circle_density.png", "circle_rate.png",
+                 "sphere_density.png", "sphere_rate.png", "energy.png"):
+        assert (tmp_path / name).stat().st_size > 1000 or name == "report.md"
+    report = (tmp_path / "report.md").read_text()
+    assert "| circle |" in report and "| sphere |" in report
+    study = xr.open_dataset(tmp_path / "circle.nc")
+    assert study.distance.dims == ("size", "seed", "time") and study.attrs["geometry"] == "circle"
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["validate", "--sizes", "16"], "sizes"),
+    (["validate", "--seeds", "1"], "seeds"),
+    (["validate", "--sizes", "a,b"], "integers"),
+])
+def test_bad_validate_arguments_exit_2(arguments, message, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "validation.cli", *arguments, "--output", str(tmp_path)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert message in result.stderr
