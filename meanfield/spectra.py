@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, roots_jacobi
 
-from .checks import check_int, check_real
+from .checks import EXP_OVERFLOW, check_int, check_real
 from .sphere import sphere_area
 
 # Below this beta the series I_nu(b) = (b/2)^nu / Gamma(nu+1) (1 + O(b^2)) is exact to
@@ -60,21 +60,12 @@ def attention_spectrum(beta: float, lmax: int, d: int, *, scaled: bool = False) 
     -------
     numpy.ndarray, shape (lmax + 1,)
     """
-    beta = check_real(beta, "beta", minimum=0.0)
-    lmax = check_int(lmax, "lmax", minimum=0)
-    d = check_int(d, "d", minimum=2)
-    degrees = np.arange(lmax + 1, dtype=float)
+    beta, lmax, d = _check_spectrum_arguments(beta, lmax, d)
     if beta == 0.0:
         values = np.zeros(lmax + 1)
         values[0] = sphere_area(d)
         return values
-    log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, 0.5 * d - 1.0)
-    if scaled:
-        log_values = log_values - beta
-    elif np.max(log_values) > 709.0:
-        raise OverflowError(f"the attention spectrum at beta={beta} overflows double precision; "
-                            "use scaled=True (values times exp(-beta))")
-    return np.exp(log_values)
+    return _bessel_spectrum(beta, lmax, d, 0.5 * d - 1.0, scaled, "the attention spectrum")
 
 
 def attention_spectrum_over_beta(beta: float, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
@@ -85,10 +76,7 @@ def attention_spectrum_over_beta(beta: float, lmax: int, d: int, *, scaled: bool
     :math:`\lambda_1/\beta \to |S^{d-1}| / d` (the Kuramoto limit), and degree 0, whose
     value diverges but which carries no gradient, is returned as 0.
     """
-    beta = check_real(beta, "beta", minimum=0.0)
-    lmax = check_int(lmax, "lmax", minimum=0)
-    d = check_int(d, "d", minimum=2)
-    degrees = np.arange(lmax + 1, dtype=float)
+    beta, lmax, d = _check_spectrum_arguments(beta, lmax, d)
     if beta == 0.0:
         values = np.zeros(lmax + 1)
         if lmax >= 1:
@@ -96,11 +84,22 @@ def attention_spectrum_over_beta(beta: float, lmax: int, d: int, *, scaled: bool
         # lambda_0 / beta diverges, but degree 0 is a constant potential with no gradient:
         # it drops out of every velocity and growth rate, so 0 is returned in its place.
         return values
-    log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, 0.5 * d)
+    return _bessel_spectrum(beta, lmax, d, 0.5 * d, scaled, "lambda_l / beta")
+
+
+def _check_spectrum_arguments(beta, lmax, d) -> tuple[float, int, int]:
+    return (check_real(beta, "beta", minimum=0.0), check_int(lmax, "lmax", minimum=0),
+            check_int(d, "d", minimum=2))
+
+
+def _bessel_spectrum(beta: float, lmax: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
+    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..lmax (times e^{-beta} if scaled), for beta > 0."""
+    degrees = np.arange(lmax + 1, dtype=float)
+    log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, power)
     if scaled:
         log_values = log_values - beta
-    elif np.max(log_values) > 709.0:
-        raise OverflowError(f"lambda_l / beta at beta={beta} overflows double precision; "
+    elif np.max(log_values) > EXP_OVERFLOW:
+        raise OverflowError(f"{what} at beta={beta} overflows double precision; "
                             "use scaled=True (values times exp(-beta))")
     return np.exp(log_values)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import warnings
 
 import numpy as np
@@ -43,6 +45,18 @@ def solver_attrs(model, settings: dict) -> dict:
             "version": package_version()}
 
 
+def _caller_stacklevel() -> int:
+    """Stack level of the first frame outside this library, so warnings point at the user's call."""
+    import meanfield
+    import solvers
+
+    packages = tuple(os.path.dirname(module.__file__) + os.sep for module in (meanfield, solvers))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(packages):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class ResolutionMonitor:
     """Warns once, and remembers when, a run stops resolving its solution."""
 
@@ -55,4 +69,4 @@ class ResolutionMonitor:
             return
         self.since = time
         warnings.warn(f"under-resolved from t={time:.6g} on: {reason}. {self.advice}",
-                      UnderResolvedWarning, stacklevel=4)
+                      UnderResolvedWarning, stacklevel=_caller_stacklevel())

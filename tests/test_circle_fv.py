@@ -210,3 +210,10 @@ def test_decreasing_times_are_refused():
 def test_non_zonal_model_is_refused():
     with pytest.raises(NotImplementedError, match="zonal"):
         CircleFV(mf.SelfAttention(1.0, query=2 * np.eye(2)), cells=32)
+
+
+def test_diffusion_imposes_no_parabolic_step_restriction():
+    cells, diffusion, t_end = 4096, 0.05, 10.0
+    ds = CircleFV(mf.SelfAttention(5.0, diffusion=diffusion), cells=cells).solve(bumpy, [0.0, t_end])
+    parabolic_steps = t_end / ((2 * np.pi / cells) ** 2 / (2 * diffusion))  # explicit-diffusion step count
+    assert json.loads(ds.attrs["settings"])["steps"] < 0.01 * parabolic_steps
