@@ -23,7 +23,10 @@ def particles(x, model=MODEL, times=(0.0,)):
 
 
 def circle_density(values, model=MODEL):
-    ds = xr.Dataset({"rho": (("time", "theta"), np.atleast_2d(values))}, coords={"time": [0.0]})
+    values = np.atleast_2d(values)
+    cells = values.shape[-1]
+    ds = xr.Dataset({"rho": (("time", "theta"), values)},
+                    coords={"time": [0.0], "theta": (np.arange(cells) + 0.5) * 2 * np.pi / cells})
     ds.attrs.update(geometry="circle", model=json.dumps(model.to_dict()))
     return ds
 
@@ -151,3 +154,51 @@ def test_default_study_rate_contains_minus_one_half(geometry):
                                    times=spec.times, settings=spec.settings, progress=False)
     # The first output time after t = 0.
     assert study.rate_low.values[1] <= -0.5 <= study.rate_high.values[1]
+
+
+def test_cluster_statistics_of_particles_on_both_geometries(rng):
+    from validation import cluster_statistics, order_parameter
+
+    centres = mf.circle_points(np.array([0.05, 2.0, 4.0]))  # the first cluster straddles angle 0
+    offsets = np.concatenate([np.full(10, -0.06), np.linspace(-0.03, 0.03, 10)])
+    circle = np.concatenate([mf.circle_points(mf.circle_angles(c[None])[0] + offsets[: k]) for c, k in
+                             zip(centres, (20, 12, 8))])
+    summary = cluster_statistics(particles(circle))
+    np.testing.assert_allclose(summary.masses, [0.5, 0.3, 0.2])
+    assert summary.count == 3
+    sphere = np.concatenate([mf.sample_von_mises_fisher([0, 0, 1], 2000.0, 30, rng),
+                             mf.sample_von_mises_fisher([1, 0, 0], 2000.0, 10, rng)])
+    summary = cluster_statistics(particles(sphere))
+    np.testing.assert_allclose(summary.masses, [0.75, 0.25])
+    np.testing.assert_allclose(summary.positions, [[0, 0, 1], [1, 0, 0]], atol=0.02)
+    m = sphere.mean(axis=0)
+    assert order_parameter(particles(sphere)).values[0] == pytest.approx(np.linalg.norm(m), rel=1e-14)
+
+
+def test_cluster_statistics_of_densities():
+    from validation import cluster_statistics, order_parameter
+
+    cells = 256
+    theta = (np.arange(cells) + 0.5) * 2 * np.pi / cells
+    bumps = np.exp(40 * (np.cos(theta - 1.0) - 1)) + 0.5 * np.exp(40 * (np.cos(theta - 4.0) - 1))
+    rho = bumps / (bumps.sum() * 2 * np.pi / cells)
+    summary = cluster_statistics(circle_density(rho))
+    assert summary.count == 2
+    # The level set is cut at cell boundaries: positions are exact to within a cell.
+    np.testing.assert_allclose(mf.circle_angles(summary.positions), [1.0, 4.0], atol=2 * np.pi / cells)
+    # Masses count the density where it exceeds twice the uniform value: the heavier bump first.
+    assert summary.masses[0] > summary.masses[1] > 0.2 and summary.masses.sum() < 1
+    # Order parameter of a von Mises density exp(k cos th): I_1(k) / I_0(k).
+    from scipy.special import iv
+    fine = (np.arange(cells * 64) + 0.5) * 2 * np.pi / (cells * 64)
+    von_mises = np.exp(3 * np.cos(fine)).reshape(cells, 64).mean(axis=1)  # cell averages
+    von_mises /= von_mises.sum() * 2 * np.pi / cells
+    assert order_parameter(circle_density(von_mises)).values[0] == pytest.approx(iv(1, 3) / iv(0, 3), rel=1e-8)
+    ds = SphereSpectral(MODEL, lmax=31).solve(lambda p: np.exp(8 * p[..., 2]) + np.exp(8 * p[..., 0]), [0.0])
+    summary = cluster_statistics(ds)
+    assert summary.count == 2
+    # Equal bumps at the pole and on the equator: the level sets are cut on different grid cells
+    # (spacing pi/48 here), which moves their masses by a fraction of a cell ring.
+    np.testing.assert_allclose(summary.masses[0], summary.masses[1], rtol=0.02)
+    # Each bump sits on the tail of the other, which pulls its centre of mass by about 0.01.
+    np.testing.assert_allclose(np.sort(np.abs(summary.positions), axis=0), [[0, 0, 0], [1, 0, 1]], atol=0.02)

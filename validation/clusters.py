@@ -66,8 +66,9 @@ def order_parameter(ds: xr.Dataset) -> xr.DataArray:
     elif geometry == "circle":
         theta = ds["theta"].values
         width = 2 * np.pi / theta.size
-        # Exact for cell averages: the integral of e^{i theta} over a cell is its centre value times sinc.
-        first_moment = ds["rho"].values @ np.exp(1j * theta) * 2 * np.sin(width / 2)
+        # Cell averages of e^{i theta} are sinc(h/2) e^{i theta_j}: dividing by it recovers the first
+        # Fourier moment of the smooth density behind the averages (exact when it is band-limited).
+        first_moment = ds["rho"].values @ np.exp(1j * theta) * width / np.sinc(width / (2 * np.pi))
         values = np.abs(first_moment)
     else:
         colatitude, longitude = ds["colatitude"].values, ds["longitude"].values
