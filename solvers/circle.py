@@ -110,7 +110,7 @@ class CircleFV:
 
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,
-              max_steps: int = 10_000_000) -> xr.Dataset:
+              max_steps: int = 10_000_000, first_step: float | None = None) -> xr.Dataset:
         r"""Evolve ``rho0`` and record it at ``times``.
 
         Parameters
@@ -125,6 +125,9 @@ class CircleFV:
             Called as ``observer(t, rho)`` after every accepted step (``rho`` must not be modified).
         max_steps : int
             Steps allowed before the run is declared collapsed.
+        first_step : float, optional
+            Initial step; pass ``attrs["settings"]["next_step"]`` of a run that ended at
+            ``times[0]`` to continue it with the steps it would have taken.
 
         Returns
         -------
@@ -143,7 +146,7 @@ class CircleFV:
         monitor = ResolutionMonitor(f"increase cells (now {self.cells}), add diffusion, or stop earlier")
         run = _Run(self, times, monitor)
         integrate((rho, self.operators.lyapunov(rho)), times, self._attempt,
-                  first_step=self._initial_step(rho, times),
+                  first_step=first_step or self._initial_step(rho, times),
                   record=lambda t, state: run.record(t, state[0]), collapse=run.collapse,
                   observer=None if observer is None else (lambda t, state: observer(t, state[0])),
                   progress=progress, name="CircleFV", max_steps=max_steps, counts=run.counts)

@@ -24,9 +24,12 @@ class StepCounts:
     steps: int = 0
     rejected: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
+    next_step: float = float("nan")
 
     def as_dict(self) -> dict:
-        return {"steps": self.steps, "rejected_steps": self.rejected, "rejections": dict(self.reasons)}
+        # next_step lets a run that is continued from its last output take the same steps.
+        return {"steps": self.steps, "rejected_steps": self.rejected, "rejections": dict(self.reasons),
+                "next_step": self.next_step}
 
 
 def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
@@ -58,5 +61,6 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
                     observer(t, state)
                 # A step shortened to land on an output time says nothing about the step size.
                 dt = proposal if trial == dt else max(proposal, dt)
+            counts.next_step = dt
             record(target, state)
     return state

@@ -165,7 +165,7 @@ class SphereSpectral:
 
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,
-              max_steps: int = 1_000_000) -> xr.Dataset:
+              max_steps: int = 1_000_000, first_step: float | None = None) -> xr.Dataset:
         r"""Evolve ``rho0`` and record it at ``times``.
 
         Parameters
@@ -181,6 +181,8 @@ class SphereSpectral:
             ``observer(t, coefficients)`` after every accepted step.
         max_steps : int
             Step budget before the run is declared collapsed.
+        first_step : float, optional
+            Initial step (``attrs["settings"]["next_step"]`` of the run being continued).
 
         Returns
         -------
@@ -205,7 +207,7 @@ class SphereSpectral:
             return new, dt * factor, None
 
         speed = np.hypot(*self.velocity(coefficients)).max()
-        first = min(times[-1] - times[0], 0.1 / (max(speed, 1e-12) * (self.lmax + 1))) or 1.0
+        first = first_step or min(times[-1] - times[0], 0.1 / (max(speed, 1e-12) * (self.lmax + 1))) or 1.0
         integrate(coefficients, times, attempt, first_step=first, record=run.record, collapse=run.collapse,
                   observer=observer, progress=progress, name="SphereSpectral", max_steps=max_steps,
                   counts=run.counts)

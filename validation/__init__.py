@@ -3,9 +3,10 @@
 from .clusters import ClusterSummary, cluster_statistics, order_parameter
 from .convergence import StudySettings, mean_field_convergence
 from .distances import distance
+from .experiment import run_experiment
 from .references import (circle_stationary_density, growth_rate, orthogonal_token_inner_product,
                          wendel_probability)
 
 __all__ = ["distance", "mean_field_convergence", "StudySettings", "growth_rate",
            "orthogonal_token_inner_product", "wendel_probability", "circle_stationary_density",
-           "cluster_statistics", "order_parameter", "ClusterSummary"]
+           "cluster_statistics", "order_parameter", "ClusterSummary", "run_experiment"]

@@ -1,0 +1,176 @@
+"""Experiments from config files: round trip, examples, kill-and-resume, bad input, figures."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from validation.config import ConfigError, check_config, load_config
+from validation.experiment import run_experiment
+
+EXAMPLES = sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.toml"))
+
+
+def meanfield(*arguments, **kwargs):
+    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, arguments)],
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def write_config(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def short(config: dict, output: Path, stop: float = 0.5, count: int = 3) -> dict:
+    config = dict(config, output=str(output), times={"start": 0.0, "stop": stop, "count": count})
+    return check_config(config)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_each_example_runs_in_a_short_version(example, tmp_path):
+    ds = run_experiment(short(load_config(example), tmp_path), progress=False)
+    assert ds.sizes["time"] == 3
+    assert (tmp_path / "dataset.nc").stat().st_size > 0
+    assert not (tmp_path / "checkpoint.nc").exists()
+
+
+def test_config_round_trip_reruns_the_same_experiment(tmp_path):
+    config = short(load_config(EXAMPLES[0]), tmp_path / "first")
+    first = run_experiment(config, progress=False)
+    reopened = xr.open_dataset(tmp_path / "first" / "dataset.nc")
+    recovered = json.loads(reopened.attrs["config"])
+    assert recovered == json.loads(json.dumps(config))
+    recovered["output"] = str(tmp_path / "second")
+    second = run_experiment(check_config(recovered), progress=False)
+    variable = "x" if "x" in first else "rho"
+    np.testing.assert_array_equal(second[variable].values, first[variable].values)
+    assert reopened.attrs["version"] and reopened.attrs["wall_time"] > 0
+
+
+RESUMABLE = """
+geometry = "circle"
+output = "{output}"
+times = {{ stop = 6.0, count = 31 }}
+checkpoint_every = 1
+[model]
+beta = 4.0
+diffusion = {diffusion}
+[method]
+kind = "{kind}"
+{method}
+[initial]
+kind = "perturbed_uniform"
+amplitude = 0.1
+mode = 3
+"""
+
+
+@pytest.mark.parametrize("kind, method, diffusion", [
+    ("particles", "n = 400\nseed = 3\ndt = 0.01", 0.05),
+    ("CircleFV", "cells = 2048", 0.0),
+], ids=["noisy-particles", "CircleFV"])
+def test_kill_and_resume_gives_the_uninterrupted_result(kind, method, diffusion, tmp_path):
+    reference = tmp_path / "reference.toml"
+    write_config(reference, RESUMABLE.format(output=tmp_path / "reference", kind=kind, method=method,
+                                             diffusion=diffusion))
+    assert meanfield("run", reference, "--quiet").returncode in (0, 3)
+    killed = tmp_path / "killed.toml"
+    write_config(killed, RESUMABLE.format(output=tmp_path / "killed", kind=kind, method=method, diffusion=diffusion))
+    process = subprocess.Popen([sys.executable, "-m", "validation.cli", "run", str(killed), "--quiet"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = tmp_path / "killed" / "checkpoint.nc"
+    deadline = time.time() + 120
+    while not checkpoint.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    if process.poll() is not None:
+        pytest.fail("the run finished before it could be killed: make it longer")
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "killed" / "dataset.nc").exists()
+    assert meanfield("run", killed, "--resume", "--quiet").returncode in (0, 3)
+    expected = xr.open_dataset(tmp_path / "reference" / "dataset.nc")
+    resumed = xr.open_dataset(tmp_path / "killed" / "dataset.nc")
+    variable = "x" if kind == "particles" else "rho"
+    np.testing.assert_allclose(resumed[variable].values, expected[variable].values, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(resumed.time.values, expected.time.values)
+
+
+BASE = {"geometry": "circle", "output": "OUT", "times": [0.0, 1.0],
+        "model": {"beta": 1.0}, "method": {"kind": "CircleFV", "cells": 64},
+        "initial": {"kind": "perturbed_uniform"}}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c.update(colour="red"), "unknown key colour"),
+    (lambda c: c["model"].update(temperature=1.0), "unknown key model.temperature"),
+    (lambda c: c.pop("geometry"), "missing key geometry"),
+    (lambda c: c["model"].pop("beta"), "missing key model.beta"),
+    (lambda c: c["model"].update(beta="hot"), "model.beta must be a number"),
+    (lambda c: c["method"].update(cells=2.5), "method.cells must be a int"),
+    (lambda c: c["model"].update(beta=-1.0), "model.beta must be >= 0"),
+    (lambda c: c.update(geometry="torus"), "geometry must be one of circle, sphere"),
+    (lambda c: c["method"].update(kind="SphereSpectral"), "does not solve on the circle"),
+    (lambda c: c["method"].update(lmax=31), "method.lmax does not apply"),
+    (lambda c: c.update(times=[1.0, 0.0]), "times must be a strictly increasing"),
+    (lambda c: c["initial"].update(kind="file"), "missing key initial.path"),
+])
+def test_bad_configs_exit_2_naming_the_key(change, message, tmp_path):
+    config = json.loads(json.dumps(BASE))
+    config["output"] = str(tmp_path / "out")
+    change(config)
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)
+    path = tmp_path / "bad.toml"
+    path.write_text(_to_toml(config))
+    result = meanfield("run", path)
+    assert result.returncode == 2 and message in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before any computing
+
+
+def test_unwritable_output_exits_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = dict(BASE, output=str(blocker / "inside"))
+    path = tmp_path / "unwritable.toml"
+    path.write_text(_to_toml(config))
+    result = meanfield("run", path)
+    assert result.returncode == 2 and "output: cannot write" in result.stderr
+
+
+def test_figures_are_produced_and_untrustworthy_runs_exit_3(tmp_path):
+    config = dict(BASE, output=str(tmp_path), times={"stop": 20.0, "count": 11},
+                  model={"beta": 9.0}, initial={"kind": "perturbed_uniform", "amplitude": 0.05, "mode": 4})
+    path = tmp_path / "sharp.toml"
+    path.write_text(_to_toml(config))
+    result = meanfield("run", path, "--quiet")
+    assert result.returncode == 3 and "UNTRUSTWORTHY" in result.stderr
+    for name in ("snapshots.png", "spacetime.png", "diagnostics.png"):
+        assert (tmp_path / name).stat().st_size > 10_000
+    assert any((tmp_path / name).exists() and (tmp_path / name).stat().st_size > 10_000
+               for name in ("animation.gif", "animation.mp4"))
+    assert np.isfinite(xr.open_dataset(tmp_path / "dataset.nc").attrs["underresolved_since"])
+
+
+def _to_toml(config: dict) -> str:
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return repr(v)
+    top = [f"{k} = {value(v)}" for k, v in config.items() if k not in ("model", "method", "initial")]
+    tables = [f"[{k}]\n" + "\n".join(f"{key} = {value(x)}" for key, x in config[k].items())
+              for k in ("model", "method", "initial") if k in config]
+    return "\n".join(top) + "\n" + "\n".join(tables) + "\n"
