@@ -157,6 +157,7 @@ def test_figures_are_produced_and_untrustworthy_runs_exit_3(tmp_path):
     assert any((tmp_path / name).exists() and (tmp_path / name).stat().st_size > 10_000
                for name in ("animation.gif", "animation.mp4"))
     assert np.isfinite(xr.open_dataset(tmp_path / "dataset.nc").attrs["underresolved_since"])
+    assert "UNTRUSTWORTHY" in (tmp_path / "report.md").read_text()
 
 
 def _to_toml(config: dict) -> str:

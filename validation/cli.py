@@ -69,7 +69,7 @@ def _run(args: argparse.Namespace) -> int:
     from solvers import UnderResolvedWarning
 
     from .config import ConfigError
-    from .experiment import prepare, run_experiment
+    from .experiment import prepare, run_experiment, write_report
     from .experiment_figures import experiment_figures
 
     try:
@@ -86,11 +86,13 @@ def _run(args: argparse.Namespace) -> int:
             return 2
     output = Path(config["output"])
     paths = experiment_figures(ds, output, config["geometry"])
+    untrustworthy = None if ds.attrs["trustworthy"] else (
+        str(caught[0].message) if caught else "the solver's diagnostics say so")
+    write_report(ds, config, output, paths, untrustworthy)
     print(f"dataset: {output / 'dataset.nc'} ({ds.sizes['time']} output times, {ds.attrs['wall_time']:.1f} s)")
     print("figures: " + ", ".join(str(p) for p in paths))
-    if not ds.attrs["trustworthy"]:
-        reason = str(caught[0].message) if caught else "the solver's diagnostics say so"
-        print(f"UNTRUSTWORTHY: {reason}", file=sys.stderr)
+    if untrustworthy:
+        print(f"UNTRUSTWORTHY: {untrustworthy}", file=sys.stderr)
         return 3
     return 0
 

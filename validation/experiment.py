@@ -22,7 +22,7 @@ from meanfield.particles import package_version
 from solvers import CircleFV, SphereSpectral, UnderResolvedWarning
 
 from .config import ConfigError, check_config, load_config
-from .files import write_atomically
+from .files import write_atomically, write_text
 
 CHECKPOINT = "checkpoint.nc"
 DATASET = "dataset.nc"
@@ -188,3 +188,16 @@ def _load_checkpoint(output: Path, config: dict, generator: np.random.Generator)
     for key in ("checkpoint_segment", "next_step", "rng_state"):
         del ds.attrs[key]
     return [ds], state, next_step, segment, elapsed
+
+
+def write_report(ds: xr.Dataset, config: dict, output: Path, figures: list[Path], untrustworthy: str | None) -> Path:
+    """A Markdown record of the run: config, trust, figures."""
+    status = f"**UNTRUSTWORTHY**: {untrustworthy}" if untrustworthy else "Resolved throughout (trustworthy)."
+    lines = ["# Experiment report", "", status, "",
+             f"- geometry: {config['geometry']}, method: `{json.dumps(config['method'])}`",
+             f"- model: `{json.dumps(config['model'])}`", f"- initial: `{json.dumps(config['initial'])}`",
+             f"- output times: {ds.sizes['time']} from {float(ds.time[0]):g} to {float(ds.time[-1]):g}",
+             f"- wall time: {ds.attrs['wall_time']:.1f} s, package version {ds.attrs['version']}",
+             f"- solver settings (last segment): `{ds.attrs.get('settings', '')}`", "",
+             "## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figures]
+    return write_text(output / "report.md", "\n".join(lines) + "\n")

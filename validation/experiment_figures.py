@@ -73,8 +73,12 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str) -> list[Path
             angles = circle_angles(ds.x.values)
             ax.plot(angles, np.repeat(ds.time.values[:, None], angles.shape[1], axis=1), ",", color="k")
         else:
-            mesh = ax.pcolormesh(ds.theta, ds.time, ds.rho, shading="auto", cmap="magma")
-            fig.colorbar(mesh, ax=ax, label="density")
+            rho = ds.rho.values
+            # Log colours: the early, nearly uniform phase and the sharp clusters both stay visible.
+            floor = max(rho.max() * 1e-3, rho[rho > 0].min()) if np.any(rho > 0) else 1e-300
+            mesh = ax.pcolormesh(ds.theta, ds.time, np.maximum(rho, floor), shading="auto", cmap="magma",
+                                 norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
+            fig.colorbar(mesh, ax=ax, label="density (log scale)")
         ax.set(xlabel="angle", ylabel="time", title="space-time")
         paths.append(_save(fig, output / "spacetime.png"))
 
