@@ -133,14 +133,9 @@ def _solve_pde(model, rho0, geometry, times, settings, progress):
         fine = CircleFV(model, cells=settings.cells).solve(rho0, times, progress=progress)
         coarse = CircleFV(model, cells=settings.cells // 2).solve(rho0, times, progress=False)
     else:
-        sphere_rho0 = _on_sphere(rho0)
-        fine = SphereSpectral(model, lmax=settings.lmax).solve(sphere_rho0, times, progress=progress)
-        coarse = SphereSpectral(model, lmax=(3 * settings.lmax) // 4).solve(sphere_rho0, times, progress=False)
+        fine = SphereSpectral(model, lmax=settings.lmax).solve(rho0, times, progress=progress)
+        coarse = SphereSpectral(model, lmax=(3 * settings.lmax) // 4).solve(rho0, times, progress=False)
     return fine, coarse
-
-
-def _on_sphere(rho0):
-    return lambda points: np.asarray(rho0(points), dtype=float)
 
 
 def _sample(rho0, geometry: str, n: int, generator: np.random.Generator) -> np.ndarray:

@@ -8,6 +8,7 @@ in ``attrs["geometry"]``. Everything that compares measures goes through here.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 import numpy as np
 import xarray as xr
@@ -84,12 +85,18 @@ def harmonic_coefficients(ds: xr.Dataset, time_index: int, lmax: int) -> tuple[n
         source_lmax = int(json.loads(ds.attrs["settings"])["lmax"])
         if source_lmax < lmax:
             raise ValueError(f"the PDE dataset has lmax={source_lmax} < {lmax} needed by the distance")
-        grid = SphereGrid(source_lmax)
+        grid = _grid(source_lmax)
         full = grid.analyse(rho)
         keep = (grid.transform.l <= lmax)
         coefficients = full[keep]
     m_index = np.concatenate([np.full(lmax + 1 - m, m) for m in range(lmax + 1)])
     return coefficients, np.where(m_index == 0, 1.0, 2.0)
+
+
+@lru_cache(maxsize=8)
+def _grid(lmax: int) -> SphereGrid:
+    """Transforms are planned once per degree, not once per output time."""
+    return SphereGrid(lmax)
 
 
 def coefficient_degrees(lmax: int) -> np.ndarray:
