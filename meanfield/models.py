@@ -147,7 +147,7 @@ class SelfAttention:
         k = self.key if self.key is not None else np.broadcast_to(np.eye(d), (self.heads, d, d))
         return float(max(np.linalg.norm(qh.T @ kh, 2) for qh, kh in zip(q, k)))
 
-    def _head_matrices(self, d: int):
+    def _head_matrices(self):
         """Yield ``(Q, K, V)`` per head, ``None`` standing for the identity."""
         for h in range(self.heads):
             q = None if self.query is None else self.query[h]
@@ -177,7 +177,7 @@ class SelfAttention:
         """
         flat = normalize(_flatten_batch(x))
         total = np.zeros_like(flat)
-        for q, k, v in self._head_matrices(x.shape[-1]):
+        for q, k, v in self._head_matrices():
             drive = self._head_drive(flat, q, k)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
         return project_tangent(flat, total).reshape(x.shape)
@@ -224,7 +224,7 @@ class SelfAttention:
         n = flat.shape[-2]
         beta = self.beta
         per_head = []
-        for q, k, _ in self._head_matrices(x.shape[-1]):
+        for q, k, _ in self._head_matrices():
             def stable_exp(block: np.ndarray) -> np.ndarray:
                 block *= beta
                 row_max = block.max(axis=-1, keepdims=True)

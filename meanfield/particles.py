@@ -194,10 +194,9 @@ def _integrate_fixed(model, x0, times, dt, bar):
 
 def _integrate_sde(model, x0, times, dt, gen, bar):
     x, frames, evaluations = x0.copy(), [x0.copy()], 0
-    scale_for = lambda h: np.sqrt(2.0 * model.diffusion * h)  # noqa: E731
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
-        noise_scale = scale_for(h)
+        noise_scale = np.sqrt(2.0 * model.diffusion * h)
         for _ in range(count):
             kick = project_tangent(x, gen.standard_normal(x.shape))
             x = normalize(x + h * model.drift(x) + noise_scale * kick)

@@ -184,7 +184,9 @@ class CircleOperators:
         """
         if self.linear:
             potential = 0.5 * self.width * np.dot(rho, self.convolve(rho, self.potential_symbol))
-            return self.model.diffusion * self.entropy(rho) - float(potential)
+            diffusion = self.model.diffusion
+            # The entropy (a log per cell) is only needed with diffusion; this runs every step.
+            return (diffusion * self.entropy(rho) if diffusion else 0.0) - float(potential)
         if self.model.diffusion == 0:
             return -self.model.value_sign * self.energy(rho)
         return None

@@ -55,6 +55,8 @@ class SphereSpectral:
     tail_threshold: float = 1e-10
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
+    _energy_symbol: np.ndarray = field(init=False, repr=False)
+    energy_scaled: bool = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_int(self.lmax, "lmax", minimum=2)
@@ -67,6 +69,13 @@ class SphereSpectral:
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         spectrum = np.abs(self._symbol_by_degree())
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
+        try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
+            energy_spectrum = self.model.energy_spectrum(self.lmax, 3)
+            scaled = bool(getattr(self.model, "time_rescaled", False))
+        except OverflowError:
+            energy_spectrum, scaled = self.model.energy_spectrum(self.lmax, 3, scaled=True), True
+        object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
+        object.__setattr__(self, "energy_scaled", scaled)
         tail = spectrum[-1] / spectrum.max()
         if tail > KERNEL_TOLERANCE:
             needed = next((l for l in range(self.lmax, 4 * self.lmax + 64)
@@ -119,17 +128,9 @@ class SphereSpectral:
         return self.grid.divergence(along_t, along_p, sign=-1.0)
 
     # ------------------------------------------------------------------ functionals
-    def _energy_symbol(self) -> tuple[np.ndarray, bool]:
-        try:
-            return self._per_coefficient(self.model.energy_spectrum(self.lmax, 3)), \
-                bool(getattr(self.model, "time_rescaled", False))
-        except OverflowError:
-            return self._per_coefficient(self.model.energy_spectrum(self.lmax, 3, scaled=True)), True
-
     def energy(self, coefficients: np.ndarray) -> float:
         r""":math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2` (times :math:`e^{-\beta}` where it would overflow)."""
-        symbol, _ = self._energy_symbol()
-        return 0.5 * self.grid.inner(coefficients, symbol * coefficients)
+        return 0.5 * self.grid.inner(coefficients, self._energy_symbol * coefficients)
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
         """Free energy ``D int rho log rho - (1/2) int rho (Phi * rho)`` (gradient flows), ``-cE`` (SA, ``D = 0``), else NaN."""
@@ -242,11 +243,10 @@ class _SphereRun:
     def dataset(self, evaluations: int) -> xr.Dataset:
         solver = self.solver
         mass, energy, functional, minimum, tail, resolved = map(np.array, zip(*self.diagnostics))
-        _, scaled = solver._energy_symbol()
         ds = xr.Dataset(
             {"rho": (("time", "colatitude", "longitude"), np.array(self.frames)),
              "mass": ("time", mass),
-             "energy": ("time", energy, {"note": "exp(-beta) E" if scaled else "E"}),
+             "energy": ("time", energy, {"note": "exp(-beta) E" if solver.energy_scaled else "E"}),
              "lyapunov": ("time", functional, {"long_name": "free energy F (or -cE); NaN where none is known"}),
              "min_density": ("time", minimum),
              "spectral_tail": ("time", tail, {"long_name": "spectral energy fraction in the top 10% of degrees"}),

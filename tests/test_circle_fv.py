@@ -52,7 +52,11 @@ def test_mass_positivity_and_lyapunov_at_every_step(name, diffusion):
     solver = CircleFV(model, cells=256, rtol=1e-5)
     log = StepLog(solver)
     ds = solver.solve(bumpy, np.linspace(0, 3, 4), observer=log)
-    assert json.loads(ds.attrs["settings"])["steps"] >= 100
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["steps"] >= 100
+    # The step is retried when the functional would rise; no retry was needed, so the monotonicity
+    # below is the scheme's own, not the guard's.
+    assert "lyapunov" not in settings["rejections"]
     np.testing.assert_allclose(log.mass, 1.0, rtol=1e-12)
     assert min(log.minimum) >= 0.0
     if log.functional[0] is not None:

@@ -92,7 +92,9 @@ def test_mmd_between_density_and_its_particles_shrinks_like_root_n(rng):
     ds = SphereSpectral(MODEL, lmax=31).solve(lambda p: np.exp(p[..., 0]), [0.0])
     values = {n: np.mean([distance(ds, particles(mf.sample_sphere(lambda p: np.exp(p[:, 0]), n, 3, rng))).values[0]
                           for _ in range(6)]) for n in (100, 1600)}
-    assert values[1600] / values[100] == pytest.approx(0.25, rel=0.35)
+    # n^{-1/2} predicts 0.25. One MMD sample spreads by ~12 % (measured over 40 seeds), a mean of 6
+    # by ~5 %, the ratio of two such means by ~7 %: 0.2 is about 3 of those.
+    assert values[1600] / values[100] == pytest.approx(0.25, rel=0.2)
 
 
 def test_fit_rates_recovers_an_exact_power_law(rng):

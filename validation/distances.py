@@ -9,8 +9,6 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from meanfield.sphere import circle_angles
-
 from .measures import (circle_breakpoints, circle_cdf, coefficient_degrees, geometry_of,
                        harmonic_coefficients, model_description)
 
@@ -34,20 +32,10 @@ def circle_w1(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int) ->
     left = points[:-1]
     # G just right of each breakpoint, and just left of the next one (no atom inside a piece).
     start = circle_cdf(ds_a, index_a, left) - circle_cdf(ds_b, index_b, left)
-    end_a = _left_limit(ds_a, index_a, points[1:])
-    end_b = _left_limit(ds_b, index_b, points[1:])
-    end = end_a - end_b
+    end = circle_cdf(ds_a, index_a, points[1:], side="left") - circle_cdf(ds_b, index_b, points[1:], side="left")
     low, high = np.minimum(start, end), np.maximum(start, end)
     median = _piecewise_uniform_median(low, high, lengths)
     return float(np.sum(_mean_absolute_deviation(low, high, median) * lengths))
-
-
-def _left_limit(ds: xr.Dataset, index: int, points: np.ndarray) -> np.ndarray:
-    """:math:`F(\\theta^-)`: the CDF without the atoms sitting exactly at ``points``."""
-    if "x" not in ds:
-        return circle_cdf(ds, index, points)
-    angles = np.sort(circle_angles(ds["x"].values[index]))
-    return np.searchsorted(angles, points, side="left") / angles.size
 
 
 def _piecewise_uniform_median(low: np.ndarray, high: np.ndarray, weight: np.ndarray) -> float:

@@ -41,11 +41,14 @@ def model_description(ds: xr.Dataset) -> dict:
 
 
 # ---------------------------------------------------------------------------- circle
-def circle_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray) -> np.ndarray:
-    """Right-continuous CDF :math:`F(\\theta) = \\mu([0, \\theta])` at sorted ``points`` in ``[0, 2 pi]``."""
+def circle_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray, side: str = "right") -> np.ndarray:
+    """CDF :math:`F(\\theta) = \\mu([0, \\theta])` at ``points`` in ``[0, 2 pi]``.
+
+    ``side="left"`` gives the left limit :math:`\\mu([0, \\theta))`, which differs only at atoms.
+    """
     if is_particles(ds):
         angles = np.sort(circle_angles(ds["x"].values[time_index]))
-        return np.searchsorted(angles, points, side="right") / angles.size
+        return np.searchsorted(angles, points, side=side) / angles.size
     rho = ds["rho"].values[time_index]
     cells = rho.size
     width = 2 * np.pi / cells
