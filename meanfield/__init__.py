@@ -4,20 +4,21 @@ See ``MODEL.md`` for the equations. Public names::
 
     SelfAttention, ZonalAggregation      models (velocity, energy, spectra)
     simulate_particles                   the particle system (ODE / SDE, batched)
+    observe_particles                    the same, keeping only observations (large ensembles)
     sample_uniform, sample_circle, sample_sphere, sample_von_mises_fisher
     attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 """
 
 from .errors import StepSizeCollapse
 from .models import SelfAttention, ZonalAggregation, model_from_dict
-from .particles import simulate_particles
+from .particles import observe_particles, simulate_particles
 from .sampling import (in_common_hemisphere, sample_circle, sample_sphere, sample_uniform,
                        sample_von_mises_fisher)
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum, zonal_polynomial
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "model_from_dict", "simulate_particles", "StepSizeCollapse",
+    "SelfAttention", "ZonalAggregation", "model_from_dict", "simulate_particles", "observe_particles", "StepSizeCollapse",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",

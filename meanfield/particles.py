@@ -9,16 +9,22 @@ Three integrators, one per purpose:
 ``method="fixed"`` with ``D = 0``
     Classical RK4 with step ``dt``, each step followed by the radial projection back to the
     sphere: norms stay one to round-off, cost is predictable, for throughput.
-``method="fixed"`` with ``D > 0``
-    Projected Euler-Maruyama, weak order one:
+``method="fixed"`` with ``D > 0``, or ``method="euler"``
+    Projected Euler(-Maruyama), order one (weak order one with noise):
     :math:`x \leftarrow \frac{x + v\,\Delta t + \sqrt{2 D \Delta t}\, P_x\xi}{|\cdot|}`,
-    :math:`\xi \sim N(0, I_d)`, with a seeded generator.
+    :math:`\xi \sim N(0, I_d)`, with a seeded generator. Without noise this is the layer
+    update of a Transformer with residual step :math:`\Delta t` and layer normalization,
+    the discrete-time model the papers' phase diagrams use.
+
+:func:`observe_particles` runs the fixed-step schemes and keeps only what an observer
+extracts from each output frame, for ensembles too large to store whole (sweeps).
 """
 
 from __future__ import annotations
 
 import json
 from importlib.metadata import PackageNotFoundError, version
+from typing import Callable
 
 import numpy as np
 import xarray as xr
@@ -30,7 +36,7 @@ from .progress import time_progress
 from .sampling import as_generator
 from .sphere import normalize, project_tangent
 
-METHODS = ("adaptive", "fixed")
+METHODS = ("adaptive", "fixed", "euler")
 
 
 def package_version() -> str:
@@ -53,8 +59,9 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         Initial points on the unit sphere; a leading axis runs independent systems at once.
     times : array_like, shape (T,)
         Strictly increasing output times; the run starts at ``times[0]``.
-    method : {"adaptive", "fixed"}, optional
-        Default ``"adaptive"`` without diffusion, ``"fixed"`` (the SDE scheme) with it.
+    method : {"adaptive", "fixed", "euler"}, optional
+        Default ``"adaptive"`` without diffusion, ``"fixed"`` (the SDE scheme) with it;
+        ``"euler"``: projected Euler (the discrete-time Transformer), with noise if ``D > 0``.
     rtol, atol : float
         Tolerances of the adaptive method (``atol`` defaults to ``rtol / 100``).
     dt : float, optional
@@ -92,7 +99,6 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     if method == "adaptive" and diffusion > 0:
         raise ValueError("method='adaptive' integrates the ODE (diffusion = 0); with "
                          f"diffusion={diffusion} use method='fixed' (the SDE scheme) with a step dt")
-    x0 = normalize(x0) if method == "fixed" else x0
     settings: dict = {"method": method}
     bar = time_progress(times[0], times[-1], progress, "particles")
     with bar:
@@ -102,17 +108,41 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             settings.update(rtol=rtol, atol=atol)
             frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings)
         else:
-            dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
-            settings.update(dt=dt)
-            if diffusion > 0:
-                settings.update(scheme="projected Euler-Maruyama",
-                                seed=rng if isinstance(rng, (int, np.integer)) else "generator")
-                frames, evaluations = _integrate_sde(model, x0, times, dt, as_generator(rng), bar)
-            else:
-                settings.update(scheme="RK4 + projection")
-                frames, evaluations = _integrate_fixed(model, x0, times, dt, bar)
+            frames, evaluations = _integrate_fixed_step(model, normalize(x0), times, method, dt, rng, bar,
+                                                        np.copy, settings)
     settings["velocity_evaluations"] = evaluations
     return particle_dataset(model, frames, times, settings)
+
+
+def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarray], object], *,
+                      method: str = "fixed", dt: float | None = None,
+                      rng: int | np.random.Generator | None = None) -> list:
+    """Run a fixed-step scheme like :func:`simulate_particles` and return ``[observe(x(t)) for t in times]``.
+
+    ``observe`` receives the particles, shape ``(n, d)`` or ``(systems, n, d)``, at each
+    output time and must not keep a reference to them. The steps taken, and the noise drawn
+    from ``rng``, are those of ``simulate_particles`` with the same arguments.
+    """
+    x0 = check_points(x0, "x0")
+    if method not in ("fixed", "euler"):
+        raise ValueError(f"method must be 'fixed' or 'euler' (fixed-step schemes), got {method!r}")
+    times = check_times(times)
+    bar = time_progress(times[0], times[-1], False, "particles")
+    observations, _ = _integrate_fixed_step(model, normalize(x0), times, method, dt, rng, bar, observe, {})
+    return observations
+
+
+def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings):
+    dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
+    settings.update(dt=dt)
+    if model.diffusion > 0 or method == "euler":
+        noisy = model.diffusion > 0
+        settings.update(scheme="projected Euler-Maruyama" if noisy else "projected Euler")
+        if noisy:
+            settings.update(seed=rng if isinstance(rng, (int, np.integer)) else "generator")
+        return _integrate_euler(model, x0, times, dt, as_generator(rng) if noisy else None, bar, observe)
+    settings.update(scheme="RK4 + projection")
+    return _integrate_rk4(model, x0, times, dt, bar, observe)
 
 
 def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, settings: dict) -> xr.Dataset:
@@ -175,8 +205,8 @@ def _steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
     return count, (t1 - t0) / count
 
 
-def _integrate_fixed(model, x0, times, dt, bar):
-    x, frames, evaluations = x0.copy(), [x0.copy()], 0
+def _integrate_rk4(model, x0, times, dt, bar, observe):
+    x, frames, evaluations = x0.copy(), [observe(x0)], 0
     f = model.drift
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
@@ -187,20 +217,23 @@ def _integrate_fixed(model, x0, times, dt, bar):
             k4 = f(x + h * k3)
             x = normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
         evaluations += 4 * count
-        frames.append(x.copy())
+        frames.append(observe(x))
         bar.update(t1 - t0)
     return frames, evaluations
 
 
-def _integrate_sde(model, x0, times, dt, gen, bar):
-    x, frames, evaluations = x0.copy(), [x0.copy()], 0
+def _integrate_euler(model, x0, times, dt, gen, bar, observe):
+    """Projected Euler; with a generator ``gen`` the noise of Euler-Maruyama is added."""
+    x, frames, evaluations = x0.copy(), [observe(x0)], 0
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
         noise_scale = np.sqrt(2.0 * model.diffusion * h)
         for _ in range(count):
-            kick = project_tangent(x, gen.standard_normal(x.shape))
-            x = normalize(x + h * model.drift(x) + noise_scale * kick)
+            step = h * model.drift(x)
+            if gen is not None:
+                step += noise_scale * project_tangent(x, gen.standard_normal(x.shape))
+            x = normalize(x + step)
         evaluations += count
-        frames.append(x.copy())
+        frames.append(observe(x))
         bar.update(t1 - t0)
     return frames, evaluations

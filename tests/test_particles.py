@@ -123,7 +123,7 @@ def test_dataset_contract(rng):
 @pytest.mark.parametrize("kwargs, argument", [
     (dict(times=[0.0, 1.0, 0.5]), "times"),
     (dict(times=[0.0, np.nan]), "times"),
-    (dict(method="euler"), "method"),
+    (dict(method="midpoint"), "method"),
     (dict(dt=-0.1, method="fixed"), "dt"),
     (dict(rtol=0.0), "rtol"),
 ])
@@ -143,3 +143,27 @@ def test_adaptive_with_diffusion_is_refused(rng):
 def test_off_sphere_initial_points_are_refused():
     with pytest.raises(ValueError, match="x0"):
         mf.simulate_particles(mf.SelfAttention(1.0), np.ones((4, 3)), [0, 1])
+
+
+@pytest.mark.parametrize("method, order", [("euler", 1), ("fixed", 4)], ids=["euler", "rk4"])
+def test_fixed_step_schemes_converge_at_their_order(method, order):
+    model = mf.SelfAttention(2.0)
+    times = np.array([0.0, 2.0])
+    exact = orthogonal_token_inner_product(model, 3, times)[-1]
+    steps = np.array([0.2, 0.1, 0.05, 0.025])
+    errors = [abs(np.dot(*mf.simulate_particles(model, np.eye(3), times, method=method, dt=h).x.values[-1, :2])
+                  - exact) for h in steps]
+    measured = np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert measured >= order - 0.2
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.2], ids=["ode", "sde"])
+@pytest.mark.parametrize("method", ["euler", "fixed"])
+def test_observations_are_those_of_the_full_simulation(method, diffusion, rng):
+    model = mf.SelfAttention(3.0, diffusion=diffusion)
+    x0 = mf.sample_uniform(10, 3, rng, batch=4)
+    times = np.linspace(0, 1, 6)
+    full = mf.simulate_particles(model, x0, times, method=method, dt=0.05, rng=7).x.values
+    seen = mf.observe_particles(model, x0, times, lambda x: x[:, 0] @ [1.0, 0.0, 0.0], method=method,
+                                dt=0.05, rng=7)
+    np.testing.assert_array_equal(np.stack(seen, axis=1), full[:, :, 0, 0])

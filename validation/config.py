@@ -16,10 +16,12 @@ Example (see ``examples/``)::
     [method]
     kind = "CircleFV"                   # "CircleFV" | "SphereSpectral" | "particles"
     cells = 1024                        # CircleFV;  lmax = 63 for SphereSpectral
-                                        # particles: n = 512, seed = 0, dt = 0.01
+                                        # particles: n = 512, seed = 0, dt = 0.01,
+                                        # scheme = "rk4" | "euler" (with diffusion always
+                                        # Euler-Maruyama), d (with initial.kind = "uniform")
 
     [initial]
-    kind = "perturbed_uniform"          # | "von_mises_fisher" | "file"
+    kind = "perturbed_uniform"          # | "von_mises_fisher" | "file" | "uniform"
     amplitude = 0.01
     mode = 4                            # circle: cos(mode theta); sphere: degree-`mode` zonal harmonic
 """
@@ -74,9 +76,11 @@ SCHEMA = {
         "n": (int, False, 512, ">= 1"),
         "seed": (int, False, 0, ">= 0"),
         "dt": (_NUMBER, False, 0.01, "> 0"),
+        "scheme": (str, False, "rk4", ("rk4", "euler")),
+        "d": (int, False, None, ">= 2"),
     },
     "initial": {
-        "kind": (str, True, None, ("perturbed_uniform", "von_mises_fisher", "file")),
+        "kind": (str, True, None, ("perturbed_uniform", "von_mises_fisher", "file", "uniform")),
         "amplitude": (_NUMBER, False, 0.01, ">= 0"),
         "mode": (int, False, 4, ">= 1"),
         "means": (list, False, None, None),
@@ -86,9 +90,9 @@ SCHEMA = {
 }
 
 METHOD_KEYS = {"CircleFV": {"kind", "cells", "rtol"}, "SphereSpectral": {"kind", "lmax", "rtol"},
-               "particles": {"kind", "n", "seed", "dt"}}
+               "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
 INITIAL_KEYS = {"perturbed_uniform": {"kind", "amplitude", "mode"}, "von_mises_fisher": {"kind", "means", "kappa"},
-                "file": {"kind", "path"}}
+                "file": {"kind", "path"}, "uniform": {"kind"}}
 
 
 def load_config(path: str | Path) -> dict:
@@ -105,11 +109,11 @@ def load_config(path: str | Path) -> dict:
 
 def check_config(raw: dict, base: Path = Path(".")) -> dict:
     """Check every key of ``raw`` (unknown, missing, type, range) and fill in defaults."""
-    config = _check_table(raw, "", "")
+    config = check_table(raw, SCHEMA[""], "")
     for section in ("model", "method", "initial"):
-        config[section] = _check_table(config[section], section, f"{section}.")
+        config[section] = check_table(config[section], SCHEMA[section], f"{section}.")
     if isinstance(config["times"], dict):
-        config["times"] = _check_table(config["times"], "times", "times.")
+        config["times"] = check_table(config["times"], SCHEMA["times"], "times.")
         if config["times"]["stop"] <= config["times"]["start"]:
             raise ConfigError(f"times.stop must be > times.start, got {config['times']}")
     else:
@@ -121,8 +125,8 @@ def check_config(raw: dict, base: Path = Path(".")) -> dict:
     return config
 
 
-def _check_table(table: dict, schema_name: str, prefix: str) -> dict:
-    schema = SCHEMA[schema_name]
+def check_table(table: dict, schema: dict, prefix: str) -> dict:
+    """Check a table's keys against ``schema`` (see ``SCHEMA``); keys are named with ``prefix``."""
     unknown = sorted(set(table) - set(schema))
     if unknown:
         raise ConfigError(f"unknown key {prefix}{unknown[0]}; allowed keys: {', '.join(prefix + k for k in schema)}")
@@ -162,6 +166,13 @@ def _check_combination(config: dict, base: Path) -> None:
                           f"use {expected!r} or 'particles'")
     _no_foreign_keys(method, METHOD_KEYS[method["kind"]], "method", SCHEMA["method"])
     _no_foreign_keys(initial, INITIAL_KEYS[initial["kind"]], "initial", SCHEMA["initial"])
+    d, native = method.get("d"), 2 if geometry == "circle" else 3
+    if d is not None and (d < native or (geometry == "circle" and d != 2)):
+        raise ConfigError(f"method.d = {d} does not fit geometry = {geometry!r} (use 'circle' for d = 2, "
+                          f"'sphere' for d >= 3)")
+    if d is not None and d != native and initial["kind"] != "uniform":
+        raise ConfigError(f"method.d = {d} needs initial.kind = 'uniform' (the other initial "
+                          f"measures live on the {geometry} in R^{native})")
     if initial["kind"] == "von_mises_fisher":
         d = 2 if geometry == "circle" else 3
         means = initial["means"]

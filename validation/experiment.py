@@ -45,6 +45,8 @@ def build_model(config: dict) -> mf.SelfAttention:
 def initial_density(config: dict):
     """A callable (of angles or of points) or an array of grid values, as the config says."""
     initial, circle = config["initial"], config["geometry"] == "circle"
+    if initial["kind"] == "uniform":
+        return (lambda theta: np.ones_like(theta)) if circle else (lambda points: np.ones(points.shape[:-1]))
     if initial["kind"] == "file":
         return np.load(initial["path"])
     if initial["kind"] == "perturbed_uniform":
@@ -61,7 +63,8 @@ def initial_density(config: dict):
     return (lambda theta: mixture(mf.circle_points(theta))) if circle else mixture
 
 
-def _method(config: dict, model):
+def build_solver(config: dict, model):
+    """The PDE solver the config names, or None for particles."""
     method = config["method"]
     extra = {} if method.get("rtol") is None else {"rtol": method["rtol"]}
     try:
@@ -74,13 +77,26 @@ def _method(config: dict, model):
     return None
 
 
-def _initial_particles(config: dict, rho0, generator: np.random.Generator) -> np.ndarray:
+def initial_particles(config: dict, rho0, generator: np.random.Generator, systems: int | None = None) -> np.ndarray:
+    """``n`` particles drawn from the initial density, shape ``(n, d)`` (``(systems, n, d)`` if given)."""
     n = config["method"]["n"]
-    if config["geometry"] == "circle":
-        return mf.sample_circle(rho0, n, generator)
-    if not callable(rho0):
+    if config["initial"]["kind"] == "uniform":
+        d = config["method"]["d"] or (2 if config["geometry"] == "circle" else 3)
+        return mf.sample_uniform(n, d, generator, batch=systems)
+    if config["geometry"] == "sphere" and not callable(rho0):
         raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere")
-    return mf.sample_sphere(rho0, n, 3, generator)
+
+    def draw():
+        if config["geometry"] == "circle":
+            return mf.sample_circle(rho0, n, generator)
+        return mf.sample_sphere(rho0, n, 3, generator)
+
+    return draw() if systems is None else np.stack([draw() for _ in range(systems)])
+
+
+def particle_method(config: dict) -> str:
+    """The fixed-step scheme of :func:`meanfield.simulate_particles` the config names."""
+    return "euler" if config["method"]["scheme"] == "euler" else "fixed"
 
 
 def prepare(config: dict | str | Path) -> dict:
@@ -94,6 +110,9 @@ def prepare(config: dict | str | Path) -> dict:
         probe.unlink()
     except OSError as error:
         raise ConfigError(f"output: cannot write to {str(output)!r} ({error.strerror})") from None
+    if (config["method"].get("d") or 3) > 3:
+        raise ConfigError(f"method.d = {config['method']['d']}: meanfield run draws particles on S^2 "
+                          f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
     build_model(config)
     initial = initial_density(config)
     if not callable(initial):
@@ -110,7 +129,7 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
     times = output_times(config)
     model = build_model(config)
     rho0 = initial_density(config)
-    solver = _method(config, model)
+    solver = build_solver(config, model)
     every = config["checkpoint_every"] or times.size
     boundaries = list(range(0, times.size - 1, every)) + [times.size - 1]
     generator = np.random.default_rng(config["method"]["seed"])
@@ -120,7 +139,7 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
     if resume:
         parts, state, next_step, segment, elapsed = _load_checkpoint(output, config, generator)
     elif solver is None:
-        state = _initial_particles(config, rho0, generator)
+        state = initial_particles(config, rho0, generator)
     else:
         state = rho0
 
@@ -131,8 +150,8 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
                 warnings.filterwarnings("ignore", category=UnderResolvedWarning)
             segment_times = times[boundaries[segment]: boundaries[segment + 1] + 1]
             if solver is None:
-                part = mf.simulate_particles(model, state, segment_times, method="fixed", dt=config["method"]["dt"],
-                                             rng=generator, progress=progress)
+                part = mf.simulate_particles(model, state, segment_times, method=particle_method(config),
+                                             dt=config["method"]["dt"], rng=generator, progress=progress)
                 state = part.x.values[-1]
             else:
                 part = solver.solve(state, segment_times, progress=progress, first_step=next_step)

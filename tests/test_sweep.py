@@ -1,0 +1,179 @@
+"""Parameter sweeps on Dask: same numbers as point by point, resume, dying workers, bad configs."""
+
+import os
+import shutil
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import meanfield as mf
+from solvers import CircleFV
+from validation.cli import main
+from validation.config import ConfigError
+from validation.sweep import plan_tasks, run_point, run_sweep
+from validation.config import tomllib
+from validation.sweep_config import check_sweep_config, load_sweep_config
+
+PARTICLE_SWEEP = """
+output = "{output}"
+geometry = "circle"
+times = {{ stop = 2.0, count = 21 }}
+[model]
+beta = 1.0
+[method]
+kind = "particles"
+n = 8
+dt = 0.1
+scheme = "{scheme}"
+[initial]
+kind = "uniform"
+[sweep]
+realisations = 40
+batch = 16
+file = "{file}"
+[sweep.grid]
+beta = [0.5, 4.0]
+d = [2, 5]
+"""
+
+
+def particle_sweep(tmp_path, name="sweep", scheme="euler", file="sweep.nc"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text(PARTICLE_SWEEP.format(output=tmp_path / name, scheme=scheme, file=file))
+    return path
+
+
+def test_sweep_on_a_local_cluster_equals_its_points_one_by_one(tmp_path):
+    sweep = load_sweep_config(particle_sweep(tmp_path))
+    ds = run_sweep(sweep, workers=2, progress=False)
+    assert ds.clustered_probability.dims == ("beta", "d", "time")
+    assert len(plan_tasks(sweep)) == 4 * 3  # 40 systems in chunks of 16, 16, 8 per point
+    for index, config in sweep.points():
+        point = run_point(sweep, config)
+        for name, values in point.items():
+            np.testing.assert_array_equal(ds[name].values[index], values, err_msg=name)
+    stored = xr.open_dataset(tmp_path / "sweep" / "sweep.nc")
+    for name in ds.data_vars:
+        np.testing.assert_array_equal(stored[name].values, ds[name].values)
+
+
+def test_point_observables_are_those_of_the_seeded_systems(tmp_path):
+    """An independent recomputation: chunk c draws its tokens from the generator seeded [seed, c]."""
+    path = particle_sweep(tmp_path, scheme="rk4")
+    path.write_text(path.read_text().replace("batch = 16", "batch = 16\ncluster_tolerance = 0.1"))
+    sweep = load_sweep_config(path)
+    index, config = sweep.points()[0]  # beta = 0.5, d = 2
+    model = mf.SelfAttention(0.5)
+    x0 = np.concatenate([mf.sample_uniform(8, 2, np.random.default_rng([0, c]), batch=size)
+                         for c, size in enumerate((16, 16, 8))])
+    x = mf.simulate_particles(model, x0, np.linspace(0, 2, 21), method="fixed", dt=0.1).x.values
+    inner = np.einsum("stk,stk->st", x[:, :, 0], x[:, :, 1])
+    point = run_point(sweep, config)
+    np.testing.assert_allclose(point["inner_product"], inner.mean(axis=0), rtol=1e-13, atol=1e-15)
+    np.testing.assert_array_equal(point["clustered_probability"], (inner >= 0.9).mean(axis=0))
+    order = np.linalg.norm(x.mean(axis=2), axis=-1).mean(axis=0)
+    np.testing.assert_allclose(point["order_parameter"], order, rtol=1e-13)
+    assert 0 < point["clustered_probability"][-1] < 1  # the observable is not trivial here
+
+
+def test_interrupted_sweep_resumes_skipping_finished_tasks(tmp_path):
+    reference = run_sweep(load_sweep_config(particle_sweep(tmp_path, "full")), workers=2, progress=False)
+    config = particle_sweep(tmp_path, "interrupted")
+    sweep = load_sweep_config(config)
+    tasks = plan_tasks(sweep)
+    # An interruption leaves some finished parts: copy the first five from the complete run.
+    (sweep.output / "parts").mkdir(parents=True)
+    for task in tasks[:5]:
+        shutil.copy(tmp_path / "full" / "parts" / f"{task.key}.npz", sweep.output / "parts")
+    kept = {p.name: p.stat().st_mtime_ns for p in (sweep.output / "parts").iterdir()}
+    assert main(["sweep", str(config), "--quiet", "--workers", "2"]) == 2  # no silent reuse
+    assert main(["sweep", str(config), "--quiet", "--workers", "2", "--resume"]) == 0
+    resumed = xr.open_dataset(sweep.output / "sweep.nc")
+    assert resumed.attrs["tasks_computed"] == len(tasks) - 5
+    assert all((sweep.output / "parts" / name).stat().st_mtime_ns == mtime for name, mtime in kept.items())
+    for name in reference.data_vars:
+        np.testing.assert_array_equal(resumed[name].values, reference[name].values)
+
+
+def test_a_dying_worker_has_its_tasks_rerun(tmp_path):
+    from dask.distributed import Client, LocalCluster
+
+    text = PARTICLE_SWEEP.format(output=tmp_path / "out", scheme="rk4", file="sweep.nc")
+    text = text.replace("realisations = 40", "realisations = 320").replace("stop = 2.0", "stop = 4.0")
+    (tmp_path / "sweep.toml").write_text(text)
+    sweep = load_sweep_config(tmp_path / "sweep.toml")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        pids = list(client.run(os.getpid).values())
+        victim = threading.Thread(target=_kill_after_first_part, args=(sweep.output / "parts", pids[0]))
+        victim.start()
+        ds = run_sweep(sweep, scheduler=cluster.scheduler_address, progress=False)
+        victim.join()
+        assert pids[0] not in client.run(os.getpid).values()  # the worker was really replaced
+    for index, config in sweep.points()[:1]:
+        np.testing.assert_array_equal(ds.inner_product.values[index], run_point(sweep, config)["inner_product"])
+    assert np.all(np.isfinite(ds.inner_product.values))
+
+
+def _kill_after_first_part(parts, pid):
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (parts.is_dir() and any(parts.glob("*.npz"))):
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_pde_sweep_records_time_series_and_trust(tmp_path):
+    config = tmp_path / "pde.toml"
+    config.write_text(f"""
+output = "{tmp_path / 'pde'}"
+geometry = "circle"
+times = {{ stop = 1.0, count = 5 }}
+[model]
+beta = 1.0
+[method]
+kind = "CircleFV"
+cells = 64
+[initial]
+kind = "perturbed_uniform"
+amplitude = 0.1
+mode = 2
+[sweep]
+file = "sweep.zarr"
+[sweep.grid]
+beta = [1.0, 3.0]
+""")
+    assert main(["sweep", str(config), "--quiet", "--workers", "1"]) == 0
+    ds = xr.open_zarr(tmp_path / "pde" / "sweep.zarr").load()
+    assert ds.energy.dims == ("beta", "time") and ds.trustworthy.dims == ("beta",)
+    assert bool(ds.trustworthy.all())
+    direct = CircleFV(mf.SelfAttention(3.0), cells=64).solve(lambda t: 1 + 0.1 * np.cos(2 * t), ds.time.values)
+    np.testing.assert_allclose(ds.energy.sel(beta=3.0).values, direct.energy.values, rtol=1e-12)
+
+
+def test_unknown_sweep_parameter_exits_2_naming_it(tmp_path, capsys):
+    config = particle_sweep(tmp_path)
+    config.write_text(config.read_text().replace("d = [2, 5]", "temperature = [1.0]"))
+    assert main(["sweep", str(config), "--quiet"]) == 2
+    assert "unknown parameter 'temperature'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change, message", [
+    (("beta = [0.5, 4.0]", "beta = [0.5, -4.0]"), "beta = -4.0"),
+    (("beta = [0.5, 4.0]", "beta = []"), "non-empty"),
+    (("beta = [0.5, 4.0]", "beta = [1.0, 1.0]"), "repeats"),
+    (('file = "sweep.nc"', 'file = "sweep.csv"'), "sweep.file"),
+    (("batch = 16", "batch = 0"), "sweep.batch"),
+    (("d = [2, 5]", "d = [1]"), "method.d"),
+    (('kind = "uniform"', 'kind = "perturbed_uniform"'), "method.d = 5 needs initial.kind"),
+    (("n = 8", "n = 1"), "method.n"),
+])
+def test_bad_sweep_configs_are_refused_before_running(change, message, tmp_path):
+    path = particle_sweep(tmp_path)
+    text = path.read_text().replace(*change)
+    with pytest.raises(ConfigError, match=message):
+        check_sweep_config(tomllib.loads(text))
+    assert not (tmp_path / "sweep").exists()
