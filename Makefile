@@ -5,7 +5,7 @@
 
 VENV ?= .venv
 
-.PHONY: run test test-all bench setup
+.PHONY: run test test-all bench bench-sweep figures setup
 setup:
 	@bash scripts/setup.sh
 
@@ -20,3 +20,16 @@ test-all: setup
 
 bench: setup
 	$(VENV)/bin/python benchmarks/run.py
+
+# The paper's figures (examples/*.py; about 45 min on 2 cores), copied for the README.
+figures: setup
+	$(VENV)/bin/python examples/growth_rates.py
+	$(VENV)/bin/python examples/metastability.py
+	$(VENV)/bin/python examples/phase_diagram.py
+	mkdir -p docs/figures
+	cp output/growth_rates/growth_rates.png output/metastability/metastability_particles.png \
+	   output/metastability/metastability_pde.png output/phase_diagram/phase_diagram.png docs/figures/
+
+# The phase-diagram sweep at the paper's size on 1 and 2 Dask workers (about an hour).
+bench-sweep: setup
+	$(VENV)/bin/python benchmarks/bench_sweep.py --size paper

@@ -15,7 +15,8 @@ import xarray as xr
 from validation.config import ConfigError, check_config, load_config
 from validation.experiment import run_experiment
 
-EXAMPLES = sorted(Path(__file__).parent.parent.joinpath("examples").glob("*.toml"))
+EXAMPLES = sorted(p for p in Path(__file__).parent.parent.joinpath("examples").glob("*.toml")
+                  if "[sweep]" not in p.read_text())  # sweep configs: tests/test_sweep.py
 
 
 def meanfield(*arguments, **kwargs):
@@ -121,6 +122,10 @@ BASE = {"geometry": "circle", "output": "OUT", "times": [0.0, 1.0],
     (lambda c: c["method"].update(lmax=31), "method.lmax does not apply"),
     (lambda c: c.update(times=[1.0, 0.0]), "times must be a strictly increasing"),
     (lambda c: c["initial"].update(kind="file"), "missing key initial.path"),
+    (lambda c: c["method"].update(scheme="leapfrog"), "method.scheme must be one of rk4, euler"),
+    (lambda c: c["method"].update(kind="particles", cells=1024, d=3),
+     "method.d = 3 does not fit geometry = 'circle'"),
+    (lambda c: c["method"].update(kind="CircleFV", d=2), "method.d does not apply"),
 ])
 def test_bad_configs_exit_2_naming_the_key(change, message, tmp_path):
     config = json.loads(json.dumps(BASE))
@@ -175,3 +180,15 @@ def _to_toml(config: dict) -> str:
     tables = [f"[{k}]\n" + "\n".join(f"{key} = {value(x)}" for key, x in config[k].items())
               for k in ("model", "method", "initial") if k in config]
     return "\n".join(top) + "\n" + "\n".join(tables) + "\n"
+
+
+def test_uniform_particles_in_higher_dimension_belong_to_sweeps(tmp_path):
+    config = json.loads(json.dumps(BASE))
+    config.update(geometry="sphere", output=str(tmp_path / "out"))
+    config["method"] = {"kind": "particles", "n": 16, "d": 5}
+    config["initial"] = {"kind": "uniform"}
+    with pytest.raises(ConfigError, match="method.d = 5: meanfield run draws particles on S.2"):
+        run_experiment(check_config(config))
+    config["method"].update(d=3, scheme="euler")
+    ds = run_experiment(short(config, tmp_path / "out"), progress=False)
+    assert ds.x.shape[-1] == 3 and json.loads(ds.attrs["settings"])["scheme"] == "projected Euler"

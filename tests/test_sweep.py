@@ -5,6 +5,7 @@ import shutil
 import signal
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import xarray as xr
 
 import meanfield as mf
 from solvers import CircleFV
+from validation import orthogonal_token_clustering_time, orthogonal_token_inner_product
 from validation.cli import main
 from validation.config import ConfigError
 from validation.sweep import plan_tasks, run_point, run_sweep
@@ -106,7 +108,7 @@ def test_a_dying_worker_has_its_tasks_rerun(tmp_path):
     text = text.replace("realisations = 40", "realisations = 320").replace("stop = 2.0", "stop = 4.0")
     (tmp_path / "sweep.toml").write_text(text)
     sweep = load_sweep_config(tmp_path / "sweep.toml")
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
         pids = list(client.run(os.getpid).values())
         victim = threading.Thread(target=_kill_after_first_part, args=(sweep.output / "parts", pids[0]))
@@ -177,3 +179,24 @@ def test_bad_sweep_configs_are_refused_before_running(change, message, tmp_path)
     with pytest.raises(ConfigError, match=message):
         check_sweep_config(tomllib.loads(text))
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("beta", [0.5, 3.0])
+def test_orthogonal_token_clustering_time_is_where_the_curve_reaches_the_level(beta):
+    model = mf.SelfAttention(beta)
+    t_star = orthogonal_token_clustering_time(model, 32, 1 - 1e-3, horizon=100.0)
+    assert 0 < t_star < 100
+    before, at = orthogonal_token_inner_product(model, 32, [0.0, 0.99 * t_star, t_star])[1:]
+    assert before < 1 - 1e-3
+    assert at == pytest.approx(1 - 1e-3, abs=1e-10)
+    assert orthogonal_token_clustering_time(model, 32, 1 - 1e-3, horizon=0.5 * t_star) == np.inf
+
+
+def test_the_phase_diagram_example_runs_in_a_tiny_version(tmp_path):
+    raw = tomllib.loads((Path(__file__).parents[1] / "examples" / "phase_diagram.toml").read_text())
+    raw["output"] = str(tmp_path)
+    raw["times"] = {"stop": 1.0, "count": 11}
+    raw["sweep"].update(realisations=8, grid={"beta": [1.0, 9.0], "d": [2, 3]})
+    ds = run_sweep(check_sweep_config(raw), workers=1, progress=False)
+    assert ds.clustered_probability.shape == (2, 2, 11)
+    assert np.all((0 <= ds.clustered_probability) & (ds.clustered_probability <= 1))

@@ -50,18 +50,42 @@ def orthogonal_token_inner_product(model, n: int, times) -> np.ndarray:
     """
     n = check_int(n, "n", minimum=2)
     times = check_times(times)
+    solution = solve_ivp(_orthogonal_token_rhs(model, n), (times[0], times[-1]), [0.0], t_eval=times,
+                         method="DOP853", rtol=1e-13, atol=1e-15)
+    return solution.y[0]
+
+
+def orthogonal_token_clustering_time(model, n: int, level: float, horizon: float) -> float:
+    r"""First time :math:`t` with :math:`r(t) = ` ``level`` on the orthogonal-token curve, or ``inf``.
+
+    The curve of :func:`orthogonal_token_inner_product` from :math:`r(0) = 0`; ``inf`` when it
+    does not reach ``level`` before ``horizon``. It approximates the boundary
+    :math:`\{(\beta, t): \langle x_1(t), x_2(t)\rangle = \text{level}\}` of the phase diagram
+    of iid uniform tokens when ``d >> n``.
+    """
+    n = check_int(n, "n", minimum=2)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+
+    def reached(t, r):
+        return r[0] - level
+    reached.terminal = True
+    solution = solve_ivp(_orthogonal_token_rhs(model, n), (0.0, horizon), [0.0], events=reached,
+                         method="DOP853", rtol=1e-13, atol=1e-15)
+    return float(solution.t_events[0][0]) if solution.t_events[0].size else float("inf")
+
+
+def _orthogonal_token_rhs(model, n: int):
     beta, c = model.beta, model.value_sign
     if model.normalized:
         def rhs(t, r):
             return 2 * c * (1 - r) * (1 + (n - 1) * r) / (np.exp(beta * (1 - r)) + n - 1)
-    else:
-        offset = beta if model.time_rescaled else 0.0
+        return rhs
+    offset = beta if model.time_rescaled else 0.0
 
-        def rhs(t, r):
-            return (2 * c / n) * np.exp(beta * r - offset) * (1 - r) * (1 + (n - 1) * r)
-    solution = solve_ivp(rhs, (times[0], times[-1]), [0.0], t_eval=times, method="DOP853",
-                         rtol=1e-13, atol=1e-15)
-    return solution.y[0]
+    def rhs(t, r):
+        return (2 * c / n) * np.exp(beta * r - offset) * (1 - r) * (1 + (n - 1) * r)
+    return rhs
 
 
 def wendel_probability(n: int, d: int) -> float:

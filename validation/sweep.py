@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import time
 import warnings
 from contextlib import contextmanager
@@ -186,6 +187,8 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
     enabled = os.isatty(2) if progress is None else progress
     with _client(scheduler, workers) as client, \
             tqdm(total=len(tasks), disable=not enabled, desc="sweep", unit="task") as bar:
+        if enabled:
+            print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
         futures = {client.submit(run_task, task, key=f"meanfield-{task.key}", retries=2, pure=False): task
                    for task in tasks}
         for future in as_completed(futures):
@@ -206,7 +209,7 @@ def _client(scheduler: str | None, workers: int | None):
         return
     workers = workers or os.cpu_count() or 1
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                       silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
         yield client
 

@@ -1,0 +1,60 @@
+"""The phase-diagram sweep on 1 and 2 Dask workers (issue: sweeps). Target: speed-up >= 1.7.
+
+The sweep of ``examples/phase_diagram.toml`` (SA, n = 32, d = 2, 90 values of beta,
+projected Euler with step 0.1 to t = 30) is run from scratch with a local cluster of one
+worker process (the baseline) and of two; wall times include starting the cluster. Both
+runs must give identical numbers. ``--size paper`` uses the paper's 2048 realisations per
+beta (about half an hour for both runs on 2 cores); the default ``small`` uses 256.
+
+    python benchmarks/bench_sweep.py [--size paper|small]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from validation.config import tomllib
+from validation.sweep import run_sweep
+from validation.sweep_config import check_sweep_config
+
+CONFIG = Path(__file__).parents[1] / "examples" / "phase_diagram.toml"
+REALISATIONS = {"paper": 2048, "small": 256}
+
+
+def timed_sweep(workers: int, realisations: int, folder: Path):
+    raw = tomllib.loads(CONFIG.read_text())
+    raw["output"] = str(folder / f"workers{workers}")
+    raw["sweep"]["realisations"] = realisations
+    sweep = check_sweep_config(raw)
+    start = time.perf_counter()
+    ds = run_sweep(sweep, workers=workers, progress=False)
+    return time.perf_counter() - start, ds
+
+
+def run(size: str = "small") -> list[tuple[str, float, float, float]]:
+    realisations = REALISATIONS[size]
+    with tempfile.TemporaryDirectory() as folder:
+        one, reference = timed_sweep(1, realisations, Path(folder))
+        two, ds = timed_sweep(2, realisations, Path(folder))
+    for name in reference.data_vars:
+        np.testing.assert_array_equal(ds[name].values, reference[name].values)
+    label = f"sweep 90 betas x {realisations} systems n=32 d=2 t<=30 (2 vs 1 worker)"
+    return [(label, two, one, two / one)]
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", choices=sorted(REALISATIONS), default="small")
+    size = parser.parse_args(argv).size
+    for label, ours, base, ratio in run(size):
+        print(f"{label}: 2 workers {ours:.1f} s, 1 worker {base:.1f} s, speed-up {1 / ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
