@@ -200,3 +200,44 @@ def test_the_phase_diagram_example_runs_in_a_tiny_version(tmp_path):
     ds = run_sweep(check_sweep_config(raw), workers=1, progress=False)
     assert ds.clustered_probability.shape == (2, 2, 11)
     assert np.all((0 <= ds.clustered_probability) & (ds.clustered_probability <= 1))
+
+
+def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeypatch):
+    from dask.distributed import LocalCluster
+
+    import validation.sweep as sweep_module
+
+    def fails_at_beta_4(task):
+        if task.config["model"]["beta"] == 4.0:
+            raise FloatingPointError("injected failure")
+        return chunk(task)
+
+    chunk = sweep_module._particle_chunk
+    monkeypatch.setattr(sweep_module, "_particle_chunk", fails_at_beta_4)
+    sweep = load_sweep_config(particle_sweep(tmp_path))
+    # Threads, not processes: the patched function is seen by the worker.
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+        with pytest.raises(sweep_module.SweepTaskError, match=r"beta = 4.0.*FloatingPointError.*--resume"):
+            run_sweep(sweep, scheduler=cluster.scheduler_address, progress=False)
+    finished = {path.stem for path in (sweep.output / "parts").glob("*.npz")}
+    assert finished and all(task.config["model"]["beta"] == 0.5 for task in plan_tasks(sweep)
+                            if task.key in finished)
+
+
+def test_an_unresolvable_pde_point_is_refused_before_running(tmp_path):
+    text = f"""
+output = "{tmp_path / 'out'}"
+geometry = "sphere"
+times = [0.0, 0.1]
+[model]
+beta = 1.0
+[method]
+kind = "SphereSpectral"
+lmax = 16
+[initial]
+kind = "perturbed_uniform"
+[sweep.grid]
+beta = [1.0, 200.0]
+"""
+    with pytest.raises(ConfigError, match=r"beta = 200.0.*lmax"):
+        check_sweep_config(tomllib.loads(text))

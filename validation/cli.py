@@ -110,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     """A parameter grid from a TOML config, run on Dask; resumable."""
     from .config import ConfigError
-    from .sweep import run_sweep
+    from .sweep import SweepTaskError, run_sweep
     from .sweep_config import load_sweep_config
 
     try:
@@ -120,6 +120,9 @@ def _sweep(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"meanfield sweep: error: {error}", file=sys.stderr)
         return 2
+    except SweepTaskError as error:
+        print(f"meanfield sweep: error: {error}", file=sys.stderr)
+        return 1
     path = sweep.output / sweep.settings["file"]
     grid = " x ".join(f"{name} ({size})" for name, size in zip(sweep.grid, sweep.shape))
     print(f"sweep: {path} over {grid}; {ds.attrs['tasks_computed']} of {ds.attrs['tasks']} tasks computed "
@@ -162,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
         "sweep", help="a parameter grid on Dask (see examples/phase_diagram.toml)",
         description="Runs every point of the grid a TOML file describes (particle ensembles or PDE runs) on "
                     "Dask and writes one NetCDF/Zarr dataset with the parameters as coordinates. Finished "
-                    "tasks are kept in OUTPUT/parts; --resume skips them. Exit status: 0 done, 2 bad config, "
-                    "3 done but some PDE points under-resolved.")
+                    "tasks are kept in OUTPUT/parts; --resume skips them. Exit status: 0 done, 1 a task failed "
+                    "(finished tasks kept), 2 bad config, 3 done but some PDE points under-resolved.")
     sweep.add_argument("config", type=Path)
     sweep.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
     sweep.add_argument("--workers", type=_positive_int, default=None,

@@ -43,7 +43,7 @@ class ConfigError(ValueError):
     """A configuration that cannot be run; the message names the key and what is allowed."""
 
 
-_NUMBER = (numbers.Real,)
+NUMBER = (numbers.Real,)
 
 # key: (types, required, default, check description or None)
 SCHEMA = {
@@ -57,34 +57,34 @@ SCHEMA = {
         "initial": (dict, True, None, None),
     },
     "model": {
-        "beta": (_NUMBER, True, None, ">= 0"),
+        "beta": (NUMBER, True, None, ">= 0"),
         "normalized": (bool, False, True, None),
-        "diffusion": (_NUMBER, False, 0.0, ">= 0"),
-        "value": (_NUMBER, False, 1.0, None),
+        "diffusion": (NUMBER, False, 0.0, ">= 0"),
+        "value": (NUMBER, False, 1.0, None),
         "time_rescaled": (bool, False, False, None),
     },
     "times": {
-        "start": (_NUMBER, False, 0.0, None),
-        "stop": (_NUMBER, True, None, None),
+        "start": (NUMBER, False, 0.0, None),
+        "stop": (NUMBER, True, None, None),
         "count": (int, True, None, ">= 2"),
     },
     "method": {
         "kind": (str, True, None, ("CircleFV", "SphereSpectral", "particles")),
         "cells": (int, False, 1024, ">= 8"),
         "lmax": (int, False, 63, ">= 2"),
-        "rtol": (_NUMBER, False, None, "> 0"),
+        "rtol": (NUMBER, False, None, "> 0"),
         "n": (int, False, 512, ">= 1"),
         "seed": (int, False, 0, ">= 0"),
-        "dt": (_NUMBER, False, 0.01, "> 0"),
+        "dt": (NUMBER, False, 0.01, "> 0"),
         "scheme": (str, False, "rk4", ("rk4", "euler")),
         "d": (int, False, None, ">= 2"),
     },
     "initial": {
         "kind": (str, True, None, ("perturbed_uniform", "von_mises_fisher", "file", "uniform")),
-        "amplitude": (_NUMBER, False, 0.01, ">= 0"),
+        "amplitude": (NUMBER, False, 0.01, ">= 0"),
         "mode": (int, False, 4, ">= 1"),
         "means": (list, False, None, None),
-        "kappa": (_NUMBER, False, 10.0, "> 0"),
+        "kappa": (NUMBER, False, 10.0, "> 0"),
         "path": (str, False, None, None),
     },
 }
@@ -95,16 +95,20 @@ INITIAL_KEYS = {"perturbed_uniform": {"kind", "amplitude", "mode"}, "von_mises_f
                 "file": {"kind", "path"}, "uniform": {"kind"}}
 
 
-def load_config(path: str | Path) -> dict:
-    """Read and check a TOML experiment file; returns the complete config (defaults filled in)."""
-    path = Path(path)
+def read_toml(path: Path) -> dict:
+    """The raw table of a TOML file; a missing or malformed file is a :class:`ConfigError`."""
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    return check_config(raw, base=path.parent)
+
+
+def load_config(path: str | Path) -> dict:
+    """Read and check a TOML experiment file; returns the complete config (defaults filled in)."""
+    path = Path(path)
+    return check_config(read_toml(path), base=path.parent)
 
 
 def check_config(raw: dict, base: Path = Path(".")) -> dict:
@@ -118,7 +122,7 @@ def check_config(raw: dict, base: Path = Path(".")) -> dict:
             raise ConfigError(f"times.stop must be > times.start, got {config['times']}")
     else:
         times = config["times"]
-        if len(times) < 2 or not all(isinstance(t, _NUMBER) and not isinstance(t, bool) for t in times) \
+        if len(times) < 2 or not all(isinstance(t, NUMBER) and not isinstance(t, bool) for t in times) \
                 or any(b <= a for a, b in zip(times, times[1:])):
             raise ConfigError(f"times must be a strictly increasing list of at least two numbers, got {times}")
     _check_combination(config, base)
@@ -176,7 +180,7 @@ def _check_combination(config: dict, base: Path) -> None:
     if initial["kind"] == "von_mises_fisher":
         d = 2 if geometry == "circle" else 3
         means = initial["means"]
-        if not means or not all(isinstance(m, list) and len(m) == d and all(isinstance(c, _NUMBER) for c in m)
+        if not means or not all(isinstance(m, list) and len(m) == d and all(isinstance(c, NUMBER) for c in m)
                                 and any(c != 0 for c in m) for m in means):
             raise ConfigError(f"initial.means must be a non-empty list of nonzero {d}-vectors, got {means!r}")
     if initial["kind"] == "file":

@@ -48,6 +48,10 @@ from .files import write_atomically
 from .sweep_config import SweepConfig, load_sweep_config
 
 PARTS = "parts"
+
+
+class SweepTaskError(RuntimeError):
+    """A task failed on every retry; the finished tasks are kept for ``resume``."""
 PARTICLE_OBSERVABLES = ("clustered_probability", "inner_product", "order_parameter")
 
 
@@ -151,7 +155,14 @@ def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, 
     -------
     xarray.Dataset
         One variable per observable over (grid parameters..., time); ``attrs`` hold the
-        config, the settings, the task count, the wall time and the package version.
+        config, the settings, the task counts, the workers, the wall time and the version.
+
+    Raises
+    ------
+    ConfigError
+        Bad config or output folder, or finished parts present without ``resume``.
+    SweepTaskError
+        A task failed three times (the finished ones are kept).
     """
     sweep = load_sweep_config(sweep) if isinstance(sweep, (str, Path)) else sweep
     parts = sweep.output / PARTS
@@ -164,11 +175,10 @@ def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, 
                           f"to skip them, or delete the folder to start over")
     todo = [task for task in tasks if task.key not in done]
     started = time.perf_counter()
-    if todo:
-        _compute(todo, parts, scheduler, workers, progress)
+    used = _compute(todo, parts, scheduler, workers, progress, sweep) if todo else 0
     ds = gather(sweep, tasks)
     ds.attrs.update(wall_time=time.perf_counter() - started, tasks=len(tasks), tasks_computed=len(todo),
-                    workers=workers or 0, scheduler=scheduler or "local")
+                    workers=used, scheduler=scheduler or "local")
     write_dataset(ds, sweep.output / sweep.settings["file"])
     return ds
 
@@ -181,7 +191,8 @@ def _check_writable(output: Path) -> None:
 
 
 def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int | None,
-             progress: bool | None) -> None:
+             progress: bool | None, sweep: SweepConfig) -> int:
+    """Run ``tasks``, storing each result as it arrives; returns the number of workers at the start."""
     from dask.distributed import as_completed
 
     enabled = os.isatty(2) if progress is None else progress
@@ -189,14 +200,20 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
             tqdm(total=len(tasks), disable=not enabled, desc="sweep", unit="task") as bar:
         if enabled:
             print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
+        started_with = len(client.scheduler_info()["workers"])
         futures = {client.submit(run_task, task, key=f"meanfield-{task.key}", retries=2, pure=False): task
                    for task in tasks}
         for future in as_completed(futures):
             task = futures[future]
-            result = future.result()  # a task that failed three times stops the sweep; parts stay
+            try:
+                result = future.result()
+            except Exception as error:
+                raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}, failed three times: {error!r}; "
+                                     f"finished tasks are kept in {parts}, rerun with --resume") from error
             write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
             future.release()
             bar.update()
+    return started_with
 
 
 @contextmanager

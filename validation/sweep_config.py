@@ -43,12 +43,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import _NUMBER, SCHEMA, ConfigError, check_config, check_table, tomllib
+from .config import NUMBER, SCHEMA, ConfigError, check_config, check_table, read_toml
+from .experiment import build_model, build_solver
 
 SWEEP_SCHEMA = {
     "realisations": (int, False, 256, ">= 1"),
     "batch": (int, False, 256, ">= 1"),
-    "cluster_tolerance": (_NUMBER, False, 1e-3, "> 0"),
+    "cluster_tolerance": (NUMBER, False, 1e-3, "> 0"),
     "file": (str, False, "sweep.nc", None),
     "grid": (dict, True, None, None),
 }
@@ -78,6 +79,10 @@ class SweepConfig:
     def shape(self) -> tuple[int, ...]:
         return tuple(len(values) for values in self.grid.values())
 
+    def describe(self, index: tuple[int, ...]) -> str:
+        """``"beta = 4.0, d = 2"`` for the point at ``index``."""
+        return ", ".join(f"{name} = {values[i]!r}" for (name, values), i in zip(self.grid.items(), index))
+
     def points(self) -> list[tuple[tuple[int, ...], dict]]:
         """Every grid point as ``(index, experiment config)``, in C order."""
         names = list(self.grid)
@@ -89,14 +94,9 @@ class SweepConfig:
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
+    """Read and check a TOML sweep file (see the module docstring)."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    return check_sweep_config(raw, base=path.parent)
+    return check_sweep_config(read_toml(path), base=path.parent)
 
 
 def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
@@ -113,7 +113,13 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     config = SweepConfig(check_config(raw, base), grid, settings)
     if config.particles and config.base["method"]["n"] < 2:
         raise ConfigError("method.n must be >= 2: a sweep observes the pair <x_1, x_2>")
-    config.points()  # builds and so checks every point (ranges, combinations) up front
+    points = config.points()  # builds and so checks every point (ranges, combinations) up front
+    if not config.particles:
+        for index, point in points:  # the solver's own checks (kernel resolution) too
+            try:
+                build_solver(point, build_model(point))
+            except ConfigError as error:
+                raise ConfigError(f"sweep.grid point ({config.describe(index)}): {error}") from None
     return config
 
 
