@@ -241,3 +241,22 @@ beta = [1.0, 200.0]
 """
     with pytest.raises(ConfigError, match=r"beta = 200.0.*lmax"):
         check_sweep_config(tomllib.loads(text))
+
+
+@pytest.mark.slow
+def test_euler_step_of_the_phase_diagram_is_below_its_monte_carlo_error():
+    """The phase diagram uses projected Euler with step 0.1; RK4 with the same step and the
+    same initial tokens must change the clustered probability by less than the binomial
+    standard error of the estimate (the largest, at p = 1/2)."""
+    raw = tomllib.loads((Path(__file__).parents[1] / "examples" / "phase_diagram.toml").read_text())
+    realisations = 512
+    raw["sweep"].update(realisations=realisations, grid={"beta": [1.0, 4.0, 9.0]})
+    probabilities = {}
+    for scheme in ("euler", "rk4"):
+        raw["method"]["scheme"] = scheme
+        sweep = check_sweep_config(raw)
+        probabilities[scheme] = np.array([run_point(sweep, config)["clustered_probability"]
+                                          for _, config in sweep.points()])
+    difference = np.abs(probabilities["euler"] - probabilities["rk4"]).max()
+    assert difference < np.sqrt(0.25 / realisations)
+    assert probabilities["rk4"][:, -1].min() > 0.1  # the comparison is not between zeros
