@@ -6,7 +6,10 @@ worker process (the baseline) and of two; wall times include starting the cluste
 runs must give identical numbers. ``--size paper`` uses the paper's 2048 realisations per
 beta (about half an hour for both runs on 2 cores); the default ``small`` uses 256.
 
-    python benchmarks/bench_sweep.py [--size paper|small]
+    python benchmarks/bench_sweep.py [--size paper|small] [--workers 1 2]
+
+``--workers 1`` (or ``2``) times one configuration only, to repeat a measurement that
+other load on the machine disturbed without paying for both.
 """
 
 from __future__ import annotations
@@ -51,8 +54,15 @@ def run(size: str = "small") -> list[tuple[str, float, float, float]]:
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(REALISATIONS), default="small")
-    size = parser.parse_args(argv).size
-    for label, ours, base, ratio in run(size):
+    parser.add_argument("--workers", type=int, nargs="+", choices=[1, 2], default=[1, 2])
+    args = parser.parse_args(argv)
+    if sorted(args.workers) != [1, 2]:
+        with tempfile.TemporaryDirectory() as folder:
+            for workers in args.workers:
+                seconds, _ = timed_sweep(workers, REALISATIONS[args.size], Path(folder))
+                print(f"sweep 90 betas x {REALISATIONS[args.size]} systems, {workers} worker(s): {seconds:.1f} s")
+        return
+    for label, ours, base, ratio in run(args.size):
         print(f"{label}: 2 workers {ours:.1f} s, 1 worker {base:.1f} s, speed-up {1 / ratio:.2f}x")
 
 
