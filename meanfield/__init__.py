@@ -18,7 +18,8 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "model_from_dict", "simulate_particles", "observe_particles", "StepSizeCollapse",
+    "SelfAttention", "ZonalAggregation", "model_from_dict", "simulate_particles", "observe_particles",
+    "StepSizeCollapse",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",

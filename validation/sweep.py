@@ -239,17 +239,15 @@ def gather(sweep: SweepConfig, tasks: list[Task]) -> xr.Dataset:
         with np.load(parts / f"{task.key}.npz") as stored:
             by_point.setdefault(task.index, []).append(dict(stored))
     points = {index: combine_point(results, sweep.settings["realisations"]) for index, results in by_point.items()}
-    names = list(next(iter(points.values())))
+    first = next(iter(points.values()))
     dims = tuple(sweep.grid)
-    times = output_times(sweep.base)
     data = {}
-    for name in names:
-        sample = next(iter(points.values()))[name]
+    for name, sample in first.items():
         array = np.empty(sweep.shape + sample.shape)
         for index, values in points.items():
             array[index] = values[name]
-        data[name] = (dims + ("time",) * sample.ndim, array)
-    ds = xr.Dataset(data, coords={**{name: values for name, values in sweep.grid.items()}, "time": times})
+        data[name] = (dims + ("time",) * sample.ndim, array)  # time series, or a scalar (`trustworthy`)
+    ds = xr.Dataset(data, coords={**sweep.grid, "time": output_times(sweep.base)})
     if sweep.particles:
         ds["clustered_probability"].attrs["long_name"] = (
             f"P(<x_1, x_2> >= 1 - {sweep.settings['cluster_tolerance']:g})")
