@@ -8,7 +8,13 @@ velocity :math:`v = \nabla_S(\Phi*\rho)` (USA, Kuramoto, zonal aggregation) or
 :math:`v = \frac{c}{\beta}\nabla_S\log(K*\rho)` (SA) is formed on a dealiased Gauss grid,
 and the divergence of the flux comes back through the spheroidal/toroidal analysis.
 Diffusion, :math:`-D\,l(l+1)`, is integrated exactly (Lawson integrating factor); the
-transport part by Dormand-Prince 5(4) with error control (``rtol``).
+transport part by Dormand-Prince 5(4) with error control (``rtol``, relative to the
+deviation from the uniform density: :mod:`solvers.tolerance`) and a stability bound: the
+advection of degree :math:`l` by :math:`v` has frequencies up to about :math:`l\max|v|`,
+nearly imaginary, where the explicit pair is stable only for
+:math:`\Delta t\,(l_{max}+1)\max|v| \le 0.99`. Without that bound the error estimate
+lets the top degrees grow from round-off until they dominate it: the error then sits in
+the top degrees, grows with ``lmax`` and sets off the resolution diagnostic.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from meanfield.errors import StepSizeCollapse
 from .common import ResolutionMonitor, check_density, is_gradient_flow, solver_attrs
 from .driver import StepCounts, integrate
 from .sphere_grid import SphereGrid
-from .stepping import LawsonDormandPrince
+from .stepping import IMAGINARY_STABILITY, LawsonDormandPrince
+from .tolerance import error_tolerance
 
 #: Degrees whose kernel eigenvalue is below this fraction of the largest are negligible.
 KERNEL_TOLERANCE = 1e-8
@@ -43,7 +50,8 @@ class SphereSpectral:
         Largest degree; it must resolve the kernel (:math:`\lambda_{l_{max}}/\lambda_{max}`
         below ``1e-8``, i.e. ``lmax`` well above :math:`\sqrt{\beta}`).
     rtol : float
-        Local error tolerance of the time stepping (relative, in :math:`L^2`).
+        Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
+        from the uniform density (:mod:`solvers.tolerance`).
     tail_threshold : float
         The solution counts as resolved while the top 10 % of degrees hold less than this
         fraction of the spectral energy of :math:`\rho - \rho_0`.
@@ -121,11 +129,27 @@ class SphereSpectral:
 
     def transport(self, coefficients: np.ndarray) -> np.ndarray:
         r"""Coefficients of :math:`-\mathrm{div}_S(\rho v[\rho])`."""
+        return self.transport_and_speed(coefficients)[0]
+
+    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+        """:meth:`transport` and :math:`\max|v|` on the grid (the stability bound needs it)."""
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
+        speed = float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
         along_t *= rho
         along_p *= rho
-        return self.grid.divergence(along_t, along_p, sign=-1.0)
+        return self.grid.divergence(along_t, along_p, sign=-1.0), speed
+
+    def stable_step(self, speed: float) -> float:
+        """Largest step at which the explicit pair damps the advection of every degree."""
+        return IMAGINARY_STABILITY / max((self.lmax + 1) * speed, 1e-300)
+
+    def deviation_norm(self, coefficients: np.ndarray) -> float:
+        r""":math:`\|\rho - \bar\rho\|_{L^2}` (Parseval over degrees :math:`\ge 1`)."""
+        return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
+
+    def _tolerance(self, coefficients: np.ndarray) -> float:
+        return error_tolerance(self.rtol, self.deviation_norm(coefficients), abs(coefficients[0].real))
 
     # ------------------------------------------------------------------ functionals
     def energy(self, coefficients: np.ndarray) -> float:
@@ -195,24 +219,52 @@ class SphereSpectral:
         times = check_times(times)
         coefficients = self.initial_coefficients(rho0)
         decay = self.model.diffusion * self.grid.laplacian_eigenvalue
-        stepper = LawsonDormandPrince(self.transport, decay, lambda q: np.sqrt(self.grid.inner(q, q)), self.rtol)
+        advection = _AdvectionSpeed(self)
+        stepper = LawsonDormandPrince(advection.transport, decay, lambda q: np.sqrt(self.grid.inner(q, q)),
+                                      self._tolerance)
         run = _SphereRun(self, times)
 
         def attempt(q: np.ndarray, dt: float):
+            bound = self.stable_step(advection.speed(q))
+            if dt > bound:
+                return None, 0.95 * bound, "stability"
             new, error = stepper.step(q, dt)
             if not np.isfinite(error):
                 return None, 0.25 * dt, "non-finite"
             factor = min(5.0, max(0.2, 0.9 * error ** (-1 / 5))) if error > 0 else 5.0
             if error > 1.0:
                 return None, dt * factor, "accuracy"
-            return new, dt * factor, None
+            return new, min(dt * factor, 0.95 * self.stable_step(advection.speed(new))), None
 
-        speed = np.hypot(*self.velocity(coefficients)).max()
-        first = first_step or min(times[-1] - times[0], 0.1 / (max(speed, 1e-12) * (self.lmax + 1))) or 1.0
+        speed = advection.speed(coefficients)
+        first = first_step or min(times[-1] - times[0], 0.1 * self.stable_step(speed)) or 1.0
         integrate(coefficients, times, attempt, first_step=first, record=run.record, collapse=run.collapse,
                   observer=observer, progress=progress, name="SphereSpectral", max_steps=max_steps,
                   counts=run.counts)
         return run.dataset(stepper.evaluations)
+
+
+class _AdvectionSpeed:
+    """The transport right-hand side, remembering the speed of the state it last evaluated.
+
+    Dormand-Prince evaluates the new state last (first same as last), so after an accepted
+    step the speed that bounds the next one is known without another velocity synthesis.
+    """
+
+    def __init__(self, solver: SphereSpectral):
+        self.solver = solver
+        self._last: tuple[np.ndarray, float] | None = None
+
+    def transport(self, coefficients: np.ndarray) -> np.ndarray:
+        result, speed = self.solver.transport_and_speed(coefficients)
+        self._last = (coefficients, speed)
+        return result
+
+    def speed(self, coefficients: np.ndarray) -> float:
+        if self._last is not None and self._last[0] is coefficients:
+            return self._last[1]
+        along_t, along_p = self.solver.velocity(coefficients)
+        return float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
 
 
 class _SphereRun:

@@ -27,6 +27,7 @@ class SphereGrid:
     degree: np.ndarray = field(init=False, repr=False)
     laplacian_eigenvalue: np.ndarray = field(init=False, repr=False)
     parseval_weight: np.ndarray = field(init=False, repr=False)
+    deviation_weight: np.ndarray = field(init=False, repr=False)
     area_weight: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -40,6 +41,8 @@ class SphereGrid:
         set_(self, "laplacian_eigenvalue", self.degree * (self.degree + 1))  # of -Lap_S
         # int f^2 = sum_l (|q_l0|^2 + 2 sum_{m>0} |q_lm|^2) for a real field f.
         set_(self, "parseval_weight", np.where(sh.m == 0, 1.0, 2.0))
+        # The same over degrees >= 1: the deviation from the mean, without cancellation.
+        set_(self, "deviation_weight", np.where(sh.l > 0, self.parseval_weight, 0.0))
         half = sh.gauss_wts()
         latitude_weights = np.concatenate([half, half[::-1]])
         set_(self, "area_weight", (2 * np.pi / sh.nphi) * latitude_weights[:, None] * np.ones(sh.nphi))
