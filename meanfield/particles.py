@@ -111,11 +111,13 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
             settings.update(rtol=rtol, atol=atol)
             frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings)
+            frames, drift = _project(frames)
         else:
             frames, evaluations = _integrate_fixed_step(model, normalize(x0), times, method, dt, rng, bar,
                                                         np.copy, settings)
+            drift = None  # every step ends on the sphere: the frames' own drift is round-off
     settings["velocity_evaluations"] = evaluations
-    return particle_dataset(model, frames, times, settings)
+    return particle_dataset(model, frames, times, settings, drift)
 
 
 def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarray], object], *,
@@ -149,21 +151,18 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
     return _integrate_rk4(model, x0, times, dt, bar, observe)
 
 
-def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, settings: dict) -> xr.Dataset:
+def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, settings: dict,
+                     norm_error: np.ndarray | None = None) -> xr.Dataset:
     """Assemble the output dataset from the frames recorded at ``times[:len(frames)]``.
 
-    The frames are projected onto the sphere; how far the integrator had drifted off it
-    (at most about ``rtol`` for the adaptive method, round-off for the fixed-step ones) is
-    reported as ``norm_error``, never raised.
+    ``norm_error`` (per frame) is the integrator's drift off the sphere before the frames
+    were projected onto it; by default it is measured on the frames.
     """
-    raw = np.stack(frames, axis=-3)  # (..., time, n, d)
-    norms = np.linalg.norm(raw, axis=-1)
-    x = raw / norms[..., None]
+    x = np.stack(frames, axis=-3)  # (..., time, n, d)
     dims = ("time", "particle", "component") if x.ndim == 3 else ("system", "time", "particle", "component")
     energy, energy_note = _energy_series(model, x)
-    norm_error = np.abs(norms - 1.0).max(axis=-1)
-    if x.ndim == 4:
-        norm_error = norm_error.max(axis=0)
+    if norm_error is None:
+        norm_error = _norm_drift(x)
     ds = xr.Dataset(
         {"x": (dims, x),
          "energy": (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note}),
@@ -173,6 +172,18 @@ def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, setting
                     model=json.dumps(model.to_dict()), settings=json.dumps(settings),
                     version=package_version())
     return ds
+
+
+def _norm_drift(x: np.ndarray) -> np.ndarray:
+    """Largest ``| |x_i| - 1 |`` per time of frames ``(..., time, n, d)``."""
+    drift = np.abs(np.linalg.norm(x, axis=-1) - 1.0).max(axis=-1)
+    return drift.reshape((-1, drift.shape[-1])).max(axis=0)
+
+
+def _project(frames: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The frames projected onto the sphere, and how far they had drifted (reported, never raised)."""
+    drift = _norm_drift(np.stack(frames, axis=-3))
+    return [normalize(frame) for frame in frames], drift
 
 
 def _energy_series(model, x: np.ndarray) -> tuple[np.ndarray, str]:
@@ -199,7 +210,8 @@ def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings):
         message = solver.step()
         if solver.status == "failed":
             settings["failure"] = message
-            partial = particle_dataset(model, frames, times, settings)
+            projected, drift = _project(frames)
+            partial = particle_dataset(model, projected, times, settings, drift)
             raise StepSizeCollapse(f"adaptive integration failed at t={solver.t:.6g}: {message}",
                                    time=solver.t, partial=partial)
         bar.update(solver.t - solver.t_old)

@@ -132,7 +132,7 @@ class SphereSpectral:
         return self.transport_and_speed(coefficients)[0]
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        """:meth:`transport` and :math:`\max|v|` on the grid (the stability bound needs it)."""
+        r""":meth:`transport` and :math:`\max|v|` on the grid (the stability bound needs it)."""
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
         speed = float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))

@@ -9,7 +9,6 @@ from scipy.special import sph_harm_y, spherical_in
 import meanfield as mf
 from solvers import SphereSpectral, UnderResolvedWarning
 from solvers.sphere_grid import SphereGrid
-from validation import growth_rate
 
 
 def smooth_density(points):
@@ -59,16 +58,68 @@ def test_convolution_against_direct_quadrature(grid, l, m):
         assert potential[i, j] == pytest.approx(4 * np.pi * spherical_in(l, beta) * values[i, j] / beta, abs=1e-12)
 
 
-@pytest.mark.parametrize("model", [mf.SelfAttention(3.0), mf.SelfAttention(2.0, normalized=False),
-                                   mf.SelfAttention(0.0, diffusion=0.1),
-                                   mf.SelfAttention(3.0, normalized=False, diffusion=0.05)],
-                         ids=["SA", "USA", "Kuramoto-noisy", "USA-noisy"])
-def test_mass_is_conserved(model):
-    ds = SphereSpectral(model, lmax=31).solve(smooth_density, np.linspace(0, 2, 5))
-    assert json.loads(ds.attrs["settings"])["steps"] >= 10
-    np.testing.assert_allclose(ds.mass.values, 1.0, rtol=1e-12)
+def direct_attention(points, weights, rho, beta):
+    """K*rho and its numerator int e^{beta<x,y>} y rho(y) dy by direct Gauss quadrature (no harmonics)."""
+    flat, w = points.reshape(-1, 3), (weights * rho).ravel()
+    kernel = np.exp(beta * (flat @ flat.T - 1.0))  # scaled by e^{-beta}: ratios are unaffected
+    return kernel @ w, kernel @ (w[:, None] * flat), flat
 
 
+@pytest.mark.parametrize("model", [mf.SelfAttention(2.0, normalized=False), mf.SelfAttention(2.0, normalized=False, value=-1.0),
+                                   mf.SelfAttention(3.0)], ids=["USA", "repulsive-USA", "SA"])
+def test_energy_flux_has_the_sign_and_size_of_model_md(model):
+    r"""dE/dt from the solver's transport equals MODEL.md sec. 4 by direct quadrature.
+
+    USA: :math:`\dot E = c\int\rho|v|^2` with :math:`v = P_x\int e^{\beta\langle x,y\rangle} y\rho`; SA:
+    :math:`\dot E = \int\rho\,|\nabla K*\rho|^2 / (\beta^2 K*\rho)`. (Mass cannot be tested this way:
+    the divergence has no degree-0 coefficient by construction.)
+    """
+    solver = SphereSpectral(model, lmax=24)
+    grid = solver.grid
+    q = solver.initial_coefficients(smooth_density)
+    change = solver.transport(q)
+    # E is quadratic: its central difference along the transport is its exact derivative.
+    epsilon = 1e-3
+    solver_rate = (solver.energy(q + epsilon * change) - solver.energy(q - epsilon * change)) / (2 * epsilon)
+
+    rho = grid.synthesise(q)
+    attention, numerator, x = direct_attention(grid.points(), grid.area_weight, rho, model.beta)
+    tangent = numerator - np.sum(numerator * x, axis=1, keepdims=True) * x
+    weights = (grid.area_weight * rho).ravel()
+    if model.normalized:  # |grad K*rho|^2 / (beta^2 K*rho) with grad K*rho = beta P_x numerator
+        expected = np.sum(weights * np.sum(tangent**2, axis=1) / attention) * np.exp(model.beta)
+    else:
+        expected = model.value * np.sum(weights * np.sum(tangent**2, axis=1)) * np.exp(2 * model.beta)
+    assert np.sign(solver_rate) == np.sign(model.value) and abs(expected) > 1e-3
+    assert solver_rate == pytest.approx(expected, rel=1e-10)
+
+
+def test_raising_lmax_does_not_raise_the_error_and_raises_no_false_alarm():
+    """SA beta = 5, D = 0, smooth density, default rtol: the exact solution's tail is ~1e-29.
+
+    The explicit pair is unstable for advected top degrees beyond dt (lmax + 1) max|v| ~ 1;
+    without the stability bound the errors were 7.5e-6, 5.3e-5, 8.7e-5 here and the two
+    larger lmax warned. (The suite turns an UnderResolvedWarning into an error.)
+    """
+    model, times = mf.SelfAttention(5.0), [0.0, 2.0]
+    points = mf.sample_uniform(300, 3, 0)
+    reference_solver = SphereSpectral(model, lmax=63, rtol=1e-13)
+    reference_q = reference_solver.grid.analyse(reference_solver.solve(smooth_density, times).rho.values[-1])
+    exact = reference_solver.grid.point_values(reference_q, points)
+    errors = []
+    for lmax in (63, 95, 127):
+        solver = SphereSpectral(model, lmax=lmax)
+        ds = solver.solve(smooth_density, times)
+        assert ds.resolved.all()
+        values = solver.grid.point_values(solver.grid.analyse(ds.rho.values[-1]), points)
+        errors.append(np.abs(values - exact).max())
+    assert errors[1] <= errors[0] and errors[2] <= errors[1], errors
+    # The local tolerance is 1e-6 of the deviation; the global error stays below that size.
+    assert errors[0] < 1e-6 * np.abs(exact - 1 / (4 * np.pi)).max(), errors
+
+
+# The run goes on past the time it is resolved on purpose; only the resolved steps are checked.
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")
 @pytest.mark.parametrize("model", [mf.SelfAttention(3.0), mf.SelfAttention(2.0, normalized=False)], ids=["SA", "USA"])
 def test_energy_non_decreasing_while_resolved(model):
     solver = SphereSpectral(model, lmax=31, rtol=1e-9)
@@ -114,27 +165,6 @@ def test_spectral_accuracy_is_exponential_in_lmax():
     assert slope < -0.5 and errors[0] / errors[-1] > 1e3, errors
 
 
-@pytest.mark.parametrize("diffusion", [0.0, 0.02])
-@pytest.mark.parametrize("beta", [0.5, 3.0, 10.0])
-@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
-def test_linear_growth_rates(normalized, beta, diffusion):
-    model = mf.SelfAttention(beta, normalized=normalized, diffusion=diffusion)
-    solver = SphereSpectral(model, lmax=31, rtol=1e-10)
-    grid = solver.grid
-    rates = [growth_rate(model, l, 3) for l in range(1, 7)]
-    # Over longer times the faster degrees, seeded at O(amplitude^2) by the quadratic flux,
-    # would grow into the measured one.
-    duration = 1.0 / max(abs(r) for r in rates)
-    for l, exact in enumerate(rates, start=1):
-        amplitude = 1e-4
-        values = 1 / (4 * np.pi) + amplitude * harmonic_on_grid(grid, l, 0)
-        ds = solver.solve(values, [0.0, duration])
-        index = grid.transform.idx(l, 0)
-        start, end = (grid.analyse(frame)[index].real for frame in ds.rho.values)
-        measured = np.log(end / start) / duration
-        assert measured == pytest.approx(exact, rel=1e-3), (l, measured, exact)
-
-
 @pytest.mark.parametrize("model", [mf.SelfAttention(2.0, normalized=False), mf.SelfAttention(3.0)], ids=["USA", "SA"])
 def test_rotation_equivariance(model):
     angles = (0.3, 0.7, 1.1)
@@ -144,7 +174,7 @@ def test_rotation_equivariance(model):
     rz2 = np.array([[ca[2], -sa[2], 0], [sa[2], ca[2], 0], [0, 0, 1]])
     rotation = rz2 @ ry @ rz1
     solver = SphereSpectral(model, lmax=31, rtol=1e-10)
-    times = [0.0, 1.0]
+    times = [0.0, 0.3]  # resolved at lmax = 31 (USA: by t = 0.5 the top degrees hold 2e-7 of the energy)
     plain = solver.solve(smooth_density, times).rho.values[-1]
     rotated = solver.solve(lambda x: smooth_density(x @ rotation), times).rho.values[-1]  # rho(R^T x)
     points = mf.sample_uniform(300, 3, 1)
