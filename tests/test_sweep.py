@@ -192,14 +192,28 @@ def test_orthogonal_token_clustering_time_is_where_the_curve_reaches_the_level(b
     assert orthogonal_token_clustering_time(model, 32, 1 - 1e-3, horizon=0.5 * t_star) == np.inf
 
 
-def test_the_phase_diagram_example_runs_in_a_tiny_version(tmp_path):
+def test_the_phase_diagram_example_in_a_tiny_version_matches_known_probabilities(tmp_path):
+    """At t = 0 the tokens are iid uniform: P(<x_1, x_2> >= 1 - tau) is arccos(1 - tau) / pi on the
+    circle and tau / 2 on S^2, and <x_1, x_2> has mean 0 and variance 1/d. Every beta sees the same
+    initial tokens. At beta = 1 SA clusters within t = 3 (at beta = 9 it is metastable, far slower)."""
     raw = tomllib.loads((Path(__file__).parents[1] / "examples" / "phase_diagram.toml").read_text())
     raw["output"] = str(tmp_path)
-    raw["times"] = {"stop": 1.0, "count": 11}
-    raw["sweep"].update(realisations=8, grid={"beta": [1.0, 9.0], "d": [2, 3]})
+    raw["times"] = {"stop": 3.0, "count": 4}
+    realisations, tolerance = 1024, 0.5
+    raw["sweep"].update(realisations=realisations, batch=256, cluster_tolerance=tolerance,
+                        grid={"beta": [1.0, 9.0], "d": [2, 3]})
     ds = run_sweep(check_sweep_config(raw), workers=1, progress=False)
-    assert ds.clustered_probability.shape == (2, 2, 11)
-    assert np.all((0 <= ds.clustered_probability) & (ds.clustered_probability <= 1))
+    assert ds.clustered_probability.dims == ("beta", "d", "time")
+    start = ds.isel(time=0)
+    for d, exact in ((2, np.arccos(1 - tolerance) / np.pi), (3, tolerance / 2)):
+        probability = start.clustered_probability.sel(d=d).values
+        sigma = np.sqrt(exact * (1 - exact) / realisations)
+        np.testing.assert_array_equal(probability[0], probability[1])  # same tokens for every beta
+        assert abs(probability[0] - exact) <= 4 * sigma, (d, probability, exact, sigma)
+        inner = start.inner_product.sel(d=d).values
+        assert abs(inner[0]) <= 4 * np.sqrt(1 / d / realisations), (d, inner)
+    late = ds.clustered_probability.isel(time=-1).sel(beta=1.0)
+    assert np.all(late > start.clustered_probability.sel(beta=1.0) + 0.1)
 
 
 def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeypatch):

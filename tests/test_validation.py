@@ -62,14 +62,34 @@ def test_circle_w1_density_against_particles_matches_brute_force(rng):
     assert exact == pytest.approx(brute, abs=1e-6)  # midpoint-rule error of the brute force
 
 
-def test_w1_between_two_pde_runs_is_zero_for_the_same_run():
-    ds = CircleFV(MODEL, cells=64).solve(lambda th: 1 + 0.3 * np.cos(th), [0.0, 0.5])
-    np.testing.assert_allclose(distance(ds, ds).values, 0.0, atol=1e-15)
+def piecewise_constant_cdf(rho, grid):
+    cells = rho.size
+    h = 2 * np.pi / cells
+    index = np.minimum((grid // h).astype(int), cells - 1)
+    return np.concatenate([[0], np.cumsum(rho)])[index] * h + rho[index] * (grid - index * h)
 
 
-def test_mmd_of_a_density_with_itself_is_zero():
-    ds = SphereSpectral(MODEL, lmax=31).solve(lambda p: 1 + 0.5 * p[..., 2], [0.0, 0.5])
-    np.testing.assert_allclose(distance(ds, ds).values, 0.0, atol=1e-15)
+def test_w1_between_two_pde_runs_matches_brute_force():
+    solver = CircleFV(MODEL, cells=64)
+    a = solver.solve(lambda th: 1 + 0.5 * np.cos(th), [0.0])
+    b = solver.solve(lambda th: 1 + 0.3 * np.sin(2 * th), [0.0])
+    grid = (np.arange(2_000_000) + 0.5) * 2 * np.pi / 2_000_000
+    gap = piecewise_constant_cdf(a.rho.values[0], grid) - piecewise_constant_cdf(b.rho.values[0], grid)
+    brute = np.mean(np.abs(gap - np.median(gap))) * 2 * np.pi
+    assert distance(a, b).values[0] == pytest.approx(brute, abs=1e-9)  # midpoint rule, smooth integrand
+    assert brute > 0.1
+
+
+def test_mmd_between_two_pde_runs_matches_the_closed_form():
+    """rho_a - rho_b = (0.5 z - 0.3 x y) / (4 pi): MMD^2 = sum_l e^{-s l(l+1)} ||degree-l part||^2."""
+    solver = SphereSpectral(MODEL, lmax=31)
+    a = solver.solve(lambda p: 1 + 0.5 * p[..., 2], [0.0])
+    b = solver.solve(lambda p: 1 + 0.3 * p[..., 0] * p[..., 1], [0.0])
+    smoothing = 0.05  # the default
+    degree_1 = 0.25 * (4 * np.pi / 3) / (4 * np.pi) ** 2
+    degree_2 = 0.09 * (4 * np.pi / 15) / (4 * np.pi) ** 2
+    exact = np.sqrt(np.exp(-2 * smoothing) * degree_1 + np.exp(-6 * smoothing) * degree_2)
+    assert distance(a, b).values[0] == pytest.approx(exact, rel=1e-12)
 
 
 def test_mmd_between_particle_sets_matches_direct_kernel_sum(rng):
