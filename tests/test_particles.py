@@ -167,3 +167,18 @@ def test_observations_are_those_of_the_full_simulation(method, diffusion, rng):
     seen = mf.observe_particles(model, x0, times, lambda x: x[:, 0] @ [1.0, 0.0, 0.0], method=method,
                                 dt=0.05, rng=7)
     np.testing.assert_array_equal(np.stack(seen, axis=1), full[:, :, 0, 0])
+
+
+@pytest.mark.parametrize("rtol", [1e-12, 1e-6, 1e-3])
+def test_any_rtol_runs_and_the_norm_drift_is_reported_not_raised(rtol):
+    """USA beta = 3, n = 64: at rtol = 1e-6 the drift (1.2e-6) used to raise in the energy."""
+    model = mf.SelfAttention(3.0, normalized=False)
+    x0 = mf.sample_uniform(64, 3, 0)
+    times = [0.0, 1.0, 2.0]
+    reference = mf.simulate_particles(model, x0, times, rtol=1e-13)
+    ds = mf.simulate_particles(model, x0, times, rtol=rtol)
+    np.testing.assert_allclose(np.linalg.norm(ds.x.values, axis=-1), 1.0, atol=1e-15)
+    assert 0 < ds.norm_error.max() <= 10 * rtol
+    assert np.all(np.diff(ds.energy.values) > 0)
+    # Global error of a step-size controlled method: a modest multiple of the local tolerance.
+    assert np.abs(ds.x.values - reference.x.values).max() <= 10 * rtol
