@@ -135,7 +135,7 @@ class SphereSpectral:
         r""":meth:`transport` and :math:`\max|v|` on the grid (the stability bound needs it)."""
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
-        speed = float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
+        speed = _largest_speed(along_t, along_p)
         along_t *= rho
         along_p *= rho
         return self.grid.divergence(along_t, along_p, sign=-1.0), speed
@@ -244,6 +244,10 @@ class SphereSpectral:
         return run.dataset(stepper.evaluations)
 
 
+def _largest_speed(along_t: np.ndarray, along_p: np.ndarray) -> float:
+    return float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
+
+
 class _AdvectionSpeed:
     """The transport right-hand side, remembering the speed of the state it last evaluated.
 
@@ -263,8 +267,7 @@ class _AdvectionSpeed:
     def speed(self, coefficients: np.ndarray) -> float:
         if self._last is not None and self._last[0] is coefficients:
             return self._last[1]
-        along_t, along_p = self.solver.velocity(coefficients)
-        return float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
+        return _largest_speed(*self.solver.velocity(coefficients))
 
 
 class _SphereRun:
