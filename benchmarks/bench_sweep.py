@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from validation.config import tomllib
-from validation.sweep import run_sweep
-from validation.sweep_config import check_sweep_config
+from validation.app.config import tomllib
+from validation.app.sweep import run_sweep
+from validation.app.sweep_config import check_sweep_config
 
 CONFIG = Path(__file__).parents[1] / "examples" / "phase_diagram.toml"
 REALISATIONS = {"paper": 2048, "small": 256}

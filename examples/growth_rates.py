@@ -30,7 +30,7 @@ from scipy.special import eval_legendre  # noqa: E402
 import meanfield as mf  # noqa: E402
 from solvers import CircleFV, SphereSpectral  # noqa: E402
 from validation import growth_rate  # noqa: E402
-from validation.files import write_text  # noqa: E402
+from validation.app.files import write_text  # noqa: E402
 from validation.measures import harmonic_coefficients  # noqa: E402
 
 # Mode coupling changes a rate by O(amplitude) for even degrees on S^2 (P_l^2 contains P_l) and

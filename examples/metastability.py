@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import meanfield as mf  # noqa: E402
 from solvers import CircleFV, UnderResolvedWarning  # noqa: E402
 from validation import cluster_statistics, growth_rate  # noqa: E402
-from validation.files import write_atomically, write_text  # noqa: E402
+from validation.app.files import write_atomically, write_text  # noqa: E402
 
 BETAS = (4.0, 9.0)
 
@@ -39,7 +39,7 @@ def particle_runs(args) -> dict:
     times = np.concatenate([[0.0], np.geomspace(0.1, args.t_particles, 200)])
     runs = {}
     for beta in BETAS:
-        ds = mf.simulate_particles(mf.SelfAttention(beta), x0, times, method="fixed", dt=0.05, progress=False)
+        ds = mf.simulate_particles(mf.SelfAttention(beta), x0, times, method="rk4", dt=0.05, progress=False)
         write_atomically(args.output / f"particles_beta{beta:g}.nc", ds.to_netcdf)
         runs[beta] = ds
     return runs

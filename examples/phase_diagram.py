@@ -28,10 +28,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import meanfield as mf  # noqa: E402
-from validation import orthogonal_token_clustering_time, run_sweep  # noqa: E402
-from validation.config import tomllib  # noqa: E402
-from validation.files import write_text  # noqa: E402
-from validation.sweep_config import check_sweep_config  # noqa: E402
+from validation import orthogonal_token_clustering_time  # noqa: E402
+from validation.app import run_sweep  # noqa: E402
+from validation.app.config import tomllib  # noqa: E402
+from validation.app.files import write_text  # noqa: E402
+from validation.app.sweep_config import check_sweep_config  # noqa: E402
 
 CONFIG = Path(__file__).with_name("phase_diagram.toml")
 

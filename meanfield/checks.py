@@ -40,9 +40,9 @@ def check_real(value: object, name: str, *, minimum: float | None = None,
 
 
 def check_int(value: object, name: str, *, minimum: int) -> int:
-    """Return ``value`` as an int ``>= minimum``; floats such as ``3.0`` are refused."""
+    """Return ``value`` as an int ``>= minimum``; floats such as ``3.0`` are refused (:class:`TypeError`)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
+        raise TypeError(f"{name} must be an integer >= {minimum}, got {_show(value)}")
     if value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -77,3 +77,18 @@ def check_times(times: object, name: str = "times") -> np.ndarray:
     if np.any(np.diff(array) <= 0):
         raise ValueError(f"{name} must be strictly increasing, got {_show(array.tolist())}")
     return array
+
+
+def check_density(values: object, shape: tuple[int, ...], name: str = "rho0") -> np.ndarray:
+    """Return ``values`` as a finite, nonnegative float array of ``shape`` with positive total."""
+    values = np.asarray(values, dtype=float)
+    if values.shape != shape:
+        raise ValueError(f"{name} must be a callable or an array of the grid's shape {shape}, "
+                         f"got shape {values.shape}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if np.any(values < 0):
+        raise ValueError(f"{name} must be nonnegative; its minimum is {values.min():.3g}")
+    if not np.any(values > 0):
+        raise ValueError(f"{name} has zero mass: a density must have positive total mass")
+    return values

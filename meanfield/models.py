@@ -16,6 +16,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .checks import EXP_OVERFLOW, check_points, check_real
+from .deprecation import renamed_keyword
 from .interaction import pair_sums
 from .sphere import normalize, project_tangent
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
@@ -130,6 +131,15 @@ class SelfAttention:
     def is_zonal(self) -> bool:
         r"""Whether the velocity depends on :math:`\langle x, y\rangle` only (identity Q, K; V = cI; one head)."""
         return self.query is None and self.key is None and np.ndim(self.value) == 0
+
+    @property
+    def velocity_is_linear(self) -> bool:
+        r"""Whether :math:`v[\rho] = \nabla_S(\Phi * \rho)` is linear in :math:`\rho`: USA, and SA at ``beta = 0``.
+
+        These are gradient flows of the energy (of the free energy with diffusion); SA at
+        ``beta > 0`` has :math:`v = \frac{c}{\beta}\nabla_S\log(K*\rho)` and no such functional once ``D > 0``.
+        """
+        return not (self.normalized and self.beta > 0)
 
     @property
     def value_sign(self) -> float:
@@ -263,17 +273,19 @@ class SelfAttention:
         return np.exp(log_e)
 
     # ------------------------------------------------------------------ spectra
-    def kernel_spectrum(self, lmax: int, d: int) -> np.ndarray:
-        r"""Eigenvalues of :math:`\rho \mapsto K * \rho` on degrees ``0..lmax`` of :math:`S^{d-1}`.
+    @renamed_keyword("lmax", "max_degree")
+    def kernel_spectrum(self, max_degree: int, d: int) -> np.ndarray:
+        r"""Eigenvalues of :math:`\rho \mapsto K * \rho` on degrees ``0..max_degree`` of :math:`S^{d-1}`.
 
         The kernel is the one this model uses: :math:`e^{\beta\langle x,y\rangle}` for USA,
         :math:`e^{\beta(\langle x,y\rangle-1)}` for SA (scale-invariant, so the scaled,
         overflow-free values are used) and for time-rescaled USA.
         """
         self._require_zonal()
-        return attention_spectrum(self.beta, lmax, d, scaled=self.normalized or self.time_rescaled)
+        return attention_spectrum(self.beta, max_degree, d, scaled=self.normalized or self.time_rescaled)
 
-    def potential_spectrum(self, lmax: int, d: int) -> np.ndarray:
+    @renamed_keyword("lmax", "max_degree")
+    def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
         r"""Spectrum of :math:`\Phi` with :math:`v = \nabla_S (\Phi * \rho)`, for velocities linear in :math:`\rho`.
 
         USA: :math:`\Phi = c\, e^{\beta s} / \beta` (``c`` the value scalar); at ``beta = 0``
@@ -282,18 +294,19 @@ class SelfAttention:
         Degree 0 carries no gradient and may be returned as 0.
         """
         self._require_zonal()
-        if self.normalized and self.beta > 0:
+        if not self.velocity_is_linear:
             raise ValueError("SA with beta > 0 has a velocity nonlinear in rho; use kernel_spectrum")
-        return self.value_sign * attention_spectrum_over_beta(self.beta, lmax, d, scaled=self.time_rescaled)
+        return self.value_sign * attention_spectrum_over_beta(self.beta, max_degree, d, scaled=self.time_rescaled)
 
-    def energy_spectrum(self, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    @renamed_keyword("lmax", "max_degree")
+    def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
         r"""Spectrum of :math:`\Psi` with :math:`E[\rho] = \tfrac12 \int \rho\, (\Psi * \rho)`: :math:`\lambda_l/\beta`.
 
         With ``scaled`` (or ``time_rescaled``) the values carry the factor :math:`e^{-\beta}`.
         At ``beta = 0`` degree 0 is dropped, matching :meth:`energy`'s convention there.
         """
         self._require_zonal()
-        return attention_spectrum_over_beta(self.beta, lmax, d, scaled=scaled or self.time_rescaled)
+        return attention_spectrum_over_beta(self.beta, max_degree, d, scaled=scaled or self.time_rescaled)
 
     def _require_zonal(self) -> None:
         if not self.is_zonal:
@@ -348,6 +361,8 @@ class ZonalAggregation:
     is_zonal = True
     heads = 1
     dimension = None
+    #: :math:`v = \nabla_S(W * \rho)`: always linear in :math:`\rho`.
+    velocity_is_linear = True
 
     def velocity(self, x: np.ndarray) -> np.ndarray:
         """Tangent velocities, shape ``(..., n, d)``."""
@@ -376,13 +391,15 @@ class ZonalAggregation:
         n = flat.shape[-2]
         return (sums.sum(axis=(-2, -1)) / (2.0 * n * n)).reshape(x.shape[:-2])
 
-    def potential_spectrum(self, lmax: int, d: int) -> np.ndarray:
-        r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..lmax`` of :math:`S^{d-1}`."""
-        return funk_hecke_spectrum(self.potential, lmax, d)
+    @renamed_keyword("lmax", "max_degree")
+    def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
+        r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`."""
+        return funk_hecke_spectrum(self.potential, max_degree, d)
 
-    def energy_spectrum(self, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    @renamed_keyword("lmax", "max_degree")
+    def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
         r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`); ``scaled`` is ignored."""
-        return self.potential_spectrum(lmax, d)
+        return self.potential_spectrum(max_degree, d)
 
     def to_dict(self) -> dict:
         return {"model": "ZonalAggregation", "name": self.name, "diffusion": self.diffusion}

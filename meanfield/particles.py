@@ -1,20 +1,24 @@
 r"""The interacting particle system: ODE (``D = 0``) and SDE (``D > 0``) on the sphere, batched.
 
-Three integrators, one per purpose:
+Three integrators, named by their scheme:
 
-``method="adaptive"``
+``method="dop853"`` (default without diffusion)
     Dormand-Prince 8(5,3) with error control (``rtol`` down to 1e-10 and below) for
     validation against exact references. Stage points are not renormalized, so the
     norms stay one to the requested tolerance (and the run reports by how much).
-``method="fixed"`` with ``D = 0``
+``method="rk4"``
     Classical RK4 with step ``dt``, each step followed by the radial projection back to the
-    sphere: norms stay one to round-off, cost is predictable, for throughput.
-``method="fixed"`` with ``D > 0``, or ``method="euler"``
+    sphere: norms stay one to round-off, cost is predictable, for throughput. ODE only.
+``method="euler"`` (default with diffusion)
     Projected Euler(-Maruyama), order one (weak order one with noise):
     :math:`x \leftarrow \frac{x + v\,\Delta t + \sqrt{2 D \Delta t}\, P_x\xi}{|\cdot|}`,
     :math:`\xi \sim N(0, I_d)`, with a seeded generator. Without noise this is the layer
     update of a Transformer with residual step :math:`\Delta t` and layer normalization,
     the discrete-time model the papers' phase diagrams use.
+
+The names of earlier versions still work, with a :class:`DeprecationWarning`:
+``"adaptive"`` is ``"dop853"``, ``"fixed"`` is ``"rk4"`` without diffusion and ``"euler"``
+with it.
 
 :func:`observe_particles` runs the fixed-step schemes and keeps only what an observer
 extracts from each output frame, for ensembles too large to store whole (sweeps).
@@ -22,8 +26,7 @@ extracts from each output frame, for ensembles too large to store whole (sweeps)
 
 from __future__ import annotations
 
-import json
-from importlib.metadata import PackageNotFoundError, version
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -33,17 +36,29 @@ from scipy.integrate import DOP853
 from .checks import check_points, check_real, check_times
 from .errors import StepSizeCollapse
 from .progress import time_progress
-from .sampling import as_generator
+from .records import PARTICLES, geometry_name, record_attrs
+from .sampling import reproducible_seed
 from .sphere import normalize, project_tangent
 
-METHODS = ("adaptive", "fixed", "euler")
+METHODS = ("dop853", "rk4", "euler")
+FIXED_STEP_METHODS = ("rk4", "euler")
 
 
-def package_version() -> str:
-    try:
-        return version("meanfield-attention")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "unknown"
+def _scheme(method: str | None, diffusion: float, allowed: tuple[str, ...]) -> str:
+    """The scheme a ``method`` argument names (default: DOP853 for the ODE, Euler-Maruyama for the SDE)."""
+    if method is None:
+        return "euler" if diffusion > 0 else allowed[0]
+    if method in ("adaptive", "fixed"):
+        new = "dop853" if method == "adaptive" else ("euler" if diffusion > 0 else "rk4")
+        warnings.warn(f"method={method!r} is deprecated: name the scheme, method={new!r}",
+                      DeprecationWarning, stacklevel=3)
+        method = new
+    if method not in allowed:
+        raise ValueError(f"method must be one of {allowed}, got {method!r}")
+    if diffusion > 0 and method != "euler":
+        raise ValueError(f"method={method!r} integrates the ODE (diffusion = 0); with "
+                         f"diffusion={diffusion} use method='euler' (Euler-Maruyama) with a step dt")
+    return method
 
 
 def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = None,
@@ -59,9 +74,10 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         Initial points on the unit sphere; a leading axis runs independent systems at once.
     times : array_like, shape (T,)
         Strictly increasing output times; the run starts at ``times[0]``.
-    method : {"adaptive", "fixed", "euler"}, optional
-        Default ``"adaptive"`` without diffusion, ``"fixed"`` (the SDE scheme) with it;
-        ``"euler"``: projected Euler (the discrete-time Transformer), with noise if ``D > 0``.
+    method : {"dop853", "rk4", "euler"}, optional
+        Default ``"dop853"`` without diffusion, ``"euler"`` (Euler-Maruyama) with it;
+        ``"rk4"``: fixed steps for throughput; ``"euler"`` without noise: projected Euler (the
+        discrete-time Transformer).
     rtol, atol : float
         Tolerances of the adaptive method: each step's local error in every coordinate is
         below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``).
@@ -70,8 +86,10 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     dt : float, optional
         Largest step of the fixed-step schemes (default ``0.01``); each output interval is
         split into equal steps no larger than ``dt``.
-    rng : int or numpy.random.Generator, optional
-        Seed of the noise (``D > 0``).
+    rng : int, numpy.random.Generator or None
+        Seed or generator of the noise (``D > 0``); the seed the noise was drawn from is
+        recorded in the settings (:func:`meanfield.sampling.reproducible_seed`), so passing it
+        as ``rng`` repeats the run.
     progress : bool, optional
         Progress bar; by default shown when stderr is a terminal.
 
@@ -95,18 +113,11 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     if getattr(model, "dimension", None) not in (None, x0.shape[-1]):
         raise ValueError(f"x0 has points in R^{x0.shape[-1]} but the model is {model.dimension}-dimensional")
     times = check_times(times)
-    diffusion = model.diffusion
-    if method is None:
-        method = "fixed" if diffusion > 0 else "adaptive"
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    if method == "adaptive" and diffusion > 0:
-        raise ValueError("method='adaptive' integrates the ODE (diffusion = 0); with "
-                         f"diffusion={diffusion} use method='fixed' (the SDE scheme) with a step dt")
+    method = _scheme(method, model.diffusion, METHODS)
     settings: dict = {"method": method}
     bar = time_progress(times[0], times[-1], progress, "particles")
     with bar:
-        if method == "adaptive":
+        if method == "dop853":
             rtol = check_real(rtol, "rtol", minimum=0.0, strictly=True)
             atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
             settings.update(rtol=rtol, atol=atol)
@@ -121,7 +132,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
 
 
 def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarray], object], *,
-                      method: str = "fixed", dt: float | None = None,
+                      method: str | None = None, dt: float | None = None,
                       rng: int | np.random.Generator | None = None) -> list:
     """Run a fixed-step scheme like :func:`simulate_particles` and return ``[observe(x(t)) for t in times]``.
 
@@ -130,8 +141,7 @@ def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarra
     from ``rng``, are those of ``simulate_particles`` with the same arguments.
     """
     x0 = check_points(x0, "x0")
-    if method not in ("fixed", "euler"):
-        raise ValueError(f"method must be 'fixed' or 'euler' (fixed-step schemes), got {method!r}")
+    method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
     times = check_times(times)
     bar = time_progress(times[0], times[-1], False, "particles")
     observations, _ = _integrate_fixed_step(model, normalize(x0), times, method, dt, rng, bar, observe, {})
@@ -141,12 +151,15 @@ def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarra
 def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings):
     dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
     settings.update(dt=dt)
-    if model.diffusion > 0 or method == "euler":
+    if method == "euler":
         noisy = model.diffusion > 0
         settings.update(scheme="projected Euler-Maruyama" if noisy else "projected Euler")
+        generator = None
         if noisy:
-            settings.update(seed=rng if isinstance(rng, (int, np.integer)) else "generator")
-        return _integrate_euler(model, x0, times, dt, as_generator(rng) if noisy else None, bar, observe)
+            seed = reproducible_seed(rng)
+            settings.update(seed=seed)
+            generator = np.random.default_rng(seed)
+        return _integrate_euler(model, x0, times, dt, generator, bar, observe)
     settings.update(scheme="RK4 + projection")
     return _integrate_rk4(model, x0, times, dt, bar, observe)
 
@@ -168,9 +181,7 @@ def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, setting
          "energy": (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note}),
          "norm_error": (("time",), norm_error, {"long_name": "max | |x_i| - 1 | before projection"})},
         coords={"time": times[: x.shape[-3]]})
-    ds.attrs.update(kind="particles", geometry="circle" if x.shape[-1] == 2 else f"S^{x.shape[-1] - 1}",
-                    model=json.dumps(model.to_dict()), settings=json.dumps(settings),
-                    version=package_version())
+    ds.attrs.update(record_attrs(PARTICLES, geometry_name(x.shape[-1]), model, settings))
     return ds
 
 

@@ -7,6 +7,8 @@ error, :math:`O(n^{-1/2})`, as the mean-field convergence study assumes.
 
 from __future__ import annotations
 
+import numbers
+import warnings
 from typing import Callable
 
 import numpy as np
@@ -14,14 +16,50 @@ import numpy as np
 from .checks import check_int, check_real
 from .sphere import circle_points, normalize
 
+#: What every ``rng`` argument of the library accepts.
+RNG = "int | numpy.random.Generator | None"
+
 
 def as_generator(rng: int | np.random.Generator | None) -> np.random.Generator:
     """A :class:`numpy.random.Generator` from a seed, a generator, or ``None`` (fresh entropy)."""
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or (isinstance(rng, (int, np.integer)) and not isinstance(rng, bool)):
+    if rng is None or _is_seed(rng):
         return np.random.default_rng(rng)
-    raise TypeError(f"rng must be an int seed, a numpy Generator or None, got {rng!r}")
+    raise TypeError(f"rng must be a nonnegative int seed, a numpy Generator or None, got {rng!r}")
+
+
+def reproducible_seed(rng: int | np.random.Generator | None) -> int:
+    """An int seed from which a run can be repeated exactly, for the record of the run.
+
+    An int is its own seed; a Generator gives a seed drawn from it (so the run depends on its
+    state, and repeating it with ``rng=<recorded seed>`` needs no generator); ``None`` gives
+    fresh entropy from the operating system. The run then draws from ``default_rng(seed)``.
+    """
+    if isinstance(rng, np.random.Generator):
+        return int(rng.integers(2**63))
+    if rng is None:
+        return int(np.random.SeedSequence().entropy)
+    if _is_seed(rng):
+        return int(rng)
+    raise TypeError(f"rng must be a nonnegative int seed, a numpy Generator or None, got {rng!r}")
+
+
+def _is_seed(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _count_first(n, law, function: str):
+    """``(n, law)``; the order ``(law, n)`` of earlier versions still works, with a warning."""
+    if not _is_count(n) and _is_count(law):
+        warnings.warn(f"{function}(law, n, ...) is deprecated: pass the number of points first, "
+                      f"{function}(n, law, ...)", DeprecationWarning, stacklevel=3)
+        return law, n
+    return n, law
 
 
 def sample_uniform(n: int, d: int, rng: int | np.random.Generator | None = None,
@@ -33,18 +71,25 @@ def sample_uniform(n: int, d: int, rng: int | np.random.Generator | None = None,
     return normalize(as_generator(rng).standard_normal(shape))
 
 
-def sample_circle(density: Callable[[np.ndarray], np.ndarray] | np.ndarray, n: int,
+def sample_circle(n: int, density: Callable[[np.ndarray], np.ndarray] | np.ndarray,
                   rng: int | np.random.Generator | None = None) -> np.ndarray:
     r"""``n`` iid points of the circle, shape ``(n, 2)``, drawn from a density in :math:`\theta`.
 
+    Every sampler takes the number of points first, then the law, then ``rng``.
+
     Parameters
     ----------
+    n : int
+        Number of points.
     density : callable or numpy.ndarray
         A vectorized callable :math:`\rho(\theta)` (any positive multiple of a density,
         bounded), sampled exactly by rejection; or an array of ``N`` nonnegative cell values
         on the uniform grid of cells :math:`[2\pi j/N, 2\pi (j+1)/N)`, sampled exactly as that
         piecewise-constant density.
+    rng : int, numpy.random.Generator or None
+        Seed or generator of the draws.
     """
+    n, density = _count_first(n, density, "sample_circle")
     n = check_int(n, "n", minimum=1)
     gen = as_generator(rng)
     if callable(density):
@@ -61,9 +106,10 @@ def sample_circle(density: Callable[[np.ndarray], np.ndarray] | np.ndarray, n: i
     return circle_points((index + gen.random(n)) * width)
 
 
-def sample_sphere(density: Callable[[np.ndarray], np.ndarray], n: int, d: int = 3,
+def sample_sphere(n: int, density: Callable[[np.ndarray], np.ndarray], d: int = 3,
                   rng: int | np.random.Generator | None = None) -> np.ndarray:
     r"""``n`` iid points of :math:`S^{d-1}` from a callable density of points ``(..., d)``, by rejection."""
+    n, density = _count_first(n, density, "sample_sphere")
     n = check_int(n, "n", minimum=1)
     d = check_int(d, "d", minimum=2)
     gen = as_generator(rng)
@@ -104,7 +150,7 @@ def _rejection_sample(density, n, gen, propose, probe) -> np.ndarray:
         bound = 2.0 * rho.max()
 
 
-def sample_von_mises_fisher(mean: np.ndarray, kappa: float, n: int,
+def sample_von_mises_fisher(n: int, mean: np.ndarray, kappa: float,
                             rng: int | np.random.Generator | None = None) -> np.ndarray:
     r"""``n`` iid points from the von Mises-Fisher law :math:`\propto e^{\kappa\langle\mu, x\rangle}` on :math:`S^{d-1}`.
 
@@ -113,11 +159,19 @@ def sample_von_mises_fisher(mean: np.ndarray, kappa: float, n: int,
 
     Parameters
     ----------
+    n : int
+        Number of points.
     mean : array_like, shape (d,)
         Mean direction (normalized here).
     kappa : float
         Concentration, ``>= 0`` (``0`` is uniform).
+    rng : int, numpy.random.Generator or None
+        Seed or generator of the draws.
     """
+    if not _is_count(n) and _is_count(kappa):  # the order (mean, kappa, n) of earlier versions
+        warnings.warn("sample_von_mises_fisher(mean, kappa, n, ...) is deprecated: pass the number of "
+                      "points first, sample_von_mises_fisher(n, mean, kappa, ...)", DeprecationWarning, stacklevel=2)
+        n, mean, kappa = kappa, n, mean
     mu = np.asarray(mean, dtype=float)
     if mu.ndim != 1 or mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
         raise ValueError(f"mean must be a nonzero finite vector of length d >= 2, got {mean!r}")

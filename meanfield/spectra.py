@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, roots_jacobi
 
+from .deprecation import renamed_keyword
 from .checks import EXP_OVERFLOW, check_int, check_real
 from .sphere import sphere_area
 
@@ -41,14 +42,15 @@ def _log_bessel_over_power(beta: float, degrees: np.ndarray, d: int, power: floa
         return np.log(ive(nu, beta)) + beta - power * np.log(beta)
 
 
-def attention_spectrum(beta: float, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
-    r"""Eigenvalues :math:`\lambda_l`, ``l = 0..lmax``, of :math:`\rho \mapsto \int e^{\beta\langle x,y\rangle}\rho(y)\,dy`.
+@renamed_keyword("lmax", "max_degree")
+def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of :math:`\rho \mapsto \int e^{\beta\langle x,y\rangle}\rho(y)\,dy`.
 
     Parameters
     ----------
     beta : float
         Inverse temperature, ``>= 0``.
-    lmax : int
+    max_degree : int
         Largest degree (on the circle: largest Fourier mode ``k``).
     d : int
         Ambient dimension; the sphere is :math:`S^{d-1}` (``d = 2`` is the circle).
@@ -58,17 +60,18 @@ def attention_spectrum(beta: float, lmax: int, d: int, *, scaled: bool = False) 
 
     Returns
     -------
-    numpy.ndarray, shape (lmax + 1,)
+    numpy.ndarray, shape (max_degree + 1,)
     """
-    beta, lmax, d = _check_spectrum_arguments(beta, lmax, d)
+    beta, max_degree, d = _check_spectrum_arguments(beta, max_degree, d)
     if beta == 0.0:
-        values = np.zeros(lmax + 1)
+        values = np.zeros(max_degree + 1)
         values[0] = sphere_area(d)
         return values
-    return _bessel_spectrum(beta, lmax, d, 0.5 * d - 1.0, scaled, "the attention spectrum")
+    return _bessel_spectrum(beta, max_degree, d, 0.5 * d - 1.0, scaled, "the attention spectrum")
 
 
-def attention_spectrum_over_beta(beta: float, lmax: int, d: int, *, scaled: bool = False) -> np.ndarray:
+@renamed_keyword("lmax", "max_degree")
+def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
     r""":math:`\lambda_l / \beta`, with its finite limit at ``beta = 0``.
 
     This is the symbol of the USA velocity potential :math:`(1/\beta) K * \rho` and of the
@@ -76,25 +79,25 @@ def attention_spectrum_over_beta(beta: float, lmax: int, d: int, *, scaled: bool
     :math:`\lambda_1/\beta \to |S^{d-1}| / d` (the Kuramoto limit), and degree 0, whose
     value diverges but which carries no gradient, is returned as 0.
     """
-    beta, lmax, d = _check_spectrum_arguments(beta, lmax, d)
+    beta, max_degree, d = _check_spectrum_arguments(beta, max_degree, d)
     if beta == 0.0:
-        values = np.zeros(lmax + 1)
-        if lmax >= 1:
+        values = np.zeros(max_degree + 1)
+        if max_degree >= 1:
             values[1] = sphere_area(d) / d
         # lambda_0 / beta diverges, but degree 0 is a constant potential with no gradient:
         # it drops out of every velocity and growth rate, so 0 is returned in its place.
         return values
-    return _bessel_spectrum(beta, lmax, d, 0.5 * d, scaled, "lambda_l / beta")
+    return _bessel_spectrum(beta, max_degree, d, 0.5 * d, scaled, "lambda_l / beta")
 
 
-def _check_spectrum_arguments(beta, lmax, d) -> tuple[float, int, int]:
-    return (check_real(beta, "beta", minimum=0.0), check_int(lmax, "lmax", minimum=0),
+def _check_spectrum_arguments(beta, max_degree, d) -> tuple[float, int, int]:
+    return (check_real(beta, "beta", minimum=0.0), check_int(max_degree, "max_degree", minimum=0),
             check_int(d, "d", minimum=2))
 
 
-def _bessel_spectrum(beta: float, lmax: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
-    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..lmax (times e^{-beta} if scaled), for beta > 0."""
-    degrees = np.arange(lmax + 1, dtype=float)
+def _bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
+    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..max_degree (times e^{-beta} if scaled), for beta > 0."""
+    degrees = np.arange(max_degree + 1, dtype=float)
     log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, power)
     if scaled:
         log_values = log_values - beta
@@ -112,30 +115,31 @@ def zonal_polynomial(l: int, d: int, s: np.ndarray) -> np.ndarray:
     return eval_gegenbauer(l, alpha, s) / eval_gegenbauer(l, alpha, 1.0)
 
 
-def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], lmax: int, d: int,
+@renamed_keyword("lmax", "max_degree")
+def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], max_degree: int, d: int,
                         *, nodes: int | None = None) -> np.ndarray:
-    r"""Eigenvalues :math:`\lambda_l`, ``l = 0..lmax``, of convolution with a zonal ``potential(s)``.
+    r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of convolution with a zonal ``potential(s)``.
 
     Gauss-Jacobi quadrature with weight :math:`(1-s^2)^{(d-3)/2}` integrates the Funk-Hecke
     formula (module docstring); for a smooth potential it is exact to round-off once
-    ``nodes`` exceeds ``lmax`` plus the polynomial degree needed to resolve ``potential``.
+    ``nodes`` exceeds ``max_degree`` plus the polynomial degree needed to resolve ``potential``.
 
     Parameters
     ----------
     potential : callable
         Vectorized ``W(s)`` for ``s`` in ``[-1, 1]``.
-    lmax, d : int
+    max_degree, d : int
         Largest degree and ambient dimension.
     nodes : int, optional
-        Quadrature nodes; default ``max(256, 2 lmax + 64)``.
+        Quadrature nodes; default ``max(256, 2 max_degree + 64)``.
     """
-    lmax = check_int(lmax, "lmax", minimum=0)
+    max_degree = check_int(max_degree, "max_degree", minimum=0)
     d = check_int(d, "d", minimum=2)
-    nodes = max(256, 2 * lmax + 64) if nodes is None else check_int(nodes, "nodes", minimum=1)
+    nodes = max(256, 2 * max_degree + 64) if nodes is None else check_int(nodes, "nodes", minimum=1)
     alpha = 0.5 * (d - 3)
     s, w = roots_jacobi(nodes, alpha, alpha)
     values = np.asarray(potential(s), dtype=float)
     if values.shape != s.shape or not np.all(np.isfinite(values)):
         raise ValueError("potential must map an array of s in [-1, 1] to finite values of the same shape")
     weighted = w * values * sphere_area(d - 1)  # |S^0| = 2 on the circle
-    return np.array([np.sum(weighted * zonal_polynomial(l, d, s)) for l in range(lmax + 1)])
+    return np.array([np.sum(weighted * zonal_polynomial(l, d, s)) for l in range(max_degree + 1)])

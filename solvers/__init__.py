@@ -1,7 +1,7 @@
 """solvers: discretizations of the mean-field PDE (finite volume on the circle, spectral on S^2)."""
 
 from .circle import CircleFV
-from .common import UnderResolvedWarning
+from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
 __all__ = ["CircleFV", "SphereSpectral", "UnderResolvedWarning"]

@@ -33,16 +33,15 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import xarray as xr
 from scipy.special import roots_legendre
 
-from meanfield.checks import check_int, check_real, check_times
-from meanfield.errors import StepSizeCollapse
+from meanfield.checks import check_density, check_int, check_real
+from meanfield.records import CIRCLE
 
 from .circle_operators import CircleOperators
-from .clusters import sharpest_cluster_width
-from .common import ResolutionMonitor, check_density, solver_attrs
-from .driver import StepCounts, integrate
+from .driver import step_factor
+from .grid_solver import GridSolver
+from .resolution import sharpest_cluster_width
 from .tolerance import error_tolerance
 
 #: Relative round-off slack of the Lyapunov check (sums of N terms in double precision).
@@ -66,7 +65,7 @@ def _repair_roundoff(rho: np.ndarray, roundoff: float) -> np.ndarray | None:
 
 
 @dataclass(frozen=True, eq=False)
-class CircleFV:
+class CircleFV(GridSolver):
     r"""Second-order, positivity-preserving finite volumes on the circle.
 
     Parameters
@@ -118,51 +117,46 @@ class CircleFV:
             values = check_density(rho0, (self.cells,))
         return values / self.operators.mass(values)
 
-    def solve(self, rho0, times, *, progress: bool | None = None,
-              observer: Callable[[float, np.ndarray], None] | None = None,
-              max_steps: int = 10_000_000, first_step: float | None = None) -> xr.Dataset:
-        r"""Evolve ``rho0`` and record it at ``times``.
+    name = "CircleFV"
+    geometry = CIRCLE
+    default_max_steps = 10_000_000
 
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            Density of :math:`\theta` or cell values; normalized to mass one.
-        times : array_like
-            Strictly increasing output times; the run starts at ``times[0]``.
-        progress : bool, optional
-            Progress bar (default: when stderr is a terminal).
-        observer : callable, optional
-            Called as ``observer(t, rho)`` after every accepted step (``rho`` must not be modified).
-        max_steps : int
-            Steps allowed before the run is declared collapsed.
-        first_step : float, optional
-            Initial step; pass ``attrs["settings"]["next_step"]`` of a run that ended at
-            ``times[0]`` to continue it with the steps it would have taken.
+    @property
+    def _advice(self) -> str:
+        return f"increase cells (now {self.cells}), add diffusion, or stop earlier"
 
-        Returns
-        -------
-        xarray.Dataset
-            ``rho`` (time, theta) and per time ``mass``, ``energy``, ``lyapunov``, ``min_density``,
-            ``cluster_width`` (cells) and ``resolved``; ``attrs`` hold model, settings, step
-            counts, ``underresolved_since`` and the version.
+    @property
+    def energy_scaled(self) -> bool:
+        """Whether ``energy`` is :math:`e^{-\\beta} E` (where :math:`E` would overflow)."""
+        return self.operators.energy_scaled
 
-        Raises
-        ------
-        StepSizeCollapse
-            With the time reached and the reason; ``partial`` holds the outputs so far.
-        """
-        times = check_times(times)
+    # The state is (deviation from the uniform density, Lyapunov functional of the density).
+    def _initial_state(self, rho0):
         rho = self.initial_density(rho0)
-        uniform = self.operators.uniform
-        monitor = ResolutionMonitor(f"increase cells (now {self.cells}), add diffusion, or stop earlier")
-        run = _Run(self, times, monitor)
-        deviation = rho - uniform
-        integrate((deviation, self.operators.lyapunov(rho)), times, self._attempt,
-                  first_step=first_step or self._initial_step(deviation, times),
-                  record=lambda t, state: run.record(t, uniform + state[0]), collapse=run.collapse,
-                  observer=None if observer is None else (lambda t, state: observer(t, uniform + state[0])),
-                  progress=progress, name="CircleFV", max_steps=max_steps, counts=run.counts)
-        return run.dataset()
+        return rho - self.operators.uniform, self.operators.lyapunov(rho)
+
+    def density(self, state) -> np.ndarray:
+        """Cell averages of the density, shape ``(cells,)``, from the solver's state."""
+        return self.operators.uniform + state[0]
+
+    def _stepper(self, state, times: np.ndarray):
+        return self._attempt, self._initial_step(state[0], times), dict
+
+    def _diagnose(self, state, rho: np.ndarray):
+        ops = self.operators
+        width = sharpest_cluster_width(rho)
+        functional = state[1]
+        resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
+        values = {"mass": ops.mass(rho), "energy": ops.energy(rho),
+                  "lyapunov": np.nan if functional is None else functional,
+                  "min_density": rho.min(), "cluster_width": width}
+        return values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})"
+
+    def _coordinates(self) -> dict[str, np.ndarray]:
+        return {"theta": self.theta}
+
+    def _settings(self) -> dict:
+        return {"cells": self.cells, "rtol": self.rtol, "cfl": self.cfl}
 
     def _initial_step(self, deviation: np.ndarray, times: np.ndarray) -> float:
         speed = np.abs(self.operators.face_velocity(deviation)).max()
@@ -223,53 +217,10 @@ class CircleFV:
         return self._finish(new, dt, error, ROUNDOFF_NEGATIVE * (ops.uniform + deviation.max()), order=1)
 
     def _finish(self, new: np.ndarray, dt: float, error: float, roundoff: float, order: int):
-        factor = min(2.5, max(0.2, 0.9 * error ** (-1.0 / (order + 1)))) if error > 0 else 2.5
+        factor = step_factor(error, order)
         if error > 1.0:
             return None, dt * factor, "accuracy"
         repaired = _repair_roundoff(self.operators.uniform + new, roundoff)
         if repaired is None:
             return None, 0.5 * dt, "positivity"
         return repaired - self.operators.uniform, dt * factor, None
-
-
-class _Run:
-    """Outputs, diagnostics and counters of one solve (observes the loop, never steers it)."""
-
-    def __init__(self, solver: CircleFV, times: np.ndarray, monitor: ResolutionMonitor):
-        self.solver, self.times, self.monitor = solver, times, monitor
-        self.frames: list[np.ndarray] = []
-        self.diagnostics: list[tuple] = []
-        self.counts = StepCounts()
-
-    def record(self, t: float, rho: np.ndarray) -> None:
-        ops = self.solver.operators
-        width = sharpest_cluster_width(rho)
-        functional = ops.lyapunov(rho)
-        resolved = width >= self.solver.min_cluster_cells and rho.min() >= 0
-        self.monitor.record(t, resolved, f"the sharpest cluster spans {width:.3g} cells "
-                                         f"(< {self.solver.min_cluster_cells:g})")
-        self.frames.append(rho.copy())
-        self.diagnostics.append((ops.mass(rho), ops.energy(rho), np.nan if functional is None else functional,
-                                 rho.min(), width, resolved))
-
-    def dataset(self) -> xr.Dataset:
-        ops = self.solver.operators
-        count = len(self.frames)
-        mass, energy, functional, minimum, width, resolved = map(np.array, zip(*self.diagnostics))
-        ds = xr.Dataset(
-            {"rho": (("time", "theta"), np.array(self.frames), {"long_name": "density (cell averages)"}),
-             "mass": ("time", mass),
-             "energy": ("time", energy, {"note": "exp(-beta) E" if ops.energy_scaled else "E"}),
-             "lyapunov": ("time", functional, {"long_name": "free energy F (or -cE); NaN where none is known"}),
-             "min_density": ("time", minimum),
-             "cluster_width": ("time", width, {"units": "cells", "long_name": "FWHM of the sharpest cluster"}),
-             "resolved": ("time", resolved)},
-            coords={"time": self.times[:count], "theta": ops.theta})
-        settings = {"solver": "CircleFV", "cells": self.solver.cells, "rtol": self.solver.rtol,
-                    "cfl": self.solver.cfl, **self.counts.as_dict()}
-        ds.attrs.update(kind="pde", geometry="circle", **solver_attrs(self.solver.model, settings))
-        ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
-        return ds
-
-    def collapse(self, t: float, reason: str):
-        raise StepSizeCollapse(f"CircleFV stopped at t={t:.6g}: {reason}", time=t, partial=self.dataset())

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg import solve_banded
 
-from .common import is_gradient_flow
 
 #: Below this, 1 + (K*delta)/(K*rho_bar) is not computed by log1p (K*rho nearly vanishes there).
 _LOG1P_RANGE = -0.5
@@ -100,7 +99,7 @@ class CircleOperators:
         kmax = n // 2
         set_(self, "width", 2 * np.pi / n)
         set_(self, "uniform", 1.0 / (2 * np.pi))
-        set_(self, "linear", is_gradient_flow(model))
+        set_(self, "linear", model.velocity_is_linear)
         if self.linear:
             set_(self, "potential_symbol", model.potential_spectrum(kmax, 2))
         else:

@@ -10,13 +10,28 @@ budget is spent.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
 from meanfield.progress import time_progress
 
 Attempt = Callable[[Any, float], "tuple[Any, float, str | None]"]
+
+#: Bounds on the ratio of successive step sizes, and the safety factor of the controller.
+SHRINK, GROWTH, SAFETY = 0.2, 5.0, 0.9
+
+
+def step_factor(error: float, order: int) -> float:
+    r"""Ratio of the next step to this one from a scaled error estimate (``error <= 1``: accepted).
+
+    The elementary controller :math:`0.9\,\mathrm{error}^{-1/(p+1)}` of an error estimate of
+    order :math:`p`, bounded to :math:`[0.2, 5]` so that one lucky estimate cannot blow the
+    step up and one bad one cannot stall the run.
+    """
+    if error <= 0:
+        return GROWTH
+    return min(GROWTH, max(SHRINK, SAFETY * error ** (-1.0 / (order + 1))))
 
 
 @dataclass
@@ -33,7 +48,7 @@ class StepCounts:
 
 
 def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
-              record: Callable[[float, Any], None], collapse: Callable[[float, str], None],
+              record: Callable[[float, Any], None], collapse: Callable[[float, str], NoReturn],
               observer: Callable[[float, Any], None] | None, progress: bool | None, name: str,
               max_steps: int, counts: StepCounts) -> Any:
     """Advance ``state`` from ``times[0]`` through every output time; returns the final state."""

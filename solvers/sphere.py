@@ -23,13 +23,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-import xarray as xr
 
-from meanfield.checks import check_int, check_real, check_times
-from meanfield.errors import StepSizeCollapse
+from meanfield.checks import check_density, check_int, check_real
+from meanfield.records import SPHERE
 
-from .common import ResolutionMonitor, check_density, is_gradient_flow, solver_attrs
-from .driver import StepCounts, integrate
+from .driver import step_factor
+from .grid_solver import GridSolver
 from .sphere_grid import SphereGrid
 from .stepping import IMAGINARY_STABILITY, LawsonDormandPrince
 from .tolerance import error_tolerance
@@ -39,7 +38,7 @@ KERNEL_TOLERANCE = 1e-8
 
 
 @dataclass(frozen=True, eq=False)
-class SphereSpectral:
+class SphereSpectral(GridSolver):
     r"""Spectral Galerkin solver on :math:`S^2` with shtns transforms.
 
     Parameters
@@ -93,9 +92,18 @@ class SphereSpectral:
                              f"eigenvalue is {tail:.2g} of the largest (> {KERNEL_TOLERANCE:g}); {advice}")
 
     # ------------------------------------------------------------------ operators
+    name = "SphereSpectral"
+    geometry = SPHERE
+    default_max_steps = 1_000_000
+
     @property
     def linear(self) -> bool:
-        return is_gradient_flow(self.model)
+        """Whether the velocity is linear in rho (the model says)."""
+        return self.model.velocity_is_linear
+
+    @property
+    def _advice(self) -> str:
+        return f"raise lmax (now {self.lmax}), add diffusion, or stop earlier"
 
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax = self.lmax if lmax is None else lmax
@@ -188,41 +196,18 @@ class SphereSpectral:
         coefficients = self.grid.analyse(values)
         return coefficients / self.grid.mass(coefficients)
 
-    def solve(self, rho0, times, *, progress: bool | None = None,
-              observer: Callable[[float, np.ndarray], None] | None = None,
-              max_steps: int = 1_000_000, first_step: float | None = None) -> xr.Dataset:
-        r"""Evolve ``rho0`` and record it at ``times``.
+    def _initial_state(self, rho0) -> np.ndarray:
+        return self.initial_coefficients(rho0)
 
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            Density as a callable of points ``(nlat, nphi, 3)`` or values on the grid
-            (shape ``grid.shape``); normalized to mass one.
-        times : array_like
-            Strictly increasing output times; the run starts at ``times[0]``.
-        progress : bool, optional
-            Progress bar (default: when stderr is a terminal).
-        observer : callable, optional
-            ``observer(t, coefficients)`` after every accepted step.
-        max_steps : int
-            Step budget before the run is declared collapsed.
-        first_step : float, optional
-            Initial step (``attrs["settings"]["next_step"]`` of the run being continued).
+    def density(self, coefficients: np.ndarray) -> np.ndarray:
+        """Values on the Gauss grid, shape ``grid.shape``, of the density with these coefficients."""
+        return self.grid.synthesise(coefficients)
 
-        Returns
-        -------
-        xarray.Dataset
-            ``rho`` (time, colatitude, longitude), and per time ``mass``, ``energy``,
-            ``lyapunov``, ``min_density``, ``spectral_tail``, ``resolved``; ``attrs`` hold
-            the model, settings, right-hand-side count and ``underresolved_since``.
-        """
-        times = check_times(times)
-        coefficients = self.initial_coefficients(rho0)
+    def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
         decay = self.model.diffusion * self.grid.laplacian_eigenvalue
         advection = _AdvectionSpeed(self)
         stepper = LawsonDormandPrince(advection.transport, decay, lambda q: np.sqrt(self.grid.inner(q, q)),
                                       self._tolerance)
-        run = _SphereRun(self, times)
 
         def attempt(q: np.ndarray, dt: float):
             bound = self.stable_step(advection.speed(q))
@@ -231,17 +216,30 @@ class SphereSpectral:
             new, error = stepper.step(q, dt)
             if not np.isfinite(error):
                 return None, 0.25 * dt, "non-finite"
-            factor = min(5.0, max(0.2, 0.9 * error ** (-1 / 5))) if error > 0 else 5.0
+            factor = step_factor(error, 4)
             if error > 1.0:
                 return None, dt * factor, "accuracy"
             return new, min(dt * factor, 0.95 * self.stable_step(advection.speed(new))), None
 
-        speed = advection.speed(coefficients)
-        first = first_step or min(times[-1] - times[0], 0.1 * self.stable_step(speed)) or 1.0
-        integrate(coefficients, times, attempt, first_step=first, record=run.record, collapse=run.collapse,
-                  observer=observer, progress=progress, name="SphereSpectral", max_steps=max_steps,
-                  counts=run.counts)
-        return run.dataset(stepper.evaluations)
+        first = min(times[-1] - times[0], 0.1 * self.stable_step(advection.speed(coefficients))) or 1.0
+        return attempt, first, lambda: {"rhs_evaluations": stepper.evaluations}
+
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+        tail = self.spectral_tail(coefficients)
+        # Negative values beyond round-off mean the truncated series no longer represents rho.
+        negative = rho.min() < -1e-8 * rho.max()
+        resolved = bool(tail < self.tail_threshold and not negative)
+        reason = (f"the top 10% of degrees hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
+                  if tail >= self.tail_threshold else f"the density is negative ({rho.min():.3g})")
+        values = {"mass": self.grid.mass(coefficients), "energy": self.energy(coefficients),
+                  "lyapunov": self.lyapunov(coefficients), "min_density": rho.min(), "spectral_tail": tail}
+        return values, resolved, reason
+
+    def _coordinates(self) -> dict[str, np.ndarray]:
+        return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
+
+    def _settings(self) -> dict:
+        return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape)}
 
 
 def _largest_speed(along_t: np.ndarray, along_p: np.ndarray) -> float:
@@ -268,52 +266,3 @@ class _AdvectionSpeed:
         if self._last is not None and self._last[0] is coefficients:
             return self._last[1]
         return _largest_speed(*self.solver.velocity(coefficients))
-
-
-class _SphereRun:
-    """Outputs and diagnostics of one solve."""
-
-    def __init__(self, solver: SphereSpectral, times: np.ndarray):
-        self.solver, self.times = solver, times
-        self.monitor = ResolutionMonitor(f"raise lmax (now {solver.lmax}), add diffusion, or stop earlier")
-        self.frames: list[np.ndarray] = []
-        self.diagnostics: list[tuple] = []
-        self.counts = StepCounts()
-        self.evaluations = 0
-
-    def record(self, t: float, coefficients: np.ndarray) -> None:
-        solver = self.solver
-        rho = solver.grid.synthesise(coefficients)
-        tail = solver.spectral_tail(coefficients)
-        # Negative values beyond round-off mean the truncated series no longer represents rho.
-        negative = rho.min() < -1e-8 * rho.max()
-        resolved = tail < solver.tail_threshold and not negative
-        reason = (f"the top 10% of degrees hold {tail:.2g} of the spectral energy (> {solver.tail_threshold:g})"
-                  if tail >= solver.tail_threshold else f"the density is negative ({rho.min():.3g})")
-        self.monitor.record(t, resolved, reason)
-        self.frames.append(rho)
-        self.diagnostics.append((solver.grid.mass(coefficients), solver.energy(coefficients),
-                                 solver.lyapunov(coefficients), rho.min(), tail, resolved))
-
-    def dataset(self, evaluations: int) -> xr.Dataset:
-        solver = self.solver
-        mass, energy, functional, minimum, tail, resolved = map(np.array, zip(*self.diagnostics))
-        ds = xr.Dataset(
-            {"rho": (("time", "colatitude", "longitude"), np.array(self.frames)),
-             "mass": ("time", mass),
-             "energy": ("time", energy, {"note": "exp(-beta) E" if solver.energy_scaled else "E"}),
-             "lyapunov": ("time", functional, {"long_name": "free energy F (or -cE); NaN where none is known"}),
-             "min_density": ("time", minimum),
-             "spectral_tail": ("time", tail, {"long_name": "spectral energy fraction in the top 10% of degrees"}),
-             "resolved": ("time", resolved)},
-            coords={"time": self.times[:len(self.frames)], "colatitude": solver.grid.colatitude,
-                    "longitude": solver.grid.longitude})
-        settings = {"solver": "SphereSpectral", "lmax": solver.lmax, "rtol": solver.rtol,
-                    "grid": list(solver.grid.shape), "rhs_evaluations": evaluations, **self.counts.as_dict()}
-        ds.attrs.update(kind="pde", geometry="S^2", **solver_attrs(solver.model, settings))
-        ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
-        return ds
-
-    def collapse(self, t: float, reason: str):
-        raise StepSizeCollapse(f"SphereSpectral stopped at t={t:.6g}: {reason}", time=t,
-                               partial=self.dataset(-1))

@@ -193,9 +193,9 @@ def test_array_initial_density_is_normalized():
     np.testing.assert_allclose(ds.rho.values[0], 1 / (2 * np.pi), rtol=1e-15)
 
 
-@pytest.mark.parametrize("cells", [0, -4, 2.5, "64"])
-def test_bad_cell_count(cells):
-    with pytest.raises(ValueError, match="cells"):
+@pytest.mark.parametrize("cells, error", [(0, ValueError), (-4, ValueError), (2.5, TypeError), ("64", TypeError)])
+def test_bad_cell_count(cells, error):
+    with pytest.raises(error, match="cells"):
         CircleFV(mf.SelfAttention(1.0), cells=cells)
 
 

@@ -6,7 +6,7 @@ import sys
 import pytest
 import xarray as xr
 
-from validation.cli import main
+from validation.app.cli import main
 
 
 def test_validate_writes_report_data_and_figures(tmp_path):
@@ -28,7 +28,7 @@ def test_validate_writes_report_data_and_figures(tmp_path):
     (["validate", "--sizes", "a,b"], "integers"),
 ])
 def test_bad_validate_arguments_exit_2(arguments, message, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "validation.cli", *arguments, "--output", str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "validation.app.cli", *arguments, "--output", str(tmp_path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert message in result.stderr

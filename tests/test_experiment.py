@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from validation.config import ConfigError, check_config, load_config
-from validation.experiment import run_experiment
+from validation.app import ConfigError, check_config, load_config
+from validation.app.experiment import run_experiment
 
 EXAMPLES = sorted(p for p in Path(__file__).parent.parent.joinpath("examples").glob("*.toml")
                   if "[sweep]" not in p.read_text())  # sweep configs: tests/test_sweep.py
 
 
 def meanfield(*arguments, **kwargs):
-    return subprocess.run([sys.executable, "-m", "validation.cli", *map(str, arguments)],
+    return subprocess.run([sys.executable, "-m", "validation.app.cli", *map(str, arguments)],
                           capture_output=True, text=True, timeout=300, **kwargs)
 
 
@@ -84,7 +84,7 @@ def test_kill_and_resume_gives_the_uninterrupted_result(kind, method, diffusion,
     assert meanfield("run", reference, "--quiet").returncode in (0, 3)
     killed = tmp_path / "killed.toml"
     write_config(killed, RESUMABLE.format(output=tmp_path / "killed", kind=kind, method=method, diffusion=diffusion))
-    process = subprocess.Popen([sys.executable, "-m", "validation.cli", "run", str(killed), "--quiet"],
+    process = subprocess.Popen([sys.executable, "-m", "validation.app.cli", "run", str(killed), "--quiet"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     checkpoint = tmp_path / "killed" / "checkpoint.nc"
     deadline = time.time() + 120

@@ -2,6 +2,8 @@
 
 import tracemalloc
 
+import json
+
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
@@ -33,7 +35,7 @@ def test_time_rescaled_usa_follows_rescaled_ode():
                                orthogonal_token_inner_product(model, 3, times), atol=1e-8)
 
 
-@pytest.mark.parametrize("method", ["fixed", "adaptive"])
+@pytest.mark.parametrize("method", ["rk4", "dop853"])
 @pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
 @pytest.mark.parametrize("value", [1.0, -1.0], ids=["attractive", "repulsive"])
 def test_energy_is_monotone_and_points_stay_on_the_sphere(method, normalized, value, rng):
@@ -44,10 +46,10 @@ def test_energy_is_monotone_and_points_stay_on_the_sphere(method, normalized, va
     energy = ds.energy.values
     increments = value * np.diff(energy, axis=-1)
     # Round-off of an n^2-term sum in the fixed mode; the global integration error in the adaptive one.
-    slack = (1e-13 if method == "fixed" else 10 * rtol) * np.abs(energy).max()
+    slack = (1e-13 if method == "rk4" else 10 * rtol) * np.abs(energy).max()
     assert increments.min() >= -slack
     assert increments.max() > 1e3 * slack  # the run actually moved
-    assert ds.norm_error.max() <= (1e-12 if method == "fixed" else 10 * rtol)
+    assert ds.norm_error.max() <= (1e-12 if method == "rk4" else 10 * rtol)
 
 
 def test_beta_zero_on_the_circle_is_the_kuramoto_model(rng):
@@ -116,7 +118,7 @@ def test_dataset_contract(rng):
     assert ds.x.dims == ("time", "particle", "component")
     assert ds.energy.dims == ("time",)
     assert mf.model_from_dict(ds.attrs["model"]).to_dict() == model.to_dict()
-    batched = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng, batch=2), [0.0, 1.0], method="fixed")
+    batched = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng, batch=2), [0.0, 1.0], method="rk4")
     assert batched.x.dims == ("system", "time", "particle", "component")
 
 
@@ -124,7 +126,7 @@ def test_dataset_contract(rng):
     (dict(times=[0.0, 1.0, 0.5]), "times"),
     (dict(times=[0.0, np.nan]), "times"),
     (dict(method="midpoint"), "method"),
-    (dict(dt=-0.1, method="fixed"), "dt"),
+    (dict(dt=-0.1, method="rk4"), "dt"),
     (dict(rtol=0.0), "rtol"),
 ])
 def test_bad_simulation_arguments(kwargs, argument, rng):
@@ -134,10 +136,23 @@ def test_bad_simulation_arguments(kwargs, argument, rng):
         mf.simulate_particles(mf.SelfAttention(1.0), mf.sample_uniform(4, 3, rng), **arguments)
 
 
-def test_adaptive_with_diffusion_is_refused(rng):
-    with pytest.raises(ValueError, match="method='fixed'"):
+@pytest.mark.parametrize("method", ["dop853", "rk4"])
+def test_ode_schemes_with_diffusion_are_refused(method, rng):
+    with pytest.raises(ValueError, match=f"method='{method}' integrates the ODE.*method='euler'"):
         mf.simulate_particles(mf.SelfAttention(1.0, diffusion=0.1), mf.sample_uniform(4, 3, rng),
-                              [0, 1], method="adaptive")
+                              [0, 1], method=method)
+
+
+@pytest.mark.parametrize("old, new, diffusion", [("adaptive", "dop853", 0.0), ("fixed", "rk4", 0.0),
+                                                 ("fixed", "euler", 0.2)])
+def test_old_method_names_warn_and_run_the_scheme_they_meant(old, new, diffusion, rng):
+    model = mf.SelfAttention(2.0, diffusion=diffusion)
+    x0 = mf.sample_uniform(6, 3, rng)
+    with pytest.warns(DeprecationWarning, match=f"method='{new}'"):
+        before = mf.simulate_particles(model, x0, [0.0, 0.5], method=old, rng=3)
+    after = mf.simulate_particles(model, x0, [0.0, 0.5], method=new, rng=3)
+    np.testing.assert_array_equal(before.x.values, after.x.values)
+    assert json.loads(before.attrs["settings"])["method"] == new
 
 
 def test_off_sphere_initial_points_are_refused():
@@ -145,7 +160,7 @@ def test_off_sphere_initial_points_are_refused():
         mf.simulate_particles(mf.SelfAttention(1.0), np.ones((4, 3)), [0, 1])
 
 
-@pytest.mark.parametrize("method, order", [("euler", 1), ("fixed", 4)], ids=["euler", "rk4"])
+@pytest.mark.parametrize("method, order", [("euler", 1), ("rk4", 4)], ids=["euler", "rk4"])
 def test_fixed_step_schemes_converge_at_their_order(method, order):
     model = mf.SelfAttention(2.0)
     times = np.array([0.0, 2.0])
@@ -157,8 +172,8 @@ def test_fixed_step_schemes_converge_at_their_order(method, order):
     assert measured >= order - 0.2
 
 
-@pytest.mark.parametrize("diffusion", [0.0, 0.2], ids=["ode", "sde"])
-@pytest.mark.parametrize("method", ["euler", "fixed"])
+@pytest.mark.parametrize("method, diffusion", [("euler", 0.0), ("rk4", 0.0), ("euler", 0.2)],
+                         ids=["ode-euler", "ode-rk4", "sde-euler"])
 def test_observations_are_those_of_the_full_simulation(method, diffusion, rng):
     model = mf.SelfAttention(3.0, diffusion=diffusion)
     x0 = mf.sample_uniform(10, 3, rng, batch=4)

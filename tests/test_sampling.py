@@ -22,14 +22,14 @@ def test_uniform_points_are_unit_and_centred(rng):
 
 def test_circle_density_callable_by_rejection(rng):
     # rho ∝ 1 + 0.5 cos(th) has E[cos th] = 0.25 and E[sin th] = 0.
-    x = mf.sample_circle(lambda th: 1 + 0.5 * np.cos(th), 40000, rng)
+    x = mf.sample_circle(40000, lambda th: 1 + 0.5 * np.cos(th), rng)
     assert_mean_within_error(x[:, 0], 0.25)
     assert_mean_within_error(x[:, 1], 0.0)
 
 
 def test_circle_density_on_cells_is_piecewise_constant(rng):
     cells = np.array([0.0, 3.0, 0.0, 1.0])
-    theta = mf.circle_angles(mf.sample_circle(cells, 20000, rng))
+    theta = mf.circle_angles(mf.sample_circle(20000, cells, rng))
     cell = np.floor(theta / (np.pi / 2)).astype(int)
     assert set(np.unique(cell)) == {1, 3}
     assert_mean_within_error((cell == 1).astype(float), 0.75)
@@ -38,7 +38,7 @@ def test_circle_density_on_cells_is_piecewise_constant(rng):
 @pytest.mark.parametrize("d, kappa", [(3, 0.5), (3, 40.0), (2, 3.0), (5, 2.0)])
 def test_von_mises_fisher_mean_resultant(d, kappa, rng):
     mean = np.arange(1.0, d + 1)
-    x = mf.sample_von_mises_fisher(mean, kappa, 40000, rng)
+    x = mf.sample_von_mises_fisher(40000, mean, kappa, rng)
     mu = mean / np.linalg.norm(mean)
     exact = iv(d / 2, kappa) / iv(d / 2 - 1, kappa)  # A_d(kappa) = E <mu, x>
     assert_mean_within_error(x @ mu, exact)
@@ -47,14 +47,14 @@ def test_von_mises_fisher_mean_resultant(d, kappa, rng):
 
 def test_sphere_density_by_rejection(rng):
     # rho ∝ 1 + z on S^2: E[z] = 1/3.
-    x = mf.sample_sphere(lambda p: 1 + p[:, 2], 40000, 3, rng)
+    x = mf.sample_sphere(40000, lambda p: 1 + p[:, 2], 3, rng)
     assert_mean_within_error(x[:, 2], 1 / 3)
 
 
 def test_rejection_envelope_recovers_from_a_missed_peak(rng):
     # A narrow spike the probe grid misses: the envelope must grow and the law stay exact.
     spike = lambda th: 1 + 500.0 * (np.abs(th - 1.0001) < 1e-3)  # noqa: E731
-    theta = mf.circle_angles(mf.sample_circle(spike, 20000, rng))
+    theta = mf.circle_angles(mf.sample_circle(20000, spike, rng))
     mass_in_spike = 500 * 2e-3 / (2 * np.pi + 500 * 2e-3)
     assert_mean_within_error((np.abs(theta - 1.0001) < 1e-3).astype(float), mass_in_spike)
 
@@ -62,11 +62,29 @@ def test_rejection_envelope_recovers_from_a_missed_peak(rng):
 @pytest.mark.parametrize("call, argument", [
     (lambda: mf.sample_uniform(0, 3), "n"),
     (lambda: mf.sample_uniform(5, 1), "d"),
-    (lambda: mf.sample_von_mises_fisher([0, 0, 0], 1.0, 5), "mean"),
-    (lambda: mf.sample_von_mises_fisher([0, 0, 1], -1.0, 5), "kappa"),
-    (lambda: mf.sample_circle(np.array([1.0, -1.0]), 5), "density"),
-    (lambda: mf.sample_circle(lambda th: np.zeros_like(th), 5), "no mass"),
+    (lambda: mf.sample_von_mises_fisher(5, [0, 0, 0], 1.0), "mean"),
+    (lambda: mf.sample_von_mises_fisher(5, [0, 0, 1], -1.0), "kappa"),
+    (lambda: mf.sample_circle(5, np.array([1.0, -1.0])), "density"),
+    (lambda: mf.sample_circle(5, lambda th: np.zeros_like(th)), "no mass"),
 ])
 def test_bad_sampling_arguments(call, argument):
     with pytest.raises(ValueError, match=argument):
         call()
+
+
+@pytest.mark.parametrize("old, new", [
+    (lambda: mf.sample_circle(lambda th: 1 + np.cos(th), 50, 3), lambda: mf.sample_circle(50, lambda th: 1 + np.cos(th), 3)),
+    (lambda: mf.sample_sphere(lambda p: 1 + p[:, 2], 50, 3, 3), lambda: mf.sample_sphere(50, lambda p: 1 + p[:, 2], 3, 3)),
+    (lambda: mf.sample_von_mises_fisher([0, 0, 1], 4.0, 50, 3), lambda: mf.sample_von_mises_fisher(50, [0, 0, 1], 4.0, 3)),
+], ids=["circle", "sphere", "von-mises-fisher"])
+def test_the_old_argument_order_warns_and_draws_the_same_points(old, new):
+    with pytest.warns(DeprecationWarning, match="number of points first"):
+        before = old()
+    np.testing.assert_array_equal(before, new())
+
+
+def test_rng_must_be_a_seed_a_generator_or_none():
+    with pytest.raises(TypeError, match="rng"):
+        mf.sample_uniform(3, 2, rng=1.5)
+    with pytest.raises(TypeError, match="rng"):
+        mf.sample_uniform(3, 2, rng=-1)

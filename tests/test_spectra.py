@@ -70,7 +70,18 @@ def test_sphere_area():
 def test_bad_spectrum_arguments():
     with pytest.raises(ValueError, match="beta"):
         mf.attention_spectrum(-1.0, 3, 3)
-    with pytest.raises(ValueError, match="lmax"):
+    with pytest.raises(TypeError, match="max_degree"):
         mf.attention_spectrum(1.0, 2.5, 3)
+    with pytest.raises(ValueError, match="max_degree"):
+        mf.attention_spectrum(1.0, -1, 3)
     with pytest.raises(ValueError, match="d"):
         mf.attention_spectrum(1.0, 3, 1)
+
+
+def test_the_old_keyword_lmax_warns_and_means_max_degree():
+    model = mf.SelfAttention(2.0, normalized=False)
+    with pytest.warns(DeprecationWarning, match="max_degree"):
+        old = model.potential_spectrum(lmax=5, d=2)
+    np.testing.assert_array_equal(old, model.potential_spectrum(max_degree=5, d=2))
+    with pytest.raises(TypeError, match="both"):
+        mf.attention_spectrum(1.0, lmax=3, max_degree=3, d=2)

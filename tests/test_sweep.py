@@ -14,11 +14,11 @@ import xarray as xr
 import meanfield as mf
 from solvers import CircleFV
 from validation import orthogonal_token_clustering_time, orthogonal_token_inner_product
-from validation.cli import main
-from validation.config import ConfigError
-from validation.sweep import plan_tasks, run_point, run_sweep
-from validation.config import tomllib
-from validation.sweep_config import check_sweep_config, load_sweep_config
+from validation.app.cli import main
+from validation.app import ConfigError
+from validation.app.sweep import plan_tasks, run_point, run_sweep
+from validation.app.config import tomllib
+from validation.app.sweep_config import check_sweep_config, load_sweep_config
 
 PARTICLE_SWEEP = """
 output = "{output}"
@@ -72,7 +72,7 @@ def test_point_observables_are_those_of_the_seeded_systems(tmp_path):
     model = mf.SelfAttention(0.5)
     x0 = np.concatenate([mf.sample_uniform(8, 2, np.random.default_rng([0, c]), batch=size)
                          for c, size in enumerate((16, 16, 8))])
-    x = mf.simulate_particles(model, x0, np.linspace(0, 2, 21), method="fixed", dt=0.1).x.values
+    x = mf.simulate_particles(model, x0, np.linspace(0, 2, 21), method="rk4", dt=0.1).x.values
     inner = np.einsum("stk,stk->st", x[:, :, 0], x[:, :, 1])
     point = run_point(sweep, config)
     np.testing.assert_allclose(point["inner_product"], inner.mean(axis=0), rtol=1e-13, atol=1e-15)
@@ -219,7 +219,7 @@ def test_the_phase_diagram_example_in_a_tiny_version_matches_known_probabilities
 def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeypatch):
     from dask.distributed import LocalCluster
 
-    import validation.sweep as sweep_module
+    import validation.app.sweep as sweep_module
 
     def fails_at_beta_4(task):
         if task.config["model"]["beta"] == 4.0:

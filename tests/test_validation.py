@@ -94,7 +94,7 @@ def test_mmd_between_two_pde_runs_matches_the_closed_form():
 
 def test_mmd_between_particle_sets_matches_direct_kernel_sum(rng):
     smoothing = 0.05
-    x, y = mf.sample_uniform(30, 3, rng), mf.sample_von_mises_fisher([0, 0, 1], 2.0, 25, rng)
+    x, y = mf.sample_uniform(30, 3, rng), mf.sample_von_mises_fisher(25, [0, 0, 1], 2.0, rng)
     lmax = mmd_degree(smoothing)
     degrees = np.arange(lmax + 1)
     a = np.exp(-smoothing * degrees * (degrees + 1)) * (2 * degrees + 1) / (4 * np.pi)
@@ -110,7 +110,7 @@ def test_mmd_between_particle_sets_matches_direct_kernel_sum(rng):
 
 def test_mmd_between_density_and_its_particles_shrinks_like_root_n(rng):
     ds = SphereSpectral(MODEL, lmax=31).solve(lambda p: np.exp(p[..., 0]), [0.0])
-    values = {n: np.mean([distance(ds, particles(mf.sample_sphere(lambda p: np.exp(p[:, 0]), n, 3, rng))).values[0]
+    values = {n: np.mean([distance(ds, particles(mf.sample_sphere(n, lambda p: np.exp(p[:, 0]), 3, rng))).values[0]
                           for _ in range(6)]) for n in (100, 1600)}
     # n^{-1/2} predicts 0.25. One MMD sample spreads by ~12 % (measured over 40 seeds), a mean of 6
     # by ~5 %, the ratio of two such means by ~7 %: 0.2 is about 3 of those.
@@ -159,8 +159,8 @@ def test_particles_and_pde_agree_on_an_unstable_mode():
     theta = pde.theta.values
     pde_mode = pde.rho.values @ np.cos(k * theta) * (2 * np.pi / theta.size)
     generator = np.random.default_rng(5)
-    x0 = np.stack([mf.sample_circle(rho0, n, generator) for _ in range(systems)])
-    run = mf.simulate_particles(model, x0, [0.0, t_end], method="fixed", dt=0.05)
+    x0 = np.stack([mf.sample_circle(n, rho0, generator) for _ in range(systems)])
+    run = mf.simulate_particles(model, x0, [0.0, t_end], method="rk4", dt=0.05)
     modes = np.cos(k * mf.circle_angles(run.x.values)).mean(axis=-1)  # (system, time)
     standard_error = modes.std(axis=0, ddof=1) / np.sqrt(systems)
     assert pde_mode[1] > 1.8 * pde_mode[0]  # the mode is linearly unstable and grew
@@ -170,7 +170,7 @@ def test_particles_and_pde_agree_on_an_unstable_mode():
 @pytest.mark.slow
 @pytest.mark.parametrize("geometry", ["circle", "sphere"])
 def test_default_study_rate_contains_minus_one_half(geometry):
-    from validation.validate import default_specs
+    from validation.app.validate import default_specs
     spec = default_specs()[geometry]
     study = mean_field_convergence(spec.model, spec.rho0, geometry=geometry, sizes=spec.sizes, seeds=spec.seeds,
                                    times=spec.times, settings=spec.settings, progress=False)
@@ -188,8 +188,8 @@ def test_cluster_statistics_of_particles_on_both_geometries(rng):
     summary = cluster_statistics(particles(circle))
     np.testing.assert_allclose(summary.masses, [0.5, 0.3, 0.2])
     assert summary.count == 3
-    sphere = np.concatenate([mf.sample_von_mises_fisher([0, 0, 1], 2000.0, 30, rng),
-                             mf.sample_von_mises_fisher([1, 0, 0], 2000.0, 10, rng)])
+    sphere = np.concatenate([mf.sample_von_mises_fisher(30, [0, 0, 1], 2000.0, rng),
+                             mf.sample_von_mises_fisher(10, [1, 0, 0], 2000.0, rng)])
     summary = cluster_statistics(particles(sphere))
     np.testing.assert_allclose(summary.masses, [0.75, 0.25])
     np.testing.assert_allclose(summary.positions, [[0, 0, 1], [1, 0, 0]], atol=0.02)

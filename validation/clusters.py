@@ -16,9 +16,10 @@ from scipy import ndimage
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.special import roots_legendre
 
+from meanfield.records import CIRCLE
 from meanfield.sphere import circle_angles, circle_points, normalize, sphere_points
 
-from .measures import geometry_of, is_particles
+from .measures import measure_geometry, is_particles
 
 #: Single linkage needs all pairwise distances: beyond this many particles on S^2 it is refused.
 MAX_LINKAGE_PARTICLES = 5000
@@ -39,14 +40,14 @@ class ClusterSummary:
 def cluster_statistics(ds: xr.Dataset, time_index: int = -1, *, separation: float = 0.2,
                        level: float = 2.0) -> ClusterSummary:
     """Number, masses and positions of the clusters of ``ds`` at ``time_index``."""
-    geometry = geometry_of(ds, "ds")
+    geometry = measure_geometry(ds, "ds")
     if is_particles(ds):
         x = ds["x"].values[time_index]
-        labels = _circle_particle_labels(x, separation) if geometry == "circle" else _sphere_particle_labels(x, separation)
+        labels = _circle_particle_labels(x, separation) if geometry == CIRCLE else _sphere_particle_labels(x, separation)
         weights = np.full(x.shape[0], 1.0 / x.shape[0])
         return _summarize(x, weights, labels)
     rho = ds["rho"].values[time_index]
-    if geometry == "circle":
+    if geometry == CIRCLE:
         theta = ds["theta"].values
         width = 2 * np.pi / theta.size
         labels = _periodic_labels(rho > level / (2 * np.pi), axis_wraps=(True,))
@@ -60,10 +61,10 @@ def cluster_statistics(ds: xr.Dataset, time_index: int = -1, *, separation: floa
 
 def order_parameter(ds: xr.Dataset) -> xr.DataArray:
     r""":math:`|\int x\, d\mu_t|` at every output time."""
-    geometry = geometry_of(ds, "ds")
+    geometry = measure_geometry(ds, "ds")
     if is_particles(ds):
         values = np.linalg.norm(ds["x"].values.mean(axis=-2), axis=-1)
-    elif geometry == "circle":
+    elif geometry == CIRCLE:
         theta = ds["theta"].values
         width = 2 * np.pi / theta.size
         # Cell averages of e^{i theta} are sinc(h/2) e^{i theta_j}: dividing by it recovers the first

@@ -10,7 +10,6 @@ over seeds.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from typing import Callable
@@ -20,12 +19,13 @@ import xarray as xr
 
 import meanfield as mf
 from meanfield.checks import check_int, check_real, check_times
-from meanfield.particles import package_version
+from meanfield.sampling import reproducible_seed
+from meanfield.records import CIRCLE, SPHERE, STUDY, record_attrs
 from solvers import CircleFV, SphereSpectral
 
-from .distances import distance
+from .distances import distance, distance_description
 
-GEOMETRY_DIMENSION = {"circle": 2, "sphere": 3}
+GEOMETRIES = (CIRCLE, SPHERE)
 
 
 class PDEErrorWarning(RuntimeWarning):
@@ -45,7 +45,7 @@ class StudySettings:
 
 def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", sizes=(64, 128, 256, 512, 1024),
                            seeds: int = 8, times=(0.0, 1.0, 2.0), settings: StudySettings | None = None,
-                           rng: int = 0, progress: bool | None = None) -> xr.Dataset:
+                           rng: int | np.random.Generator | None = 0, progress: bool | None = None) -> xr.Dataset:
     r"""Measure how fast the particle system approaches its mean-field limit.
 
     Parameters
@@ -62,8 +62,10 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     times : sequence of float
         Output times, starting at the initial time.
     settings : StudySettings, optional
-    rng : int
-        Base seed; seed ``s`` of size ``n`` uses a generator derived from ``(rng, n, s)``.
+    rng : int, numpy.random.Generator or None
+        Base seed (or a generator to draw it from, or None for fresh entropy); seed ``s`` of
+        size ``n`` uses a generator derived from ``(seed, n, s)``. The base seed is recorded
+        in ``attrs["settings"]["rng"]``: passing it as ``rng`` repeats the study.
 
     Returns
     -------
@@ -75,8 +77,8 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
         ``energy_particles`` (size, time, mean over seeds); for figures, ``pde_rho`` (the PDE
         density) and ``particles_x`` (seed 0 of the largest size).
     """
-    if geometry not in GEOMETRY_DIMENSION:
-        raise ValueError(f"geometry must be one of {tuple(GEOMETRY_DIMENSION)}, got {geometry!r}")
+    if geometry not in GEOMETRIES:
+        raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
     sizes = sorted({check_int(n, "sizes", minimum=2) for n in np.atleast_1d(sizes).tolist()})
     if len(sizes) < 2:
         raise ValueError(f"sizes must hold at least two distinct particle counts >= 2, got {sizes}")
@@ -85,22 +87,24 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     settings = settings or StudySettings()
     check_real(settings.particle_dt, "particle_dt", minimum=0.0, strictly=True)
 
+    seed = reproducible_seed(rng)
+    scheme = "euler" if model.diffusion > 0 else "rk4"
     pde, pde_coarse = _solve_pde(model, rho0, geometry, times, settings, progress)
     pde_error = distance(pde, pde_coarse).values
 
     distances = np.empty((len(sizes), seeds, times.size))
     particle_energy = np.empty((len(sizes), times.size))
     for i, n in enumerate(sizes):
-        x0 = np.stack([_sample(rho0, geometry, n, np.random.default_rng([rng, n, s])) for s in range(seeds)])
-        run = mf.simulate_particles(model, x0, times, method="fixed", dt=settings.particle_dt,
-                                    rng=np.random.default_rng([rng, n, seeds]), progress=progress)
+        x0 = np.stack([_sample(rho0, geometry, n, np.random.default_rng([seed, n, s])) for s in range(seeds)])
+        run = mf.simulate_particles(model, x0, times, method=scheme, dt=settings.particle_dt,
+                                    rng=np.random.default_rng([seed, n, seeds]), progress=progress)
         particle_energy[i] = run.energy.values.mean(axis=0)
         for s in range(seeds):
             distances[i, s] = distance(run.isel(system=s), pde).values
         sample_run = run.x.values[0]
 
     rate, low, high = fit_rates(np.array(sizes), distances, settings.bootstrap, settings.confidence,
-                                np.random.default_rng([rng, 7]))
+                                np.random.default_rng([seed, 7]))
     smallest = distances[-1].mean(axis=0)
     floor_reached = pde_error > 0.1 * smallest
     if np.any(floor_reached[1:]):
@@ -121,15 +125,13 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
          "particles_x": (("time", "particle", "component"), sample_run)},
         coords={"size": sizes, "seed": np.arange(seeds), "time": times,
                 **{name: pde[name].values for name in pde.rho.dims[1:]}})
-    ds.attrs.update(geometry=geometry, model=json.dumps(model.to_dict()), version=package_version(),
-                    settings=json.dumps({**settings.__dict__, "seeds": seeds, "rng": rng}),
-                    distance=("W1 (exact)" if geometry == "circle" else "MMD, heat kernel s=0.05"),
-                    confidence=settings.confidence, expected_rate=-0.5)
+    ds.attrs.update(record_attrs(STUDY, geometry, model, {**settings.__dict__, "seeds": seeds, "rng": seed}))
+    ds.attrs.update(distance=distance_description(geometry)[1], confidence=settings.confidence, expected_rate=-0.5)
     return ds
 
 
 def _solve_pde(model, rho0, geometry, times, settings, progress):
-    if geometry == "circle":
+    if geometry == CIRCLE:
         fine = CircleFV(model, cells=settings.cells).solve(rho0, times, progress=progress)
         coarse = CircleFV(model, cells=settings.cells // 2).solve(rho0, times, progress=False)
     else:
@@ -139,9 +141,9 @@ def _solve_pde(model, rho0, geometry, times, settings, progress):
 
 
 def _sample(rho0, geometry: str, n: int, generator: np.random.Generator) -> np.ndarray:
-    if geometry == "circle":
-        return mf.sample_circle(rho0, n, generator)
-    return mf.sample_sphere(rho0, n, 3, generator)
+    if geometry == CIRCLE:
+        return mf.sample_circle(n, rho0, generator)
+    return mf.sample_sphere(n, rho0, 3, generator)
 
 
 def fit_rates(sizes: np.ndarray, distances: np.ndarray, resamples: int, confidence: float,

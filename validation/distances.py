@@ -9,8 +9,9 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from .measures import (circle_breakpoints, circle_cdf, coefficient_degrees, geometry_of,
-                       harmonic_coefficients, model_description)
+from meanfield.records import CIRCLE, dataset_model
+
+from .measures import circle_breakpoints, circle_cdf, coefficient_degrees, harmonic_coefficients, measure_geometry
 
 #: Smoothing of the default MMD kernel, :math:`a_l = e^{-s\,l(l+1)}` (the heat kernel at time s).
 DEFAULT_SMOOTHING = 0.05
@@ -125,20 +126,26 @@ def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_S
     ValueError
         If the datasets differ in geometry, model or output times.
     """
-    geometry = geometry_of(ds_a, "ds_a")
-    if geometry_of(ds_b, "ds_b") != geometry:
-        raise ValueError(f"ds_a and ds_b have different geometries: {geometry!r} and {ds_b.attrs['geometry']!r}")
-    if model_description(ds_a) != model_description(ds_b):
+    geometry, geometry_b = measure_geometry(ds_a, "ds_a"), measure_geometry(ds_b, "ds_b")
+    if geometry_b != geometry:
+        raise ValueError(f"ds_a and ds_b have different geometries: {geometry!r} and {geometry_b!r}")
+    if dataset_model(ds_a) != dataset_model(ds_b):
         raise ValueError("ds_a and ds_b were run with different models: "
                          f"{ds_a.attrs.get('model')} vs {ds_b.attrs.get('model')}")
     times_a, times_b = ds_a["time"].values, ds_b["time"].values
     if times_a.shape != times_b.shape or not np.allclose(times_a, times_b, rtol=1e-12, atol=1e-12):
         raise ValueError(f"ds_a and ds_b must have the same output times, got {times_a} and {times_b}")
-    if geometry == "circle":
+    if geometry == CIRCLE:
         values = [circle_w1(ds_a, k, ds_b, k) for k in range(times_a.size)]
-        name, long_name = "w1", "Wasserstein-1 distance on the circle"
     else:
         values = [sphere_mmd(ds_a, k, ds_b, k, smoothing=smoothing) for k in range(times_a.size)]
-        name, long_name = "mmd", f"MMD with the heat kernel at s={smoothing}"
+    name, long_name = distance_description(geometry, smoothing)
     return xr.DataArray(np.array(values), coords={"time": times_a}, dims=("time",), name=name,
                         attrs={"long_name": long_name})
+
+
+def distance_description(geometry: str, smoothing: float = DEFAULT_SMOOTHING) -> tuple[str, str]:
+    """``(name, long_name)`` of the distance :func:`distance` measures on ``geometry``."""
+    if geometry == CIRCLE:
+        return "w1", "Wasserstein-1 distance on the circle (exact)"
+    return "mmd", f"MMD with the heat kernel at s={smoothing:g}"

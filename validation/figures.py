@@ -1,25 +1,35 @@
-"""Figures of a mean-field convergence study (PNG, no screen needed)."""
+"""Figures of a mean-field convergence study (PNG files).
+
+Drawn on :class:`matplotlib.figure.Figure` objects, not through pyplot: writing a figure
+needs no screen, and importing this module leaves the caller's backend (a notebook's) alone.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+import xarray as xr
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import xarray as xr  # noqa: E402
+from meanfield.records import CIRCLE, dataset_geometry
+from meanfield.sphere import circle_angles
 
-from meanfield.sphere import circle_angles  # noqa: E402
+
+def subplots(rows: int = 1, columns: int = 1, *, figsize: tuple[float, float], squeeze: bool = True,
+             subplot_kw: dict | None = None):
+    """``(figure, axes)`` like :func:`matplotlib.pyplot.subplots`, outside pyplot (no backend, no state)."""
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.subplots(rows, columns, squeeze=squeeze, subplot_kw=subplot_kw)
 
 
 def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
     """PDE density against the particles (largest size, seed 0) at up to ``columns`` times."""
     picks = np.unique(np.linspace(0, study.time.size - 1, min(columns, study.time.size)).round().astype(int))
     n = study.particles_x.sizes["particle"]
-    if study.attrs["geometry"] == "circle":
-        fig, axes = plt.subplots(1, picks.size, figsize=(3.6 * picks.size, 3.2), constrained_layout=True,
+    if dataset_geometry(study) == CIRCLE:
+        fig, axes = subplots(1, picks.size, figsize=(3.6 * picks.size, 3.2),
                                  squeeze=False)
         theta = study.theta.values
         for ax, k in zip(axes[0], picks):
@@ -30,7 +40,7 @@ def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
         axes[0, 0].set_ylabel("density")
         axes[0, 0].legend(fontsize=8)
     else:
-        fig, axes = plt.subplots(1, picks.size, figsize=(4.2 * picks.size, 2.8), constrained_layout=True,
+        fig, axes = subplots(1, picks.size, figsize=(4.2 * picks.size, 2.8),
                                  squeeze=False, subplot_kw={"projection": "mollweide"})
         longitude = np.where(study.longitude.values > np.pi, study.longitude.values - 2 * np.pi,
                              study.longitude.values)
@@ -44,15 +54,14 @@ def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
             ax.set_title(f"t = {study.time.values[k]:g}")
             ax.set_xticklabels([])
             fig.colorbar(mesh, ax=ax, orientation="horizontal", fraction=0.05, pad=0.05)
-    fig.suptitle(f"{study.attrs['geometry']}: PDE density and particles (n = {n})")
+    fig.suptitle(f"{dataset_geometry(study)}: PDE density and particles (n = {n})")
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def rate_plot(study: xr.Dataset, path: Path) -> Path:
     """Distance against n on log axes per time, with the fitted slope and its interval."""
-    fig, ax = plt.subplots(figsize=(5.5, 4.2), constrained_layout=True)
+    fig, ax = subplots(figsize=(5.5, 4.2))
     sizes = study["size"].values
     for k, t in enumerate(study.time.values):
         mean = study.mean_distance.values[:, k]
@@ -64,24 +73,23 @@ def rate_plot(study: xr.Dataset, path: Path) -> Path:
         ax.loglog(sizes, fit, "-", color=f"C{k}", lw=1)
     ax.loglog(sizes, study.mean_distance.values[0, 0] * (sizes / sizes[0]) ** -0.5, "k--", lw=1, label="slope -1/2")
     ax.set(xlabel="particles n", ylabel=study.attrs["distance"],
-           title=f"{study.attrs['geometry']}: mean-field convergence")
+           title=f"{dataset_geometry(study)}: mean-field convergence")
     ax.legend(fontsize=7)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 
 def energy_plot(studies: dict[str, xr.Dataset], path: Path) -> Path:
     """Energy of the PDE and of the particles (mean over seeds, each size) against time."""
-    fig, axes = plt.subplots(1, len(studies), figsize=(5 * len(studies), 3.8), constrained_layout=True,
+    fig, axes = subplots(1, len(studies), figsize=(5 * len(studies), 3.8),
                              squeeze=False)
     for ax, (name, study) in zip(axes[0], studies.items()):
         for i, n in enumerate(study["size"].values):
-            ax.plot(study.time, study.energy_particles.values[i], color=plt.cm.Greys(0.3 + 0.7 * i / study.sizes["size"]),
+            shade = matplotlib.colormaps["Greys"](0.3 + 0.7 * i / study.sizes["size"])
+            ax.plot(study.time, study.energy_particles.values[i], color=shade,
                     label=f"particles n={n}")
         ax.plot(study.time, study.energy_pde, "C3", lw=2, label="PDE")
         ax.set(xlabel="time", ylabel="energy E", title=name)
         ax.legend(fontsize=7)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

@@ -1,43 +1,43 @@
 """Measures read from run datasets: particle clouds or gridded densities, per output time.
 
 A dataset from :func:`meanfield.simulate_particles` carries ``x`` (time, particle,
-component); one from a PDE solver carries ``rho`` on its grid. Both say their geometry
-in ``attrs["geometry"]``. Everything that compares measures goes through here.
+component); one from a PDE solver carries ``rho`` on its grid. Both say what they are
+through :mod:`meanfield.records`. Everything that compares measures goes through here.
 """
 
 from __future__ import annotations
 
-import json
 from functools import lru_cache
 
 import numpy as np
 import xarray as xr
 from scipy.special import sph_legendre_p_all
 
+from meanfield.records import CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry, dataset_kind, dataset_settings
 from meanfield.sphere import circle_angles
 from solvers.sphere_grid import SphereGrid
 
-GEOMETRIES = ("circle", "S^2")
+#: The geometries on which measures are compared.
+GEOMETRIES = (CIRCLE, SPHERE)
 
 
-def geometry_of(ds: xr.Dataset, name: str) -> str:
-    geometry = ds.attrs.get("geometry")
+def measure_geometry(ds: xr.Dataset, name: str) -> str:
+    """The geometry of a particle or PDE dataset holding one measure per time; errors name ``name``."""
+    try:
+        kind, geometry = dataset_kind(ds), dataset_geometry(ds)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
+    if kind not in (PARTICLES, PDE):
+        raise ValueError(f"{name} must be a particle or PDE dataset, got a {kind} dataset")
     if geometry not in GEOMETRIES:
-        raise ValueError(f"{name} must be a particle or PDE dataset on one of {GEOMETRIES}; "
-                         f"its attrs['geometry'] is {geometry!r}")
-    if "x" not in ds and "rho" not in ds:
-        raise ValueError(f"{name} has neither particles 'x' nor a density 'rho'")
-    if "x" in ds and "system" in ds["x"].dims:
+        raise ValueError(f"{name} must be a dataset on one of {GEOMETRIES}, got geometry {geometry!r}")
+    if kind == PARTICLES and "system" in ds["x"].dims:
         raise ValueError(f"{name} holds a batch of systems: select one with ds.isel(system=k)")
     return geometry
 
 
 def is_particles(ds: xr.Dataset) -> bool:
-    return "x" in ds
-
-
-def model_description(ds: xr.Dataset) -> dict:
-    return json.loads(ds.attrs.get("model", "{}"))
+    return dataset_kind(ds) == PARTICLES
 
 
 # ---------------------------------------------------------------------------- circle
@@ -85,7 +85,7 @@ def harmonic_coefficients(ds: xr.Dataset, time_index: int, lmax: int) -> tuple[n
         coefficients = np.concatenate(blocks)
     else:
         rho = ds["rho"].values[time_index]
-        source_lmax = int(json.loads(ds.attrs["settings"])["lmax"])
+        source_lmax = int(dataset_settings(ds)["lmax"])
         if source_lmax < lmax:
             raise ValueError(f"the PDE dataset has lmax={source_lmax} < {lmax} needed by the distance")
         grid = _grid(source_lmax)

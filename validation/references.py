@@ -30,7 +30,7 @@ def growth_rate(model, degree: int, d: int) -> float:
     eigen = degree * (degree + d - 2)
     if eigen == 0:
         return 0.0
-    if getattr(model, "normalized", False) and model.beta > 0:
+    if not model.velocity_is_linear:
         spectrum = model.kernel_spectrum(degree, d)
         drive = model.value_sign * spectrum[degree] / (model.beta * spectrum[0])
     else:
@@ -119,7 +119,7 @@ def circle_stationary_density(model, cells: int, start: np.ndarray, *, tol: floa
         raise ValueError(f"a stationary state with diffusion needs diffusion > 0, got {diffusion!r}")
     cells = check_int(cells, "cells", minimum=8)
     kmax = cells // 2
-    nonlinear = getattr(model, "normalized", False) and model.beta > 0
+    nonlinear = not model.velocity_is_linear
     symbol = model.kernel_spectrum(kmax, 2) if nonlinear else model.potential_spectrum(kmax, 2)
     width = 2 * np.pi / cells
     rho = np.asarray(start, dtype=float)

@@ -1,0 +1,163 @@
+"""What both PDE solvers share: the solve loop, the run record, diagnostics and collapse.
+
+A solver supplies its numerics through a few methods (see :class:`GridSolver`); the
+scaffolding turns them into the same ``solve`` for both: input checks, the adaptive loop
+of :mod:`solvers.driver`, an observer that always receives the density on the grid, one
+diagnostic record per output time, the resolution warning, and a collapse that raises with
+everything computed so far.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NoReturn
+
+import numpy as np
+import xarray as xr
+
+from meanfield.checks import check_times
+from meanfield.errors import StepSizeCollapse
+from meanfield.records import PDE, record_attrs
+
+from .driver import Attempt, StepCounts, integrate
+from .resolution import ResolutionMonitor
+
+#: Attributes of the diagnostic variables a solver may report.
+DIAGNOSTIC_ATTRS = {
+    "mass": {"long_name": "total mass"},
+    "lyapunov": {"long_name": "free energy F (or -cE); NaN where none is known"},
+    "min_density": {"long_name": "smallest grid value of the density"},
+    "cluster_width": {"units": "cells", "long_name": "FWHM of the sharpest cluster"},
+    "spectral_tail": {"long_name": "spectral energy fraction in the top 10% of degrees"},
+}
+
+
+class GridSolver:
+    """The template of a PDE solver on a grid; subclasses are frozen dataclasses holding a ``model``.
+
+    A subclass defines ``name``, ``geometry``, ``default_max_steps``, and
+
+    ``_initial_state(rho0)``
+        the integrator's state from the user's initial density;
+    ``_stepper(state, times)``
+        ``(attempt, first_step, extra_settings)``: one adaptive step
+        ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``, the first step,
+        and a callable returning per-run counters for the settings;
+    ``density(state)``
+        the density on the grid (what observers and the record receive);
+    ``_diagnose(state, rho)``
+        ``(values, resolved, reason)``: named scalar diagnostics at an output time, whether the
+        solution is resolved there, and why not;
+    ``_coordinates()``
+        the grid's coordinates, in the order of the density's axes;
+    ``_settings()``
+        the solver's parameters, recorded in the dataset;
+    ``_advice``
+        what a user can change when the run stops resolving its solution.
+    """
+
+    name: str
+    geometry: str
+    default_max_steps: int
+
+    def solve(self, rho0, times, *, progress: bool | None = None,
+              observer: Callable[[float, np.ndarray], None] | None = None,
+              max_steps: int | None = None, first_step: float | None = None) -> xr.Dataset:
+        r"""Evolve ``rho0`` and record it at ``times``.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density (see the solver's ``initial_density``); normalized to mass one.
+        times : array_like
+            Strictly increasing output times; the run starts at ``times[0]``.
+        progress : bool, optional
+            Progress bar (default: when stderr is a terminal).
+        observer : callable, optional
+            Called as ``observer(t, rho)`` after every accepted step with the density on the
+            grid (the array of ``ds.rho`` at one time); it must not modify ``rho``.
+        max_steps : int, optional
+            Steps allowed before the run is declared collapsed (default: the solver's).
+        first_step : float, optional
+            Initial step; pass ``dataset_settings(ds)["next_step"]`` of a run that ended at
+            ``times[0]`` to continue it with the steps it would have taken.
+
+        Returns
+        -------
+        xarray.Dataset
+            ``rho`` (time, grid...) and per time ``mass``, ``energy``, ``lyapunov``,
+            ``min_density``, the solver's resolution diagnostic and ``resolved``; ``attrs``
+            hold the kind, geometry, model, settings (with step counts), version and
+            ``underresolved_since``.
+
+        Raises
+        ------
+        StepSizeCollapse
+            With the time reached and the reason; ``partial`` holds the outputs so far.
+        """
+        times = check_times(times)
+        state = self._initial_state(rho0)
+        attempt, first, extra_settings = self._stepper(state, times)
+        record = SolveRecord(self, times, extra_settings)
+        watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
+        integrate(state, times, attempt, first_step=first_step or first, record=record.record,
+                  collapse=record.collapse, observer=watch, progress=progress, name=self.name,
+                  max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts)
+        return record.dataset()
+
+    # The numerics, supplied by each solver.
+    def _initial_state(self, rho0) -> Any:
+        raise NotImplementedError
+
+    def _stepper(self, state, times: np.ndarray) -> tuple[Attempt, float, Callable[[], dict]]:
+        raise NotImplementedError
+
+    def density(self, state) -> np.ndarray:
+        raise NotImplementedError
+
+    def _diagnose(self, state, rho: np.ndarray) -> tuple[dict[str, float], bool, str]:
+        raise NotImplementedError
+
+    def _coordinates(self) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    def _settings(self) -> dict:
+        raise NotImplementedError
+
+    _advice: str
+
+
+class SolveRecord:
+    """Outputs, diagnostics and counters of one solve (observes the loop, never steers it)."""
+
+    def __init__(self, solver: GridSolver, times: np.ndarray, extra_settings: Callable[[], dict]):
+        self.solver, self.times, self.extra_settings = solver, times, extra_settings
+        self.monitor = ResolutionMonitor(solver._advice)
+        self.frames: list[np.ndarray] = []
+        self.diagnostics: list[dict[str, float]] = []
+        self.counts = StepCounts()
+
+    def record(self, t: float, state) -> None:
+        rho = self.solver.density(state)
+        values, resolved, reason = self.solver._diagnose(state, rho)
+        self.monitor.record(t, resolved, reason)
+        self.frames.append(np.array(rho, copy=True))
+        self.diagnostics.append({**values, "resolved": resolved})
+
+    def dataset(self) -> xr.Dataset:
+        solver = self.solver
+        coordinates = solver._coordinates()
+        series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
+                  for name in self.diagnostics[0]}
+        energy_note = {"note": "exp(-beta) E" if solver.energy_scaled else "E"}
+        series["energy"] = ("time", series["energy"][1], energy_note)
+        ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
+                         **series},
+                        coords={"time": self.times[:len(self.frames)], **coordinates})
+        settings = {"solver": solver.name, **solver._settings(), **self.extra_settings(), **self.counts.as_dict()}
+        ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
+        ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
+        return ds
+
+    def collapse(self, t: float, reason: str) -> NoReturn:
+        raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,
+                               partial=self.dataset())

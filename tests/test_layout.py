@@ -1,0 +1,149 @@
+"""The architecture as tests: import layers, public exceptions, no import-time side effects."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Each layer may import only itself and the layers before it.
+LAYERS = ["meanfield", "solvers", "validation", "validation.app"]
+
+#: Modules of validation proper that reach the application on purpose: the deprecated
+#: aliases of moved modules (and the helper that resolves them), each warning when used.
+ALIASES = {"validation._moved", "validation.cli", "validation.config", "validation.sweep_config",
+           "validation.experiment", "validation.sweep", "validation.files", "validation.validate",
+           "validation.experiment_figures"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a module belongs to: the longest layer name that prefixes it."""
+    matches = [layer for layer in LAYERS if module == layer or module.startswith(layer + ".")]
+    return max(matches, key=len) if matches else None
+
+
+def imported_modules(source: str, module: str, is_package: bool) -> set[str]:
+    """Absolute names of the modules ``source`` imports anywhere (top level or in functions)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module
+            found.add(name)
+            found.update(f"{name}.{alias.name}" for alias in node.names)  # "from . import x"
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) in (
+                "import_module", "__import__"):
+            found.add("<dynamic import>")
+    return found
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """Imports of ``module`` that run against the layers."""
+    own = LAYERS.index(layer_of(module))
+    wrong = []
+    for target in imported_modules(source, module, is_package):
+        if target == "<dynamic import>":
+            if module not in ALIASES:
+                wrong.append(f"{module} imports dynamically")
+            continue
+        layer = layer_of(target)
+        if layer is not None and LAYERS.index(layer) > own and module not in ALIASES:
+            wrong.append(f"{module} ({layer_of(module)}) imports {target} ({layer})")
+    return wrong
+
+
+def library_modules():
+    for top in ("meanfield", "solvers", "validation"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            yield path, module_name(path)
+
+
+def test_no_layer_imports_a_higher_one():
+    wrong = [problem for path, module in library_modules()
+             for problem in violations(path.read_text(), module, path.name == "__init__.py")]
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.parametrize("module, source", [
+    ("solvers.circle", "from validation.measures import circle_cdf"),
+    ("meanfield.models", "def f():\n    import solvers\n"),
+    ("validation.measures", "from .app.config import load_config"),
+    ("validation.distances", "from validation.app import run_sweep"),
+    ("validation.clusters", "import importlib\nimportlib.import_module('validation.app')"),
+], ids=["solvers->validation", "meanfield->solvers-in-a-function", "validation->app-relative",
+        "validation->app-absolute", "dynamic"])
+def test_the_layer_check_catches_a_violation(module, source):
+    assert violations(source, module)
+
+
+def test_the_application_may_import_everything_below_it():
+    source = "import meanfield\nfrom solvers import CircleFV\nfrom validation.distances import distance\n"
+    assert not violations(source, "validation.app.sweep")
+
+
+def exception_classes(package: str):
+    root = importlib.import_module(package)
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        if info.name in ALIASES or info.name.startswith("validation.app") != (package == "validation.app"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == info.name:
+                yield name, value
+
+
+@pytest.mark.parametrize("package", ["meanfield", "solvers", "validation", "validation.app"])
+def test_every_exception_and_warning_the_library_defines_is_exported(package):
+    exported = importlib.import_module(package).__all__
+    missing = [name for name, _ in exception_classes(package) if name not in exported]
+    assert not missing, f"{package} does not export {missing}"
+
+
+def test_importing_the_library_leaves_the_matplotlib_backend_alone():
+    code = ("import matplotlib\nmatplotlib.use('svg')\n"
+            "import meanfield, solvers, validation, validation.figures, validation.app, validation.app.figures\n"
+            "print(matplotlib.get_backend())")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "svg"
+
+
+@pytest.mark.parametrize("old, new", [("validation.cli", "validation.app.cli"),
+                                      ("validation.sweep_config", "validation.app.sweep_config"),
+                                      ("validation.experiment_figures", "validation.app.figures")])
+def test_moved_modules_still_import_with_a_deprecation_warning(old, new):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
+        alias = importlib.import_module(old)
+    moved = importlib.import_module(new)
+    public = [name for name in dir(moved) if not name.startswith("_")]
+    assert public and all(getattr(alias, name) is getattr(moved, name) for name in public)
+
+
+@pytest.mark.parametrize("name", ["run_experiment", "run_sweep"])
+def test_application_names_once_in_validation_still_work_with_a_warning(name):
+    import validation
+    import validation.app
+
+    with pytest.warns(DeprecationWarning, match=f"validation.app.{name}"):
+        found = getattr(validation, name)
+    assert found is getattr(validation.app, name)

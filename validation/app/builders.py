@@ -1,0 +1,90 @@
+"""From a checked config to the objects that run it: output times, model, solver, initial measure.
+
+Shared by the experiment runner, the sweep and the sweep's up-front checks, so that a config
+is checked by building exactly what will run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.special import eval_legendre
+
+import meanfield as mf
+from solvers import CircleFV, SphereSpectral
+
+from .errors import ConfigError
+
+
+def output_times(config: dict) -> np.ndarray:
+    times = config["times"]
+    if isinstance(times, dict):
+        return np.linspace(times["start"], times["stop"], times["count"])
+    return np.asarray(times, dtype=float)
+
+
+def build_model(config: dict) -> mf.SelfAttention:
+    try:
+        return mf.SelfAttention(**config["model"])
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"model: {error}") from None
+
+
+def initial_density(config: dict):
+    """A callable (of angles or of points) or an array of grid values, as the config says."""
+    initial, circle = config["initial"], config["geometry"] == "circle"
+    if initial["kind"] == "uniform":
+        return (lambda theta: np.ones_like(theta)) if circle else (lambda points: np.ones(points.shape[:-1]))
+    if initial["kind"] == "file":
+        return np.load(initial["path"])
+    if initial["kind"] == "perturbed_uniform":
+        a, k = initial["amplitude"], initial["mode"]
+        if circle:
+            return lambda theta: 1 + a * np.cos(k * theta)
+        return lambda points: 1 + a * eval_legendre(k, points[..., 2])
+    means = [np.asarray(m, float) / np.linalg.norm(m) for m in initial["means"]]
+    kappa = initial["kappa"]
+
+    def mixture(points):
+        return sum(np.exp(kappa * (points @ mu - 1.0)) for mu in means)
+
+    return (lambda theta: mixture(mf.circle_points(theta))) if circle else mixture
+
+
+def build_solver(config: dict, model):
+    """The PDE solver the config names, or None for particles."""
+    method = config["method"]
+    extra = {} if method.get("rtol") is None else {"rtol": method["rtol"]}
+    try:
+        if method["kind"] == "CircleFV":
+            return CircleFV(model, cells=method["cells"], **extra)
+        if method["kind"] == "SphereSpectral":
+            return SphereSpectral(model, lmax=method["lmax"], **extra)
+    except (ValueError, NotImplementedError) as error:
+        raise ConfigError(f"method: {error}") from None
+    return None
+
+
+def initial_particles(config: dict, rho0, generator: np.random.Generator, systems: int | None = None) -> np.ndarray:
+    """``n`` particles drawn from the initial density, shape ``(n, d)`` (``(systems, n, d)`` if given)."""
+    n = config["method"]["n"]
+    if config["initial"]["kind"] == "uniform":
+        d = config["method"]["d"] or (2 if config["geometry"] == "circle" else 3)
+        return mf.sample_uniform(n, d, generator, batch=systems)
+    if config["geometry"] == "sphere" and not callable(rho0):
+        raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere")
+
+    def draw():
+        if config["geometry"] == "circle":
+            return mf.sample_circle(n, rho0, generator)
+        return mf.sample_sphere(n, rho0, 3, generator)
+
+    return draw() if systems is None else np.stack([draw() for _ in range(systems)])
+
+
+def particle_method(config: dict) -> str:
+    """The fixed-step scheme of :func:`meanfield.simulate_particles` the config names.
+
+    With diffusion it is always Euler-Maruyama (RK4 integrates the ODE only).
+    """
+    noisy = config["model"]["diffusion"] > 0
+    return "euler" if config["method"]["scheme"] == "euler" or noisy else "rk4"

@@ -1,0 +1,199 @@
+"""The ``meanfield`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """A short particle run on the circle: clusters form, energy rises."""
+    import meanfield as mf
+    from validation.figures import subplots
+
+    model = mf.SelfAttention(args.beta)
+    x0 = mf.sample_uniform(args.n, 2, rng=args.seed)
+    times = np.linspace(0.0, args.t_end, 61)
+    ds = mf.simulate_particles(model, x0, times, method="rk4", dt=0.01, progress=False if args.quiet else None)
+    theta = mf.circle_angles(ds.x.values)
+    args.output.mkdir(parents=True, exist_ok=True)
+    fig, (ax_paths, ax_energy) = subplots(1, 2, figsize=(10, 4))
+    ax_paths.plot(times, theta, ".", color="C0", markersize=1.5)
+    ax_paths.set(xlabel="time", ylabel="angle", title=f"SA particles on the circle, beta={args.beta}, n={args.n}")
+    ax_energy.plot(times, ds.energy.values)
+    ax_energy.set(xlabel="time", ylabel="energy E", title="interaction energy (non-decreasing)")
+    figure = args.output / "particles_demo.png"
+    fig.savefig(figure, dpi=120)
+    print(f"{'time':>6} {'energy':>10} {'order |m|':>10}")
+    for k in range(0, times.size, 10):
+        m = np.linalg.norm(ds.x.values[k].mean(axis=0))
+        print(f"{times[k]:6.2f} {ds.energy.values[k]:10.5f} {m:10.4f}")
+    print(f"figure written to {figure}")
+    return 0
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(item) for item in text.split(",") if item]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _validate(args: argparse.Namespace) -> int:
+    """The main job: mean-field convergence on the circle and the sphere, with report and figures."""
+    from .validate import default_specs, run_validation
+
+    specs = default_specs(beta_circle=args.beta_circle, beta_sphere=args.beta_sphere,
+                          diffusion_sphere=args.diffusion_sphere, sizes=args.sizes, seeds=args.seeds)
+    if args.geometry != "both":
+        specs = {args.geometry: specs[args.geometry]}
+    rows = run_validation(specs, args.output, progress=False if args.quiet else None)
+    outside = [row for row in rows if not row["contains"]]
+    for row in outside:
+        print(f"note: at t={row['time']:g} on the {row['geometry']} the interval [{row['low']:.3f}, "
+              f"{row['high']:.3f}] excludes -1/2 (see the report)")
+    return 1 if args.strict and outside else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    """An experiment from a TOML config: dataset, figures, animation; resumable."""
+    import warnings
+
+    from solvers import UnderResolvedWarning
+
+    from .errors import ConfigError
+    from .experiment import prepare, run_experiment, write_report
+    from .figures import experiment_figures
+
+    try:
+        config = prepare(args.config)
+    except ConfigError as error:
+        print(f"meanfield run: error: {error}", file=sys.stderr)
+        return 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UnderResolvedWarning)
+        try:
+            ds = run_experiment(config, resume=args.resume, progress=False if args.quiet else None)
+        except ConfigError as error:
+            print(f"meanfield run: error: {error}", file=sys.stderr)
+            return 2
+    output = Path(config["output"])
+    paths = experiment_figures(ds, output, config["geometry"])
+    untrustworthy = None if ds.attrs["trustworthy"] else (
+        str(caught[0].message) if caught else "the solver's diagnostics say so")
+    write_report(ds, config, output, paths, untrustworthy)
+    print(f"dataset: {output / 'dataset.nc'} ({ds.sizes['time']} output times, {ds.attrs['wall_time']:.1f} s)")
+    print("figures: " + ", ".join(str(p) for p in paths))
+    if untrustworthy:
+        print(f"UNTRUSTWORTHY: {untrustworthy}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    """A parameter grid from a TOML config, run on Dask; resumable."""
+    from .errors import ConfigError, SweepTaskError
+    from .sweep import run_sweep
+    from .sweep_config import load_sweep_config
+
+    try:
+        sweep = load_sweep_config(args.config)
+        ds = run_sweep(sweep, scheduler=args.scheduler, workers=args.workers, resume=args.resume,
+                       progress=False if args.quiet else None)
+    except ConfigError as error:
+        print(f"meanfield sweep: error: {error}", file=sys.stderr)
+        return 2
+    except SweepTaskError as error:
+        print(f"meanfield sweep: error: {error}", file=sys.stderr)
+        return 1
+    path = sweep.output / sweep.settings["file"]
+    grid = " x ".join(f"{name} ({size})" for name, size in zip(sweep.grid, sweep.shape))
+    print(f"sweep: {path} over {grid}; {ds.attrs['tasks_computed']} of {ds.attrs['tasks']} tasks computed "
+          f"in {ds.attrs['wall_time']:.1f} s")
+    if "trustworthy" in ds and not bool(ds.trustworthy.all()):
+        bad = ds.trustworthy.where(ds.trustworthy == 0, drop=True).stack(point=list(sweep.grid)).point.values
+        print(f"UNTRUSTWORTHY (under-resolved) points: {', '.join(map(str, bad))}", file=sys.stderr)
+        return 3
+    return 0
+
+
+def _config_command(commands, name: str, handler, *, help: str, description: str,
+                    resume: str) -> argparse.ArgumentParser:
+    """A subcommand that reads a TOML config and can resume: ``name CONFIG [--resume] [--quiet]``."""
+    command = commands.add_parser(name, help=help, description=description)
+    command.add_argument("config", type=Path)
+    command.add_argument("--resume", action="store_true", help=resume)
+    command.add_argument("--quiet", action="store_true", help="no progress bars")
+    command.set_defaults(handler=handler)
+    return command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="meanfield", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    validate = commands.add_parser(
+        "validate", help="default mean-field validation run (report, NetCDF, figures)",
+        description="Particles against the PDE on the circle (SA, D = 0) and the sphere (USA, small D): "
+                    "distances at several times, fitted convergence rate in n with bootstrap intervals. "
+                    "With --strict the exit status is 1 when -1/2 lies outside some interval.")
+    validate.add_argument("--geometry", choices=["circle", "sphere", "both"], default="both")
+    validate.add_argument("--beta-circle", type=float, default=5.0, help="SA inverse temperature on the circle")
+    validate.add_argument("--beta-sphere", type=float, default=1.0, help="USA inverse temperature on S^2")
+    validate.add_argument("--diffusion-sphere", type=float, default=0.05, help="diffusion D on S^2")
+    validate.add_argument("--sizes", type=_int_list, default=None, help="particle counts, e.g. 32,64,128")
+    validate.add_argument("--seeds", type=int, default=None, help="samples per particle count")
+    validate.add_argument("--output", type=Path, default=Path("output/validate"))
+    validate.add_argument("--quiet", action="store_true", help="no progress bars")
+    validate.add_argument("--strict", action="store_true", help="exit 1 when an interval excludes -1/2")
+    validate.set_defaults(handler=_validate)
+    _config_command(
+        commands, "run", _run, help="an experiment from a TOML config (see examples/)",
+        description="Runs the experiment a TOML file describes and writes dataset.nc, figures and an "
+                    "animation to its output folder. Exit status: 0 done, 2 bad config, 3 done but "
+                    "under-resolved (untrustworthy from the time the report gives).",
+        resume="continue from the last checkpoint")
+    sweep = _config_command(
+        commands, "sweep", _sweep, help="a parameter grid on Dask (see examples/phase_diagram.toml)",
+        description="Runs every point of the grid a TOML file describes (particle ensembles or PDE runs) on "
+                    "Dask and writes one NetCDF/Zarr dataset with the parameters as coordinates. Finished "
+                    "tasks are kept in OUTPUT/parts; --resume skips them. Exit status: 0 done, 1 a task failed "
+                    "(finished tasks kept), 2 bad config, 3 done but some PDE points under-resolved.",
+        resume="skip the tasks an earlier run finished")
+    sweep.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
+    sweep.add_argument("--workers", type=_positive_int, default=None,
+                       help="worker processes of the local cluster (default: one per core)")
+    demo = commands.add_parser("demo", help="short particle demo on the circle")
+    demo.add_argument("--beta", type=float, default=9.0)
+    demo.add_argument("--n", type=int, default=256)
+    demo.add_argument("--t-end", type=float, default=15.0)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--output", type=Path, default=Path("output"))
+    demo.add_argument("--quiet", action="store_true")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ValueError, TypeError) as error:  # bad parameters: say which, exit 2 like argparse
+        parser.exit(2, f"meanfield: error: {error}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Pictures of one experiment: space-time plot, snapshots, diagnostics and an animation."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import xarray as xr
+from matplotlib import animation
+
+from meanfield.records import PARTICLES, dataset_kind
+from meanfield.sphere import circle_angles
+from validation.figures import subplots
+
+from .files import write_atomically
+
+
+def _particles(ds: xr.Dataset) -> bool:
+    return dataset_kind(ds) == PARTICLES
+
+
+def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str) -> None:
+    """One time of the run: density curve or histogram on the circle, Mollweide map on the sphere."""
+    ax.clear()
+    t = float(ds.time[k])
+    if geometry == "circle":
+        if _particles(ds):
+            ax.hist(circle_angles(ds.x.values[k]), bins=128, range=(0, 2 * np.pi), density=True, color="0.5")
+        else:
+            ax.plot(ds.theta, ds.rho.values[k], color="C0")
+        ax.set(xlim=(0, 2 * np.pi), xlabel="angle", ylabel="density", title=f"t = {t:g}")
+        return
+    if _particles(ds):
+        x = ds.x.values[k]
+        ax.scatter(np.arctan2(x[:, 1], x[:, 0]), np.arcsin(np.clip(x[:, 2], -1, 1)), s=2, c="C0")
+    else:
+        longitude = np.mod(ds.longitude.values + np.pi, 2 * np.pi) - np.pi
+        order = np.argsort(longitude)
+        ax.pcolormesh(longitude[order], 0.5 * np.pi - ds.colatitude.values, ds.rho.values[k][:, order],
+                      shading="auto", cmap="viridis")
+    ax.set_title(f"t = {t:g}")
+    ax.set_xticklabels([])
+    ax.grid(True, alpha=0.3)
+
+
+def _subplot_kw(geometry: str) -> dict:
+    return {"projection": "mollweide"} if geometry == "sphere" else {}
+
+
+def _save(fig, path: Path) -> Path:
+    write_atomically(path, lambda temporary: fig.savefig(temporary, dpi=110, format="png"))
+    return path
+
+
+def experiment_figures(ds: xr.Dataset, output: Path, geometry: str) -> list[Path]:
+    """Write the PNG figures and the animation; returns their paths."""
+    output = Path(output)
+    paths = []
+    picks = np.unique(np.linspace(0, ds.time.size - 1, 4).round().astype(int))
+    fig, axes = subplots(1, picks.size, figsize=(4 * picks.size, 3.2),
+                             squeeze=False, subplot_kw=_subplot_kw(geometry))
+    for ax, k in zip(axes[0], picks):
+        _draw_frame(ax, ds, k, geometry)
+    paths.append(_save(fig, output / "snapshots.png"))
+
+    if geometry == "circle":
+        fig, ax = subplots(figsize=(7, 4.5))
+        if _particles(ds):
+            angles = circle_angles(ds.x.values)
+            ax.plot(angles, np.repeat(ds.time.values[:, None], angles.shape[1], axis=1), ",", color="k")
+        else:
+            rho = ds.rho.values
+            # Log colours: the early, nearly uniform phase and the sharp clusters both stay visible.
+            floor = max(rho.max() * 1e-3, rho[rho > 0].min()) if np.any(rho > 0) else 1e-300
+            mesh = ax.pcolormesh(ds.theta, ds.time, np.maximum(rho, floor), shading="auto", cmap="magma",
+                                 norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
+            fig.colorbar(mesh, ax=ax, label="density (log scale)")
+        ax.set(xlabel="angle", ylabel="time", title="space-time")
+        paths.append(_save(fig, output / "spacetime.png"))
+
+    names = [name for name in ("energy", "min_density", "cluster_width", "spectral_tail", "norm_error") if name in ds]
+    fig, axes = subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        values = ds[name].values if ds[name].ndim == 1 else ds[name].values.mean(axis=0)
+        ax.plot(ds.time, values, ".-")
+        if name in ("spectral_tail", "norm_error") and np.all(values > 0):
+            ax.set_yscale("log")
+        ax.set(xlabel="time", title=name)
+    since = ds.attrs.get("underresolved_since", np.nan)
+    if np.isfinite(since):
+        for ax in axes[0]:
+            ax.axvline(since, color="C3", ls="--", lw=1)
+        fig.suptitle(f"under-resolved from t = {since:g} (dashed)")
+    paths.append(_save(fig, output / "diagnostics.png"))
+    paths.append(_animation(ds, output, geometry))
+    return paths
+
+
+def _animation(ds: xr.Dataset, output: Path, geometry: str) -> Path:
+    """MP4 when ffmpeg is present, GIF otherwise."""
+    fig, ax = subplots(figsize=(6, 3.6), subplot_kw=_subplot_kw(geometry))
+    movie = animation.FuncAnimation(fig, lambda k: _draw_frame(ax, ds, k, geometry), frames=ds.time.size)
+    if shutil.which("ffmpeg"):
+        path, writer = output / "animation.mp4", animation.FFMpegWriter(fps=8)
+    else:
+        path, writer = output / "animation.gif", animation.PillowWriter(fps=8)
+    write_atomically(path, lambda temporary: movie.save(temporary, writer=writer))
+    return path

@@ -1,0 +1,266 @@
+r"""Parameter sweeps on Dask (``meanfield sweep CONFIG.toml``): grids of particle ensembles or PDE runs.
+
+A particle grid point is ``realisations`` independent systems of ``n`` tokens, split into
+tasks of ``batch`` systems that run together on the batch axis of
+:func:`meanfield.observe_particles`. Chunk ``c`` of a point draws its initial tokens (and
+its noise) from the generator seeded ``[method.seed, c]``: the same initial tokens at
+every ``beta`` (common random numbers, so curves over ``beta`` are not blurred by
+resampling), and a point's numbers do not depend on the grid around it or on which
+worker ran it. Each task returns sums over its systems, at every output time, of
+
+- ``[<x_1, x_2> >= 1 - cluster_tolerance]``, giving ``clustered_probability``,
+- ``<x_1, x_2>``, giving ``inner_product`` (the mean),
+- the order parameter :math:`|\frac1n \sum_i x_i|`, giving ``order_parameter`` (the mean),
+
+and a point adds its chunks in chunk order. A PDE grid point is one task: the solver's
+time series (``mass``, ``energy``, ...) and whether the run stayed resolved.
+
+Every finished task is written at once to ``output/parts/<key>.npz`` (the key hashes the
+point's full config and the chunk), so an interrupted sweep loses only the tasks in flight;
+``resume=True`` skips finished tasks. A worker that dies has its tasks rerun elsewhere by
+the Dask scheduler; a task that raises is retried twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from tqdm.auto import tqdm
+
+import meanfield as mf
+from meanfield.records import SWEEP, package_version
+
+from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
+from .errors import ConfigError, SweepTaskError
+from .files import write_atomically
+from .sweep_config import SweepConfig, load_sweep_config
+
+PARTS = "parts"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: a chunk of ``systems`` particle systems of a point, or a whole PDE run."""
+
+    index: tuple[int, ...]
+    config: dict
+    chunk: int
+    systems: int
+    tolerance: float
+
+    @property
+    def key(self) -> str:
+        """Hash of everything the result depends on (not of where it is written)."""
+        computed = {name: value for name, value in self.config.items() if name != "output"}
+        text = json.dumps([computed, self.chunk, self.systems, self.tolerance], sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def plan_tasks(sweep: SweepConfig) -> list[Task]:
+    """All tasks of the sweep, point by point (C order of the grid), chunk by chunk."""
+    tasks = []
+    realisations, batch = sweep.settings["realisations"], sweep.settings["batch"]
+    for index, config in sweep.points():
+        if sweep.particles:
+            for chunk, start in enumerate(range(0, realisations, batch)):
+                systems = min(batch, realisations - start)
+                tasks.append(Task(index, config, chunk, systems, sweep.settings["cluster_tolerance"]))
+        else:
+            tasks.append(Task(index, config, 0, 0, sweep.settings["cluster_tolerance"]))
+    return tasks
+
+
+def run_task(task: Task) -> dict[str, np.ndarray]:
+    """Compute one task (on a worker); returns sums over its systems, or a PDE run's time series."""
+    return _particle_chunk(task) if task.systems else _pde_point(task.config)
+
+
+def _particle_chunk(task: Task) -> dict[str, np.ndarray]:
+    config = task.config
+    model = build_model(config)
+    generator = np.random.default_rng([config["method"]["seed"], task.chunk])
+    x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
+
+    def observe(x: np.ndarray) -> np.ndarray:
+        inner = np.einsum("sk,sk->s", x[:, 0], x[:, 1])
+        order = np.linalg.norm(x.mean(axis=1), axis=-1)
+        return np.array([np.count_nonzero(inner >= 1.0 - task.tolerance), inner.sum(), order.sum()])
+
+    frames = mf.observe_particles(model, x0, output_times(config), observe, method=particle_method(config),
+                                  dt=config["method"]["dt"], rng=generator)
+    sums = np.stack(frames, axis=-1)  # (3, time)
+    return dict(zip(("clustered", "inner_product", "order_parameter"), sums))
+
+
+def _pde_point(config: dict) -> dict[str, np.ndarray]:
+    solver = build_solver(config, build_model(config))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # recorded as `trustworthy`; a sweep must not flood stderr
+        ds = solver.solve(initial_density(config), output_times(config), progress=False)
+    series = {name: var.values for name, var in ds.data_vars.items() if var.dims == ("time",)}
+    series["trustworthy"] = np.array(float(not np.isfinite(ds.attrs.get("underresolved_since", np.nan))))
+    return series
+
+
+def combine_point(results: list[dict[str, np.ndarray]], realisations: int) -> dict[str, np.ndarray]:
+    """A point's observables from its tasks' results, added in chunk order."""
+    if "clustered" not in results[0]:
+        return results[0]
+    totals = {name: sum(result[name] for result in results) for name in results[0]}
+    return {"clustered_probability": totals["clustered"] / realisations,
+            "inner_product": totals["inner_product"] / realisations,
+            "order_parameter": totals["order_parameter"] / realisations}
+
+
+def run_point(sweep: SweepConfig, config: dict) -> dict[str, np.ndarray]:
+    """One grid point computed here, serially, without Dask (the reference for a sweep's numbers)."""
+    tasks = [task for task in plan_tasks(sweep) if task.config == config]
+    if not tasks:
+        raise ValueError("config is not a point of this sweep")
+    return combine_point([run_task(task) for task in tasks], sweep.settings["realisations"])
+
+
+def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, workers: int | None = None,
+              resume: bool = False, progress: bool | None = None) -> xr.Dataset:
+    """Run every unfinished task on Dask and gather the sweep into one dataset (also written to disk).
+
+    Parameters
+    ----------
+    sweep : SweepConfig or path of a TOML file
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://host:8786``); by default a local cluster
+        of ``workers`` single-threaded worker processes (default: one per core) is started.
+    resume : bool
+        Skip tasks whose results ``output/parts`` already holds. Without it, finished parts
+        from an earlier run are an error (they would be silently reused otherwise).
+
+    Returns
+    -------
+    xarray.Dataset
+        One variable per observable over (grid parameters..., time); ``attrs`` hold the
+        config, the settings, the task counts, the workers, the wall time and the version.
+
+    Raises
+    ------
+    ConfigError
+        Bad config or output folder, or finished parts present without ``resume``.
+    SweepTaskError
+        A task failed three times (the finished ones are kept).
+    """
+    sweep = load_sweep_config(sweep) if isinstance(sweep, (str, Path)) else sweep
+    parts = sweep.output / PARTS
+    _check_writable(sweep.output)
+    tasks = plan_tasks(sweep)
+    done = {path.stem for path in parts.glob("*.npz")}
+    finished = sum(task.key in done for task in tasks)
+    if finished and not resume:
+        raise ConfigError(f"{parts} already holds {finished} finished tasks of this sweep; pass --resume "
+                          f"to skip them, or delete the folder to start over")
+    todo = [task for task in tasks if task.key not in done]
+    started = time.perf_counter()
+    used = _compute(todo, parts, scheduler, workers, progress, sweep) if todo else 0
+    ds = gather(sweep, tasks)
+    ds.attrs.update(wall_time=time.perf_counter() - started, tasks=len(tasks), tasks_computed=len(todo),
+                    workers=used, scheduler=scheduler or "local")
+    write_dataset(ds, sweep.output / sweep.settings["file"])
+    return ds
+
+
+def _check_writable(output: Path) -> None:
+    try:
+        (output / PARTS).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"output: cannot write to {str(output)!r} ({error.strerror})") from None
+
+
+def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int | None,
+             progress: bool | None, sweep: SweepConfig) -> int:
+    """Run ``tasks``, storing each result as it arrives; returns the number of workers at the start."""
+    from dask.distributed import as_completed
+
+    enabled = os.isatty(2) if progress is None else progress
+    with _client(scheduler, workers) as client, \
+            tqdm(total=len(tasks), disable=not enabled, desc="sweep", unit="task") as bar:
+        if enabled:
+            print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
+        started_with = len(client.scheduler_info()["workers"])
+        futures = {client.submit(run_task, task, key=f"meanfield-{task.key}", retries=2, pure=False): task
+                   for task in tasks}
+        for future in as_completed(futures):
+            task = futures[future]
+            try:
+                result = future.result()
+            except Exception as error:
+                raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}, failed three times: {error!r}; "
+                                     f"finished tasks are kept in {parts}, rerun with --resume") from error
+            write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
+            future.release()
+            bar.update()
+    return started_with
+
+
+@contextmanager
+def _client(scheduler: str | None, workers: int | None):
+    from dask.distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        with Client(scheduler) as client:
+            yield client
+        return
+    workers = workers or os.cpu_count() or 1
+    # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        yield client
+
+
+def gather(sweep: SweepConfig, tasks: list[Task]) -> xr.Dataset:
+    """Assemble the dataset from the stored parts of every task."""
+    parts = sweep.output / PARTS
+    by_point: dict[tuple, list[dict]] = {}
+    for task in tasks:
+        with np.load(parts / f"{task.key}.npz") as stored:
+            by_point.setdefault(task.index, []).append(dict(stored))
+    points = {index: combine_point(results, sweep.settings["realisations"]) for index, results in by_point.items()}
+    first = next(iter(points.values()))
+    dims = tuple(sweep.grid)
+    data = {}
+    for name, sample in first.items():
+        array = np.empty(sweep.shape + sample.shape)
+        for index, values in points.items():
+            array[index] = values[name]
+        data[name] = (dims + ("time",) * sample.ndim, array)  # time series, or a scalar (`trustworthy`)
+    ds = xr.Dataset(data, coords={**sweep.grid, "time": output_times(sweep.base)})
+    if sweep.particles:
+        ds["clustered_probability"].attrs["long_name"] = (
+            f"P(<x_1, x_2> >= 1 - {sweep.settings['cluster_tolerance']:g})")
+        ds["inner_product"].attrs["long_name"] = "mean <x_1, x_2>"
+        ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i x_i|"
+    ds.attrs.update(kind=SWEEP, method=sweep.base["method"]["kind"], config=json.dumps(sweep.base),
+                    grid=json.dumps(sweep.grid), settings=json.dumps(sweep.settings), version=package_version())
+    return ds
+
+
+def write_dataset(ds: xr.Dataset, path: Path) -> Path:
+    """NetCDF (``.nc``) or Zarr (``.zarr``), replaced atomically either way."""
+    if path.suffix != ".zarr":
+        return write_atomically(path, ds.to_netcdf)
+    temporary = path.with_name(f".{path.name}.partial")
+    shutil.rmtree(temporary, ignore_errors=True)
+    ds.to_zarr(temporary, mode="w", zarr_format=2)  # format 2: consolidated metadata, read everywhere
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(temporary, path)
+    return path

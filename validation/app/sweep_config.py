@@ -1,0 +1,163 @@
+"""Sweep configuration: an experiment config (``config.py``) plus a ``[sweep]`` table with the grid.
+
+Example (``examples/phase_diagram.toml``)::
+
+    output = "output/phase_diagram"        # folder: parts/ (finished tasks) and the sweep file
+    geometry = "circle"
+    times = { stop = 30.0, count = 301 }
+
+    [model]
+    beta = 1.0                             # every model, method and initial key can be swept
+
+    [method]
+    kind = "particles"                     # or "CircleFV" / "SphereSpectral": one PDE run per point
+    n = 32
+    dt = 0.1
+    scheme = "euler"
+
+    [initial]
+    kind = "uniform"
+
+    [sweep]
+    realisations = 2048                    # particle systems per grid point
+    batch = 256                            # systems per task (the batch axis of simulate_particles)
+    cluster_tolerance = 1e-3               # "clustered" means <x_1, x_2> >= 1 - cluster_tolerance
+    file = "sweep.nc"                      # or "sweep.zarr"
+
+    [sweep.grid]                           # a list of values, or {start, stop, count} (evenly spaced)
+    beta = { start = 0.1, stop = 9.0, count = 90 }
+    d = [2, 32, 128]
+
+Grid names are the keys of the ``model``, ``method`` and ``initial`` tables (``beta``,
+``n``, ``seed``, ``dt``, ``d``, ``amplitude``, ...), with ``D`` for ``diffusion``; the
+dotted form ``model.beta`` works too. Sweeping ``d`` sets the geometry of each point
+(circle for ``d = 2``, sphere above).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .builders import build_model, build_solver
+from .config import NUMBER, SCHEMA, check_config, check_table, read_toml
+from .errors import ConfigError
+
+SWEEP_SCHEMA = {
+    "realisations": (int, False, 256, ">= 1"),
+    "batch": (int, False, 256, ">= 1"),
+    "cluster_tolerance": (NUMBER, False, 1e-3, "> 0"),
+    "file": (str, False, "sweep.nc", None),
+    "grid": (dict, True, None, None),
+}
+
+ALIASES = {"D": "diffusion"}
+PARAMETERS = {key: (section, key) for section in ("model", "method", "initial")
+              for key in SCHEMA[section] if key != "kind"}
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A checked sweep: the base experiment, the grid (name -> values, in order) and the settings."""
+
+    base: dict
+    grid: dict[str, list]
+    settings: dict
+
+    @property
+    def particles(self) -> bool:
+        return self.base["method"]["kind"] == "particles"
+
+    @property
+    def output(self) -> Path:
+        return Path(self.base["output"])
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(values) for values in self.grid.values())
+
+    def describe(self, index: tuple[int, ...]) -> str:
+        """``"beta = 4.0, d = 2"`` for the point at ``index``."""
+        return ", ".join(f"{name} = {values[i]!r}" for (name, values), i in zip(self.grid.items(), index))
+
+    def points(self) -> list[tuple[tuple[int, ...], dict]]:
+        """Every grid point as ``(index, experiment config)``, in C order."""
+        names = list(self.grid)
+        result = []
+        for index in itertools.product(*(range(size) for size in self.shape)):
+            values = {name: self.grid[name][i] for name, i in zip(names, index)}
+            result.append((index, point_config(self.base, values)))
+        return result
+
+
+def load_sweep_config(path: str | Path) -> SweepConfig:
+    """Read and check a TOML sweep file (see the module docstring)."""
+    path = Path(path)
+    return check_sweep_config(read_toml(path), base=path.parent)
+
+
+def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
+    """Check the base experiment, the sweep table and every grid point before anything runs."""
+    raw = copy.deepcopy(raw)
+    if "sweep" not in raw:
+        raise ConfigError("missing table [sweep] (with sweep.grid: the parameters to vary)")
+    settings = check_table(raw.pop("sweep"), SWEEP_SCHEMA, "sweep.")
+    if not settings["file"].endswith((".nc", ".zarr")):
+        raise ConfigError(f"sweep.file must end in .nc (NetCDF) or .zarr, got {settings['file']!r}")
+    grid = {_parameter_name(name): _grid_values(name, values) for name, values in settings.pop("grid").items()}
+    if not grid:
+        raise ConfigError("sweep.grid is empty: name at least one parameter to vary")
+    config = SweepConfig(check_config(raw, base), grid, settings)
+    if config.particles and config.base["method"]["n"] < 2:
+        raise ConfigError("method.n must be >= 2: a sweep observes the pair <x_1, x_2>")
+    points = config.points()  # builds and so checks every point (ranges, combinations) up front
+    if not config.particles:
+        for index, point in points:  # the solver's own checks (kernel resolution) too
+            try:
+                build_solver(point, build_model(point))
+            except ConfigError as error:
+                raise ConfigError(f"sweep.grid point ({config.describe(index)}): {error}") from None
+    return config
+
+
+def point_config(base: dict, values: dict) -> dict:
+    """The experiment config of one grid point, checked; errors name the grid parameter."""
+    raw = copy.deepcopy(base)
+    for name, value in values.items():
+        section, key = PARAMETERS[name]
+        raw[section][key] = value
+        if key == "d":
+            raw["geometry"] = "circle" if value == 2 else "sphere"
+    try:
+        return check_config(raw)
+    except ConfigError as error:
+        point = ", ".join(f"{name} = {value!r}" for name, value in values.items())
+        raise ConfigError(f"sweep.grid point ({point}): {error}") from None
+
+
+def _parameter_name(name: str) -> str:
+    section, _, key = name.rpartition(".")
+    key = ALIASES.get(key, key)
+    if key not in PARAMETERS or (section and PARAMETERS[key][0] != section):
+        raise ConfigError(f"sweep.grid: unknown parameter {name!r}; known: D, {', '.join(PARAMETERS)} "
+                          f"(or section.key, e.g. model.beta)")
+    return key
+
+
+def _grid_values(name: str, values) -> list:
+    if isinstance(values, dict):
+        unknown = set(values) - {"start", "stop", "count"}
+        if unknown or not {"start", "stop", "count"} <= set(values):
+            raise ConfigError(f"sweep.grid.{name} must be a list or {{start, stop, count}}, got {values!r}")
+        if not isinstance(values["count"], int) or values["count"] < 1:
+            raise ConfigError(f"sweep.grid.{name}.count must be an integer >= 1, got {values['count']!r}")
+        return [float(v) for v in np.linspace(values["start"], values["stop"], values["count"])]
+    if not isinstance(values, list) or not values:
+        raise ConfigError(f"sweep.grid.{name} must be a non-empty list or {{start, stop, count}}, got {values!r}")
+    if len(set(map(repr, values))) != len(values):
+        raise ConfigError(f"sweep.grid.{name} repeats a value: {values!r}")
+    return values

@@ -1,0 +1,135 @@
+"""The main job, ``meanfield validate``: a default mean-field convergence study on both geometries."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import xarray as xr
+
+import meanfield as mf
+
+from validation.convergence import StudySettings, mean_field_convergence
+from validation.figures import density_snapshots, energy_plot, rate_plot
+from validation.references import growth_rate
+
+from .files import write_atomically, write_text
+
+
+@dataclass
+class StudySpec:
+    """One study: geometry, model, initial density (and its formula, for the report), sampling plan."""
+
+    geometry: str
+    model: object
+    rho0: Callable
+    rho0_formula: str
+    sizes: list[int]
+    seeds: int
+    times: list[float]
+    settings: StudySettings = field(default_factory=StudySettings)
+
+
+def default_specs(*, beta_circle: float = 5.0, beta_sphere: float = 1.0, diffusion_sphere: float = 0.05,
+                  sizes: list[int] | None = None, seeds: int | None = None) -> dict[str, StudySpec]:
+    """Circle: SA, ``beta = 5``, ``D = 0``, perturbed uniform density, until clusters start to form.
+    Sphere: USA, ``beta = 1``, small diffusion ``D = 0.05``, perturbed uniform density.
+
+    The circle's last output time is the linear-theory cluster onset: the perturbation
+    (relative amplitude 0.2) grown to order one at the fastest rate of the dispersion relation.
+    Beyond it the particle distances at these sizes are pre-asymptotic.
+    """
+    circle_model = mf.SelfAttention(beta_circle)
+    amplitude = 0.2
+    fastest = max(growth_rate(circle_model, k, 2) for k in range(1, 4 * int(np.sqrt(beta_circle) + 2)))
+    onset = np.log(1 / amplitude) / fastest if fastest > 0 else 3.0
+    return {
+        "circle": StudySpec(
+            "circle", circle_model, lambda th: 1 + amplitude * np.cos(3 * th),
+            f"1 + {amplitude} cos(3 theta)", sizes or [32, 64, 128, 256, 512], seeds or 16,
+            [round(float(t), 3) for t in np.linspace(0.0, onset, 5)],
+            StudySettings(cells=2048, particle_dt=0.02)),
+        "sphere": StudySpec(
+            "sphere", mf.SelfAttention(beta_sphere, normalized=False, diffusion=diffusion_sphere),
+            lambda p: 1 + 0.5 * p[..., 2] + 0.3 * p[..., 0] * p[..., 1],
+            "1 + 0.5 z + 0.3 x y", sizes or [32, 64, 128, 256, 512], seeds or 16, [0.0, 0.5, 1.0],
+            StudySettings(lmax=47, particle_dt=0.005)),
+    }
+
+
+def summary_rows(name: str, study: xr.Dataset) -> list[dict]:
+    rows = []
+    for k, t in enumerate(study.time.values):
+        low, high = float(study.rate_low[k]), float(study.rate_high[k])
+        rows.append({"geometry": name, "time": float(t), "rate": float(study.rate[k]), "low": low, "high": high,
+                     "contains": bool(low <= -0.5 <= high), "pde_error": float(study.pde_error[k]),
+                     "floor": bool(study.pde_floor_reached[k])})
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["| geometry | time | fitted rate | 95% interval | -1/2 inside | PDE error estimate |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        floor = " (floor)" if r["floor"] else ""
+        lines.append(f"| {r['geometry']} | {r['time']:g} | {r['rate']:.3f} | [{r['low']:.3f}, {r['high']:.3f}] | "
+                     f"{'yes' if r['contains'] else 'NO'} | {r['pde_error']:.2g}{floor} |")
+    return "\n".join(lines)
+
+
+def run_validation(specs: dict[str, StudySpec], output: Path, *, progress: bool | None = None,
+                   echo: Callable[[str], None] = print) -> list[dict]:
+    """Run the studies, write NetCDF, figures and a Markdown report to ``output``; return the summary."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    studies, rows, figures, seconds = {}, [], [], {}
+    for name, spec in specs.items():
+        echo(f"[{name}] {spec.model!r}: sizes {spec.sizes}, {spec.seeds} seeds, times {spec.times}")
+        start = time.perf_counter()
+        study = mean_field_convergence(spec.model, spec.rho0, geometry=spec.geometry, sizes=spec.sizes,
+                                       seeds=spec.seeds, times=spec.times, settings=spec.settings,
+                                       progress=progress)
+        seconds[name] = time.perf_counter() - start
+        study.attrs["rho0"] = spec.rho0_formula
+        studies[name] = study
+        write_atomically(output / f"{name}.nc", study.to_netcdf)
+        figures += [density_snapshots(study, output / f"{name}_density.png"),
+                    rate_plot(study, output / f"{name}_rate.png")]
+        rows += summary_rows(name, study)
+    figures.append(energy_plot(studies, output / "energy.png"))
+    table = format_table(rows)
+    write_text(output / "report.md", _report(specs, studies, table, figures, seconds))
+    echo(table)
+    echo(f"report, datasets and figures written to {output}/")
+    return rows
+
+
+def _report(specs, studies, table, figures, seconds) -> str:
+    parts = ["# Mean-field validation report", "",
+             "Particles drawn iid from the initial density are evolved and compared with the PDE "
+             "solution at each output time (exact W1 on the circle, heat-kernel MMD on S^2). "
+             "MODEL.md sec. 7 predicts distance ~ n^(-1/2); the fitted slope and a bootstrap "
+             "interval over seeds are below.", "", table, ""]
+    for name, spec in specs.items():
+        study = studies[name]
+        parts += [f"## {name}", "",
+                  f"- model: `{json.dumps(spec.model.to_dict())}`",
+                  f"- initial density: proportional to `{spec.rho0_formula}`",
+                  f"- particle counts: {spec.sizes}, seeds: {spec.seeds}, times: {spec.times}",
+                  f"- settings: `{study.attrs['settings']}`",
+                  f"- wall time: {seconds[name]:.1f} s", ""]
+        if not all(low <= -0.5 <= high for low, high in zip(study.rate_low.values, study.rate_high.values)):
+            parts += ["**Note**: an interval excludes -1/2. The bound C e^{Lt} n^{-1/2} is asymptotic in n; "
+                      "near cluster formation its constant is large and these particle counts may be "
+                      "pre-asymptotic (the fitted slope is flatter than -1/2). This was not checked with "
+                      "larger n in this run: rerun with --sizes extending to larger n to see whether the "
+                      "slope returns to -1/2.", ""]
+        if bool(study.pde_floor_reached.values[1:].any()):
+            parts += ["**Warning**: the PDE reference error is not below a tenth of the smallest particle "
+                      "distance at some times; the fitted rates there are limited by the PDE.", ""]
+    parts += ["## Figures", ""] + [f"![{path.stem}]({path.name})" for path in figures]
+    return "\n".join(parts) + "\n"
