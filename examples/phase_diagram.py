@@ -18,7 +18,6 @@ missing. Writes ``OUTPUT/d{d}/sweep.nc`` (the data), ``OUTPUT/clustering_time.cs
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import matplotlib
@@ -28,6 +27,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import meanfield as mf  # noqa: E402
+from meanfield.records import dataset_settings  # noqa: E402
 from validation import orthogonal_token_clustering_time  # noqa: E402
 from validation.app import run_sweep  # noqa: E402
 from validation.app.config import tomllib  # noqa: E402
@@ -79,7 +79,7 @@ def main() -> None:
         mesh = ax.pcolormesh(betas, times, ds.clustered_probability.values.T, cmap="Blues", vmin=0, vmax=1,
                              shading="nearest", rasterized=True)
         ax.plot(betas, curve, color="C3", lw=1.8, label="orthogonal tokens: r(t) = 1 - 1e-3")
-        realisations = json.loads(ds.attrs["settings"])["realisations"]
+        realisations = dataset_settings(ds)["realisations"]
         ax.set(xlabel=r"$\beta$", title=f"d = {d}, n = {n}, {realisations} systems per β",
                ylim=(times[0], times[-1]))
     axes[0, 0].set_ylabel("t")
