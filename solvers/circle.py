@@ -104,17 +104,22 @@ class CircleFV(GridSolver):
         """Cell centres, shape ``(cells,)``."""
         return self.operators.theta
 
-    def initial_density(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray) -> np.ndarray:
-        """Cell averages of ``rho0`` normalized to mass one (a callable is averaged by 4-point Gauss)."""
+    def initial_density(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
+                        name: str = "rho0") -> np.ndarray:
+        """Cell averages of ``rho0`` normalized to mass one (a callable is averaged by 4-point Gauss).
+
+        ``rho0`` is a density of :math:`\\theta` or an array of ``cells`` cell values; errors
+        call it ``name``.
+        """
         if callable(rho0):
             nodes, weights = roots_legendre(4)
             h = self.operators.width
             left = np.arange(self.cells) * h
             samples = np.asarray(rho0(left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
             values = check_density(0.5 * samples @ weights if samples.shape == (self.cells, 4) else samples,
-                                   (self.cells,))
+                                   (self.cells,), name)
         else:
-            values = check_density(rho0, (self.cells,))
+            values = check_density(rho0, (self.cells,), name)
         return values / self.operators.mass(values)
 
     name = "CircleFV"

@@ -189,10 +189,11 @@ class SphereSpectral(GridSolver):
         return float(power[degree > 0.9 * self.lmax].sum() / deviation)
 
     # ------------------------------------------------------------------ solve
-    def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray) -> np.ndarray:
-        """Coefficients of ``rho0`` (callable of points ``(..., 3)`` or grid values), mass one."""
+    def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
+                             name: str = "rho0") -> np.ndarray:
+        """Coefficients of ``rho0`` (callable of points ``(..., 3)`` or grid values), mass one; errors call it ``name``."""
         values = rho0(self.grid.points()) if callable(rho0) else rho0
-        values = check_density(values, self.grid.shape)
+        values = check_density(values, self.grid.shape, name)
         coefficients = self.grid.analyse(values)
         return coefficients / self.grid.mass(coefficients)
 

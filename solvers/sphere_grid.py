@@ -7,15 +7,51 @@ direction, so that quadratic products (the flux :math:`\rho v`) do not alias.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-import shtns
 
 from meanfield.sphere import sphere_points
 
+
+def _import_shtns_quietly():
+    """Import shtns without its build banner, which the C library prints on stdout at import.
+
+    The banner would otherwise precede the output of every command (``--help`` and
+    ``--quiet`` included) and of every sweep worker. The C stdio buffer is flushed while
+    stdout still points at the null device, so the banner cannot surface later either.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        import shtns
+
+        ctypes.CDLL(None).fflush(None)
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+    return shtns
+
+
+shtns = _import_shtns_quietly()
+
 #: shtns refuses Gauss grids with fewer latitudes.
 MIN_LATITUDES = 32
+
+
+def grid_shape(lmax: int) -> tuple[int, int]:
+    """``(nlat, nphi)`` of the dealiased Gauss grid for degree ``lmax`` (known before any planning).
+
+    3/2-rule for quadratic products: ``nlat >= 3 (lmax + 1) / 2``, ``nphi >= 3 lmax + 1``.
+    """
+    nlat = max(MIN_LATITUDES, 2 * ((3 * (lmax + 1) + 3) // 4))
+    return nlat, 2 * nlat
 
 
 @dataclass(frozen=True, eq=False)
@@ -33,9 +69,8 @@ class SphereGrid:
     def __post_init__(self) -> None:
         set_ = object.__setattr__
         sh = shtns.sht(self.lmax, self.lmax)
-        # 3/2-rule for quadratic products: nlat >= 3 (lmax + 1) / 2, nphi >= 3 lmax + 1.
-        nlat = max(MIN_LATITUDES, 2 * ((3 * (self.lmax + 1) + 3) // 4))
-        sh.set_grid(nlat=nlat, nphi=2 * nlat, flags=shtns.sht_gauss)
+        nlat, nphi = grid_shape(self.lmax)
+        sh.set_grid(nlat=nlat, nphi=nphi, flags=shtns.sht_gauss)
         set_(self, "transform", sh)
         set_(self, "degree", sh.l.astype(float))
         set_(self, "laplacian_eigenvalue", self.degree * (self.degree + 1))  # of -Lap_S

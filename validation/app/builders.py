@@ -35,7 +35,7 @@ def initial_density(config: dict):
     if initial["kind"] == "uniform":
         return (lambda theta: np.ones_like(theta)) if circle else (lambda points: np.ones(points.shape[:-1]))
     if initial["kind"] == "file":
-        return np.load(initial["path"])
+        return load_initial_file(initial["path"])
     if initial["kind"] == "perturbed_uniform":
         a, k = initial["amplitude"], initial["mode"]
         if circle:
@@ -48,6 +48,17 @@ def initial_density(config: dict):
         return sum(np.exp(kappa * (points @ mu - 1.0)) for mu in means)
 
     return (lambda theta: mixture(mf.circle_points(theta))) if circle else mixture
+
+
+def load_initial_file(path: str) -> np.ndarray:
+    """The array of a ``.npy`` file (never unpickled); anything else is a :class:`ConfigError`."""
+    try:
+        values = np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:
+        raise ConfigError(f"initial.path: {path!r} is not a NumPy .npy file of numbers ({error})") from None
+    if not isinstance(values, np.ndarray) or not np.issubdtype(values.dtype, np.number):
+        raise ConfigError(f"initial.path: {path!r} must hold an array of numbers, got {type(values).__name__}")
+    return values.astype(float)
 
 
 def build_solver(config: dict, model):

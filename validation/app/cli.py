@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (ValueError, TypeError) as error:  # bad parameters: say which, exit 2 like argparse
-        parser.exit(2, f"meanfield: error: {error}\n")
+        parser.exit(2, f"meanfield {args.command}: error: {error}\n")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,12 @@ def read_toml(path: Path) -> dict:
         return tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {str(path)!r} is a directory, not a TOML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r} is not text (a TOML file is UTF-8 text)") from None
+    except OSError as error:
+        raise ConfigError(f"config file {str(path)!r} cannot be read ({error.strerror})") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
 
@@ -162,6 +168,13 @@ def check_table(table: dict, schema: dict, prefix: str) -> dict:
 
 def _check_combination(config: dict, base: Path) -> None:
     geometry, method, initial = config["geometry"], config["method"], config["initial"]
+    if not config["output"].strip():
+        raise ConfigError("output must name a folder (relative paths are taken from the config's folder), got ''")
+    config["output"] = str((base / config["output"]).resolve())
+    if method.get("rtol") is not None and method["rtol"] >= 1:
+        raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
+                          f"density; the default is 1e-6), got {method['rtol']!r}")
+    _check_mode_resolved(config)
     expected = {"circle": "CircleFV", "sphere": "SphereSpectral"}[geometry]
     if method["kind"] not in (expected, "particles"):
         raise ConfigError(f"method.kind {method['kind']!r} does not solve on the {geometry}; "
@@ -188,6 +201,20 @@ def _check_combination(config: dict, base: Path) -> None:
         if not path.is_file():
             raise ConfigError(f"initial.path: no file {str(path)!r}")
         initial["path"] = str(path)
+
+
+def _check_mode_resolved(config: dict) -> None:
+    """A perturbation mode beyond the grid's highest mode would alias into a lower one."""
+    method, initial = config["method"], config["initial"]
+    if initial["kind"] != "perturbed_uniform" or method["kind"] == "particles":
+        return
+    if method["kind"] == "CircleFV":
+        highest, grid = method["cells"] // 2, f"method.cells = {method['cells']} holds Fourier modes up to"
+    else:
+        highest, grid = method["lmax"], f"method.lmax = {method['lmax']} holds degrees up to"
+    if initial["mode"] > highest:
+        raise ConfigError(f"initial.mode = {initial['mode']} is not resolved: {grid} {highest}; "
+                          "raise the resolution or lower the mode")
 
 
 def _no_foreign_keys(table: dict, allowed: set, section: str, schema: dict) -> None:

@@ -23,14 +23,19 @@ from .builders import build_model, build_solver, initial_density, initial_partic
 from .config import check_config, load_config
 from .errors import ConfigError
 from .files import write_atomically, write_text
+from .preflight import preflight
 
 CHECKPOINT = "checkpoint.nc"
 DATASET = "dataset.nc"
 
 
 def prepare(config: dict | str | Path) -> dict:
-    """Check the config and the output folder; everything that can fail before computing fails here."""
+    """Check the config, what it builds and the output folder; everything that can fail before computing fails here."""
     config = load_config(config) if isinstance(config, (str, Path)) else check_config(config)
+    if (config["method"].get("d") or 3) > 3:
+        raise ConfigError(f"method.d = {config['method']['d']}: meanfield run draws particles on S^2 "
+                          f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
+    preflight(config)
     output = Path(config["output"])
     try:
         output.mkdir(parents=True, exist_ok=True)
@@ -39,15 +44,6 @@ def prepare(config: dict | str | Path) -> dict:
         probe.unlink()
     except OSError as error:
         raise ConfigError(f"output: cannot write to {str(output)!r} ({error.strerror})") from None
-    if (config["method"].get("d") or 3) > 3:
-        raise ConfigError(f"method.d = {config['method']['d']}: meanfield run draws particles on S^2 "
-                          f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
-    build_model(config)
-    initial = initial_density(config)
-    if not callable(initial):
-        expected = (config["method"]["cells"],) if config["geometry"] == "circle" else None
-        if expected and np.shape(initial) != expected:
-            raise ConfigError(f"initial.path holds shape {np.shape(initial)}, the grid needs {expected}")
     return config
 
 

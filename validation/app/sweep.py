@@ -49,6 +49,9 @@ from .sweep_config import SweepConfig, load_sweep_config
 
 PARTS = "parts"
 
+#: Seconds to wait for a Dask scheduler given by address.
+CONNECT_TIMEOUT = 10
+
 
 @dataclass(frozen=True)
 class Task:
@@ -216,7 +219,12 @@ def _client(scheduler: str | None, workers: int | None):
     from dask.distributed import Client, LocalCluster
 
     if scheduler is not None:
-        with Client(scheduler) as client:
+        try:
+            client = Client(scheduler, timeout=f"{CONNECT_TIMEOUT}s")
+        except (OSError, TimeoutError) as error:
+            raise ConfigError(f"--scheduler: no Dask scheduler answers at {scheduler!r} within "
+                              f"{CONNECT_TIMEOUT} s ({type(error).__name__})") from None
+        with client:
             yield client
         return
     workers = workers or os.cpu_count() or 1

@@ -43,9 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .builders import build_model, build_solver
 from .config import NUMBER, SCHEMA, check_config, check_table, read_toml
 from .errors import ConfigError
+from .preflight import preflight
 
 SWEEP_SCHEMA = {
     "realisations": (int, False, 256, ">= 1"),
@@ -108,19 +108,19 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     settings = check_table(raw.pop("sweep"), SWEEP_SCHEMA, "sweep.")
     if not settings["file"].endswith((".nc", ".zarr")):
         raise ConfigError(f"sweep.file must end in .nc (NetCDF) or .zarr, got {settings['file']!r}")
-    grid = {_parameter_name(name): _grid_values(name, values) for name, values in settings.pop("grid").items()}
+    grid = {_parameter_name(name): _grid_values(name, values)
+            for name, values in _flatten_sections(settings.pop("grid")).items()}
     if not grid:
         raise ConfigError("sweep.grid is empty: name at least one parameter to vary")
     config = SweepConfig(check_config(raw, base), grid, settings)
-    if config.particles and config.base["method"]["n"] < 2:
-        raise ConfigError("method.n must be >= 2: a sweep observes the pair <x_1, x_2>")
-    points = config.points()  # builds and so checks every point (ranges, combinations) up front
-    if not config.particles:
-        for index, point in points:  # the solver's own checks (kernel resolution) too
-            try:
-                build_solver(point, build_model(point))
-            except ConfigError as error:
-                raise ConfigError(f"sweep.grid point ({config.describe(index)}): {error}") from None
+    for index, point in config.points():  # every point is checked as a run would be, before anything runs
+        try:
+            if config.particles and point["method"]["n"] < 2:
+                raise ConfigError(f"method.n must be >= 2 (a sweep observes the pair <x_1, x_2>), "
+                                  f"got {point['method']['n']}")
+            preflight(point)
+        except ConfigError as error:
+            raise ConfigError(f"sweep.grid point ({config.describe(index)}): {error}") from None
     return config
 
 
@@ -137,6 +137,22 @@ def point_config(base: dict, values: dict) -> dict:
     except ConfigError as error:
         point = ", ".join(f"{name} = {value!r}" for name, value in values.items())
         raise ConfigError(f"sweep.grid point ({point}): {error}") from None
+
+
+def _flatten_sections(grid: dict) -> dict:
+    """``{"model": {"beta": [...]}}`` as ``{"model.beta": [...]}``.
+
+    TOML reads the dotted key ``model.beta = [...]`` under ``[sweep.grid]`` as a nested table;
+    a table whose keys are not ``start``, ``stop``, ``count`` is such a section.
+    """
+    flat = {}
+    for name, values in grid.items():
+        if isinstance(values, dict) and name in ("model", "method", "initial") \
+                and not set(values) <= {"start", "stop", "count"}:
+            flat.update({f"{name}.{key}": inner for key, inner in values.items()})
+        else:
+            flat[name] = values
+    return flat
 
 
 def _parameter_name(name: str) -> str:

@@ -1,0 +1,111 @@
+"""Everything a config decides that can be checked before anything is computed or written.
+
+:func:`preflight` builds what the run will use (model, solver, initial density on the grid)
+and estimates its memory, so that a run or every point of a sweep is refused up front, with
+the key named, instead of failing or grinding later: an unreadable or wrong-shaped initial
+file, an initial density the grid cannot resolve, an output larger than the machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from solvers import CircleFV
+from solvers.resolution import sharpest_cluster_width
+from solvers.sphere_grid import grid_shape
+
+from .builders import build_model, build_solver, initial_density, output_times
+from .errors import ConfigError
+
+#: A run may use at most this fraction of the machine's memory.
+MEMORY_FRACTION = 0.5
+
+#: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
+#: velocity and flux fields), a generous count so that the estimate errs on the safe side.
+WORKING_FIELDS = {"CircleFV": 16, "SphereSpectral": 48}
+
+
+def preflight(config: dict) -> None:
+    """Refuse, with a :class:`ConfigError` naming the key, a checked config that cannot run well."""
+    _check_memory(config)  # first: building a solver at an absurd resolution takes minutes
+    model = build_model(config)
+    solver = build_solver(config, model)
+    initial = initial_density(config)
+    if solver is None:
+        _check_particle_initial(config, initial)
+    else:
+        _check_pde_initial(config, solver, initial)
+
+
+def _check_particle_initial(config: dict, initial) -> None:
+    if callable(initial):
+        return
+    if config["geometry"] != "circle":
+        raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere "
+                          "(give a callable density from Python, or use a PDE method)")
+    if initial.ndim != 1 or initial.size < 1:
+        raise ConfigError(f"initial.path must hold a 1-d array of cell values on the circle (any number "
+                          f"of equal cells), got shape {initial.shape}")
+    _check_values(initial)
+
+
+def _check_pde_initial(config: dict, solver, initial) -> None:
+    if not callable(initial):
+        shape = (solver.cells,) if isinstance(solver, CircleFV) else solver.grid.shape
+        if initial.shape != shape:
+            where = (f"method.cells = {solver.cells} cell values" if isinstance(solver, CircleFV) else
+                     f"values on the Gauss grid of method.lmax = {solver.lmax}: {shape[0]} colatitudes "
+                     f"(solver.grid.colatitude) x {shape[1]} longitudes")
+            raise ConfigError(f"initial.path holds shape {initial.shape}; the run needs {where}, shape {shape}")
+        _check_values(initial)
+    try:
+        if isinstance(solver, CircleFV):
+            rho = solver.initial_density(initial, name="the initial density")
+            width = sharpest_cluster_width(rho)
+            if width < solver.min_cluster_cells:
+                raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
+                                  f"its sharpest peak spans {width:.3g} cells (< {solver.min_cluster_cells:g}); "
+                                  "raise method.cells or widen the peak")
+        else:
+            tail = solver.spectral_tail(solver.initial_coefficients(initial, name="the initial density"))
+            if tail >= solver.tail_threshold:
+                raise ConfigError(f"initial: the initial density is not resolved by method.lmax = {solver.lmax}: "
+                                  f"the top 10% of degrees hold {tail:.2g} of its spectral energy "
+                                  f"(> {solver.tail_threshold:g}); raise method.lmax or widen the peaks")
+    except ValueError as error:  # a density that vanishes or is negative on the grid
+        raise ConfigError(f"initial: {error}") from None
+
+
+def _check_values(values: np.ndarray) -> None:
+    if not np.all(np.isfinite(values)):
+        raise ConfigError("initial.path holds NaN or infinite values")
+    if np.any(values < 0):
+        raise ConfigError(f"initial.path holds negative values (the smallest is {values.min():.3g}); "
+                          "a density is nonnegative")
+    if not np.any(values > 0):
+        raise ConfigError("initial.path holds only zeros: a density needs positive mass")
+
+
+def _check_memory(config: dict) -> None:
+    count = output_times(config).size
+    method = config["method"]
+    if method["kind"] == "particles":
+        d = method.get("d") or (2 if config["geometry"] == "circle" else 3)
+        needed = 8 * count * method["n"] * d + 8 * 8 * method["n"] ** 2  # frames, pair blocks
+        what = f"method.n = {method['n']} particles at times.count = {count} outputs"
+    else:
+        circle = method["kind"] == "CircleFV"
+        points = method["cells"] if circle else int(np.prod(grid_shape(method["lmax"])))
+        needed = 8 * points * (count + WORKING_FIELDS[method["kind"]])
+        key = f"method.cells = {method['cells']}" if circle else f"method.lmax = {method['lmax']}"
+        what = f"{key} ({points} grid points) at times.count = {count} outputs"
+    available = _physical_memory()
+    if needed > MEMORY_FRACTION * available:
+        raise ConfigError(f"{what} needs about {needed / 2**30:.3g} GiB, more than half of this machine's "
+                          f"{available / 2**30:.3g} GiB: lower the resolution or the number of output times")
+
+
+def _physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
