@@ -90,8 +90,9 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         Seed or generator of the noise (``D > 0``); the seed the noise was drawn from is
         recorded in the settings (:func:`meanfield.sampling.reproducible_seed`), so passing it
         as ``rng`` repeats the run.
-    progress : bool, optional
-        Progress bar; by default shown when stderr is a terminal.
+    progress : bool or tqdm.tqdm, optional
+        Progress bar; by default shown when stderr is a terminal. An open bar is advanced
+        instead (one bar for a run made of several calls).
 
     Returns
     -------
@@ -150,7 +151,9 @@ def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarra
 
 def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings):
     dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
-    settings.update(dt=dt)
+    # Each output interval is split into equal steps no larger than dt: record the step taken.
+    largest = max(((t1 - t0) / _steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
+    settings.update(dt=dt, largest_step=largest)
     if method == "euler":
         noisy = model.diffusion > 0
         settings.update(scheme="projected Euler-Maruyama" if noisy else "projected Euler")

@@ -70,8 +70,9 @@ class GridSolver:
             The initial density (see the solver's ``initial_density``); normalized to mass one.
         times : array_like
             Strictly increasing output times; the run starts at ``times[0]``.
-        progress : bool, optional
-            Progress bar (default: when stderr is a terminal).
+        progress : bool or tqdm.tqdm, optional
+            Progress bar (default: when stderr is a terminal), or an open bar to advance
+            (one bar for a run made of several calls).
         observer : callable, optional
             Called as ``observer(t, rho)`` after every accepted step with the density on the
             grid (the array of ``ds.rho`` at one time); it must not modify ``rho``.

@@ -39,7 +39,7 @@ def test_each_example_runs_in_a_short_version(example, tmp_path):
     ds = run_experiment(short(load_config(example), tmp_path), progress=False)
     assert ds.sizes["time"] == 3
     assert (tmp_path / "dataset.nc").stat().st_size > 0
-    assert not (tmp_path / "checkpoint.nc").exists()
+    assert not (tmp_path / "checkpoint").exists()
 
 
 def test_config_round_trip_reruns_the_same_experiment(tmp_path):
@@ -86,9 +86,9 @@ def test_kill_and_resume_gives_the_uninterrupted_result(kind, method, diffusion,
     write_config(killed, RESUMABLE.format(output=tmp_path / "killed", kind=kind, method=method, diffusion=diffusion))
     process = subprocess.Popen([sys.executable, "-m", "validation.app.cli", "run", str(killed), "--quiet"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint = tmp_path / "killed" / "checkpoint.nc"
+    checkpoints = tmp_path / "killed" / "checkpoint"
     deadline = time.time() + 120
-    while not checkpoint.exists() and time.time() < deadline and process.poll() is None:
+    while not list(checkpoints.glob("segment_*.nc")) and time.time() < deadline and process.poll() is None:
         time.sleep(0.05)
     time.sleep(0.3)
     if process.poll() is not None:
@@ -192,3 +192,25 @@ def test_uniform_particles_in_higher_dimension_belong_to_sweeps(tmp_path):
     config["method"].update(d=3, scheme="euler")
     ds = run_experiment(short(config, tmp_path / "out"), progress=False)
     assert ds.x.shape[-1] == 3 and json.loads(ds.attrs["settings"])["scheme"] == "projected Euler"
+
+
+def test_a_checkpoint_costs_the_same_whatever_the_history_before_it(tmp_path, monkeypatch):
+    """Bytes written per checkpoint, not seconds: the 40th must not be larger than the 2nd."""
+    import validation.app.experiment as experiment
+
+    written = []
+
+    def recording(path, write):
+        result = experiment_write(path, write)
+        if path.parent.name == "checkpoint":
+            written.append(path.stat().st_size)
+        return result
+
+    experiment_write = experiment.write_atomically
+    monkeypatch.setattr(experiment, "write_atomically", recording)
+    config = check_config({**BASE, "output": str(tmp_path), "checkpoint_every": 1,
+                           "times": {"start": 0.0, "stop": 4.0, "count": 41}})
+    run_experiment(config, progress=False)
+    assert len(written) == 39  # after every segment but the last
+    assert max(written[1:]) <= 1.05 * min(written[1:])
+    assert not (tmp_path / "checkpoint").exists()

@@ -60,9 +60,10 @@ def _validate(args: argparse.Namespace) -> int:
                           diffusion_sphere=args.diffusion_sphere, sizes=args.sizes, seeds=args.seeds)
     if args.geometry != "both":
         specs = {args.geometry: specs[args.geometry]}
-    rows = run_validation(specs, args.output, progress=False if args.quiet else None)
+    rows = run_validation(specs, args.output, progress=False if args.quiet else None,
+                          echo=(lambda _: None) if args.quiet else print)
     outside = [row for row in rows if not row["contains"]]
-    for row in outside:
+    for row in outside if not args.quiet else []:
         print(f"note: at t={row['time']:g} on the {row['geometry']} the interval [{row['low']:.3f}, "
               f"{row['high']:.3f}] excludes -1/2 (see the report)")
     return 1 if args.strict and outside else 0
@@ -90,13 +91,19 @@ def _run(args: argparse.Namespace) -> int:
         except ConfigError as error:
             print(f"meanfield run: error: {error}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            print(f"meanfield run: interrupted; the checkpoints written so far are kept in "
+                  f"{config['output']}/checkpoint: continue with --resume", file=sys.stderr)
+            return 130
     output = Path(config["output"])
-    paths = experiment_figures(ds, output, config["geometry"])
+    paths = experiment_figures(ds, output, config["geometry"], animation=not args.no_animation,
+                               progress=False if args.quiet else None)
     untrustworthy = None if ds.attrs["trustworthy"] else (
         str(caught[0].message) if caught else "the solver's diagnostics say so")
     write_report(ds, config, output, paths, untrustworthy)
-    print(f"dataset: {output / 'dataset.nc'} ({ds.sizes['time']} output times, {ds.attrs['wall_time']:.1f} s)")
-    print("figures: " + ", ".join(str(p) for p in paths))
+    if not args.quiet:
+        print(f"dataset: {output / 'dataset.nc'} ({ds.sizes['time']} output times, {ds.attrs['wall_time']:.1f} s)")
+        print("figures: " + ", ".join(str(p) for p in paths))
     if untrustworthy:
         print(f"UNTRUSTWORTHY: {untrustworthy}", file=sys.stderr)
         return 3
@@ -106,11 +113,15 @@ def _run(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     """A parameter grid from a TOML config, run on Dask; resumable."""
     from .errors import ConfigError, SweepTaskError
-    from .sweep import run_sweep
+    from .sweep import PARTS, run_sweep
     from .sweep_config import load_sweep_config
 
     try:
         sweep = load_sweep_config(args.config)
+    except ConfigError as error:
+        print(f"meanfield sweep: error: {error}", file=sys.stderr)
+        return 2
+    try:
         ds = run_sweep(sweep, scheduler=args.scheduler, workers=args.workers, resume=args.resume,
                        progress=False if args.quiet else None)
     except ConfigError as error:
@@ -119,10 +130,16 @@ def _sweep(args: argparse.Namespace) -> int:
     except SweepTaskError as error:
         print(f"meanfield sweep: error: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        kept = len(list((sweep.output / PARTS).glob("*.npz")))
+        print(f"meanfield sweep: interrupted; {kept} finished tasks are kept in {sweep.output / PARTS}: "
+              "continue with --resume", file=sys.stderr)
+        return 130
     path = sweep.output / sweep.settings["file"]
     grid = " x ".join(f"{name} ({size})" for name, size in zip(sweep.grid, sweep.shape))
-    print(f"sweep: {path} over {grid}; {ds.attrs['tasks_computed']} of {ds.attrs['tasks']} tasks computed "
-          f"in {ds.attrs['wall_time']:.1f} s")
+    if not args.quiet:
+        print(f"sweep: {path} over {grid}; {ds.attrs['tasks_computed']} of {ds.attrs['tasks']} tasks computed "
+              f"in {ds.attrs['wall_time']:.1f} s")
     if "trustworthy" in ds and not bool(ds.trustworthy.all()):
         bad = ds.trustworthy.where(ds.trustworthy == 0, drop=True).stack(point=list(sweep.grid)).point.values
         print(f"UNTRUSTWORTHY (under-resolved) points: {', '.join(map(str, bad))}", file=sys.stderr)
@@ -130,10 +147,13 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+HELP_FORMAT = argparse.ArgumentDefaultsHelpFormatter
+
+
 def _config_command(commands, name: str, handler, *, help: str, description: str,
                     resume: str) -> argparse.ArgumentParser:
     """A subcommand that reads a TOML config and can resume: ``name CONFIG [--resume] [--quiet]``."""
-    command = commands.add_parser(name, help=help, description=description)
+    command = commands.add_parser(name, help=help, description=description, formatter_class=HELP_FORMAT)
     command.add_argument("config", type=Path)
     command.add_argument("--resume", action="store_true", help=resume)
     command.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -142,29 +162,39 @@ def _config_command(commands, name: str, handler, *, help: str, description: str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="meanfield", description=__doc__)
+    from meanfield.records import package_version
+
+    parser = argparse.ArgumentParser(
+        prog="meanfield", formatter_class=HELP_FORMAT,
+        description="Mean-field PDEs and particle systems of self-attention: the default validation run, "
+                    "experiments and parameter sweeps from TOML configs.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser(
-        "validate", help="default mean-field validation run (report, NetCDF, figures)",
+        "validate", formatter_class=HELP_FORMAT, help="default mean-field validation run (report, NetCDF, figures)",
         description="Particles against the PDE on the circle (SA, D = 0) and the sphere (USA, small D): "
                     "distances at several times, fitted convergence rate in n with bootstrap intervals. "
                     "With --strict the exit status is 1 when -1/2 lies outside some interval.")
-    validate.add_argument("--geometry", choices=["circle", "sphere", "both"], default="both")
+    validate.add_argument("--geometry", choices=["circle", "sphere", "both"], default="both",
+                          help="which of the two studies to run")
     validate.add_argument("--beta-circle", type=float, default=5.0, help="SA inverse temperature on the circle")
     validate.add_argument("--beta-sphere", type=float, default=1.0, help="USA inverse temperature on S^2")
     validate.add_argument("--diffusion-sphere", type=float, default=0.05, help="diffusion D on S^2")
-    validate.add_argument("--sizes", type=_int_list, default=None, help="particle counts, e.g. 32,64,128")
-    validate.add_argument("--seeds", type=int, default=None, help="samples per particle count")
-    validate.add_argument("--output", type=Path, default=Path("output/validate"))
+    validate.add_argument("--sizes", type=_int_list, default="32,64,128,256,512",
+                          help="particle counts, comma-separated")
+    validate.add_argument("--seeds", type=int, default=16, help="samples per particle count")
+    validate.add_argument("--output", type=Path, default=Path("output/validate"),
+                          help="folder for the report, the datasets and the figures")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")
     validate.add_argument("--strict", action="store_true", help="exit 1 when an interval excludes -1/2")
     validate.set_defaults(handler=_validate)
-    _config_command(
+    run = _config_command(
         commands, "run", _run, help="an experiment from a TOML config (see examples/)",
         description="Runs the experiment a TOML file describes and writes dataset.nc, figures and an "
                     "animation to its output folder. Exit status: 0 done, 2 bad config, 3 done but "
                     "under-resolved (untrustworthy from the time the report gives).",
         resume="continue from the last checkpoint")
+    run.add_argument("--no-animation", action="store_true", help="skip the animation (often the longest part)")
     sweep = _config_command(
         commands, "sweep", _sweep, help="a parameter grid on Dask (see examples/phase_diagram.toml)",
         description="Runs every point of the grid a TOML file describes (particle ensembles or PDE runs) on "
@@ -175,13 +205,14 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
     sweep.add_argument("--workers", type=_positive_int, default=None,
                        help="worker processes of the local cluster (default: one per core)")
-    demo = commands.add_parser("demo", help="short particle demo on the circle")
-    demo.add_argument("--beta", type=float, default=9.0)
-    demo.add_argument("--n", type=int, default=256)
-    demo.add_argument("--t-end", type=float, default=15.0)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--output", type=Path, default=Path("output"))
-    demo.add_argument("--quiet", action="store_true")
+    demo = commands.add_parser("demo", help="short particle demo on the circle", formatter_class=HELP_FORMAT,
+                               description="SA particles on the circle cluster while their energy rises.")
+    demo.add_argument("--beta", type=float, default=9.0, help="inverse temperature")
+    demo.add_argument("--n", type=_positive_int, default=256, help="number of particles")
+    demo.add_argument("--t-end", type=float, default=15.0, help="final time")
+    demo.add_argument("--seed", type=int, default=0, help="seed of the initial particles")
+    demo.add_argument("--output", type=Path, default=Path("output"), help="folder of the figure")
+    demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(handler=_demo)
     return parser
 

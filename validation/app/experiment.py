@@ -1,14 +1,16 @@
 """One experiment from a config (``meanfield run CONFIG.toml``): run, checkpoint, resume, record.
 
 The run advances in segments of ``checkpoint_every`` output intervals. After each
-segment the dataset so far, the solver's next step size and the noise generator's
-state are written atomically to ``checkpoint.nc``; ``resume=True`` continues from it
-and ends with the result of an uninterrupted run (the same steps are taken).
+segment its new outputs, the solver's next step size and the noise generator's state
+are written atomically to ``checkpoint/segment_NNNNNN.nc``, so a checkpoint costs the
+same whatever the length of the history before it; ``resume=True`` reads the segments
+back and ends with the result of an uninterrupted run (the same steps are taken).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 import meanfield as mf
+from meanfield.progress import time_progress
 from meanfield.records import PARTICLES, dataset_kind, dataset_settings, package_version
 from solvers import UnderResolvedWarning
 
@@ -25,8 +28,11 @@ from .errors import ConfigError
 from .files import write_atomically, write_text
 from .preflight import preflight
 
-CHECKPOINT = "checkpoint.nc"
+CHECKPOINTS = "checkpoint"
 DATASET = "dataset.nc"
+
+#: Attributes that only a checkpoint segment carries.
+CHECKPOINT_ATTRS = ("config", "checkpoint_segment", "next_step", "rng_state", "wall_time")
 
 
 def prepare(config: dict | str | Path) -> dict:
@@ -63,12 +69,13 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
 
     if resume:
         parts, state, next_step, segment, elapsed = _load_checkpoint(output, config, generator)
-    elif solver is None:
-        state = initial_particles(config, rho0, generator)
     else:
-        state = rho0
+        shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)  # segments of an earlier run must not be resumed
+        state = rho0 if solver is not None else initial_particles(config, rho0, generator)
 
-    with warnings.catch_warnings():  # the filter below stays local to this run
+    # One bar for the whole run, advanced by every segment (a resumed run starts where it stopped).
+    with warnings.catch_warnings(), time_progress(times[0], times[-1], progress, "run") as bar:
+        bar.update(times[boundaries[segment]] - times[0])
         while segment < len(boundaries) - 1:
             if parts and not _trustworthy(parts):
                 # Once a run is untrustworthy, later segments would only repeat the warning.
@@ -76,21 +83,21 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
             segment_times = times[boundaries[segment]: boundaries[segment + 1] + 1]
             if solver is None:
                 part = mf.simulate_particles(model, state, segment_times, method=particle_method(config),
-                                             dt=config["method"]["dt"], rng=generator, progress=progress)
+                                             dt=config["method"]["dt"], rng=generator, progress=bar)
                 state = part.x.values[-1]
             else:
-                part = solver.solve(state, segment_times, progress=progress, first_step=next_step)
+                part = solver.solve(state, segment_times, progress=bar, first_step=next_step)
                 state = part.rho.values[-1]
                 next_step = dataset_settings(part)["next_step"]
             parts.append(part if not parts else part.isel(time=slice(1, None)))
             segment += 1
             if segment < len(boundaries) - 1:
-                _write_checkpoint(output, config, parts, next_step, generator, segment,
+                _write_checkpoint(output, config, parts[-1], next_step, generator, segment,
                                   elapsed + time.perf_counter() - started)
 
     ds = _combine(parts, config, elapsed + time.perf_counter() - started)
     write_atomically(output / DATASET, ds.to_netcdf)
-    (output / CHECKPOINT).unlink(missing_ok=True)
+    shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)
     return ds
 
 
@@ -110,28 +117,39 @@ def _combine(parts: list[xr.Dataset], config: dict, wall_time: float) -> xr.Data
     return ds
 
 
-def _write_checkpoint(output: Path, config: dict, parts, next_step, generator, segment, elapsed) -> None:
-    ds = _combine(parts, config, elapsed)
-    ds.attrs.update(checkpoint_segment=segment, next_step=np.nan if next_step is None else next_step,
+def _write_checkpoint(output: Path, config: dict, part: xr.Dataset, next_step, generator, segment, elapsed) -> None:
+    """The newest segment only, with what continuing after it needs."""
+    ds = part.copy()
+    ds.attrs.update(config=json.dumps(config), checkpoint_segment=segment, wall_time=elapsed,
+                    next_step=np.nan if next_step is None else next_step,
                     rng_state=json.dumps(generator.bit_generator.state))
-    write_atomically(output / CHECKPOINT, ds.to_netcdf)
+    folder = output / CHECKPOINTS
+    folder.mkdir(exist_ok=True)
+    write_atomically(folder / f"segment_{segment:06d}.nc", ds.to_netcdf)
 
 
 def _load_checkpoint(output: Path, config: dict, generator: np.random.Generator):
-    path = output / CHECKPOINT
-    if not path.is_file():
+    paths = sorted((output / CHECKPOINTS).glob("segment_*.nc"))
+    if not paths:
         raise ConfigError(f"--resume: no checkpoint in {str(output)!r} (the run finished or never started)")
-    with xr.open_dataset(path) as stored:
-        ds = stored.load()
-    if json.loads(ds.attrs["config"]) != json.loads(json.dumps(config)):
-        raise ConfigError(f"--resume: {path} was written by a different config")
-    generator.bit_generator.state = json.loads(ds.attrs["rng_state"])
-    state = ds.x.values[-1] if dataset_kind(ds) == PARTICLES else ds.rho.values[-1]
-    next_step = None if not np.isfinite(ds.attrs["next_step"]) else float(ds.attrs["next_step"])
-    segment, elapsed = int(ds.attrs["checkpoint_segment"]), float(ds.attrs["wall_time"])
-    for key in ("checkpoint_segment", "next_step", "rng_state"):
-        del ds.attrs[key]
-    return [ds], state, next_step, segment, elapsed
+    parts = []
+    for path in paths:
+        with xr.open_dataset(path) as stored:
+            parts.append(stored.load())
+    last = parts[-1]
+    if json.loads(last.attrs["config"]) != json.loads(json.dumps(config)):
+        raise ConfigError(f"--resume: {paths[-1]} was written by a different config")
+    if [int(p.attrs["checkpoint_segment"]) for p in parts] != list(range(1, len(parts) + 1)):
+        raise ConfigError(f"--resume: the segments in {output / CHECKPOINTS} are not consecutive; "
+                          "delete the folder and start over")
+    generator.bit_generator.state = json.loads(last.attrs["rng_state"])
+    state = last.x.values[-1] if dataset_kind(last) == PARTICLES else last.rho.values[-1]
+    next_step = None if not np.isfinite(last.attrs["next_step"]) else float(last.attrs["next_step"])
+    segment, elapsed = int(last.attrs["checkpoint_segment"]), float(last.attrs["wall_time"])
+    for part in parts:
+        for key in CHECKPOINT_ATTRS:
+            del part.attrs[key]
+    return parts, state, next_step, segment, elapsed
 
 
 def write_report(ds: xr.Dataset, config: dict, output: Path, figures: list[Path], untrustworthy: str | None) -> Path:

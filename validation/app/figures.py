@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import matplotlib
+import matplotlib.animation
 import numpy as np
 import xarray as xr
-from matplotlib import animation
+from tqdm.auto import tqdm
 
 from meanfield.records import PARTICLES, dataset_kind
 from meanfield.sphere import circle_angles
@@ -54,8 +56,13 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def experiment_figures(ds: xr.Dataset, output: Path, geometry: str) -> list[Path]:
-    """Write the PNG figures and the animation; returns their paths."""
+def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation: bool = True,
+                       progress: bool | None = None) -> list[Path]:
+    """Write the PNG figures and (unless ``animation=False``) the animation; returns their paths.
+
+    The animation, one drawing per output time, is often the longest part: it shows a
+    progress bar (by default when stderr is a terminal).
+    """
     output = Path(output)
     paths = []
     picks = np.unique(np.linspace(0, ds.time.size - 1, 4).round().astype(int))
@@ -94,17 +101,21 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str) -> list[Path
             ax.axvline(since, color="C3", ls="--", lw=1)
         fig.suptitle(f"under-resolved from t = {since:g} (dashed)")
     paths.append(_save(fig, output / "diagnostics.png"))
-    paths.append(_animation(ds, output, geometry))
+    if animation:
+        paths.append(_animation(ds, output, geometry, progress))
     return paths
 
 
-def _animation(ds: xr.Dataset, output: Path, geometry: str) -> Path:
+def _animation(ds: xr.Dataset, output: Path, geometry: str, progress: bool | None) -> Path:
     """MP4 when ffmpeg is present, GIF otherwise."""
     fig, ax = subplots(figsize=(6, 3.6), subplot_kw=_subplot_kw(geometry))
-    movie = animation.FuncAnimation(fig, lambda k: _draw_frame(ax, ds, k, geometry), frames=ds.time.size)
+    movie = matplotlib.animation.FuncAnimation(fig, lambda k: _draw_frame(ax, ds, k, geometry), frames=ds.time.size)
     if shutil.which("ffmpeg"):
-        path, writer = output / "animation.mp4", animation.FFMpegWriter(fps=8)
+        path, writer = output / "animation.mp4", matplotlib.animation.FFMpegWriter(fps=8)
     else:
-        path, writer = output / "animation.gif", animation.PillowWriter(fps=8)
-    write_atomically(path, lambda temporary: movie.save(temporary, writer=writer))
+        path, writer = output / "animation.gif", matplotlib.animation.PillowWriter(fps=8)
+    enabled = sys.stderr.isatty() if progress is None else progress
+    with tqdm(total=ds.time.size, disable=not enabled, desc="animation", unit="frame") as bar:
+        write_atomically(path, lambda temporary: movie.save(temporary, writer=writer,
+                                                            progress_callback=lambda *_: bar.update()))
     return path

@@ -16,7 +16,7 @@ from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
-from .builders import build_model, build_solver, initial_density, output_times
+from .builders import build_model, build_solver, initial_density
 from .errors import ConfigError
 
 #: A run may use at most this fraction of the machine's memory.
@@ -89,7 +89,8 @@ def _check_values(values: np.ndarray) -> None:
 
 
 def _check_memory(config: dict) -> None:
-    count = output_times(config).size
+    times = config["times"]  # counted, not built: a billion output times must not be allocated to be refused
+    count = times["count"] if isinstance(times, dict) else len(times)
     method = config["method"]
     if method["kind"] == "particles":
         d = method.get("d") or (2 if config["geometry"] == "circle" else 3)

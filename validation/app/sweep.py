@@ -28,7 +28,9 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import warnings
 from contextlib import contextmanager
@@ -229,9 +231,28 @@ def _client(scheduler: str | None, workers: int | None):
         return
     workers = workers or os.cpu_count() or 1
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                      silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+    with _workers_ignore_ctrl_c():
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
+                               silence_logs=logging.ERROR)
+    with cluster, Client(cluster) as client:
         yield client
+
+
+@contextmanager
+def _workers_ignore_ctrl_c():
+    """Start worker processes with SIGINT ignored (an ignored signal stays ignored in a child).
+
+    Ctrl-C reaches every process of the terminal's group: the workers would each die with a
+    traceback. Only this process handles it, by closing the cluster.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def gather(sweep: SweepConfig, tasks: list[Task]) -> xr.Dataset:
