@@ -107,9 +107,10 @@ def pde_figure(runs: dict, path: Path) -> dict:
         k_star = fastest_mode(beta)
         summary[beta] = (k_star, counts)
         theta, times = ds.theta.values, ds.time.values
-        column[0].pcolormesh(theta, times, np.log10(np.maximum(ds.rho.values * 2 * np.pi, 1e-6)),
-                             cmap="magma", shading="nearest", rasterized=True)
-        column[0].set(xlabel="θ", ylabel="t", title=f"log10(2π ρ), SA β = {beta:g}, 1024 cells")
+        mesh = column[0].pcolormesh(theta, times, np.log10(np.maximum(ds.rho.values * 2 * np.pi, 1e-6)),
+                                    cmap="magma", shading="nearest", rasterized=True)
+        fig.colorbar(mesh, ax=column[0], label="log10(2π ρ) (0: uniform density)")
+        column[0].set(xlabel="angle θ (rad)", ylabel="time t", title=f"SA β = {beta:g}, 1024 cells")
         column[1].plot(times, counts, color="C0", label="density clusters (ρ > 2/(2π))")
         column[1].axhline(k_star, color="C3", ls="--", label=f"fastest-growing mode k* = {k_star}")
         column[1].set(xlabel="t", ylabel="clusters", ylim=(0, max(counts.max(), k_star) + 2))

@@ -28,32 +28,34 @@ def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
     """PDE density against the particles (largest size, seed 0) at up to ``columns`` times."""
     picks = np.unique(np.linspace(0, study.time.size - 1, min(columns, study.time.size)).round().astype(int))
     n = study.particles_x.sizes["particle"]
+    bottom, top = float(study.pde_rho.min()), 1.05 * float(study.pde_rho.max())  # one scale for all panels
     if dataset_geometry(study) == CIRCLE:
-        fig, axes = subplots(1, picks.size, figsize=(3.6 * picks.size, 3.2),
-                                 squeeze=False)
+        fig, axes = subplots(1, picks.size, figsize=(3.6 * picks.size, 3.4), squeeze=False)
         theta = study.theta.values
         for ax, k in zip(axes[0], picks):
             angles = circle_angles(study.particles_x.values[k])
             ax.hist(angles, bins=64, range=(0, 2 * np.pi), density=True, color="0.75", label=f"particles, n={n}")
             ax.plot(theta, study.pde_rho.values[k], color="C3", lw=1.5, label="PDE")
-            ax.set(title=f"t = {study.time.values[k]:g}", xlabel="angle", xlim=(0, 2 * np.pi))
-        axes[0, 0].set_ylabel("density")
+            ax.set(title=f"t = {study.time.values[k]:g}", xlabel="angle θ (rad)", xlim=(0, 2 * np.pi),
+                   ylim=(0, max(top, ax.get_ylim()[1])))
+        axes[0, 0].set_ylabel("density (per radian)")
         axes[0, 0].legend(fontsize=8)
     else:
-        fig, axes = subplots(1, picks.size, figsize=(4.2 * picks.size, 2.8),
-                                 squeeze=False, subplot_kw={"projection": "mollweide"})
+        fig, axes = subplots(1, picks.size, figsize=(4.2 * picks.size, 3.4), squeeze=False,
+                             subplot_kw={"projection": "mollweide"})
         longitude = np.where(study.longitude.values > np.pi, study.longitude.values - 2 * np.pi,
                              study.longitude.values)
         order = np.argsort(longitude)
         latitude = 0.5 * np.pi - study.colatitude.values
         for ax, k in zip(axes[0], picks):
             rho = study.pde_rho.values[k][:, order]
-            mesh = ax.pcolormesh(longitude[order], latitude, rho, shading="auto", cmap="viridis")
+            mesh = ax.pcolormesh(longitude[order], latitude, rho, shading="auto", cmap="viridis", vmin=bottom, vmax=top)
             x = study.particles_x.values[k]
             ax.scatter(np.arctan2(x[:, 1], x[:, 0]), np.arcsin(np.clip(x[:, 2], -1, 1)), s=1, c="w", alpha=0.5)
-            ax.set_title(f"t = {study.time.values[k]:g}")
+            ax.set_title(f"t = {study.time.values[k]:g}", pad=12)
             ax.set_xticklabels([])
-            fig.colorbar(mesh, ax=ax, orientation="horizontal", fraction=0.05, pad=0.05)
+        fig.colorbar(mesh, ax=list(axes[0]), orientation="horizontal", shrink=0.5,
+                     label="PDE density (per unit area); dots: particles")
     fig.suptitle(f"{dataset_geometry(study)}: PDE density and particles (n = {n})")
     fig.savefig(path, dpi=110)
     return path
@@ -81,8 +83,7 @@ def rate_plot(study: xr.Dataset, path: Path) -> Path:
 
 def energy_plot(studies: dict[str, xr.Dataset], path: Path) -> Path:
     """Energy of the PDE and of the particles (mean over seeds, each size) against time."""
-    fig, axes = subplots(1, len(studies), figsize=(5 * len(studies), 3.8),
-                             squeeze=False)
+    fig, axes = subplots(1, len(studies), figsize=(5 * len(studies), 3.8), squeeze=False)
     for ax, (name, study) in zip(axes[0], studies.items()):
         for i, n in enumerate(study["size"].values):
             shade = matplotlib.colormaps["Greys"](0.3 + 0.7 * i / study.sizes["size"])

@@ -23,28 +23,56 @@ def _particles(ds: xr.Dataset) -> bool:
     return dataset_kind(ds) == PARTICLES
 
 
-def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str) -> None:
-    """One time of the run: density curve or histogram on the circle, Mollweide map on the sphere."""
+#: Axis labels, with units, of the diagnostics a run may carry.
+DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest density value",
+                     "cluster_width": "sharpest cluster FWHM (cells)",
+                     "spectral_tail": "spectral energy in top 10% of degrees",
+                     "norm_error": "max | |x_i| - 1 | (before projection)"}
+
+CIRCLE_DENSITY = "density (per radian)"
+SPHERE_DENSITY = "density (per unit area)"
+
+
+def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, float]):
+    """One time of the run: density curve or histogram on the circle, Mollweide map on the sphere.
+
+    ``scale`` is the range of the density colours (its top that of the density axis), shared by
+    every frame so that frames can be compared; returns a sphere density's colour mapping.
+    """
     ax.clear()
     t = float(ds.time[k])
+    mappable = None
     if geometry == "circle":
         if _particles(ds):
             ax.hist(circle_angles(ds.x.values[k]), bins=128, range=(0, 2 * np.pi), density=True, color="0.5")
         else:
             ax.plot(ds.theta, ds.rho.values[k], color="C0")
-        ax.set(xlim=(0, 2 * np.pi), xlabel="angle", ylabel="density", title=f"t = {t:g}")
-        return
+        ax.set(xlim=(0, 2 * np.pi), ylim=(0, scale[1]), xlabel="angle θ (rad)", ylabel=CIRCLE_DENSITY,
+               title=f"t = {t:g}")
+        return None
     if _particles(ds):
         x = ds.x.values[k]
         ax.scatter(np.arctan2(x[:, 1], x[:, 0]), np.arcsin(np.clip(x[:, 2], -1, 1)), s=2, c="C0")
     else:
         longitude = np.mod(ds.longitude.values + np.pi, 2 * np.pi) - np.pi
         order = np.argsort(longitude)
-        ax.pcolormesh(longitude[order], 0.5 * np.pi - ds.colatitude.values, ds.rho.values[k][:, order],
-                      shading="auto", cmap="viridis")
-    ax.set_title(f"t = {t:g}")
+        mappable = ax.pcolormesh(longitude[order], 0.5 * np.pi - ds.colatitude.values, ds.rho.values[k][:, order],
+                                 shading="auto", cmap="viridis", vmin=scale[0], vmax=scale[1])
+    ax.set_title(f"t = {t:g}", pad=12)
     ax.set_xticklabels([])
     ax.grid(True, alpha=0.3)
+    return mappable
+
+
+def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
+    """The smallest and largest density of the run (every frame's scale)."""
+    if not _particles(ds):
+        return float(ds.rho.min()), 1.05 * float(ds.rho.max())
+    if geometry != "circle":
+        return 0.0, 1.0
+    counts = [np.histogram(circle_angles(x), bins=128, range=(0, 2 * np.pi), density=True)[0].max()
+              for x in ds.x.values]
+    return 0.0, 1.05 * float(max(counts))
 
 
 def _subplot_kw(geometry: str) -> dict:
@@ -66,10 +94,12 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
     output = Path(output)
     paths = []
     picks = np.unique(np.linspace(0, ds.time.size - 1, 4).round().astype(int))
-    fig, axes = subplots(1, picks.size, figsize=(4 * picks.size, 3.2),
-                             squeeze=False, subplot_kw=_subplot_kw(geometry))
-    for ax, k in zip(axes[0], picks):
-        _draw_frame(ax, ds, k, geometry)
+    scale = _density_scale(ds, geometry)
+    fig, axes = subplots(1, picks.size, figsize=(4 * picks.size, 3.4),
+                         squeeze=False, subplot_kw=_subplot_kw(geometry))
+    mappables = [_draw_frame(ax, ds, k, geometry, scale) for ax, k in zip(axes[0], picks)]
+    if mappables[0] is not None:
+        fig.colorbar(mappables[0], ax=list(axes[0]), orientation="horizontal", shrink=0.5, label=SPHERE_DENSITY)
     paths.append(_save(fig, output / "snapshots.png"))
 
     if geometry == "circle":
@@ -83,18 +113,18 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
             floor = max(rho.max() * 1e-3, rho[rho > 0].min()) if np.any(rho > 0) else 1e-300
             mesh = ax.pcolormesh(ds.theta, ds.time, np.maximum(rho, floor), shading="auto", cmap="magma",
                                  norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
-            fig.colorbar(mesh, ax=ax, label="density (log scale)")
-        ax.set(xlabel="angle", ylabel="time", title="space-time")
+            fig.colorbar(mesh, ax=ax, label=f"{CIRCLE_DENSITY}, log scale")
+        ax.set(xlabel="angle θ (rad)", ylabel="time", title="space-time")
         paths.append(_save(fig, output / "spacetime.png"))
 
-    names = [name for name in ("energy", "min_density", "cluster_width", "spectral_tail", "norm_error") if name in ds]
+    names = [name for name in DIAGNOSTIC_LABELS if name in ds]
     fig, axes = subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
     for ax, name in zip(axes[0], names):
         values = ds[name].values if ds[name].ndim == 1 else ds[name].values.mean(axis=0)
         ax.plot(ds.time, values, ".-")
         if name in ("spectral_tail", "norm_error") and np.all(values > 0):
             ax.set_yscale("log")
-        ax.set(xlabel="time", title=name)
+        ax.set(xlabel="time", ylabel=DIAGNOSTIC_LABELS[name])
     since = ds.attrs.get("underresolved_since", np.nan)
     if np.isfinite(since):
         for ax in axes[0]:
@@ -109,7 +139,12 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
 def _animation(ds: xr.Dataset, output: Path, geometry: str, progress: bool | None) -> Path:
     """MP4 when ffmpeg is present, GIF otherwise."""
     fig, ax = subplots(figsize=(6, 3.6), subplot_kw=_subplot_kw(geometry))
-    movie = matplotlib.animation.FuncAnimation(fig, lambda k: _draw_frame(ax, ds, k, geometry), frames=ds.time.size)
+    scale = _density_scale(ds, geometry)
+    mappable = _draw_frame(ax, ds, 0, geometry, scale)
+    if mappable is not None:
+        fig.colorbar(mappable, ax=ax, orientation="horizontal", shrink=0.6, label=SPHERE_DENSITY)
+    movie = matplotlib.animation.FuncAnimation(fig, lambda k: _draw_frame(ax, ds, k, geometry, scale),
+                                               frames=ds.time.size)
     if shutil.which("ffmpeg"):
         path, writer = output / "animation.mp4", matplotlib.animation.FFMpegWriter(fps=8)
     else:

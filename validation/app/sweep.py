@@ -193,8 +193,6 @@ def _check_writable(output: Path) -> None:
 def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int | None,
              progress: bool | None, sweep: SweepConfig) -> int:
     """Run ``tasks``, storing each result as it arrives; returns the number of workers at the start."""
-    from dask.distributed import as_completed
-
     enabled = os.isatty(2) if progress is None else progress
     with _client(scheduler, workers) as client, \
             tqdm(total=len(tasks), disable=not enabled, desc="sweep", unit="task") as bar:
@@ -203,17 +201,28 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
         started_with = len(client.scheduler_info()["workers"])
         futures = {client.submit(run_task, task, key=f"meanfield-{task.key}", retries=2, pure=False): task
                    for task in tasks}
-        for future in as_completed(futures):
-            task = futures[future]
-            try:
-                result = future.result()
-            except Exception as error:
-                raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}, failed three times: {error!r}; "
-                                     f"finished tasks are kept in {parts}, rerun with --resume") from error
-            write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
-            future.release()
-            bar.update()
+        try:
+            _store_as_completed(futures, parts, sweep, bar)
+        except KeyboardInterrupt:
+            # Stop the work before the cluster closes, so that workers end their tasks cleanly.
+            client.cancel(list(futures), force=True)
+            raise
     return started_with
+
+
+def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar) -> None:
+    from dask.distributed import as_completed
+
+    for future in as_completed(futures):
+        task = futures[future]
+        try:
+            result = future.result()
+        except Exception as error:
+            raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}, failed three "
+                                 f"times: {error!r}; finished tasks are kept in {parts}, rerun with --resume") from error
+        write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
+        future.release()
+        bar.update()
 
 
 @contextmanager
