@@ -75,22 +75,14 @@ def _run(args: argparse.Namespace) -> int:
 
     from solvers import UnderResolvedWarning
 
-    from .errors import ConfigError
     from .experiment import prepare, run_experiment, write_report
     from .figures import experiment_figures
 
-    try:
-        config = prepare(args.config)
-    except ConfigError as error:
-        print(f"meanfield run: error: {error}", file=sys.stderr)
-        return 2
+    config = prepare(args.config)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnderResolvedWarning)
         try:
             ds = run_experiment(config, resume=args.resume, progress=False if args.quiet else None)
-        except ConfigError as error:
-            print(f"meanfield run: error: {error}", file=sys.stderr)
-            return 2
         except KeyboardInterrupt:
             print(f"meanfield run: interrupted; the checkpoints written so far are kept in "
                   f"{config['output']}/checkpoint: continue with --resume", file=sys.stderr)
@@ -112,24 +104,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     """A parameter grid from a TOML config, run on Dask; resumable."""
-    from .errors import ConfigError, SweepTaskError
     from .sweep import PARTS, run_sweep
     from .sweep_config import load_sweep_config
 
-    try:
-        sweep = load_sweep_config(args.config)
-    except ConfigError as error:
-        print(f"meanfield sweep: error: {error}", file=sys.stderr)
-        return 2
+    sweep = load_sweep_config(args.config)
     try:
         ds = run_sweep(sweep, scheduler=args.scheduler, workers=args.workers, resume=args.resume,
                        progress=False if args.quiet else None)
-    except ConfigError as error:
-        print(f"meanfield sweep: error: {error}", file=sys.stderr)
-        return 2
-    except SweepTaskError as error:
-        print(f"meanfield sweep: error: {error}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         kept = len(list((sweep.output / PARTS).glob("*.npz")))
         print(f"meanfield sweep: interrupted; {kept} finished tasks are kept in {sweep.output / PARTS}: "
@@ -218,12 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command; bad input is one line on stderr and exit status 2 (1: a sweep task failed)."""
+    from .errors import SweepTaskError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (ValueError, TypeError) as error:  # bad parameters: say which, exit 2 like argparse
-        parser.exit(2, f"meanfield {args.command}: error: {error}\n")
+    except SweepTaskError as error:
+        print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    except (ValueError, TypeError) as error:  # ConfigError, and bad parameters: say which, like argparse
+        print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -239,12 +239,25 @@ def _client(scheduler: str | None, workers: int | None):
             yield client
         return
     workers = workers or os.cpu_count() or 1
+    _quiet_resource_tracker()
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
     with _workers_ignore_ctrl_c():
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:
         yield client
+
+
+def _quiet_resource_tracker() -> None:
+    """Keep multiprocessing's resource tracker from warning about semaphores it then removes.
+
+    Workers stopped by the cluster's close (after Ctrl-C) leave POSIX semaphores behind; the
+    tracker process removes them at exit, with a warning that says only that. Its interpreter
+    takes its warning filters from this one's options when it starts (with the first worker).
+    """
+    option = "ignore:resource_tracker:UserWarning"
+    if option not in sys.warnoptions:
+        sys.warnoptions.append(option)
 
 
 @contextmanager
