@@ -6,6 +6,7 @@ Example (see ``examples/``)::
     output = "output/metastability_circle"
     times = { stop = 20.0, count = 41 }  # or start/stop/count, or an explicit list
     checkpoint_every = 5                # output intervals between checkpoints (0: none)
+    max_hours = 24                      # refuse a PDE run estimated to take longer
 
     [model]                             # SelfAttention parameters
     beta = 9.0
@@ -50,6 +51,7 @@ SCHEMA = {
         "output": (str, True, None, None),
         "times": ((dict, list), True, None, None),
         "checkpoint_every": (int, False, 0, ">= 0"),
+        "max_hours": (NUMBER, False, 24.0, "> 0"),
         "model": (dict, True, None, None),
         "method": (dict, True, None, None),
         "initial": (dict, True, None, None),

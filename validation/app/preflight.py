@@ -9,6 +9,7 @@ file, an initial density the grid cannot resolve, an output larger than the mach
 from __future__ import annotations
 
 import os
+import time
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
-from .builders import build_model, build_solver, initial_density
+from .builders import build_model, build_solver, initial_density, output_times
 from .errors import ConfigError
 
 #: A run may use at most this fraction of the machine's memory.
@@ -37,6 +38,7 @@ def preflight(config: dict) -> None:
         _check_particle_initial(config, initial)
     else:
         _check_pde_initial(config, solver, initial)
+        _check_duration(config, solver, initial)
 
 
 def _check_particle_initial(config: dict, initial) -> None:
@@ -76,6 +78,43 @@ def _check_pde_initial(config: dict, solver, initial) -> None:
                                   f"(> {solver.tail_threshold:g}); raise method.lmax or widen the peaks")
     except ValueError as error:  # a density that vanishes or is negative on the grid
         raise ConfigError(f"initial: {error}") from None
+
+
+def _check_duration(config: dict, solver, initial) -> None:
+    """Refuse a PDE run whose estimated duration exceeds ``max_hours``.
+
+    The estimate counts the steps the stability limit allows at least (advection at the
+    initial speed, or at the model's bound ``|v| <= |c|`` for SA, which clustering reaches)
+    and times one right-hand side here. The implicit scheme (circle, ``D > 0``) has no such
+    limit and is not estimated.
+    """
+    times = output_times(config)
+    span = float(times[-1] - times[0])
+    model = solver.model
+    speed_bound = 0.0 if model.velocity_is_linear else abs(model.value_sign)
+    if isinstance(solver, CircleFV):
+        if model.diffusion > 0:
+            return
+        ops = solver.operators
+        deviation = solver.initial_density(initial) - ops.uniform
+        started = time.perf_counter()
+        speed = float(np.abs(ops.face_velocity(deviation)).max())
+        ops.rhs(deviation)
+        per_step = 2 * (time.perf_counter() - started)  # Heun: two right-hand sides
+        steps = span * max(speed, speed_bound) / (solver.cfl * ops.width)
+        resolution = f"method.cells = {solver.cells}"
+    else:
+        coefficients = solver.initial_coefficients(initial)
+        started = time.perf_counter()
+        _, speed = solver.transport_and_speed(coefficients)
+        per_step = 6 * (time.perf_counter() - started)  # Dormand-Prince: six new stages
+        steps = span / solver.stable_step(max(speed, speed_bound))
+        resolution = f"method.lmax = {solver.lmax}"
+    hours = steps * per_step / 3600
+    if hours > config["max_hours"]:
+        raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
+                          f"at least, from its stability limit): lower {resolution} or the final time, or raise "
+                          f"max_hours (now {config['max_hours']:g}) to run it anyway")
 
 
 def _check_values(values: np.ndarray) -> None:
