@@ -19,13 +19,12 @@ import xarray as xr
 
 import meanfield as mf
 from meanfield.checks import check_int, check_real, check_times
+from meanfield.records import CIRCLE, STUDY, record_attrs
 from meanfield.sampling import reproducible_seed
-from meanfield.records import CIRCLE, SPHERE, STUDY, record_attrs
 from solvers import CircleFV, SphereSpectral
 
 from .distances import distance, distance_description
-
-GEOMETRIES = (CIRCLE, SPHERE)
+from .measures import GEOMETRIES
 
 
 class PDEErrorWarning(RuntimeWarning):
