@@ -185,12 +185,23 @@ class SelfAttention:
         extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
         repulsive case and the norm drifts away.)
         """
+        return project_tangent(normalize(x), self.attention_output(x))
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        r"""The attention layer's output before the tangent projection, at ``x / |x|``, shape ``(..., n, d)``.
+
+        .. math:: a_i = \sum_h V_h \sum_j w^h_{ij}\, x_j,
+
+        with the softmax weights (SA) or :math:`e^{\beta\langle Q_h x_i, K_h x_j\rangle}/n` (USA);
+        :meth:`drift` is :math:`P_{x_i} a_i`, and the paper's discrete layer is
+        :math:`x \leftarrow (x + h a) / |x + h a|`.
+        """
         flat = normalize(_flatten_batch(x))
         total = np.zeros_like(flat)
         for q, k, v in self._head_matrices():
             drive = self._head_drive(flat, q, k)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
-        return project_tangent(flat, total).reshape(x.shape)
+        return total.reshape(x.shape)
 
     def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None) -> np.ndarray:
         """Attention-weighted average (SA) or mean (USA) of the keys' points, before V."""
@@ -370,6 +381,10 @@ class ZonalAggregation:
 
     def drift(self, x: np.ndarray) -> np.ndarray:
         """:meth:`velocity` without input checks; extended off the sphere as ``v(x / |x|)``."""
+        return project_tangent(normalize(x), self.attention_output(x))
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` at ``x / |x|`` (the velocity before projection)."""
         flat = normalize(_flatten_batch(x))
         derivative = self.derivative
 
@@ -377,7 +392,7 @@ class ZonalAggregation:
             block[...] = derivative(block)
 
         sums, _ = pair_sums(flat, flat, flat, weight)
-        return project_tangent(flat, sums / flat.shape[-2]).reshape(x.shape)
+        return (sums / flat.shape[-2]).reshape(x.shape)
 
     def energy(self, x: np.ndarray) -> np.ndarray:
         r""":math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`, shape ``(...,)``."""

@@ -12,9 +12,14 @@ Three integrators, named by their scheme:
 ``method="euler"`` (default with diffusion)
     Projected Euler(-Maruyama), order one (weak order one with noise):
     :math:`x \leftarrow \frac{x + v\,\Delta t + \sqrt{2 D \Delta t}\, P_x\xi}{|\cdot|}`,
-    :math:`\xi \sim N(0, I_d)`, with a seeded generator. Without noise this is the layer
-    update of a Transformer with residual step :math:`\Delta t` and layer normalization,
-    the discrete-time model the papers' phase diagrams use.
+    :math:`\xi \sim N(0, I_d)`, with a seeded generator, :math:`v = P_x a` the velocity.
+``method="layer"``
+    The paper's discrete layer, residual step plus layer normalization without the tangent
+    projection: :math:`x \leftarrow \frac{x + a\,\Delta t\,(+ \sqrt{2 D \Delta t}\, P_x\xi)}{|\cdot|}`
+    with :math:`a` the attention output (:meth:`SelfAttention.attention_output`). The radial
+    part of :math:`a` only rescales the step, by :math:`1/(1 + \Delta t\langle x, a\rangle)`:
+    the same ODE at order one, with different numbers during a transient, so a phase diagram
+    made with it compares point by point with the paper's.
 
 The names of earlier versions still work, with a :class:`DeprecationWarning`:
 ``"adaptive"`` is ``"dop853"``, ``"fixed"`` is ``"rk4"`` without diffusion and ``"euler"``
@@ -40,8 +45,9 @@ from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
 from .sphere import normalize, project_tangent
 
-METHODS = ("dop853", "rk4", "euler")
-FIXED_STEP_METHODS = ("rk4", "euler")
+METHODS = ("dop853", "rk4", "euler", "layer")
+FIXED_STEP_METHODS = ("rk4", "euler", "layer")
+NOISY_METHODS = ("euler", "layer")
 
 
 def _scheme(method: str | None, diffusion: float, allowed: tuple[str, ...]) -> str:
@@ -55,7 +61,7 @@ def _scheme(method: str | None, diffusion: float, allowed: tuple[str, ...]) -> s
         method = new
     if method not in allowed:
         raise ValueError(f"method must be one of {allowed}, got {method!r}")
-    if diffusion > 0 and method != "euler":
+    if diffusion > 0 and method not in NOISY_METHODS:
         raise ValueError(f"method={method!r} integrates the ODE (diffusion = 0); with "
                          f"diffusion={diffusion} use method='euler' (Euler-Maruyama) with a step dt")
     return method
@@ -74,10 +80,10 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         Initial points on the unit sphere; a leading axis runs independent systems at once.
     times : array_like, shape (T,)
         Strictly increasing output times; the run starts at ``times[0]``.
-    method : {"dop853", "rk4", "euler"}, optional
+    method : {"dop853", "rk4", "euler", "layer"}, optional
         Default ``"dop853"`` without diffusion, ``"euler"`` (Euler-Maruyama) with it;
-        ``"rk4"``: fixed steps for throughput; ``"euler"`` without noise: projected Euler (the
-        discrete-time Transformer).
+        ``"rk4"``: fixed steps for throughput; ``"euler"`` without noise: projected Euler;
+        ``"layer"``: the Transformer layer ``normalize(x + h a)`` (module docstring).
     rtol, atol : float
         Tolerances of the adaptive method: each step's local error in every coordinate is
         below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``).
@@ -154,15 +160,17 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
     # Each output interval is split into equal steps no larger than dt: record the step taken.
     largest = max(((t1 - t0) / _steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
     settings.update(dt=dt, largest_step=largest)
-    if method == "euler":
+    if method in NOISY_METHODS:
         noisy = model.diffusion > 0
-        settings.update(scheme="projected Euler-Maruyama" if noisy else "projected Euler")
+        layer = method == "layer"
+        name = "Transformer layer normalize(x + h a)" if layer else "projected Euler"
+        settings.update(scheme=f"{name} with Euler-Maruyama noise" if noisy else name)
         generator = None
         if noisy:
             seed = reproducible_seed(rng)
             settings.update(seed=seed)
             generator = np.random.default_rng(seed)
-        return _integrate_euler(model, x0, times, dt, generator, bar, observe)
+        return _integrate_euler(model, x0, times, dt, generator, bar, observe, project=not layer)
     settings.update(scheme="RK4 + projection")
     return _integrate_rk4(model, x0, times, dt, bar, observe)
 
@@ -259,14 +267,16 @@ def _integrate_rk4(model, x0, times, dt, bar, observe):
     return frames, evaluations
 
 
-def _integrate_euler(model, x0, times, dt, gen, bar, observe):
-    """Projected Euler; with a generator ``gen`` the noise of Euler-Maruyama is added."""
+def _integrate_euler(model, x0, times, dt, gen, bar, observe, project=True):
+    """Projected Euler (``project=False``: the Transformer layer, the attention output not projected);
+    with a generator ``gen`` the noise of Euler-Maruyama is added."""
     x, frames, evaluations = x0.copy(), [observe(x0)], 0
+    velocity = model.drift if project else model.attention_output
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
         noise_scale = np.sqrt(2.0 * model.diffusion * h)
         for _ in range(count):
-            step = h * model.drift(x)
+            step = h * velocity(x)
             if gen is not None:
                 step += noise_scale * project_tangent(x, gen.standard_normal(x.shape))
             x = normalize(x + step)

@@ -160,7 +160,7 @@ def test_off_sphere_initial_points_are_refused():
         mf.simulate_particles(mf.SelfAttention(1.0), np.ones((4, 3)), [0, 1])
 
 
-@pytest.mark.parametrize("method, order", [("euler", 1), ("rk4", 4)], ids=["euler", "rk4"])
+@pytest.mark.parametrize("method, order", [("euler", 1), ("layer", 1), ("rk4", 4)], ids=["euler", "layer", "rk4"])
 def test_fixed_step_schemes_converge_at_their_order(method, order):
     model = mf.SelfAttention(2.0)
     times = np.array([0.0, 2.0])
@@ -172,8 +172,9 @@ def test_fixed_step_schemes_converge_at_their_order(method, order):
     assert measured >= order - 0.2
 
 
-@pytest.mark.parametrize("method, diffusion", [("euler", 0.0), ("rk4", 0.0), ("euler", 0.2)],
-                         ids=["ode-euler", "ode-rk4", "sde-euler"])
+@pytest.mark.parametrize("method, diffusion", [("euler", 0.0), ("rk4", 0.0), ("layer", 0.0), ("euler", 0.2),
+                                               ("layer", 0.2)],
+                         ids=["ode-euler", "ode-rk4", "ode-layer", "sde-euler", "sde-layer"])
 def test_observations_are_those_of_the_full_simulation(method, diffusion, rng):
     model = mf.SelfAttention(3.0, diffusion=diffusion)
     x0 = mf.sample_uniform(10, 3, rng, batch=4)
@@ -197,3 +198,23 @@ def test_any_rtol_runs_and_the_norm_drift_is_reported_not_raised(rtol):
     assert np.all(np.diff(ds.energy.values) > 0)
     # Global error of a step-size controlled method: a modest multiple of the local tolerance.
     assert np.abs(ds.x.values - reference.x.values).max() <= 10 * rtol
+
+
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+def test_one_layer_step_is_the_papers_residual_plus_layer_norm(normalized, rng):
+    """normalize(x + h a) with a = sum_j w_ij x_j written out here, not through the model's kernels."""
+    beta, h = 2.5, 0.3
+    x = mf.sample_uniform(7, 3, rng)
+    logits = beta * x @ x.T
+    if normalized:
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        weights /= weights.sum(axis=1, keepdims=True)
+    else:
+        weights = np.exp(logits) / x.shape[0]
+    moved = x + h * weights @ x
+    expected = moved / np.linalg.norm(moved, axis=1, keepdims=True)
+    ds = mf.simulate_particles(mf.SelfAttention(beta, normalized=normalized), x, [0.0, h], method="layer", dt=h)
+    np.testing.assert_allclose(ds.x.values[-1], expected, rtol=1e-14, atol=1e-15)
+    # The projected Euler step differs from it at order h^2.
+    euler = mf.simulate_particles(mf.SelfAttention(beta, normalized=normalized), x, [0.0, h], method="euler", dt=h)
+    assert 1e-6 < np.abs(euler.x.values[-1] - expected).max() < 10 * h**2

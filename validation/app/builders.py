@@ -95,7 +95,9 @@ def initial_particles(config: dict, rho0, generator: np.random.Generator, system
 def particle_method(config: dict) -> str:
     """The fixed-step scheme of :func:`meanfield.simulate_particles` the config names.
 
-    With diffusion it is always Euler-Maruyama (RK4 integrates the ODE only).
+    With diffusion ``rk4`` becomes Euler-Maruyama (RK4 integrates the ODE only).
     """
-    noisy = config["model"]["diffusion"] > 0
-    return "euler" if config["method"]["scheme"] == "euler" or noisy else "rk4"
+    scheme = config["method"]["scheme"]
+    if scheme == "rk4" and config["model"]["diffusion"] > 0:
+        return "euler"
+    return scheme

@@ -18,7 +18,8 @@ Example (see ``examples/``)::
     kind = "CircleFV"                   # "CircleFV" | "SphereSpectral" | "particles"
     cells = 1024                        # CircleFV;  lmax = 63 for SphereSpectral
                                         # particles: n = 512, seed = 0, dt = 0.01,
-                                        # scheme = "rk4" | "euler" (with diffusion always
+                                        # scheme = "rk4" | "euler" | "layer" (the paper's
+                                        # normalize(x + h a); with diffusion "rk4" becomes
                                         # Euler-Maruyama), d (with initial.kind = "uniform")
 
     [initial]
@@ -76,7 +77,7 @@ SCHEMA = {
         "n": (int, False, 512, ">= 1"),
         "seed": (int, False, 0, ">= 0"),
         "dt": (NUMBER, False, 0.01, "> 0"),
-        "scheme": (str, False, "rk4", ("rk4", "euler")),
+        "scheme": (str, False, "rk4", ("rk4", "euler", "layer")),
         "d": (int, False, None, ">= 2"),
     },
     "initial": {
