@@ -193,3 +193,13 @@ def test_ctrl_c_on_a_sweep_stops_cleanly_and_leaves_no_worker(tmp_path):
             return  # no process of the group is left
         time.sleep(0.2)
     pytest.fail("worker processes outlived the interrupted sweep")
+
+
+def test_a_config_runs_the_papers_layer_scheme(tmp_path):
+    from meanfield.records import dataset_settings
+    from validation.app import run_experiment
+
+    config = write(tmp_path, "run.toml", run_config(tmp_path, method='kind = "particles"\nn = 8\nscheme = "layer"',
+                                                    initial='kind = "uniform"'))
+    ds = run_experiment(config, progress=False)
+    assert dataset_settings(ds)["scheme"].startswith("Transformer layer")
