@@ -185,7 +185,8 @@ class SelfAttention:
         extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
         repulsive case and the norm drifts away.)
         """
-        return project_tangent(normalize(x), self.attention_output(x))
+        flat = normalize(_flatten_batch(x))
+        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         r"""The attention layer's output before the tangent projection, at ``x / |x|``, shape ``(..., n, d)``.
@@ -196,12 +197,15 @@ class SelfAttention:
         :meth:`drift` is :math:`P_{x_i} a_i`, and the paper's discrete layer is
         :math:`x \leftarrow (x + h a) / |x + h a|`.
         """
-        flat = normalize(_flatten_batch(x))
+        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
+
+    def _attention(self, flat: np.ndarray) -> np.ndarray:
+        """:meth:`attention_output` of unit vectors of shape ``(batch, n, d)``."""
         total = np.zeros_like(flat)
         for q, k, v in self._head_matrices():
             drive = self._head_drive(flat, q, k)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
-        return total.reshape(x.shape)
+        return total
 
     def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None) -> np.ndarray:
         """Attention-weighted average (SA) or mean (USA) of the keys' points, before V."""
@@ -381,18 +385,21 @@ class ZonalAggregation:
 
     def drift(self, x: np.ndarray) -> np.ndarray:
         """:meth:`velocity` without input checks; extended off the sphere as ``v(x / |x|)``."""
-        return project_tangent(normalize(x), self.attention_output(x))
+        flat = normalize(_flatten_batch(x))
+        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` at ``x / |x|`` (the velocity before projection)."""
-        flat = normalize(_flatten_batch(x))
+        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
+
+    def _attention(self, flat: np.ndarray) -> np.ndarray:
         derivative = self.derivative
 
         def weight(block: np.ndarray) -> None:
             block[...] = derivative(block)
 
         sums, _ = pair_sums(flat, flat, flat, weight)
-        return (sums / flat.shape[-2]).reshape(x.shape)
+        return sums / flat.shape[-2]
 
     def energy(self, x: np.ndarray) -> np.ndarray:
         r""":math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`, shape ``(...,)``."""

@@ -37,8 +37,8 @@ def preflight(config: dict) -> None:
     if solver is None:
         _check_particle_initial(config, initial)
     else:
-        _check_pde_initial(config, solver, initial)
-        _check_duration(config, solver, initial)
+        state = _check_pde_initial(config, solver, initial)
+        _check_duration(config, solver, state)
 
 
 def _check_particle_initial(config: dict, initial) -> None:
@@ -53,7 +53,8 @@ def _check_particle_initial(config: dict, initial) -> None:
     _check_values(initial)
 
 
-def _check_pde_initial(config: dict, solver, initial) -> None:
+def _check_pde_initial(config: dict, solver, initial) -> np.ndarray:
+    """The initial cell values (circle) or coefficients (sphere), once checked."""
     if not callable(initial):
         shape = (solver.cells,) if isinstance(solver, CircleFV) else solver.grid.shape
         if initial.shape != shape:
@@ -62,25 +63,27 @@ def _check_pde_initial(config: dict, solver, initial) -> None:
                      f"(solver.grid.colatitude) x {shape[1]} longitudes")
             raise ConfigError(f"initial.path holds shape {initial.shape}; the run needs {where}, shape {shape}")
         _check_values(initial)
+    circle = isinstance(solver, CircleFV)
     try:
-        if isinstance(solver, CircleFV):
-            rho = solver.initial_density(initial, name="the initial density")
-            width = sharpest_cluster_width(rho)
-            if width < solver.min_cluster_cells:
-                raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
-                                  f"its sharpest peak spans {width:.3g} cells (< {solver.min_cluster_cells:g}); "
-                                  "raise method.cells or widen the peak")
-        else:
-            tail = solver.spectral_tail(solver.initial_coefficients(initial, name="the initial density"))
-            if tail >= solver.tail_threshold:
-                raise ConfigError(f"initial: the initial density is not resolved by method.lmax = {solver.lmax}: "
-                                  f"the top 10% of degrees hold {tail:.2g} of its spectral energy "
-                                  f"(> {solver.tail_threshold:g}); raise method.lmax or widen the peaks")
+        state = (solver.initial_density if circle else solver.initial_coefficients)(initial, name="the initial density")
     except ValueError as error:  # a density that vanishes or is negative on the grid
         raise ConfigError(f"initial: {error}") from None
+    if circle:
+        width = sharpest_cluster_width(state)
+        if width < solver.min_cluster_cells:
+            raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
+                              f"its sharpest peak spans {width:.3g} cells (< {solver.min_cluster_cells:g}); "
+                              "raise method.cells or widen the peak")
+        return state
+    tail = solver.spectral_tail(state)
+    if tail >= solver.tail_threshold:
+        raise ConfigError(f"initial: the initial density is not resolved by method.lmax = {solver.lmax}: "
+                          f"the top 10% of degrees hold {tail:.2g} of its spectral energy "
+                          f"(> {solver.tail_threshold:g}); raise method.lmax or widen the peaks")
+    return state
 
 
-def _check_duration(config: dict, solver, initial) -> None:
+def _check_duration(config: dict, solver, state: np.ndarray) -> None:
     """Refuse a PDE run whose estimated duration exceeds ``max_hours``.
 
     The estimate counts the steps the stability limit allows at least (advection at the
@@ -96,7 +99,7 @@ def _check_duration(config: dict, solver, initial) -> None:
         if model.diffusion > 0:
             return
         ops = solver.operators
-        deviation = solver.initial_density(initial) - ops.uniform
+        deviation = state - ops.uniform
         started = time.perf_counter()
         speed = float(np.abs(ops.face_velocity(deviation)).max())
         ops.rhs(deviation)
@@ -104,9 +107,8 @@ def _check_duration(config: dict, solver, initial) -> None:
         steps = span * max(speed, speed_bound) / (solver.cfl * ops.width)
         resolution = f"method.cells = {solver.cells}"
     else:
-        coefficients = solver.initial_coefficients(initial)
         started = time.perf_counter()
-        _, speed = solver.transport_and_speed(coefficients)
+        _, speed = solver.transport_and_speed(state)
         per_step = 6 * (time.perf_counter() - started)  # Dormand-Prince: six new stages
         steps = span / solver.stable_step(max(speed, speed_bound))
         resolution = f"method.lmax = {solver.lmax}"
