@@ -21,6 +21,17 @@ Three integrators, named by their scheme:
     the same ODE at order one, with different numbers during a transient, so a phase diagram
     made with it compares point by point with the paper's.
 
+The velocity comes from a kernel (:mod:`meanfield.kernels`): numba-fused passes for
+:class:`SelfAttention` up to 256 tokens, the model's numpy methods otherwise, the array API
+path for arrays of other libraries (CuPy, PyTorch, JAX: the run stays on their device).
+
+Without noise, zonal models (``Q = K = I``, ``V = cI``) keep every token in the span of its
+system's initial tokens: the velocity is a combination of the tokens with weights that
+depend on their inner products only. With ``d > n`` the fixed-step schemes therefore run in
+orthonormal coordinates of that span, ``n`` components instead of ``d``
+(:class:`SpanCoordinates`), and map the frames back: the same numbers up to round-off, at
+the cost of ``d = n``.
+
 The names of earlier versions still work, with a :class:`DeprecationWarning`:
 ``"adaptive"`` is ``"dop853"``, ``"fixed"`` is ``"rk4"`` without diffusion and ``"euler"``
 with it.
@@ -36,14 +47,16 @@ from typing import Callable
 
 import numpy as np
 import xarray as xr
+from array_api_compat import array_namespace, is_array_api_obj
 from scipy.integrate import DOP853
 
 from .checks import check_points, check_real, check_times
 from .errors import StepSizeCollapse
+from .kernels import is_numpy, select_kernel, to_numpy
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
-from .sphere import normalize, project_tangent
+from .sphere import normalize
 
 METHODS = ("dop853", "rk4", "euler", "layer")
 FIXED_STEP_METHODS = ("rk4", "euler", "layer")
@@ -70,14 +83,16 @@ def _scheme(method: str | None, diffusion: float, allowed: tuple[str, ...]) -> s
 def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = None,
                        rtol: float = 1e-10, atol: float | None = None, dt: float | None = None,
                        rng: int | np.random.Generator | None = None,
-                       progress: bool | None = None) -> xr.Dataset:
+                       progress: bool | None = None, kernel: str = "auto") -> xr.Dataset:
     r"""Evolve particles under ``model`` and record them at ``times``.
 
     Parameters
     ----------
     model : SelfAttention or ZonalAggregation
-    x0 : numpy.ndarray, shape (n, d) or (systems, n, d)
+    x0 : array, shape (n, d) or (systems, n, d)
         Initial points on the unit sphere; a leading axis runs independent systems at once.
+        A numpy array, or an array of any array API namespace (CuPy, PyTorch, JAX), in
+        which the fixed-step schemes then compute, in float64, on its device.
     times : array_like, shape (T,)
         Strictly increasing output times; the run starts at ``times[0]``.
     method : {"dop853", "rk4", "euler", "layer"}, optional
@@ -99,6 +114,9 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     progress : bool or tqdm.tqdm, optional
         Progress bar; by default shown when stderr is a terminal. An open bar is advanced
         instead (one bar for a run made of several calls).
+    kernel : {"auto", "fused", "numpy"}
+        The velocity kernel for numpy arrays (:mod:`meanfield.kernels`); recorded in the
+        settings with the span dimension when the run used the span reduction.
 
     Returns
     -------
@@ -114,52 +132,116 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     StepSizeCollapse
         When the adaptive step collapses; its ``partial`` holds the output times reached.
     """
-    x0 = check_points(x0, "x0")
-    if x0.ndim > 3:
-        raise ValueError(f"x0 must have shape (n, d) or (systems, n, d), got {x0.shape}")
-    if getattr(model, "dimension", None) not in (None, x0.shape[-1]):
-        raise ValueError(f"x0 has points in R^{x0.shape[-1]} but the model is {model.dimension}-dimensional")
+    x0 = _checked_initial(model, x0)
     times = check_times(times)
     method = _scheme(method, model.diffusion, METHODS)
     settings: dict = {"method": method}
     bar = time_progress(times[0], times[-1], progress, "particles")
     with bar:
         if method == "dop853":
+            if not is_numpy(x0):
+                raise ValueError("method='dop853' integrates numpy arrays (scipy's DOP853); arrays of "
+                                 f"{type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
             rtol = check_real(rtol, "rtol", minimum=0.0, strictly=True)
             atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
             settings.update(rtol=rtol, atol=atol)
-            frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings)
+            frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel)
             frames, drift = _project(frames)
         else:
-            frames, evaluations = _integrate_fixed_step(model, normalize(x0), times, method, dt, rng, bar,
-                                                        np.copy, settings)
+            frames, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar,
+                                                        _host_copy, settings, kernel)
             drift = None  # every step ends on the sphere: the frames' own drift is round-off
     settings["velocity_evaluations"] = evaluations
     return particle_dataset(model, frames, times, settings, drift)
 
 
-def observe_particles(model, x0: np.ndarray, times, observe: Callable[[np.ndarray], object], *,
+def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object], *,
                       method: str | None = None, dt: float | None = None,
-                      rng: int | np.random.Generator | None = None) -> list:
+                      rng: int | np.random.Generator | None = None, kernel: str = "auto",
+                      invariant: bool = False) -> list:
     """Run a fixed-step scheme like :func:`simulate_particles` and return ``[observe(x(t)) for t in times]``.
 
     ``observe`` receives the particles, shape ``(n, d)`` or ``(systems, n, d)``, at each
-    output time and must not keep a reference to them. The steps taken, and the noise drawn
-    from ``rng``, are those of ``simulate_particles`` with the same arguments.
+    output time, as arrays of ``x0``'s namespace, and must not keep a reference to them. The
+    steps taken, and the noise drawn from ``rng``, are those of ``simulate_particles`` with
+    the same arguments. ``invariant=True`` declares that ``observe`` depends on the tokens only
+    through their inner products within a system: under the span reduction it then receives
+    them in the span's coordinates (``n`` components instead of ``d``), which saves mapping
+    every frame back.
     """
-    x0 = check_points(x0, "x0")
+    x0 = _checked_initial(model, x0)
     method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
     times = check_times(times)
     bar = time_progress(times[0], times[-1], False, "particles")
-    observations, _ = _integrate_fixed_step(model, normalize(x0), times, method, dt, rng, bar, observe, {})
+    observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
+                                            invariant=invariant)
     return observations
 
 
-def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings):
+def _checked_initial(model, x0):
+    """``x0`` checked (on a host copy when it lives in another namespace), in float64."""
+    foreign = not is_numpy(x0) and is_array_api_obj(x0)
+    host = check_points(to_numpy(x0) if foreign else x0, "x0")
+    if host.ndim > 3:
+        raise ValueError(f"x0 must have shape (n, d) or (systems, n, d), got {host.shape}")
+    if getattr(model, "dimension", None) not in (None, host.shape[-1]):
+        raise ValueError(f"x0 has points in R^{host.shape[-1]} but the model is {model.dimension}-dimensional")
+    if not foreign:
+        return host
+    xp = array_namespace(x0)
+    return xp.astype(x0, xp.float64)
+
+
+def _host_copy(x) -> np.ndarray:
+    return np.array(to_numpy(x))
+
+
+class SpanCoordinates:
+    r"""Orthonormal coordinates of the span of each system's initial tokens.
+
+    With :math:`X_0^T = B R` (QR, :math:`B` of shape ``(d, n)`` with orthonormal columns),
+    tokens in the span are :math:`x = B y`, inner products :math:`\langle x_i, x_j\rangle =
+    \langle y_i, y_j\rangle` and norms are kept, so a zonal noiseless run of the ``y`` is the
+    run of the ``x`` in ``n`` components instead of ``d``.
+    """
+
+    def __init__(self, x0: np.ndarray) -> None:
+        self.basis, _ = np.linalg.qr(np.swapaxes(x0, -1, -2))  # (b, d, n)
+
+    def reduce(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.basis
+
+    def lift(self, y: np.ndarray) -> np.ndarray:
+        return y @ np.swapaxes(self.basis, -1, -2)
+
+
+def _span_reduces(model, x, method: str) -> bool:
+    """Whether the run can take place in the span of the initial tokens, and gains from it."""
+    n, d = x.shape[-2:]
+    return is_numpy(x) and method in FIXED_STEP_METHODS and model.is_zonal and model.diffusion == 0 and d > n
+
+
+def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings, kernel="auto", *,
+                          invariant=False):
     dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
     # Each output interval is split into equal steps no larger than dt: record the step taken.
     largest = max(((t1 - t0) / _steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
     settings.update(dt=dt, largest_step=largest)
+    shape = x0.shape
+    x = x0 if len(shape) == 3 else x0[None, ...]
+    span = SpanCoordinates(x) if _span_reduces(model, x, method) else None
+    if span is not None:
+        x = span.reduce(x)
+        settings.update(span_dimension=x.shape[-1])
+    engine = select_kernel(model, x, kernel)
+    settings.update(kernel=engine.name)
+
+    def emit(y):
+        if span is not None and not invariant:
+            y = span.lift(y)
+        return observe(y if len(shape) == 3 else y[0, ...])
+
+    x = engine.normalize(x)
     if method in NOISY_METHODS:
         noisy = model.diffusion > 0
         layer = method == "layer"
@@ -170,9 +252,9 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
             seed = reproducible_seed(rng)
             settings.update(seed=seed)
             generator = np.random.default_rng(seed)
-        return _integrate_euler(model, x0, times, dt, generator, bar, observe, project=not layer)
+        return _integrate_euler(engine, model.diffusion, x, times, dt, generator, bar, emit, project=not layer)
     settings.update(scheme="RK4 + projection")
-    return _integrate_rk4(model, x0, times, dt, bar, observe)
+    return _integrate_rk4(engine, x, times, dt, bar, emit)
 
 
 def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, settings: dict,
@@ -216,17 +298,21 @@ def _energy_series(model, x: np.ndarray) -> tuple[np.ndarray, str]:
         return np.exp(model.log_energy(x) - model.beta), "exp(-beta) E (E overflows double precision)"
 
 
-def _flat_rhs(model, shape):
+def _flat_rhs(drift, shape):
+    batch = shape if len(shape) == 3 else (1,) + shape
+
     def rhs(t: float, y: np.ndarray) -> np.ndarray:
-        return model.drift(y.reshape(shape)).ravel()
+        return drift(y.reshape(batch)).ravel()
     return rhs
 
 
-def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings):
+def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="auto"):
     frames = [x0.copy()]
+    engine = select_kernel(model, x0, kernel)
+    settings.update(kernel=engine.name)
     if times.size == 1:
         return frames, 0
-    solver = DOP853(_flat_rhs(model, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
+    solver = DOP853(_flat_rhs(engine.drift, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
     next_out = 1
     while next_out < times.size:
         message = solver.step()
@@ -247,12 +333,12 @@ def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings):
 
 def _steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
     count = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
-    return count, (t1 - t0) / count
+    return count, float(t1 - t0) / count  # a Python float: numpy scalars would turn other arrays into numpy
 
 
-def _integrate_rk4(model, x0, times, dt, bar, observe):
-    x, frames, evaluations = x0.copy(), [observe(x0)], 0
-    f = model.drift
+def _integrate_rk4(engine, x0, times, dt, bar, observe):
+    x, frames, evaluations = x0, [observe(x0)], 0
+    f = engine.drift
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
         for _ in range(count):
@@ -260,26 +346,23 @@ def _integrate_rk4(model, x0, times, dt, bar, observe):
             k2 = f(x + 0.5 * h * k1)
             k3 = f(x + 0.5 * h * k2)
             k4 = f(x + h * k3)
-            x = normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
+            x = engine.normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
         evaluations += 4 * count
         frames.append(observe(x))
         bar.update(t1 - t0)
     return frames, evaluations
 
 
-def _integrate_euler(model, x0, times, dt, gen, bar, observe, project=True):
+def _integrate_euler(engine, diffusion, x0, times, dt, gen, bar, observe, project=True):
     """Projected Euler (``project=False``: the Transformer layer, the attention output not projected);
     with a generator ``gen`` the noise of Euler-Maruyama is added."""
-    x, frames, evaluations = x0.copy(), [observe(x0)], 0
-    velocity = model.drift if project else model.attention_output
+    x, frames, evaluations = x0, [observe(x0)], 0
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
-        noise_scale = np.sqrt(2.0 * model.diffusion * h)
+        noise_scale = float(np.sqrt(2.0 * diffusion * h))
         for _ in range(count):
-            step = h * velocity(x)
-            if gen is not None:
-                step += noise_scale * project_tangent(x, gen.standard_normal(x.shape))
-            x = normalize(x + step)
+            noise = None if gen is None else gen.standard_normal(tuple(x.shape))
+            x = engine.step(x, h, project=project, noise=noise, noise_scale=noise_scale)
         evaluations += count
         frames.append(observe(x))
         bar.update(t1 - t0)

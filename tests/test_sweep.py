@@ -274,3 +274,19 @@ def test_euler_step_of_the_phase_diagram_is_below_its_monte_carlo_error():
     difference = np.abs(probabilities["euler"] - probabilities["rk4"]).max()
     assert difference < np.sqrt(0.25 / realisations)
     assert probabilities["rk4"][:, -1].min() > 0.1  # the comparison is not between zeros
+
+
+def test_a_sweep_on_another_array_library_is_refused_when_it_is_missing(tmp_path, capsys):
+    path = particle_sweep(tmp_path)
+    path.write_text(path.read_text().replace('file = "sweep.nc"', 'file = "sweep.nc"\ndevice = "nosuchlib"'))
+    assert main(["sweep", str(path), "--quiet"]) == 2
+    assert "sweep.device must be 'numpy' or one of" in capsys.readouterr().err
+    assert main(["sweep", str(particle_sweep(tmp_path, "other")), "--device", "cupy:0", "--quiet"]) == 2 or \
+        pytest.importorskip("cupy")
+    assert "--device = 'cupy:0': cupy is not installed" in capsys.readouterr().err
+
+
+def test_sweep_workers_keep_glibc_malloc_thresholds():
+    from validation.app.sweep import worker_environment
+    environment = worker_environment()
+    assert "MALLOC_TRIM_THRESHOLD_" not in environment and environment.get("OPENBLAS_NUM_THREADS") == 1

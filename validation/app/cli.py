@@ -104,10 +104,14 @@ def _run(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     """A parameter grid from a TOML config, run on Dask; resumable."""
+    from dataclasses import replace
+
     from .sweep import PARTS, run_sweep
-    from .sweep_config import load_sweep_config
+    from .sweep_config import check_device, load_sweep_config
 
     sweep = load_sweep_config(args.config)
+    if args.device is not None:
+        sweep = replace(sweep, settings={**sweep.settings, "device": check_device(args.device, "--device")})
     try:
         ds = run_sweep(sweep, scheduler=args.scheduler, workers=args.workers, resume=args.resume,
                        progress=False if args.quiet else None)
@@ -186,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--scheduler", help="address of a running Dask scheduler (default: a local cluster)")
     sweep.add_argument("--workers", type=_positive_int, default=None,
                        help="worker processes of the local cluster (default: one per core)")
+    sweep.add_argument("--device", default=None,
+                       help="array library and device of the particles, e.g. torch:cuda, cupy, jax "
+                            "(default: sweep.device, numpy)")
     demo = commands.add_parser("demo", help="short particle demo on the circle", formatter_class=HELP_FORMAT,
                                description="SA particles on the circle cluster while their energy rises.")
     demo.add_argument("--beta", type=float, default=9.0, help="inverse temperature")

@@ -23,6 +23,7 @@ Example (``examples/phase_diagram.toml``)::
     batch = 256                            # systems per task (the batch axis of simulate_particles)
     cluster_tolerance = 1e-3               # "clustered" means <x_1, x_2> >= 1 - cluster_tolerance
     file = "sweep.nc"                      # or "sweep.zarr"
+    device = "numpy"                       # or "torch:cuda", "cupy", "jax": particles on that library's device
 
     [sweep.grid]                           # a list of values, or {start, stop, count} (evenly spaced)
     beta = { start = 0.1, stop = 9.0, count = 90 }
@@ -37,6 +38,7 @@ dotted form ``model.beta`` works too. Sweeping ``d`` sets the geometry of each p
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +54,12 @@ SWEEP_SCHEMA = {
     "batch": (int, False, 256, ">= 1"),
     "cluster_tolerance": (NUMBER, False, 1e-3, "> 0"),
     "file": (str, False, "sweep.nc", None),
+    "device": (str, False, "numpy", None),
     "grid": (dict, True, None, None),
 }
+
+#: Array libraries a particle sweep can compute with (``device = "LIBRARY[:DEVICE]"``).
+ARRAY_LIBRARIES = ("numpy", "torch", "cupy", "jax")
 
 ALIASES = {"D": "diffusion"}
 PARAMETERS = {key: (section, key) for section in ("model", "method", "initial")
@@ -108,6 +114,7 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     settings = check_table(raw.pop("sweep"), SWEEP_SCHEMA, "sweep.")
     if not settings["file"].endswith((".nc", ".zarr")):
         raise ConfigError(f"sweep.file must end in .nc (NetCDF) or .zarr, got {settings['file']!r}")
+    check_device(settings["device"])
     grid = {_parameter_name(name): _grid_values(name, values)
             for name, values in _flatten_sections(settings.pop("grid")).items()}
     if not grid:
@@ -122,6 +129,17 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
         except ConfigError as error:
             raise ConfigError(f"sweep.grid point ({config.describe(index)}): {error}") from None
     return config
+
+
+def check_device(device: str, name: str = "sweep.device") -> str:
+    """``"numpy"`` or ``"LIBRARY[:DEVICE]"`` with an installed array library (torch, cupy, jax)."""
+    library = device.partition(":")[0]
+    if library not in ARRAY_LIBRARIES:
+        raise ConfigError(f"{name} must be 'numpy' or one of {ARRAY_LIBRARIES[1:]} with an optional "
+                          f"':DEVICE' (e.g. 'torch:cuda'), got {device!r}")
+    if importlib.util.find_spec(library) is None:
+        raise ConfigError(f"{name} = {device!r}: {library} is not installed")
+    return device
 
 
 def point_config(base: dict, values: dict) -> dict:

@@ -1,0 +1,112 @@
+"""Particle ensembles per system-step against the peer's step, and a sweep task in Dask vs a plain process.
+
+Baselines, timed in the same run and interleaved with the candidate (``common.compare``):
+
+- the peer's step (the paper's code, re-implemented in numpy): batched matmul, softmax,
+  matmul, add, normalize; the candidate is ``meanfield.observe_particles`` with the paper's
+  layer scheme (fused kernel, span reduction where ``d > n``). Target: ratio <= 1/3.
+- the same sweep task (256 systems of the phase diagram) in this process; the candidate is
+  that task inside a one-worker Dask ``LocalCluster`` as ``meanfield sweep`` starts it,
+  timed inside the worker. Target: ratio <= 1.2.
+
+    python benchmarks/bench_particles.py
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+import meanfield as mf
+from common import compare
+
+SYSTEMS, TOKENS, STEPS, BETA, STEP = 256, 32, 20, 4.0, 0.1
+
+
+def peer_step(x: np.ndarray, beta: float, h: float) -> np.ndarray:
+    logits = beta * np.matmul(x, np.swapaxes(x, -1, -2))
+    weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    x = x + h * np.matmul(weights, x)
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def peer_run(x: np.ndarray) -> np.ndarray:
+    for _ in range(STEPS):
+        x = peer_step(x, BETA, STEP)
+    return x
+
+
+def library_run(x: np.ndarray, kernel: str = "auto") -> list:
+    times = np.linspace(0.0, STEPS * STEP, STEPS + 1)  # one output per step, as in the phase diagram
+    return mf.observe_particles(mf.SelfAttention(BETA), x, times, lambda y: None, method="layer", dt=STEP,
+                                kernel=kernel, invariant=True)
+
+
+def per_system_step(seconds: float) -> float:
+    return seconds / (SYSTEMS * STEPS) * 1e6
+
+
+def step_rows() -> list[tuple[str, float, float, float]]:
+    rows = []
+    for d in (2, 32, 128):
+        x = mf.sample_uniform(TOKENS, d, 0, batch=SYSTEMS)
+        for kernel in ("auto", "numpy"):
+            ours, base, ratio = compare(lambda: library_run(x, kernel), lambda: peer_run(x))
+            label = f"us/system-step d={d} n={TOKENS} {'fused' if kernel == 'auto' else 'numpy kernel'} vs peer"
+            rows.append((label, per_system_step(ours), per_system_step(base), ratio))
+    return rows
+
+
+def _timed_task(task):
+    from validation.app.sweep import run_task
+    start = time.perf_counter()
+    run_task(task)
+    return time.perf_counter() - start
+
+
+def sweep_task_rows() -> list[tuple[str, float, float, float]]:
+    from pathlib import Path
+
+    import dask
+    from dask.distributed import Client, LocalCluster
+
+    from validation.app.config import tomllib
+    from validation.app.sweep import PRESPAWN, plan_tasks, worker_environment
+    from validation.app.sweep_config import check_sweep_config
+
+    raw = tomllib.loads((Path(__file__).parents[1] / "examples" / "phase_diagram.toml").read_text())
+    raw["sweep"].update(realisations=256, grid={"beta": [4.0]})
+    raw["times"] = {"stop": 10.0, "count": 101}
+    raw["output"] = "/tmp/unused"
+    task = plan_tasks(check_sweep_config(raw))[0]
+    rows = []
+    for label, environment in (("sweep task in a Dask worker / plain process", worker_environment()),
+                               ("same, Dask's MALLOC_TRIM_THRESHOLD_ kept", dask.config.get(PRESPAWN))):
+        with dask.config.set({PRESPAWN: environment}), \
+                LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+                Client(cluster) as client:
+            in_worker = lambda: client.submit(_timed_task, task, pure=False).result()  # noqa: E731
+            in_worker()
+            worker = plain = float("inf")
+            for _ in range(5):  # interleaved: the machine's noise hits both alike
+                worker = min(worker, in_worker())
+                plain = min(plain, _timed_task(task))
+        rows.append((label, worker, plain, worker / plain))
+    return rows
+
+
+def run() -> list[tuple[str, float, float, float]]:
+    return step_rows() + sweep_task_rows()
+
+
+def main(argv: list[str]) -> None:
+    print(f"{'benchmark':58} {'ours':>12} {'baseline':>14} {'ratio':>9}")
+    for label, ours, base, ratio in run():
+        print(f"{label:58} {ours:12.4g} {base:14.4g} {ratio:9.3g}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,136 @@
+"""Velocity kernels: fused (numba), numpy and array API paths agree; the span reduction is exact.
+
+References here are written out with plain numpy in the test (no library code but sampling),
+so a wrong kernel cannot agree with itself.
+"""
+
+import array_api_strict as xps
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.fused import MAX_TOKENS
+from meanfield.kernels import ArrayAPIKernel, NumpyKernel, select_kernel
+
+RNG = np.random.default_rng(7)
+GENERAL = dict(query=RNG.normal(size=(2, 3, 3)) / 2, key=RNG.normal(size=(2, 3, 3)) / 2,
+               value=RNG.normal(size=(2, 3, 3)) / 2)
+
+MODELS = {
+    "SA": dict(beta=4.0),
+    "USA": dict(beta=2.0, normalized=False),
+    "USA time-rescaled": dict(beta=9.0, normalized=False, time_rescaled=True),
+    "repulsive": dict(beta=1.0, value=-1.0),
+    "Kuramoto": dict(beta=0.0),
+    "noisy SA": dict(beta=3.0, diffusion=0.1),
+    "general Q K V, two heads": dict(beta=1.5, **GENERAL),
+    "general USA": dict(beta=1.0, normalized=False, **GENERAL),
+}
+
+
+def strict(x):
+    return xps.asarray(x)
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("method", ["euler", "layer", "rk4"])
+def test_fused_numpy_and_array_api_paths_agree_after_100_steps(name, method):
+    model = mf.SelfAttention(**MODELS[name])
+    if method == "rk4" and model.diffusion > 0:
+        pytest.skip("RK4 integrates the ODE")
+    x0 = mf.sample_uniform(9, 3, 11, batch=4)
+    times = [0.0, 1.0]
+    runs = {kernel: mf.simulate_particles(model, x0, times, method=method, dt=0.01, rng=5, kernel=kernel)
+            for kernel in ("fused", "numpy")}
+    runs["array_api"] = mf.simulate_particles(model, strict(x0), times, method=method, dt=0.01, rng=5)
+    assert [ds.attrs["settings"].count(kernel) for kernel, ds in runs.items()] == [1, 1, 1]
+    reference = runs["numpy"].x.values[:, -1]
+    assert np.abs(reference - x0).max() > 1e-3 or model.beta == 0  # the run moved
+    for kernel in ("fused", "array_api"):
+        np.testing.assert_allclose(runs[kernel].x.values[:, -1], reference, rtol=0, atol=1e-12, err_msg=kernel)
+
+
+def plain_euler(x, beta, h, steps, *, layer=False):
+    """SA Euler steps written out: softmax of beta <x_i, x_j>, then x + h v normalized."""
+    for _ in range(steps):
+        logits = beta * np.einsum("bic,bjc->bij", x, x)
+        weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        a = np.einsum("bij,bjc->bic", weights / weights.sum(axis=-1, keepdims=True), x)
+        v = a if layer else a - np.sum(a * x, axis=-1, keepdims=True) * x
+        x = x + h * v
+        x = x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
+    return x
+
+
+@pytest.mark.parametrize("layer", [False, True], ids=["projected Euler", "layer"])
+def test_span_reduction_is_exact_and_used_when_d_exceeds_n(layer):
+    x0 = mf.sample_uniform(6, 40, 3, batch=5)
+    ds = mf.simulate_particles(mf.SelfAttention(2.0), x0, [0.0, 1.0], method="layer" if layer else "euler", dt=0.01)
+    assert '"span_dimension": 6' in ds.attrs["settings"]
+    np.testing.assert_allclose(ds.x.values[:, -1], plain_euler(x0, 2.0, 0.01, 100, layer=layer), rtol=0, atol=1e-12)
+
+
+def test_span_reduction_with_rank_deficient_initial_tokens():
+    x0 = mf.sample_uniform(6, 40, 4, batch=2)
+    x0[:, 3] = x0[:, 0]  # a repeated token: the span has dimension 5 < n
+    ds = mf.simulate_particles(mf.SelfAttention(3.0), x0, [0.0, 0.5], method="euler", dt=0.01)
+    np.testing.assert_allclose(ds.x.values[:, -1], plain_euler(x0, 3.0, 0.01, 50), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["noise", "general matrices", "d <= n", "adaptive"])
+def test_no_span_reduction_where_it_would_not_be_exact_or_would_not_pay(case):
+    d = 4 if case == "d <= n" else 12
+    model = {"noise": mf.SelfAttention(1.0, diffusion=0.1),
+             "general matrices": mf.SelfAttention(1.0, query=np.eye(12) * 0.5)}.get(case, mf.SelfAttention(1.0))
+    method = "dop853" if case == "adaptive" else "euler"
+    ds = mf.simulate_particles(model, mf.sample_uniform(5, d, 0), [0.0, 0.1], method=method, dt=0.05, rng=1)
+    assert "span_dimension" not in ds.attrs["settings"]
+    assert ds.x.shape[-1] == d
+
+
+@pytest.mark.parametrize("invariant", [False, True])
+def test_an_invariant_observer_gets_span_coordinates(invariant):
+    x0 = mf.sample_uniform(5, 30, 2, batch=3)
+    seen = []
+
+    def observe(x):
+        seen.append(x.shape)
+        return np.einsum("sk,sk->s", x[:, 0], x[:, 1])
+
+    values = mf.observe_particles(mf.SelfAttention(2.0), x0, [0.0, 0.5, 1.0], observe, method="euler", dt=0.1,
+                                  invariant=invariant)
+    assert seen == [(3, 5, 5 if invariant else 30)] * 3
+    full = mf.simulate_particles(mf.SelfAttention(2.0), x0, [0.0, 0.5, 1.0], method="euler", dt=0.1)
+    expected = np.einsum("stk,stk->st", full.x.values[:, :, 0], full.x.values[:, :, 1]).T
+    np.testing.assert_allclose(np.array(values), expected, rtol=0, atol=1e-13)
+
+
+def test_array_api_observer_receives_the_namespace_arrays():
+    x0 = strict(mf.sample_uniform(5, 3, 2, batch=2))
+    kinds = mf.observe_particles(mf.SelfAttention(1.0), x0, [0.0, 0.1], lambda x: type(x).__module__,
+                                 method="euler", dt=0.1)
+    assert all(kind.startswith("array_api_strict") for kind in kinds)
+
+
+def test_kernel_choice():
+    x = mf.sample_uniform(8, 3, 0, batch=2)
+    assert select_kernel(mf.SelfAttention(1.0), x).name == "fused"
+    assert isinstance(select_kernel(mf.SelfAttention(1.0), mf.sample_uniform(MAX_TOKENS + 1, 3, 0)[None]),
+                      NumpyKernel)
+    zonal = mf.ZonalAggregation(np.exp, np.exp)
+    assert isinstance(select_kernel(zonal, x), NumpyKernel)
+    assert isinstance(select_kernel(mf.SelfAttention(1.0), strict(x)), ArrayAPIKernel)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda x: select_kernel(mf.SelfAttention(1.0), x, "gpu"), "kernel must be one of"),
+    (lambda x: select_kernel(mf.ZonalAggregation(np.exp, np.exp), x, "fused"), "kernel='fused' needs numba"),
+    (lambda x: select_kernel(mf.SelfAttention(1.0), strict(x), "numpy"), "take the array API path"),
+    (lambda x: select_kernel(mf.ZonalAggregation(np.exp, np.exp), strict(x)), "pass numpy arrays"),
+    (lambda x: mf.simulate_particles(mf.SelfAttention(1.0), strict(x), [0, 1]), "method='dop853' integrates numpy"),
+    (lambda x: mf.simulate_particles(mf.SelfAttention(1.0), strict(x * 2), [0, 1], method="rk4"), "unit sphere"),
+], ids=["unknown kernel", "fused zonal aggregation", "numpy kernel for strict arrays",
+        "zonal aggregation on strict arrays", "dop853 on strict arrays", "strict arrays off the sphere"])
+def test_bad_kernel_requests_are_refused(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(mf.sample_uniform(4, 3, 0, batch=2))
