@@ -23,6 +23,8 @@ All three agree to round-off (tests: 1e-12 after 100 steps).
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 
 from .sphere import normalize, project_tangent
@@ -63,11 +65,7 @@ def select_kernel(model, x, kernel: str = "auto"):
 
 
 def _numba_available() -> bool:
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("numba") is not None
 
 
 def _max_fused_tokens() -> int:
