@@ -290,3 +290,30 @@ def test_sweep_workers_keep_glibc_malloc_thresholds():
     from validation.app.sweep import worker_environment
     environment = worker_environment()
     assert "MALLOC_TRIM_THRESHOLD_" not in environment and environment.get("OPENBLAS_NUM_THREADS") == 1
+
+
+def test_layer_scheme_phase_diagram_matches_an_independent_simple_implementation(tmp_path):
+    """Clustering probabilities of a layer-scheme sweep vs plain numpy layers from other random tokens."""
+    realisations, n, steps = 1024, 8, 30
+    path = particle_sweep(tmp_path, scheme="layer")
+    text = path.read_text().replace("realisations = 40", f"realisations = {realisations}").replace(
+        "batch = 16", "batch = 1024").replace("d = [2, 5]", "d = [2]").replace(
+        "times = { stop = 2.0, count = 21 }", f"times = {{ stop = {steps / 10}, count = {steps + 1} }}")
+    path.write_text(text)
+    sweep = load_sweep_config(path)
+    rng = np.random.default_rng(2024)
+    for index, config in sweep.points():
+        beta = config["model"]["beta"]
+        ours = run_point(sweep, config)["clustered_probability"][-1]
+        angles = rng.uniform(0.0, 2.0 * np.pi, size=(realisations, n))
+        x = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
+        for _ in range(steps):  # x <- (x + h softmax(beta x x^T) x) / |.|
+            logits = beta * x @ np.swapaxes(x, 1, 2)
+            weights = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            x = x + 0.1 * (weights / weights.sum(axis=-1, keepdims=True)) @ x
+            x /= np.linalg.norm(x, axis=-1, keepdims=True)
+        theirs = np.mean(np.sum(x[:, 0] * x[:, 1], axis=-1) >= 1.0 - 1e-3)
+        pooled = (ours + theirs) / 2
+        sigma = np.sqrt(2 * pooled * (1 - pooled) / realisations)
+        assert 0.0 < pooled < 1.0, "the probability must be informative at this time"
+        assert abs(ours - theirs) <= 4 * sigma, (beta, ours, theirs, sigma)
