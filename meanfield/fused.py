@@ -63,8 +63,8 @@ def _normalize_into(x, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST)
-def _exponents(g, beta, row_max, shift):
-    """``g <- beta g - m_i`` in place, ``m_i`` the row maximum (``row_max``) or ``shift``."""
+def _exponents(g, row_max, shift):
+    """``g <- g - m_i`` in place (``g`` the logits), ``m_i`` the row maximum (``row_max``) or ``shift``."""
     b, n, m = g.shape
     for s in range(b):
         for i in range(n):
@@ -72,9 +72,9 @@ def _exponents(g, beta, row_max, shift):
             if row_max:
                 offset = -np.inf
                 for j in range(m):
-                    offset = max(offset, beta * g[s, i, j])
+                    offset = max(offset, g[s, i, j])
             for j in range(m):
-                g[s, i, j] = beta * g[s, i, j] - offset
+                g[s, i, j] = g[s, i, j] - offset
 
 
 @numba.njit(cache=True, fastmath=_FAST)
@@ -224,7 +224,7 @@ class FusedAttention:
                 queries = unit if self.zonal else unit @ self.mixed[head]
                 np.matmul(queries, keys_t, out=g)
                 if self.shifted:
-                    _exponents(g, 1.0, self.normalized and not self.zonal, self.shift)
+                    _exponents(g, self.normalized and not self.zonal, self.shift)
                 np.exp(g, out=g)
                 np.matmul(g, ext, out=total)
                 if self.zonal:

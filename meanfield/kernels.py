@@ -136,10 +136,6 @@ class ArrayAPIKernel:
     def _array(self, values):
         return self.xp.asarray(values, dtype=self.xp.float64, device=self.device)
 
-    def to_namespace(self, values: np.ndarray):
-        """A host (numpy) array moved to this kernel's namespace and device."""
-        return self._array(values)
-
     def normalize(self, x):
         xp = self.xp
         return x / xp.sqrt(xp.sum(x * x, axis=-1, keepdims=True))
