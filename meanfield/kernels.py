@@ -12,13 +12,18 @@ step :math:`x \leftarrow (x + h v + \sigma P_x \xi)/|\cdot|` with :math:`v = P_x
 ``"numpy"``
     The model's own methods (:func:`meanfield.interaction.pair_sums`' row blocks): any model,
     any ``n``; the fallback when numba is missing and the path for large systems.
+``"series"``
+    :class:`meanfield.series.SeriesAttention`: the kernel's Fourier (circle) or harmonic
+    (:math:`S^2`) series, exact to round-off, ``O(n K)`` per velocity for ``K`` harmonics
+    instead of ``O(n^2)``: zonal :class:`SelfAttention` with ``d = 2`` or ``3``; the default
+    there when its estimated cost (:func:`series_is_cheaper`) is below the direct sum's.
 ``"array_api"``
     Any namespace of the Python array API standard (CuPy, PyTorch, JAX, ``array_api_strict``):
     chosen by the array passed in, computed in its namespace and on its device, so a run on
     GPU arrays stays on the GPU. The noise is drawn on the host by the run's numpy generator
     (the same numbers on every path) and moved to the device.
 
-All three agree to round-off (tests: 1e-12 after 100 steps).
+All agree to round-off (tests: 1e-12 after 100 steps; the series to 1e-12 against the direct sum).
 """
 
 from __future__ import annotations
@@ -29,7 +34,12 @@ import numpy as np
 
 from .sphere import normalize, project_tangent
 
-KERNELS = ("auto", "fused", "numpy")
+KERNELS = ("auto", "fused", "numpy", "series")
+
+#: Measured costs (``benchmarks/bench_series.py``, one core): seconds per point and harmonic of
+#: the series, per pair of the fused kernel (``n <= MAX_TOKENS``) and of the row-blocked
+#: numpy sum. Only their ratios matter: they place the crossover of ``"auto"``.
+SERIES_COST, FUSED_PAIR_COST, NUMPY_PAIR_COST = 4e-9, 2e-9, 12e-9
 
 #: Pair entries per block of systems on the array API path (2^24 doubles = 128 MiB): large
 #: enough to fill a GPU, bounded whatever the ensemble size.
@@ -53,6 +63,8 @@ def select_kernel(model, x, kernel: str = "auto"):
             raise ValueError(f"kernel={kernel!r} computes on numpy arrays; arrays of "
                              f"{type(x).__module__} take the array API path (kernel='auto')")
         return ArrayAPIKernel(model, x)
+    if kernel == "series" or (kernel == "auto" and _series_pays(model, x)):
+        return _series_kernel(model, x)
     fused = _fused_kernel(model)
     if kernel == "fused":
         if fused is None:
@@ -62,6 +74,32 @@ def select_kernel(model, x, kernel: str = "auto"):
     if kernel == "auto" and fused is not None and x.shape[-2] <= _max_fused_tokens():
         return fused
     return NumpyKernel(model)
+
+
+def series_is_cheaper(n: int, harmonics: int) -> bool:
+    """Whether ``n`` tokens cost less through a series of ``harmonics`` terms than by the direct sum."""
+    pair_cost = FUSED_PAIR_COST if n <= _max_fused_tokens() else NUMPY_PAIR_COST
+    return n * harmonics * SERIES_COST < n * n * pair_cost
+
+
+def _series_pays(model, x) -> bool:
+    from .models import SelfAttention
+    from .series import SERIES_DIMENSIONS, series_harmonics
+    if not (isinstance(model, SelfAttention) and model.is_zonal and x.shape[-1] in SERIES_DIMENSIONS
+            and _numba_available()):
+        return False
+    return series_is_cheaper(x.shape[-2], series_harmonics(model, x.shape[-1]))
+
+
+def _series_kernel(model, x):
+    from .models import SelfAttention
+    from .series import SERIES_DIMENSIONS, SeriesAttention
+    d = x.shape[-1]
+    if not (isinstance(model, SelfAttention) and model.is_zonal and d in SERIES_DIMENSIONS) or not _numba_available():
+        raise ValueError("kernel='series' needs numba and a zonal SelfAttention (Q = K = I, V = cI, one head) "
+                         f"on the circle or S^2 (d = 2 or 3), got {model!r} with d={d}"
+                         f"{'' if _numba_available() else ' (numba is not installed)'}")
+    return SeriesAttention(model, x.shape[-1])
 
 
 def _numba_available() -> bool:

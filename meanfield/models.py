@@ -248,6 +248,11 @@ class SelfAttention:
         flat = _flatten_batch(x)
         n = flat.shape[-2]
         beta = self.beta
+        series = self._energy_series(flat)
+        if series is not None:
+            # The series' kernel is the scaled e^{beta (s - 1)} for SA (and time-rescaled USA, as wanted).
+            log_total = np.log(series.pair_totals(flat)) + (beta if self.normalized else 0.0)
+            return (log_total - np.log(2.0 * beta * n * n)).reshape(x.shape[:-2])
         per_head = []
         for q, k, _ in self._head_matrices():
             def stable_exp(block: np.ndarray) -> np.ndarray:
@@ -265,6 +270,15 @@ class SelfAttention:
         if self.time_rescaled:
             log_total = log_total - beta * self._bound
         return log_total.reshape(x.shape[:-2])
+
+    def _energy_series(self, flat: np.ndarray):
+        """The kernel's series when it sums the pairs of ``flat`` faster than the pairs themselves."""
+        from .kernels import series_is_cheaper
+        from .series import SERIES_DIMENSIONS, SeriesAttention, series_harmonics
+        n, d = flat.shape[-2:]
+        if not (self.is_zonal and d in SERIES_DIMENSIONS and series_is_cheaper(n, series_harmonics(self, d))):
+            return None
+        return SeriesAttention(self, d)
 
     def energy(self, x: np.ndarray) -> np.ndarray:
         r"""Interaction energy of the empirical measure, shape ``(...,)``.

@@ -114,9 +114,12 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     progress : bool or tqdm.tqdm, optional
         Progress bar; by default shown when stderr is a terminal. An open bar is advanced
         instead (one bar for a run made of several calls).
-    kernel : {"auto", "fused", "numpy"}
-        The velocity kernel for numpy arrays (:mod:`meanfield.kernels`); recorded in the
-        settings with the span dimension when the run used the span reduction.
+    kernel : {"auto", "fused", "numpy", "series"}
+        The velocity kernel for numpy arrays (:mod:`meanfield.kernels`): ``"series"`` sums the
+        kernel's Fourier or harmonic series (zonal models on the circle and :math:`S^2`,
+        ``O(n K)``), ``"fused"`` and ``"numpy"`` the pairs (``O(n^2)``); ``"auto"`` takes the
+        cheapest. Recorded in the settings (with ``series_degree``, and the span dimension
+        when the run used the span reduction).
 
     Returns
     -------
@@ -234,7 +237,7 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
         x = span.reduce(x)
         settings.update(span_dimension=x.shape[-1])
     engine = select_kernel(model, x, kernel)
-    settings.update(kernel=engine.name)
+    settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
 
     def emit(y):
         if span is not None and not invariant:
@@ -309,7 +312,7 @@ def _flat_rhs(drift, shape):
 def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="auto"):
     frames = [x0.copy()]
     engine = select_kernel(model, x0, kernel)
-    settings.update(kernel=engine.name)
+    settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
     if times.size == 1:
         return frames, 0
     solver = DOP853(_flat_rhs(engine.drift, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)

@@ -26,9 +26,17 @@ def test_validate_writes_report_data_and_figures(tmp_path):
     (["validate", "--sizes", "16"], "sizes"),
     (["validate", "--seeds", "1"], "seeds"),
     (["validate", "--sizes", "a,b"], "integers"),
+    (["validate", "--sizes", "512..64"], "doubling range"),
 ])
 def test_bad_validate_arguments_exit_2(arguments, message, tmp_path):
     result = subprocess.run([sys.executable, "-m", "validation.app.cli", *arguments, "--output", str(tmp_path)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert message in result.stderr
+
+
+def test_validate_sizes_accept_a_doubling_range():
+    from validation.app.cli import _int_list
+    assert _int_list("64..1024") == [64, 128, 256, 512, 1024]
+    assert _int_list("64..1000") == [64, 128, 256, 512]
+    assert _int_list("16,32") == [16, 32]

@@ -115,7 +115,8 @@ def test_array_api_observer_receives_the_namespace_arrays():
 def test_kernel_choice():
     x = mf.sample_uniform(8, 3, 0, batch=2)
     assert select_kernel(mf.SelfAttention(1.0), x).name == "fused"
-    assert isinstance(select_kernel(mf.SelfAttention(1.0), mf.sample_uniform(MAX_TOKENS + 1, 3, 0)[None]),
+    # beyond the fused kernel's size, without a series (S^3): the row-blocked pairs
+    assert isinstance(select_kernel(mf.SelfAttention(1.0), mf.sample_uniform(MAX_TOKENS + 1, 4, 0)[None]),
                       NumpyKernel)
     zonal = mf.ZonalAggregation(np.exp, np.exp)
     assert isinstance(select_kernel(zonal, x), NumpyKernel)

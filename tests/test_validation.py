@@ -12,7 +12,7 @@ import meanfield as mf
 from meanfield.particles import particle_dataset
 from solvers import CircleFV, SphereSpectral
 from validation import distance
-from validation.convergence import fit_rates, mean_field_convergence
+from validation.convergence import fit_ranges, fit_rates, mean_field_convergence
 from validation.distances import mmd_degree, mmd_weights
 
 MODEL = mf.SelfAttention(1.0)
@@ -169,13 +169,29 @@ def test_particles_and_pde_agree_on_an_unstable_mode():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("geometry", ["circle", "sphere"])
-def test_default_study_rate_contains_minus_one_half(geometry):
+def test_short_default_study_recovers_minus_one_half_at_every_time(geometry):
+    """Default counts, seeds and settings; the default times up to the second."""
     from validation.app.validate import default_specs
     spec = default_specs()[geometry]
     study = mean_field_convergence(spec.model, spec.rho0, geometry=geometry, sizes=spec.sizes, seeds=spec.seeds,
-                                   times=spec.times, settings=spec.settings, progress=False)
-    # The first output time after t = 0.
-    assert study.rate_low.values[1] <= -0.5 <= study.rate_high.values[1]
+                                   times=spec.times[:2], settings=spec.settings, progress=False)
+    assert study.attrs["fitted_sizes"][-1] >= (16384 if geometry == "circle" else 8192)
+    np.testing.assert_array_less(study.rate_low.values, -0.5)
+    np.testing.assert_array_less(-0.5, study.rate_high.values)
+    assert np.all(study.rate_high.values - study.rate_low.values <= 2 * 0.03 + 0.01)  # half-width ~0.03
+
+
+def test_saturation_test_sees_a_flattening_at_small_n(rng):
+    """Synthetic distances: n^{-1/2} from n = 256 on, flat below; the test must flag the small counts."""
+    sizes = np.array([16, 32, 64, 128, 256, 512, 1024, 2048])
+    law = np.where(sizes < 256, 256.0 ** -0.5 * (sizes / 256.0) ** -0.2, sizes ** -0.5)
+    distances = law[:, None, None] * np.exp(0.05 * rng.normal(size=(sizes.size, 16, 1)))
+    fits = fit_ranges(sizes, distances, 1000, 0.95, rng)
+    assert fits["rate_low"][1][0] <= -0.5 <= fits["rate_high"][1][0]
+    assert fits["saturation_low"][1][0] > 0.1
+    flat = sizes ** -0.5 * np.exp(0.05 * rng.normal(size=(sizes.size, 16, 1)))
+    fits = fit_ranges(sizes, flat, 1000, 0.95, rng)
+    assert fits["saturation_low"][1][0] <= 0 <= fits["saturation_high"][1][0]
 
 
 def test_cluster_statistics_of_particles_on_both_geometries(rng):

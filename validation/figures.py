@@ -62,19 +62,22 @@ def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
 
 
 def rate_plot(study: xr.Dataset, path: Path) -> Path:
-    """Distance against n on log axes per time, with the fitted slope and its interval."""
-    fig, ax = subplots(figsize=(5.5, 4.2))
+    """Distance against n on log axes per time (all counts), with the slope fitted on the largest counts."""
+    fig, ax = subplots(figsize=(6.0, 4.6))
     sizes = study["size"].values
+    fitted = np.isin(sizes, study.attrs.get("fitted_sizes", sizes))
     for k, t in enumerate(study.time.values):
         mean = study.mean_distance.values[:, k]
-        ax.loglog(sizes, study.distance.values[:, :, k], ".", color=f"C{k}", alpha=0.25, ms=3)
-        fit = mean[0] * (sizes / sizes[0]) ** study.rate.values[k]
+        ax.loglog(sizes, study.distance.values[:, :, k], ".", color=f"C{k}", alpha=0.15, ms=2)
+        # The fitted line passes through the centroid of the fitted points (least squares in log-log).
+        log_n, log_d = np.log(sizes[fitted]).mean(), np.log(mean[fitted]).mean()
+        fit = np.exp(log_d + study.rate.values[k] * (np.log(sizes[fitted]) - log_n))
         label = (f"t={t:g}: slope {study.rate.values[k]:.2f} "
                  f"[{study.rate_low.values[k]:.2f}, {study.rate_high.values[k]:.2f}]")
-        ax.loglog(sizes, mean, "o", color=f"C{k}", label=label)
-        ax.loglog(sizes, fit, "-", color=f"C{k}", lw=1)
+        ax.loglog(sizes, mean, "o", color=f"C{k}", ms=4, label=label)
+        ax.loglog(sizes[fitted], fit, "-", color=f"C{k}", lw=1)
     ax.loglog(sizes, study.mean_distance.values[0, 0] * (sizes / sizes[0]) ** -0.5, "k--", lw=1, label="slope -1/2")
-    ax.set(xlabel="particles n", ylabel=study.attrs["distance"],
+    ax.set(xlabel="particles n (lines: fit on the largest counts)", ylabel=study.attrs["distance"],
            title=f"{dataset_geometry(study)}: mean-field convergence")
     ax.legend(fontsize=7)
     fig.savefig(path, dpi=110)

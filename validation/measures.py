@@ -11,9 +11,9 @@ from functools import lru_cache
 
 import numpy as np
 import xarray as xr
-from scipy.special import sph_legendre_p_all
 
 from meanfield.records import CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry, dataset_kind, dataset_settings
+from meanfield.series import harmonic_sums
 from meanfield.sphere import circle_angles
 from solvers.sphere_grid import SphereGrid
 
@@ -75,14 +75,8 @@ def harmonic_coefficients(ds: xr.Dataset, time_index: int, lmax: int) -> tuple[n
     """
     if is_particles(ds):
         x = ds["x"].values[time_index]
-        colatitude = np.arccos(np.clip(x[:, 2], -1, 1))
-        longitude = np.arctan2(x[:, 1], x[:, 0])
-        legendre = sph_legendre_p_all(lmax, lmax, colatitude)[0]  # (l, m, point); m >= 0 first
-        blocks = []
-        for m in range(lmax + 1):
-            phase = np.exp(-1j * m * longitude)
-            blocks.append((legendre[m:, m, :] * phase).mean(axis=1))
-        coefficients = np.concatenate(blocks)
+        sums = harmonic_sums(x, lmax)  # [l, m]
+        coefficients = np.concatenate([sums[m:, m] for m in range(lmax + 1)]) / x.shape[0]
     else:
         rho = ds["rho"].values[time_index]
         source_lmax = int(dataset_settings(ds)["lmax"])

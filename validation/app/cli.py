@@ -36,10 +36,17 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _int_list(text: str) -> list[int]:
+    """``"64,128,512"``, or ``"64..16384"`` for the powers of two between them (doubling from the first)."""
     try:
+        if ".." in text:
+            first, last = (int(item) for item in text.split(".."))
+            if first < 1 or last < first:
+                raise ValueError
+            return [first * 2**k for k in range(int(np.log2(last / first) + 1e-9) + 1)]
         return [int(item) for item in text.split(",") if item]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers or a doubling range FIRST..LAST, "
+                                         f"got {text!r}") from None
 
 
 def _positive_int(text: str) -> int:
@@ -165,9 +172,11 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--beta-circle", type=float, default=5.0, help="SA inverse temperature on the circle")
     validate.add_argument("--beta-sphere", type=float, default=1.0, help="USA inverse temperature on S^2")
     validate.add_argument("--diffusion-sphere", type=float, default=0.05, help="diffusion D on S^2")
-    validate.add_argument("--sizes", type=_int_list, default="32,64,128,256,512",
-                          help="particle counts, comma-separated")
-    validate.add_argument("--seeds", type=int, default=16, help="samples per particle count")
+    validate.add_argument("--sizes", type=_int_list, default=None,
+                          help="particle counts, comma-separated (64,256,1024) or doubling (64..16384); "
+                               "default 64..16384 on the circle, 64..8192 on the sphere")
+    validate.add_argument("--seeds", type=int, default=None,
+                          help="samples per particle count (default: 112 on the circle, 96 on the sphere)")
     validate.add_argument("--output", type=Path, default=Path("output/validate"),
                           help="folder for the report, the datasets and the figures")
     validate.add_argument("--quiet", action="store_true", help="no progress bars")

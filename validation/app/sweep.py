@@ -39,7 +39,7 @@ from pathlib import Path
 
 import dask
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device as device_of, is_numpy_array
 import xarray as xr
 from tqdm.auto import tqdm
 
@@ -105,17 +105,32 @@ def _particle_chunk(task: Task) -> dict[str, np.ndarray]:
     x0 = on_device(initial_particles(config, initial_density(config), generator, systems=task.systems),
                    task.device)
     xp = array_namespace(x0)
+    averages = {}
 
     def observe(x) -> list:
         # Inner products and the norm of the mean: invariant, so the span coordinates do.
         inner = xp.sum(x[:, 0, :] * x[:, 1, :], axis=-1)
-        order = xp.sqrt(xp.sum(xp.mean(x, axis=1) ** 2, axis=-1))
+        mean = token_mean(x, xp, averages)
+        order = xp.sqrt(xp.sum(mean ** 2, axis=-1))
         return [xp.sum(xp.astype(inner >= 1.0 - task.tolerance, xp.float64)), xp.sum(inner), xp.sum(order)]
 
     frames = mf.observe_particles(model, x0, output_times(config), observe, method=particle_method(config),
                                   dt=config["method"]["dt"], rng=generator, invariant=True)
     sums = np.array([[float(value) for value in frame] for frame in frames]).T  # (3, time)
     return dict(zip(("clustered", "inner_product", "order_parameter"), sums))
+
+
+def token_mean(x, xp, averages: dict):
+    """``mean(x, axis=1)`` of ``(b, n, k)`` tokens as one matrix product.
+
+    numpy reduces a middle axis with a short last axis element by element (30x slower at
+    ``k = 2``); ``averages`` keeps the ``(n k, k)`` averaging matrix per shape.
+    """
+    b, n, k = x.shape
+    if (n, k) not in averages:
+        matrix = np.tile(np.eye(k), (n, 1)) / n
+        averages[n, k] = xp.asarray(matrix, device=device_of(x)) if not is_numpy_array(x) else matrix
+    return xp.reshape(x, (b, n * k)) @ averages[n, k]
 
 
 def on_device(x: np.ndarray, device: str):

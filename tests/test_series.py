@@ -1,0 +1,130 @@
+"""Fast summation through the kernel's series (meanfield.series) against the direct pair sums.
+
+The reference is the model's own numpy path (meanfield.interaction.pair_sums: every pair's
+exponential), which shares no code with the series. Tolerances: the series is exact up to a
+tail below 2^-56 k(1) per pair, so both sides carry round-off only; 1e-12 relative to the
+largest velocity is the issue's bound and leaves n eps ~ 1e-13 of room at these sizes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.special import eval_legendre, ive
+
+import meanfield as mf
+from meanfield.kernels import NumpyKernel, select_kernel
+from meanfield.records import dataset_settings
+from meanfield.series import TAIL, SeriesAttention, harmonic_sums, series_degree
+
+BETAS = [0.0, 1.0, 9.0, 40.0]
+
+
+def _model(beta: float, normalized: bool) -> mf.SelfAttention:
+    return mf.SelfAttention(beta, normalized=normalized)
+
+
+def _tokens(d: int, n: int, seed: int, clustered: bool = False) -> np.ndarray:
+    """Uniform tokens, or tight clusters plus stragglers (the regime after clustering)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(2, n, d))
+    if clustered:
+        centres = rng.normal(size=(2, 3, d))
+        x[:, : n - 5] = centres[:, rng.integers(0, 3, n - 5)] * 20 + x[:, : n - 5]
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+@pytest.mark.parametrize("beta", BETAS)
+@pytest.mark.parametrize("clustered", [False, True], ids=["uniform", "clustered"])
+def test_series_equals_direct_sum(d, normalized, beta, clustered):
+    model = _model(beta, normalized)
+    x = _tokens(d, 700, seed=int(10 * beta) + d, clustered=clustered)
+    series, direct = SeriesAttention(model, d), NumpyKernel(model)
+    reference = direct.attention_output(x)
+    scale = np.abs(reference).max()
+    np.testing.assert_allclose(series.attention_output(x), reference, rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(series.drift(x), direct.drift(x), rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("beta", [1.0, 40.0])
+def test_truncated_series_is_the_kernel(d, beta):
+    """The kept degrees rebuild e^{beta (t - 1)} on [-1, 1] to the tail bound (scipy's Bessel + Legendre)."""
+    degree = series_degree(mf.SelfAttention(beta), d)
+    t = np.linspace(-1.0, 1.0, 2001)
+    l = np.arange(degree + 1)
+    if d == 2:
+        # e^{beta cos phi} = sum_m I_m(beta) e^{i m phi}
+        terms = np.where(l == 0, 1, 2)[:, None] * ive(l, beta)[:, None] * np.cos(l[:, None] * np.arccos(t))
+    else:
+        # e^{beta t} = sum_l (2l+1) i_l(beta) P_l(t), i_l(b) = sqrt(pi / (2 b)) I_{l+1/2}(b)
+        terms = ((2 * l + 1) * np.sqrt(np.pi / (2 * beta)) * ive(l + 0.5, beta))[:, None] * eval_legendre(l[:, None], t)
+    # the reference's own round-off: degree + 1 terms of size <= k(1) = 1, each to a few eps
+    roundoff = 4 * (degree + 1) * np.finfo(float).eps
+    np.testing.assert_allclose(terms.sum(axis=0), np.exp(beta * (t - 1.0)), rtol=0, atol=4 * TAIL + roundoff)
+    # one degree fewer would not be exact: the truncation is the smallest that is
+    assert degree == 0 or abs(terms[-1]).max() > TAIL * 1e-3
+
+
+@pytest.mark.parametrize("d, n", [(2, 400), (3, 300)])
+@pytest.mark.parametrize("method, diffusion", [("rk4", 0.0), ("euler", 0.1), ("layer", 0.0)])
+def test_particle_run_with_series_equals_direct_run(d, n, method, diffusion):
+    model = mf.SelfAttention(4.0, diffusion=diffusion)
+    x0 = mf.sample_uniform(n, d, 3)[None]
+    times = np.array([0.0, 1.0])
+    runs = {kernel: mf.simulate_particles(model, x0, times, method=method, dt=0.01, rng=5, kernel=kernel)
+            for kernel in ("series", "numpy")}
+    assert dataset_settings(runs["series"])["kernel"] == "series"
+    assert dataset_settings(runs["numpy"])["kernel"] == "numpy"
+    np.testing.assert_allclose(runs["series"].x.values, runs["numpy"].x.values, rtol=0, atol=1e-10)
+
+
+def test_auto_takes_the_cheaper_sum_and_says_so():
+    model = mf.SelfAttention(5.0)
+    assert select_kernel(model, _tokens(2, 16, 0)).name == "fused"
+    assert select_kernel(model, _tokens(2, 2000, 0)).name == "series"
+    assert select_kernel(model, _tokens(4, 2000, 0)).name == "numpy"  # no series on S^3
+    run = mf.simulate_particles(model, mf.sample_uniform(2000, 2, 0), [0.0, 0.01], method="rk4", dt=0.01)
+    assert dataset_settings(run)["kernel"] == "series"
+    assert dataset_settings(run)["series_degree"] == series_degree(model, 2)
+
+
+@pytest.mark.parametrize("model, d, message", [
+    (mf.SelfAttention(1.0, value=np.eye(2)), 2, "zonal SelfAttention"),
+    (mf.ZonalAggregation(np.exp, np.exp), 2, "zonal SelfAttention"),
+    (mf.SelfAttention(1.0), 4, "kernel='series'"),
+])
+def test_series_refuses_what_it_cannot_sum(model, d, message):
+    with pytest.raises(ValueError, match=message):
+        select_kernel(model, _tokens(d, 10, 0), "series")
+
+
+def test_harmonic_sums_match_scipy_harmonics():
+    """The Cartesian recurrence against scipy's Y_lm (angles, Condon-Shortley phase), up to degree 30."""
+    from scipy.special import sph_harm_y
+
+    x = _tokens(3, 50, 4)[0]
+    colatitude, longitude = np.arccos(x[:, 2]), np.arctan2(x[:, 1], x[:, 0])
+    sums = harmonic_sums(x, 30)
+    for l in range(31):
+        for m in range(l + 1):
+            expected = np.conj(sph_harm_y(l, m, colatitude, longitude)).sum()
+            assert abs(sums[l, m] - expected) < 1e-12 * x.shape[0]
+    assert np.all(sums[np.triu_indices(31, 1)] == 0)
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("model", [mf.SelfAttention(9.0), mf.SelfAttention(1.0, normalized=False),
+                                   mf.SelfAttention(40.0, normalized=False, time_rescaled=True)],
+                         ids=["SA", "USA", "USA-rescaled"])
+def test_energy_through_the_series_equals_the_pair_sum(d, model):
+    """Large n takes the series (log_energy); the same tokens split in small systems take the pairs."""
+    x = _tokens(d, 2000, 8, clustered=True)
+    assert model._energy_series(x) is not None and model._energy_series(x[:, :40]) is None
+    direct = model.log_energy(x[:, :40])
+    series_small = np.log(SeriesAttention(model, d).pair_totals(x[:, :40])) + (model.beta if model.normalized else 0)
+    np.testing.assert_allclose(series_small - np.log(2 * model.beta * 40 ** 2), direct, rtol=0, atol=1e-13)
+    pairs = np.exp(model.beta * (x @ np.swapaxes(x, -1, -2) - (1.0 if model.time_rescaled else 0.0))).sum(axis=(-1, -2))
+    np.testing.assert_allclose(model.log_energy(x), np.log(pairs / (2 * model.beta * 2000 ** 2)), rtol=0, atol=1e-12)
