@@ -342,8 +342,9 @@ def _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc):
     block = acc.shape[1]
     g_re[:] = 0.0
     g_im[:] = 0.0
+    unused_weights = g_re[:, 0, 0]  # the analysis never reads the spectrum
     for start in range(0, n, block):
-        _sphere_sweep(x, s, start, min(block, n - start), degree, coefficients, False, g_re, g_im, g_re[:, 0, 0],
+        _sphere_sweep(x, s, start, min(block, n - start), degree, coefficients, False, g_re, g_im, unused_weights,
                       acc)
 
 

@@ -64,8 +64,15 @@ def test_truncated_series_is_the_kernel(d, beta):
     # the reference's own round-off: degree + 1 terms of size <= k(1) = 1, each to a few eps
     roundoff = 4 * (degree + 1) * np.finfo(float).eps
     np.testing.assert_allclose(terms.sum(axis=0), np.exp(beta * (t - 1.0)), rtol=0, atol=4 * TAIL + roundoff)
-    # one degree fewer would not be exact: the truncation is the smallest that is
-    assert degree == 0 or abs(terms[-1]).max() > TAIL * 1e-3
+    # The degree is the smallest whose discarded tail (the series' terms at t = 1, here from
+    # scipy directly, k(1) = 1) is below TAIL: the tail from `degree` on is not.
+    more = np.arange(degree + 60)
+    if d == 2:
+        at_one = np.where(more == 0, 1, 2) * ive(more, beta)
+    else:
+        at_one = (2 * more + 1) * np.sqrt(np.pi / (2 * beta)) * ive(more + 0.5, beta)
+    assert at_one[degree + 1:].sum() <= TAIL
+    assert degree == 0 or at_one[degree:].sum() > TAIL
 
 
 @pytest.mark.parametrize("d, n", [(2, 400), (3, 300)])
