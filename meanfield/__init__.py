@@ -3,12 +3,14 @@
 See ``MODEL.md`` for the equations. Public names::
 
     SelfAttention, ZonalAggregation      models (velocity, energy, spectra)
+    CausalAttention                      causal (decoder) attention with ALiBi weights
     simulate_particles                   the particle system (ODE / SDE, batched)
     observe_particles                    the same, keeping only observations (large ensembles)
     sample_uniform, sample_circle, sample_sphere, sample_von_mises_fisher
     attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 """
 
+from .causal import CausalAttention, positional_cell_weights
 from .errors import StepSizeCollapse
 from .models import SelfAttention, ZonalAggregation, model_from_dict
 from .particles import observe_particles, simulate_particles
@@ -18,7 +20,7 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "model_from_dict", "simulate_particles", "observe_particles",
+    "SelfAttention", "ZonalAggregation", "CausalAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",

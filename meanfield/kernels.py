@@ -23,6 +23,10 @@ step :math:`x \leftarrow (x + h v + \sigma P_x \xi)/|\cdot|` with :math:`v = P_x
     GPU arrays stays on the GPU. The noise is drawn on the host by the run's numpy generator
     (the same numbers on every path) and moved to the device.
 
+Causal models (:class:`meanfield.causal.CausalAttention`) take ``"numpy"`` (their direct
+causal sum) or, on the circle, ``"series"`` (:mod:`meanfield.causal_series`: the Fourier
+series with a causal scan over positions).
+
 All agree to round-off (tests: 1e-12 after 100 steps; the series to 1e-12 against the direct sum).
 """
 
@@ -58,6 +62,8 @@ def select_kernel(model, x, kernel: str = "auto"):
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if getattr(model, "causal", False):
+        return _causal_kernel(model, x, kernel)
     if not is_numpy(x):
         if kernel != "auto":
             raise ValueError(f"kernel={kernel!r} computes on numpy arrays; arrays of "
@@ -100,6 +106,26 @@ def _series_kernel(model, x):
                          f"on the circle or S^2 (d = 2 or 3), got {model!r} with d={d}"
                          f"{'' if _numba_available() else ' (numba is not installed)'}")
     return SeriesAttention(model, x.shape[-1])
+
+
+def _causal_kernel(model, x, kernel: str):
+    from .causal_series import SA_SERIES_MAX_EXPONENT, CausalCircleSeries
+    if not is_numpy(x) or kernel == "fused":
+        raise ValueError(f"causal attention computes on numpy arrays with kernel='numpy' or 'series', got "
+                         f"kernel={kernel!r} on {type(x).__module__} arrays")
+    on_circle = x.shape[-1] == 2 and _numba_available()
+    if kernel == "series" and not on_circle:
+        raise ValueError(f"kernel='series' for causal attention needs numba and the circle (d = 2), got d={x.shape[-1]}"
+                         f"{'' if _numba_available() else ' (numba is not installed)'}")
+    if kernel == "auto" and on_circle:
+        accurate = not model.normalized or 2 * model.beta + model.alibi <= SA_SERIES_MAX_EXPONENT
+        series = CausalCircleSeries(model)
+        # The scan costs about as much per token and harmonic as the series of the non-causal sum.
+        if accurate and series_is_cheaper(x.shape[-2], 2 * series.degree + 1):
+            return series
+    if kernel == "series":
+        return CausalCircleSeries(model)
+    return NumpyKernel(model)
 
 
 def _numba_available() -> bool:

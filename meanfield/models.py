@@ -441,13 +441,16 @@ class ZonalAggregation:
         return {"model": "ZonalAggregation", "name": self.name, "diffusion": self.diffusion}
 
 
-def model_from_dict(description: dict) -> SelfAttention:
-    """Rebuild a :class:`SelfAttention` from :meth:`SelfAttention.to_dict` (or its JSON)."""
+def model_from_dict(description: dict):
+    """Rebuild a :class:`SelfAttention` or a :class:`~meanfield.causal.CausalAttention` from its ``to_dict`` (or JSON)."""
     if isinstance(description, str):
         description = json.loads(description)
     fields = dict(description)
     kind = fields.pop("model", None)
+    if kind == "CausalAttention":
+        from .causal import CausalAttention  # it builds on this module
+        return CausalAttention(**fields)
     if kind != "SelfAttention":
-        raise ValueError(f"description['model'] must be 'SelfAttention' to be rebuilt, got {kind!r} "
-                         "(a ZonalAggregation holds user callables and must be rebuilt by hand)")
+        raise ValueError(f"description['model'] must be 'SelfAttention' or 'CausalAttention' to be rebuilt, "
+                         f"got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
     return SelfAttention(**fields)

@@ -269,14 +269,14 @@ def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, setting
     """
     x = np.stack(frames, axis=-3)  # (..., time, n, d)
     dims = ("time", "particle", "component") if x.ndim == 3 else ("system", "time", "particle", "component")
-    energy, energy_note = _energy_series(model, x)
     if norm_error is None:
         norm_error = _norm_drift(x)
-    ds = xr.Dataset(
-        {"x": (dims, x),
-         "energy": (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note}),
-         "norm_error": (("time",), norm_error, {"long_name": "max | |x_i| - 1 | before projection"})},
-        coords={"time": times[: x.shape[-3]]})
+    variables = {"x": (dims, x),
+                 "norm_error": (("time",), norm_error, {"long_name": "max | |x_i| - 1 | before projection"})}
+    if hasattr(model, "energy"):  # causal attention has no interaction energy
+        energy, energy_note = _energy_series(model, x)
+        variables["energy"] = (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note})
+    ds = xr.Dataset(variables, coords={"time": times[: x.shape[-3]]})
     ds.attrs.update(record_attrs(PARTICLES, geometry_name(x.shape[-1]), model, settings))
     return ds
 

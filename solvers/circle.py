@@ -59,9 +59,10 @@ def _repair_roundoff(rho: np.ndarray, roundoff: float) -> np.ndarray | None:
         return rho
     if low < -roundoff:
         return None
-    total = rho.sum()
+    # Along the cells only: each layer of a layered density keeps its own mass.
+    total = rho.sum(axis=-1, keepdims=True)
     repaired = np.maximum(rho, 0.0)
-    return repaired * (total / repaired.sum())
+    return repaired * (total / repaired.sum(axis=-1, keepdims=True))
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +172,7 @@ class CircleFV(GridSolver):
     def _tolerance(self, *deviations: np.ndarray) -> float:
         ops = self.operators
         scale = max(ops.deviation_norm(deviation) for deviation in deviations)
-        return error_tolerance(self.rtol, scale, ops.uniform * np.sqrt(2 * np.pi))
+        return error_tolerance(self.rtol, scale, ops.uniform_norm)
 
     def _attempt(self, state: tuple[np.ndarray, float | None], dt: float):
         """One step from ``(deviation, lyapunov(rho))``: ``(new_state, next_dt, None)`` or ``(None, dt, reason)``."""

@@ -70,13 +70,13 @@ def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
 
 
 def _next(a: np.ndarray) -> np.ndarray:
-    """``a[j + 1]`` on the periodic grid (cheaper than ``np.roll``, which is in the hot loop)."""
-    return np.concatenate((a[1:], a[:1]))
+    """``a[..., j + 1]`` on the periodic grid (cheaper than ``np.roll``, which is in the hot loop)."""
+    return np.concatenate((a[..., 1:], a[..., :1]), axis=-1)
 
 
 def _previous(a: np.ndarray) -> np.ndarray:
-    """``a[j - 1]`` on the periodic grid."""
-    return np.concatenate((a[-1:], a[:-1]))
+    """``a[..., j - 1]`` on the periodic grid."""
+    return np.concatenate((a[..., -1:], a[..., :-1]), axis=-1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,6 +118,11 @@ class CircleOperators:
     @property
     def theta(self) -> np.ndarray:
         return (np.arange(self.cells) + 0.5) * self.width
+
+    @property
+    def uniform_norm(self) -> float:
+        r""":math:`\|\bar\rho\|_{L^2}`, the scale of the round-off floor of the error tolerance."""
+        return self.uniform * np.sqrt(2 * np.pi)
 
     def convolve(self, values: np.ndarray, symbol: np.ndarray) -> np.ndarray:
         """Circular convolution of cell values with the kernel whose spectrum is ``symbol``."""
@@ -166,7 +171,7 @@ class CircleOperators:
         """Transport right-hand side :math:`-\\partial_\\theta(\\rho v[\\rho])` (no diffusion)."""
         return -self.flux_divergence(deviation, self.face_velocity(deviation))
 
-    def linearly_implicit_step(self, deviation: np.ndarray, dt: float) -> np.ndarray:
+    def linearly_implicit_step(self, deviation: np.ndarray, dt: float, jumps: np.ndarray | None = None) -> np.ndarray:
         r"""Solve :math:`(I - \Delta t\, L[\rho])\,\rho_{new} = \rho` for the new deviation (potential frozen).
 
         :math:`L` is the Scharfetter-Gummel generator of
@@ -178,9 +183,11 @@ class CircleOperators:
         cell Peclet numbers :math:`|v|h/D \to 0` it is central differences (second order in
         space). Solved for :math:`\delta` with :math:`L\bar\rho = \bar\rho\,(\Delta\phi_{j-1} -
         \Delta\phi_j)/h^2` in closed form (:math:`B(-x) - B(x) = x`), which keeps the precision
-        of a small deviation.
+        of a small deviation. ``jumps`` overrides the potential's jumps (the layered causal
+        equation moves each layer by the potential of another density).
         """
-        jumps = self.potential_jumps(deviation)
+        if jumps is None:
+            jumps = self.potential_jumps(deviation)
         scaled = jumps / self.model.diffusion
         rate = self.model.diffusion / self.width**2
         forward, backward = rate * _bernoulli(-scaled), rate * _bernoulli(scaled)

@@ -149,8 +149,9 @@ class SolveRecord:
         coordinates = solver._coordinates()
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
-        energy_note = {"note": "exp(-beta) E" if solver.energy_scaled else "E"}
-        series["energy"] = ("time", series["energy"][1], energy_note)
+        if "energy" in series:  # the layered causal equation has none
+            energy_note = {"note": "exp(-beta) E" if solver.energy_scaled else "E"}
+            series["energy"] = ("time", series["energy"][1], energy_note)
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
                          **series},
                         coords={"time": self.times[:len(self.frames)], **coordinates})

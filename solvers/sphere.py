@@ -69,7 +69,7 @@ class SphereSpectral(GridSolver):
         check_int(self.lmax, "lmax", minimum=2)
         check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
-        if getattr(self.model, "dimension", None) not in (None, 3) or not self.model.is_zonal:
+        if getattr(self.kernel_model, "dimension", None) not in (None, 3) or not self.kernel_model.is_zonal:
             raise NotImplementedError(
                 "SphereSpectral needs a zonal model on S^2 (Q = K = I, V = cI, one head): general "
                 "query/key matrices or several heads make the kernel non-zonal")
@@ -77,10 +77,10 @@ class SphereSpectral(GridSolver):
         spectrum = np.abs(self._symbol_by_degree())
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
         try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
-            energy_spectrum = self.model.energy_spectrum(self.lmax, 3)
-            scaled = bool(getattr(self.model, "time_rescaled", False))
+            energy_spectrum = self.kernel_model.energy_spectrum(self.lmax, 3)
+            scaled = bool(getattr(self.kernel_model, "time_rescaled", False))
         except OverflowError:
-            energy_spectrum, scaled = self.model.energy_spectrum(self.lmax, 3, scaled=True), True
+            energy_spectrum, scaled = self.kernel_model.energy_spectrum(self.lmax, 3, scaled=True), True
         object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
         object.__setattr__(self, "energy_scaled", scaled)
         tail = spectrum[-1] / spectrum.max()
@@ -97,9 +97,14 @@ class SphereSpectral(GridSolver):
     default_max_steps = 1_000_000
 
     @property
+    def kernel_model(self):
+        """The zonal model whose kernel and velocity law the solver uses (the layered causal solver's differs)."""
+        return self.model
+
+    @property
     def linear(self) -> bool:
         """Whether the velocity is linear in rho (the model says)."""
-        return self.model.velocity_is_linear
+        return self.kernel_model.velocity_is_linear
 
     @property
     def _advice(self) -> str:
@@ -108,8 +113,8 @@ class SphereSpectral(GridSolver):
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax = self.lmax if lmax is None else lmax
         if self.linear:
-            return self.model.potential_spectrum(lmax, 3)
-        return self.model.kernel_spectrum(lmax, 3)
+            return self.kernel_model.potential_spectrum(lmax, 3)
+        return self.kernel_model.kernel_spectrum(lmax, 3)
 
     def _per_coefficient(self, by_degree: np.ndarray) -> np.ndarray:
         return by_degree[self.grid.degree.astype(int)]
@@ -120,7 +125,7 @@ class SphereSpectral(GridSolver):
         symbol = self._symbol
         if self.linear:
             return grid.gradient(symbol * coefficients)
-        c, beta = self.model.value_sign, self.model.beta
+        c, beta = self.kernel_model.value_sign, self.kernel_model.beta
         convolution = symbol * coefficients
         scale = (c / beta) / np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
         along_t, along_p = grid.gradient(convolution)
@@ -157,7 +162,9 @@ class SphereSpectral(GridSolver):
         return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
 
     def _tolerance(self, coefficients: np.ndarray) -> float:
-        return error_tolerance(self.rtol, self.deviation_norm(coefficients), abs(coefficients[0].real))
+        # The uniform part's norm (one coefficient per layer when the state holds several layers).
+        uniform_norm = float(np.sqrt(np.sum(coefficients[..., 0].real ** 2)))
+        return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
 
     # ------------------------------------------------------------------ functionals
     def energy(self, coefficients: np.ndarray) -> float:

@@ -1,0 +1,188 @@
+r"""Causal self-attention (decoder Transformers): token ``i`` attends to earlier tokens only.
+
+``CAUSAL.md`` secs. 1-2. Tokens keep their place ``i = 1..n`` in the prompt (the axis of
+``n`` is the order), with ALiBi positional weights
+:math:`\pi_{ij} = e^{-\lambda (i - j)/n}`, :math:`\lambda \ge 0`:
+
+.. math::
+    \text{causal USA:}\quad \dot x_i = c\,P_{x_i}\Big(\frac{\sum_{j<i}\pi_{ij}\,e^{\beta\langle x_i,x_j\rangle} x_j}
+                                                      {\sum_{j<i}\pi_{ij}}\Big),
+    \qquad
+    \text{causal SA:}\quad \dot x_i = c\,P_{x_i}\Big(\frac{\sum_{j<i}\pi_{ij}\,e^{\beta\langle x_i,x_j\rangle} x_j}
+                                                      {\sum_{j<i}\pi_{ij}\,e^{\beta\langle x_i,x_j\rangle}}\Big),
+
+plus noise :math:`\sqrt{2D}\,dB` with ``diffusion = D``. Token 1 sees nothing and never moves
+(with ``include_self=True`` the sums run over :math:`j \le i`, as in many implementations).
+
+Prefactor convention: ``prefactor = c``. ``c = 1`` is ``MODEL.md``'s time (causal USA then is
+the USA of ``MODEL.md`` with causal positional weights); the paper (Duerinckx, Geshkovski,
+Rossi) takes ``c = beta``, i.e. its time is ``MODEL.md``'s time multiplied by ``beta``, and
+on the circle :math:`\dot\theta_i = Z_i^{-1}\sum_{j<i}\pi_{ij} w'(\theta_i - \theta_j)`,
+:math:`w(\theta) = e^{\beta\cos\theta}`.
+
+Mean field: as ``n`` grows, position ``s = i/n`` becomes a label and each layer ``s`` follows
+the continuity equation whose velocity is that of the non-causal model (:attr:`CausalAttention.mixed_model`)
+at the mixed density :math:`\int_0^s k_\lambda(s, s')\rho(s', \cdot)\,ds'`
+(:func:`positional_cell_weights`, :mod:`solvers.causal`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .checks import EXP_OVERFLOW, check_points, check_real
+from .models import SelfAttention, _flatten_batch
+from .sphere import normalize, project_tangent
+
+#: Pair entries of the direct causal sum held at once (8 MiB).
+DIRECT_BLOCK_ELEMENTS = 2**20
+
+
+@dataclass(frozen=True, eq=False)
+class CausalAttention:
+    r"""Causal SA or USA with ALiBi positional weights (module docstring for the equations).
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature, ``>= 0``.
+    normalized : bool
+        ``True``: causal SA (softmax over earlier tokens); ``False``: causal USA, the paper's
+        model (normalized by the positional weights only).
+    alibi : float
+        The ALiBi slope :math:`\lambda \ge 0` of :math:`\pi_{ij} = e^{-\lambda(i-j)/n}`
+        (``0``: a plain causal average; larger favours recent tokens).
+    prefactor : float
+        The constant ``c`` in front of the velocity: ``1`` for ``MODEL.md``'s time, ``beta``
+        for the paper's.
+    include_self : bool
+        Sum over :math:`j \le i` instead of :math:`j < i` (default: strict, as the paper).
+    diffusion : float
+        Diffusion coefficient ``D >= 0``.
+    """
+
+    beta: float
+    normalized: bool
+    alibi: float = 0.0
+    prefactor: float = 1.0
+    include_self: bool = False
+    diffusion: float = 0.0
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "beta", check_real(self.beta, "beta", minimum=0.0))
+        set_(self, "alibi", check_real(self.alibi, "alibi", minimum=0.0))
+        set_(self, "prefactor", check_real(self.prefactor, "prefactor"))
+        set_(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
+        for name in ("normalized", "include_self"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if not self.normalized and self.beta > EXP_OVERFLOW:
+            raise ValueError(f"causal USA with beta={self.beta}: exp(beta <x, y>) overflows double "
+                             f"precision beyond beta = {EXP_OVERFLOW:g}")
+
+    # What the particle integrators and records ask of a model.
+    heads = 1
+    dimension = None
+    #: The velocity depends on the tokens' places as well as on their inner products.
+    is_zonal = False
+    causal = True
+
+    @property
+    def mixed_model(self) -> SelfAttention:
+        r"""The non-causal model whose velocity at the mixed density is the causal one (layered mean field).
+
+        :math:`V_t(s, x)` of ``CAUSAL.md`` sec. 2 is the velocity of
+        ``SelfAttention(beta, normalized, value=prefactor)`` at
+        :math:`\tilde\rho_s = \int_0^s k_\lambda(s, s')\,\rho_t(s', \cdot)\,ds'`, a probability
+        density (the SA normalisation of :math:`k_\lambda` cancels in the softmax).
+        """
+        return SelfAttention(self.beta, normalized=self.normalized, diffusion=self.diffusion,
+                             value=self.prefactor)
+
+    # ------------------------------------------------------------------ velocity
+    def velocity(self, x: np.ndarray) -> np.ndarray:
+        """Tangent velocities, shape ``(..., n, d)``, of tokens ``x`` of shape ``(..., n, d)`` in prompt order."""
+        x = check_points(x, "x")
+        if x.shape[-2] < 2:
+            raise ValueError(f"x must hold n >= 2 tokens along its second-to-last axis, got n={x.shape[-2]}")
+        return self.drift(x)
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`velocity` without input checks, extended off the sphere as ``v(x / |x|)``."""
+        flat = normalize(_flatten_batch(x))
+        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        r"""The causal attention output :math:`a_i` (the velocity before :math:`P_{x_i}`) at ``x / |x|``."""
+        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
+
+    def positional_totals(self, n: int) -> np.ndarray:
+        r""":math:`Z_i = \sum_{j<i}\pi_{ij}` (or :math:`j \le i`), ``i = 1..n``, from the geometric sum."""
+        rate = self.alibi / n
+        count = np.arange(n, dtype=float)  # terms j < i: i - 1 of them
+        if rate == 0.0:
+            totals = count
+        else:
+            # sum_{k=1}^{m} e^{-rate k} = e^{-rate} (1 - e^{-rate m}) / (1 - e^{-rate})
+            totals = np.exp(-rate) * np.expm1(-rate * count) / np.expm1(-rate)
+        return totals + 1.0 if self.include_self else totals
+
+    def _attention(self, flat: np.ndarray) -> np.ndarray:
+        """Direct ``O(n^2)`` causal sums of unit vectors ``(b, n, d)``, in blocks of rows."""
+        b, n, d = flat.shape
+        out = np.zeros_like(flat)
+        rows_per_block = max(1, DIRECT_BLOCK_ELEMENTS // n)
+        offset = 0 if self.include_self else 1
+        totals = None if self.normalized else self.positional_totals(n)
+        for s in range(b):
+            for r0 in range(0, n, rows_per_block):
+                r1 = min(n, r0 + rows_per_block)
+                rows = np.arange(r0, r1)[:, None]
+                keys = np.arange(r1)[None, :]
+                logits = self.beta * (flat[s, r0:r1] @ flat[s, :r1].T) - (self.alibi / n) * (rows - keys)
+                visible = keys <= rows - offset
+                if self.normalized:
+                    # The softmax is shift-invariant: the row maximum keeps every exp finite.
+                    logits -= np.max(np.where(visible, logits, -np.inf), axis=1, keepdims=True, initial=0.0)
+                weights = np.where(visible, np.exp(np.where(visible, logits, 0.0)), 0.0)
+                sums = weights @ flat[s, :r1]
+                denominators = weights.sum(axis=1) if self.normalized else totals[r0:r1]
+                seen = denominators > 0  # token 1 (strict) sees nothing: no velocity
+                out[s, r0:r1][seen] = self.prefactor * sums[seen] / denominators[seen, None]
+        return out
+
+    # ------------------------------------------------------------------ records
+    def to_dict(self) -> dict:
+        """A JSON-serializable description; :func:`meanfield.model_from_dict` rebuilds the model."""
+        return {"model": "CausalAttention", "beta": self.beta, "normalized": bool(self.normalized),
+                "alibi": self.alibi, "prefactor": self.prefactor, "include_self": bool(self.include_self),
+                "diffusion": self.diffusion}
+
+
+def positional_cell_weights(alibi: float, layers: int) -> np.ndarray:
+    r"""Exact cell integrals of the limiting positional kernel, shape ``(layers, layers)``, lower triangular.
+
+    Layers ``l = 1..L`` sit at the centres :math:`s_l = (l - 1/2)/L` of the cells
+    :math:`((m-1)/L, m/L]`; entry ``(l, m)`` is
+    :math:`\int k_\lambda(s_l, s')\,ds'` over cell ``m`` cut at :math:`s' < s_l`, with
+
+    .. math:: k_\lambda(s, s') = \frac{\lambda e^{-\lambda(s-s')}}{1 - e^{-\lambda s}}, \qquad
+              k_0(s, s') = \frac1s \qquad (s' < s),
+
+    so each row sums to one and the first layer sees only (the lower half of) itself: the
+    non-causal equation. A density constant across each cell is integrated exactly; the
+    centred nodes make the rule second order in ``1/L`` for densities smooth in ``s``.
+    """
+    alibi = check_real(alibi, "alibi", minimum=0.0)
+    edges = np.arange(layers + 1) / layers
+    s = 0.5 * (edges[:-1] + edges[1:])
+    lower = np.minimum(edges[None, :-1], s[:, None])
+    upper = np.minimum(edges[None, 1:], s[:, None])
+    if alibi == 0.0:
+        return (upper - lower) / s[:, None]
+    # int_a^b lambda e^{-lambda (s - s')} ds' = e^{-lambda (s - b)} - e^{-lambda (s - a)}
+    numerator = np.exp(-alibi * (s[:, None] - upper)) - np.exp(-alibi * (s[:, None] - lower))
+    return numerator / -np.expm1(-alibi * s)[:, None]

@@ -1,0 +1,255 @@
+r"""The layered mean-field equation of causal attention (``CAUSAL.md`` sec. 2), on the circle and on S^2.
+
+.. math:: \partial_t\rho_t(s, x) + \mathrm{div}_x\big(\rho_t(s, x)\, V_t(s, x)\big) = D\,\Delta_x\rho_t(s, x),
+          \qquad s \in (0, 1],
+
+one density of mass one per relative position ``s``, no transport in ``s``. The velocity of
+layer ``s`` is the velocity of the non-causal model
+(:attr:`meanfield.causal.CausalAttention.mixed_model`) at the *mixed* density
+:math:`\tilde\rho_t(s) = \int_0^s k_\lambda(s, s')\,\rho_t(s')\,ds'`: for USA the velocity is
+linear in the density, and for SA the normalisation of the positional weights cancels in
+:math:`\nabla\log(K*\tilde\rho)`.
+
+Discretization in ``s``: ``L`` layers at the centres :math:`s_l = (l - 1/2)/L` of the cells
+:math:`((l-1)/L, l/L]`, the density constant across a cell, the cell integrals of
+:math:`k_\lambda` exact (:func:`meanfield.causal.positional_cell_weights`), so the mixed
+densities are convex combinations :math:`\tilde\rho = W\rho` (rows of ``W`` sum to one), the
+uniform density is stationary in every layer, and the first layer obeys the non-causal
+equation. Each layer is then moved by the existing scheme of its geometry, with the mixed
+density's velocity: :class:`CausalCircleFV` shares :class:`~solvers.circle.CircleFV`'s
+operators and steps (flux form: mass kept per layer to round-off, positivity, CFL),
+:class:`CausalSphereSpectral` :class:`~solvers.sphere.SphereSpectral`'s transforms and
+integrator. All layers advance together with one step (the system is lower triangular in
+``s``; marching layer by layer would need each layer's history at every step of the next).
+
+Output ``rho`` has dimensions ``(time, position, theta)`` or
+``(time, position, colatitude, longitude)``; per time ``mass`` (the smallest layer mass),
+``mass_error`` (largest ``|mass - 1|`` over layers), ``min_density`` and the resolution
+diagnostic of the geometry taken over all layers. There is no energy: the causal flow is not
+a gradient flow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import roots_legendre
+
+from meanfield.causal import positional_cell_weights
+from meanfield.checks import check_density, check_int, check_real
+
+from .circle import CircleFV
+from .circle_operators import CircleOperators
+from .resolution import sharpest_cluster_width
+from .sphere import SphereSpectral
+
+
+def layer_positions(layers: int) -> np.ndarray:
+    """The layers' relative positions :math:`s_l = (l - 1/2)/L`, ``l = 1..L``."""
+    return (np.arange(layers) + 0.5) / layers
+
+
+def _require_causal(model, solver: str) -> None:
+    if not getattr(model, "causal", False):
+        raise TypeError(f"{solver} solves the layered equation of a CausalAttention model, got {model!r}")
+
+
+def _layer_values(rho0, layers: int, evaluate, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """Initial values per layer: ``rho0(s, points)`` (``s`` broadcast as ``(L, 1, ...)``) or an array."""
+    if callable(rho0):
+        s = layer_positions(layers).reshape((layers,) + (1,) * len(shape))
+        values = np.asarray(evaluate(rho0, s), dtype=float)
+        values = np.broadcast_to(values, (layers,) + shape) if values.ndim == len(shape) + 1 else values
+    else:
+        values = np.asarray(rho0, dtype=float)
+        if values.shape == shape:
+            values = np.broadcast_to(values, (layers,) + shape)
+    return check_density(values, (layers,) + shape, name)
+
+
+class LayeredCircleOperators:
+    """:class:`CircleOperators` of the mixed model, applied to ``(layers, cells)`` arrays with mixed velocities."""
+
+    def __init__(self, model, cells: int, layers: int) -> None:
+        self.base = CircleOperators(model.mixed_model, cells)
+        self.weights = positional_cell_weights(model.alibi, layers)
+        self.width, self.uniform, self.theta = self.base.width, self.base.uniform, self.base.theta
+        self.uniform_norm = self.base.uniform_norm * np.sqrt(layers)
+        self.flux_divergence = self.base.flux_divergence
+
+    def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
+        """Face velocities of every layer: the mixed model's at the mixed deviation ``W deviation``."""
+        return self.base.face_velocity(self.weights @ deviation)
+
+    def rhs(self, deviation: np.ndarray) -> np.ndarray:
+        return -self.flux_divergence(deviation, self.face_velocity(deviation))
+
+    def linearly_implicit_step(self, deviation: np.ndarray, dt: float) -> np.ndarray:
+        jumps = self.base.potential_jumps(self.weights @ deviation)
+        return np.stack([self.base.linearly_implicit_step(own, dt, jump) for own, jump in zip(deviation, jumps)])
+
+    def deviation_norm(self, deviation: np.ndarray) -> float:
+        r""":math:`(\sum_l \|\delta_l\|_{L^2}^2)^{1/2}` over all layers."""
+        return float(np.sqrt(self.width * np.sum(deviation * deviation)))
+
+    def mass(self, rho: np.ndarray) -> np.ndarray:
+        """Mass of each layer."""
+        return self.width * rho.sum(axis=-1)
+
+    @staticmethod
+    def lyapunov(rho: np.ndarray) -> None:
+        """None: the causal flow has no known Lyapunov functional (not a gradient flow)."""
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class CausalCircleFV(CircleFV):
+    r"""The layered causal equation on the circle: :class:`CircleFV` per layer, mixed velocities.
+
+    Parameters
+    ----------
+    model : CausalAttention
+        Causal SA or USA, any ALiBi slope, prefactor and diffusion.
+    cells : int
+        Cells in :math:`\theta` per layer.
+    layers : int
+        Number ``L`` of layers in ``s`` (module docstring).
+    rtol, cfl, min_cluster_cells
+        As for :class:`CircleFV` (the error is measured over all layers together).
+    """
+
+    layers: int = 32
+
+    def __post_init__(self) -> None:
+        _require_causal(self.model, "CausalCircleFV")
+        check_int(self.layers, "layers", minimum=1)
+        check_int(self.cells, "cells", minimum=8)
+        check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
+        if not 0 < check_real(self.cfl, "cfl") <= 0.5:
+            raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
+        object.__setattr__(self, "operators", LayeredCircleOperators(self.model, self.cells, self.layers))
+
+    name = "CausalCircleFV"
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Relative positions ``s`` of the layers, shape ``(layers,)``."""
+        return layer_positions(self.layers)
+
+    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """Cell averages per layer, shape ``(layers, cells)``, each of mass one.
+
+        ``rho0`` is a callable ``rho0(s, theta)`` (averaged over each cell by 4-point Gauss in
+        ``theta``, taken at the layer's position ``s``), an array ``(layers, cells)``, or an
+        array ``(cells,)`` used in every layer.
+        """
+        nodes, weights = roots_legendre(4)
+        h = self.operators.width
+        left = np.arange(self.cells) * h
+
+        def cell_averages(f, s):
+            samples = np.asarray(f(s[..., None], left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
+            return 0.5 * samples @ weights
+
+        values = _layer_values(rho0, self.layers, cell_averages, (self.cells,), name)
+        return values / self.operators.mass(values)[:, None]
+
+    def _initial_state(self, rho0):
+        return self.initial_density(rho0) - self.operators.uniform, None
+
+    def _diagnose(self, state, rho: np.ndarray):
+        mass = self.operators.mass(rho)
+        width = min(sharpest_cluster_width(layer) for layer in rho)
+        resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
+        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
+                  "cluster_width": width}
+        return values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})"
+
+    def _coordinates(self) -> dict[str, np.ndarray]:
+        return {"position": self.positions, "theta": self.theta}
+
+    def _settings(self) -> dict:
+        return {**super()._settings(), "layers": self.layers}
+
+
+@dataclass(frozen=True, eq=False)
+class CausalSphereSpectral(SphereSpectral):
+    r"""The layered causal equation on :math:`S^2`: :class:`SphereSpectral` per layer, mixed velocities.
+
+    Parameters
+    ----------
+    model : CausalAttention
+        Causal SA or USA, any ALiBi slope, prefactor and diffusion.
+    lmax, rtol, tail_threshold
+        As for :class:`SphereSpectral` (the error is measured over all layers together; the
+        spectral tail is the largest over layers).
+    layers : int
+        Number ``L`` of layers in ``s`` (module docstring).
+    """
+
+    layers: int = 16
+    weights: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _require_causal(self.model, "CausalSphereSpectral")
+        check_int(self.layers, "layers", minimum=1)
+        super().__post_init__()
+        object.__setattr__(self, "weights", positional_cell_weights(self.model.alibi, self.layers))
+
+    name = "CausalSphereSpectral"
+
+    @property
+    def kernel_model(self):
+        return self.model.mixed_model
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Relative positions ``s`` of the layers, shape ``(layers,)``."""
+        return layer_positions(self.layers)
+
+    def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Grid components of every layer's velocity, each of shape ``(layers, nlat, nlon)``."""
+        along = [super(CausalSphereSpectral, self).velocity(mixed) for mixed in self.weights @ coefficients]
+        return np.stack([a[0] for a in along]), np.stack([a[1] for a in along])
+
+    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+        grid, speed, result = self.grid, 0.0, []
+        for own, mixed in zip(coefficients, self.weights @ coefficients):
+            rho = grid.synthesise(own)
+            along_t, along_p = super().velocity(mixed)
+            speed = max(speed, float(np.sqrt(np.max(along_t * along_t + along_p * along_p))))
+            result.append(grid.divergence(along_t * rho, along_p * rho, sign=-1.0))
+        return np.stack(result), speed
+
+    def initial_coefficients(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """Coefficients per layer, shape ``(layers, coefficients)``, each of mass one.
+
+        ``rho0`` is a callable ``rho0(s, points)`` (points ``(..., 3)`` on the grid, ``s``
+        broadcast as ``(layers, 1, 1)``), an array ``(layers, *grid.shape)``, or grid values
+        used in every layer.
+        """
+        points = self.grid.points()
+        values = _layer_values(rho0, self.layers, lambda f, s: f(s, points), self.grid.shape, name)
+        coefficients = np.stack([self.grid.analyse(layer) for layer in values])
+        return coefficients / (np.sqrt(4 * np.pi) * coefficients[:, :1].real)
+
+    def density(self, coefficients: np.ndarray) -> np.ndarray:
+        return np.stack([self.grid.synthesise(layer) for layer in coefficients])
+
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+        tail = max(self.spectral_tail(layer) for layer in coefficients)
+        negative = rho.min() < -1e-8 * rho.max()
+        resolved = bool(tail < self.tail_threshold and not negative)
+        reason = (f"the top 10% of degrees hold {tail:.2g} of the spectral energy of a layer (> {self.tail_threshold:g})"
+                  if tail >= self.tail_threshold else f"the density is negative ({rho.min():.3g})")
+        mass = np.sqrt(4 * np.pi) * coefficients[:, 0].real
+        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
+                  "spectral_tail": tail}
+        return values, resolved, reason
+
+    def _coordinates(self) -> dict[str, np.ndarray]:
+        return {"position": self.positions, **super()._coordinates()}
+
+    def _settings(self) -> dict:
+        return {**super()._settings(), "layers": self.layers}

@@ -1,0 +1,171 @@
+r"""Causal attention: exact references (``CAUSAL.md`` secs. 3-4) and what to measure on particles (sec. 5).
+
+The closed forms, in the paper's time convention (prefactor ``c = beta``):
+
+.. math::
+    k_\lambda(s, s_0) = \frac{\lambda e^{-\lambda(s - s_0)}}{1 - e^{-\lambda s}}, \qquad
+    Y(s; s_0) = \log\frac{e^{\lambda s} - 1}{e^{\lambda s_0} - 1}
+    \qquad (\lambda = 0:\ k_0 = 1/s,\ Y = \log(s/s_0)),
+
+    g_a(t, s; s_0) = k_\lambda(s, s_0)\sqrt{a t / Y}\; I_1\big(2\sqrt{a t Y}\big)
+                   = k_\lambda(s, s_0)\, a t\; {}_0F_1(; 2; a t Y),
+
+the second form (:math:`I_1(2\sqrt z) = \sqrt z\,{}_0F_1(;2;z)`) being free of the ``0/0`` at
+:math:`s = s_0`. :math:`g_a` solves the Volterra equation
+:math:`\partial_t g = a\,(k_\lambda(s, s_0) + \int_{s_0}^s k_\lambda(s, s') g(t, s'; s_0)\,ds')`,
+:math:`g(0) = 0`, and is the limit of ``n`` times the correlation of Fourier mode ``k``
+between the token at ``s`` and the source at ``s0`` for iid uniform tokens, with
+:math:`a_k = k^2 I_k(\beta)`. The retrieval profile of ``M`` codewords is
+:math:`S_t(s_0) = \sum_{k\ge1} e^{-\pi^2k^2/(2M^2)} g_{a_k}(t, 1; s_0)`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+from scipy.special import hyp0f1, iv
+
+from meanfield.checks import check_int, check_real
+
+#: Modes of the retrieval profile: a_k = k^2 I_k(beta) falls like (beta/2)^k / (k-1)!, so
+#: terms beyond this are far below round-off for any beta a Transformer uses (<= 20).
+PROFILE_MODES = 64
+
+
+def _positions(s, name: str) -> np.ndarray:
+    s = np.asarray(s, dtype=float)
+    if not np.all((s > 0) & (s <= 1)):
+        bad = s[~((s > 0) & (s <= 1))].ravel()[0]
+        raise ValueError(f"{name} must lie in (0, 1] (relative positions in the prompt), got {bad!r}")
+    return s
+
+
+def positional_kernel(s, s0, alibi: float) -> np.ndarray:
+    r""":math:`k_\lambda(s, s_0)` for :math:`0 < s_0 < s \le 1` (zero for :math:`s_0 \ge s`)."""
+    alibi = check_real(alibi, "alibi", minimum=0.0)
+    s, s0 = np.broadcast_arrays(_positions(s, "s"), _positions(s0, "s0"))
+    if alibi == 0.0:
+        value = 1.0 / s
+    else:
+        value = alibi * np.exp(-alibi * (s - s0)) / -np.expm1(-alibi * s)
+    return np.where(s0 < s, value, 0.0)
+
+
+def position_log_ratio(s, s0, alibi: float) -> np.ndarray:
+    r""":math:`Y(s; s_0) = \log\frac{e^{\lambda s}-1}{e^{\lambda s_0}-1}` (``log(s / s0)`` at ``lambda = 0``)."""
+    alibi = check_real(alibi, "alibi", minimum=0.0)
+    s, s0 = _positions(s, "s"), _positions(s0, "s0")
+    if alibi == 0.0:
+        return np.log(s / s0)
+    return np.log(np.expm1(alibi * s) / np.expm1(alibi * s0))
+
+
+def mode_rates(beta: float, modes) -> np.ndarray:
+    r""":math:`a_k = k^2 I_k(\beta)`, the growth rate of Fourier mode ``k`` (paper's time, ``c = beta``)."""
+    beta = check_real(beta, "beta", minimum=0.0)
+    k = np.asarray(modes, dtype=float)
+    return k**2 * iv(k, beta)
+
+
+def correlation_limit(a, t, s, s0, alibi: float) -> np.ndarray:
+    r""":math:`g_a(t, s; s_0) = k_\lambda(s, s_0)\, a t\, {}_0F_1(;2; a t Y(s; s_0))` (zero for :math:`s_0 \ge s`)."""
+    a = np.asarray(a, dtype=float)
+    t = check_real(t, "t", minimum=0.0)
+    kernel = positional_kernel(s, s0, alibi)
+    y = np.maximum(position_log_ratio(s, s0, alibi), 0.0)
+    return kernel * a * t * hyp0f1(2.0, a * t * y)
+
+
+def retrieval_profile(t: float, s0, *, beta: float, alibi: float, words: int) -> np.ndarray:
+    r""":math:`S_t(s_0) = \sum_{k\ge1} e^{-\pi^2k^2/(2M^2)}\, g_{a_k}(t, 1; s_0)`, ``M = words``."""
+    words = check_int(words, "words", minimum=2)
+    s0 = _positions(s0, "s0")
+    k = np.arange(1, PROFILE_MODES + 1)
+    weights = np.exp(-np.pi**2 * k**2 / (2.0 * words**2))
+    terms = correlation_limit(mode_rates(beta, k)[:, None], t, 1.0, s0.reshape(1, -1), alibi)
+    return (weights @ terms).reshape(s0.shape)
+
+
+def retrieval_accuracy(t: float, s0, n: int, *, beta: float, alibi: float, words: int) -> np.ndarray:
+    r""":math:`A_n(t, s_0) \approx \sqrt{\pi/2}/M + \sqrt{2\pi}\,S_t(s_0)/(M n)` (to :math:`o(1/n)`)."""
+    n = check_int(n, "n", minimum=2)
+    profile = retrieval_profile(t, s0, beta=beta, alibi=alibi, words=words)
+    return np.sqrt(np.pi / 2) / words + np.sqrt(2 * np.pi) * profile / (words * n)
+
+
+def u_shape_condition(t: float, *, beta: float, alibi: float) -> tuple[bool, float, float]:
+    r"""The theorem's smallness condition :math:`t \sup_k a_k \le \min\{3 - \sqrt3,\ 2(1 - e^{-\lambda})\}`.
+
+    Returns ``(holds, t sup_k a_k, bound)``. It is sufficient for the U-shape (primacy,
+    recency, one interior minimum) when ``beta > 0`` and ``alibi > 0``.
+    """
+    t = check_real(t, "t", minimum=0.0)
+    alibi = check_real(alibi, "alibi", minimum=0.0)
+    left = t * float(mode_rates(beta, np.arange(1, PROFILE_MODES + 1)).max())
+    bound = min(3.0 - np.sqrt(3.0), 2.0 * -np.expm1(-alibi))
+    return bool(left <= bound), left, bound
+
+
+# --------------------------------------------------------------------------- particles
+def correlation_profile(theta0: np.ndarray, theta: np.ndarray, *, modes=(1, 2), bins: int = 8) -> xr.Dataset:
+    r"""The correlation of each token with the last one, ``n`` times, binned in the source position ``s0 = i/n``.
+
+    For prompts of angles ``theta0`` (time 0) and ``theta`` (time ``t``), shape ``(prompts, n)``,
+
+    .. math:: C_k(i) = n\,\mathrm{Re}\big[e^{ik(\theta_n(t) - \theta_i(0))} - e^{ik(\theta_n(0) - \theta_i(0))}\big],
+              \qquad i < n,
+
+    whose mean is :math:`n\,E\,e^{ik(\theta_n(t) - \theta_i(0))}` for iid uniform tokens (the
+    subtracted time-zero term has mean zero for :math:`i \ne n`) and whose variance is about
+    ``n`` times smaller than without it (``CAUSAL.md`` sec. 5). Tokens are averaged within
+    each bin of ``s0`` per prompt; the mean and its standard error are over prompts (the
+    independent units). The mean tends to :func:`correlation_limit` at ``s = 1`` averaged
+    over the same ``s0 = i/n``.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``correlation`` and ``standard_error`` (mode, bin); coordinates ``mode``, ``bin``
+        (bin centre), ``bin_low``, ``bin_high``; attrs ``n`` and ``prompts``.
+    """
+    theta0, theta = np.asarray(theta0, dtype=float), np.asarray(theta, dtype=float)
+    if theta0.shape != theta.shape or theta0.ndim != 2:
+        raise ValueError(f"theta0 and theta must both have shape (prompts, n), got {theta0.shape} and {theta.shape}")
+    prompts, n = theta.shape
+    if prompts < 2:
+        raise ValueError(f"the standard error needs prompts >= 2, got {prompts}")
+    bins = check_int(bins, "bins", minimum=1)
+    if n < 2 * bins:
+        raise ValueError(f"n = {n} tokens cannot fill bins = {bins} bins of s0 (need n >= 2 bins)")
+    modes = np.atleast_1d(np.asarray(modes))
+    source = theta0[:, :-1]
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    s0 = np.arange(1, n) / n
+    which = np.clip(np.searchsorted(edges, s0, side="left") - 1, 0, bins - 1)  # bin (low, high]
+    counts = np.bincount(which, minlength=bins)
+    mean, error = np.empty((modes.size, bins)), np.empty((modes.size, bins))
+    for row, k in enumerate(modes):
+        c = n * (np.cos(k * (theta[:, -1:] - source)) - np.cos(k * (theta0[:, -1:] - source)))
+        per_prompt = np.stack([c[:, which == b].mean(axis=1) for b in range(bins)], axis=1)
+        mean[row] = per_prompt.mean(axis=0)
+        error[row] = per_prompt.std(axis=0, ddof=1) / np.sqrt(prompts)
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    return xr.Dataset(
+        {"correlation": (("mode", "bin"), mean, {"long_name": "n x correlation with the last token"}),
+         "standard_error": (("mode", "bin"), error),
+         "tokens": (("bin",), counts)},
+        coords={"mode": modes, "bin": centres, "bin_low": ("bin", edges[:-1]), "bin_high": ("bin", edges[1:])},
+        attrs={"n": n, "prompts": prompts})
+
+
+def binned_correlation_limit(profile: xr.Dataset, t: float, *, beta: float, alibi: float) -> xr.DataArray:
+    """:func:`correlation_limit` at ``s = 1`` averaged over the ``s0 = i/n`` of each bin of ``profile``."""
+    n = int(profile.attrs["n"])
+    s0 = np.arange(1, n) / n
+    values = []
+    for k in profile["mode"].values:
+        g = correlation_limit(mode_rates(beta, k), t, 1.0, s0, alibi)
+        values.append([g[(s0 > low) & (s0 <= high)].mean()
+                       for low, high in zip(profile["bin_low"].values, profile["bin_high"].values)])
+    return xr.DataArray(np.array(values), coords={"mode": profile["mode"], "bin": profile["bin"]},
+                        dims=("mode", "bin"), name="correlation_limit")
