@@ -59,8 +59,7 @@ def _layer_values(rho0, layers: int, evaluate, shape: tuple[int, ...], name: str
     """Initial values per layer: ``rho0(s, points)`` (``s`` broadcast as ``(L, 1, ...)``) or an array."""
     if callable(rho0):
         s = layer_positions(layers).reshape((layers,) + (1,) * len(shape))
-        values = np.asarray(evaluate(rho0, s), dtype=float)
-        values = np.broadcast_to(values, (layers,) + shape) if values.ndim == len(shape) + 1 else values
+        values = np.broadcast_to(np.asarray(evaluate(rho0, s), dtype=float), (layers,) + shape)
     else:
         values = np.asarray(rho0, dtype=float)
         if values.shape == shape:

@@ -26,6 +26,9 @@ import xarray as xr
 from scipy.special import hyp0f1, iv
 
 from meanfield.checks import check_int, check_real
+from meanfield.records import dataset_settings
+
+from .measures import sphere_grid
 
 #: Modes of the retrieval profile: a_k = k^2 I_k(beta) falls like (beta/2)^k / (k-1)!, so
 #: terms beyond this are far below round-off for any beta a Transformer uses (<= 20).
@@ -169,3 +172,82 @@ def binned_correlation_limit(profile: xr.Dataset, t: float, *, beta: float, alib
                        for low, high in zip(profile["bin_low"].values, profile["bin_high"].values)])
     return xr.DataArray(np.array(values), coords={"mode": profile["mode"], "bin": profile["bin"]},
                         dims=("mode", "bin"), name="correlation_limit")
+
+
+# --------------------------------------------------------------------------- particles vs layered PDE
+def layered_moments(x: np.ndarray, pde: xr.Dataset, time_index: int, *, bins: int = 8) -> xr.Dataset:
+    r"""Moments of the coordinates and their products per bin of positions: particles (per system) and layered PDE.
+
+    The test functions are :math:`f(x) = x_a` and :math:`x_a x_b`, :math:`a \le b` (the Fourier
+    modes 1 and 2 on the circle, the harmonics of degree :math:`\le 2` on :math:`S^2`). For
+    each bin of relative positions ``s`` in ``((b-1)/B, b/B]``: ``particles`` is the mean of
+    ``f`` over a system's tokens ``i/n`` in the bin, ``pde`` the mean over the PDE's layers in
+    the bin of :math:`\int f\rho`.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (systems, n, d) or (n, d)
+        Tokens in prompt order at the PDE's output time ``pde.time[time_index]``.
+    pde : xarray.Dataset
+        A run of :class:`solvers.CausalCircleFV` or :class:`solvers.CausalSphereSpectral`.
+    bins : int
+        Number of bins; the PDE's layer count must be a multiple of it.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``particles`` (system, bin, moment) and ``pde`` (bin, moment).
+    """
+    x = np.asarray(x, dtype=float)
+    x = x[None] if x.ndim == 2 else x
+    rho = pde["rho"].values[time_index]
+    positions = pde["position"].values
+    layers = positions.size
+    bins = check_int(bins, "bins", minimum=1)
+    if layers % bins:
+        raise ValueError(f"bins={bins} must divide the PDE's {layers} layers")
+    n = x.shape[1]
+    if n < bins:
+        raise ValueError(f"n = {n} tokens cannot fill bins = {bins} bins")
+    points, weights = _grid_quadrature(pde)
+    if points.shape[-1] != x.shape[-1]:
+        raise ValueError(f"particles in R^{x.shape[-1]} against a PDE in R^{points.shape[-1]}")
+    layer_moments = np.einsum("lg,gk->lk", rho.reshape(layers, -1) * weights, _test_functions(points))
+    token_moments = _test_functions(x)  # (systems, n, k)
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    which_token = np.clip(np.searchsorted(edges, np.arange(1, n + 1) / n, side="left") - 1, 0, bins - 1)
+    which_layer = np.clip(np.searchsorted(edges, positions, side="left") - 1, 0, bins - 1)
+    particles = np.stack([token_moments[:, which_token == b].mean(axis=1) for b in range(bins)], axis=1)
+    field = np.stack([layer_moments[which_layer == b].mean(axis=0) for b in range(bins)])
+    return xr.Dataset({"particles": (("system", "bin", "moment"), particles), "pde": (("bin", "moment"), field)},
+                      coords={"bin": 0.5 * (edges[:-1] + edges[1:])}, attrs={"n": n})
+
+
+def layered_moment_error(x: np.ndarray, pde: xr.Dataset, time_index: int, *, bins: int = 8) -> xr.DataArray:
+    r"""Distance per system and bin between causal particles and the layered PDE: the norm of the moments' difference.
+
+    :func:`layered_moments` gives the moments. The mean over systems estimates
+    :math:`E\,d(\mu^n, \rho)`, which falls like :math:`n^{-1/2}` (the fluctuation of ``n/B``
+    tokens) plus the finite-``n`` bias and the PDE's discretization error.
+    """
+    moments = layered_moments(x, pde, time_index, bins=bins)
+    error = np.linalg.norm(moments["particles"] - moments["pde"], axis=-1)
+    return xr.DataArray(error, dims=("system", "bin"), coords={"bin": moments["bin"]}, name="moment_error",
+                        attrs=moments.attrs)
+
+
+def _test_functions(points: np.ndarray) -> np.ndarray:
+    """``[x_a, x_a x_b (a <= b)]`` per point, shape ``(..., d + d (d + 1) / 2)``."""
+    d = points.shape[-1]
+    upper = np.triu_indices(d)
+    products = points[..., :, None] * points[..., None, :]
+    return np.concatenate([points, products[..., upper[0], upper[1]]], axis=-1)
+
+
+def _grid_quadrature(pde: xr.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Points of the PDE's grid, shape ``(g, d)``, and quadrature weights ``(g,)`` (cells or Gauss-Legendre)."""
+    if "theta" in pde.coords:
+        theta = pde["theta"].values
+        return np.stack([np.cos(theta), np.sin(theta)], axis=-1), np.full(theta.size, 2 * np.pi / theta.size)
+    grid = sphere_grid(int(dataset_settings(pde)["lmax"]))
+    return grid.points().reshape(-1, 3), np.broadcast_to(grid.area_weight, grid.shape).ravel()

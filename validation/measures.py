@@ -82,7 +82,7 @@ def harmonic_coefficients(ds: xr.Dataset, time_index: int, lmax: int) -> tuple[n
         source_lmax = int(dataset_settings(ds)["lmax"])
         if source_lmax < lmax:
             raise ValueError(f"the PDE dataset has lmax={source_lmax} < {lmax} needed by the distance")
-        grid = _grid(source_lmax)
+        grid = sphere_grid(source_lmax)
         full = grid.analyse(rho)
         keep = (grid.transform.l <= lmax)
         coefficients = full[keep]
@@ -91,7 +91,7 @@ def harmonic_coefficients(ds: xr.Dataset, time_index: int, lmax: int) -> tuple[n
 
 
 @lru_cache(maxsize=8)
-def _grid(lmax: int) -> SphereGrid:
+def sphere_grid(lmax: int) -> SphereGrid:
     """Transforms are planned once per degree, not once per output time."""
     return SphereGrid(lmax)
 
