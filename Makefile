@@ -26,9 +26,11 @@ figures: setup
 	$(VENV)/bin/python examples/growth_rates.py
 	$(VENV)/bin/python examples/metastability.py
 	$(VENV)/bin/python examples/phase_diagram.py
+	$(VENV)/bin/python examples/lost_in_the_middle.py
 	mkdir -p docs/figures
 	cp output/growth_rates/growth_rates.png output/metastability/metastability_particles.png \
-	   output/metastability/metastability_pde.png output/phase_diagram/phase_diagram.png docs/figures/
+	   output/metastability/metastability_pde.png output/phase_diagram/phase_diagram.png \
+	   output/lost_in_the_middle/lost_in_the_middle.png docs/figures/
 
 # The phase-diagram sweep at the paper's size on 1 and 2 Dask workers (about an hour).
 bench-sweep: setup

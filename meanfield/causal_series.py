@@ -29,19 +29,17 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .fused import _FAST, _NO_NOISE, _project_into, _step_into
+from .fused import _FAST, OutputKernel
 from .series import series_degree
-from .sphere import normalize
 
 #: Largest ``2 beta + alibi`` at which causal SA takes the series by default (see module docstring).
 SA_SERIES_MAX_EXPONENT = 10.0
 
 
-class CausalCircleSeries:
+class CausalCircleSeries(OutputKernel):
     """Attention output, drift and step of a :class:`~meanfield.causal.CausalAttention` on the circle, ``O(n K)``."""
 
     name = "series"
-    normalize = staticmethod(normalize)
 
     def __init__(self, model) -> None:
         mixed = model.mixed_model
@@ -49,22 +47,6 @@ class CausalCircleSeries:
         self.coefficients = mixed.kernel_spectrum(self.degree, 2) / (2.0 * np.pi)
         self.model = model
         self.settings = {"series_degree": self.degree}
-
-    def attention_output(self, x: np.ndarray) -> np.ndarray:
-        return self._attention(normalize(x))
-
-    def drift(self, x: np.ndarray) -> np.ndarray:
-        unit = np.ascontiguousarray(normalize(x)).reshape((-1,) + x.shape[-2:])
-        a = self._attention(unit)
-        _project_into(unit, a, a)
-        return a.reshape(x.shape)
-
-    def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
-             noise_scale: float = 0.0) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=float)
-        a = self._attention(x)
-        _step_into(x, a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
-        return a
 
     def _attention(self, unit: np.ndarray) -> np.ndarray:
         if unit.shape[-1] != 2:

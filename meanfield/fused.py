@@ -245,3 +245,33 @@ def _general_matrices(model) -> tuple[np.ndarray, np.ndarray]:
 
 
 _NO_NOISE = np.empty((0, 0, 0))
+
+
+class OutputKernel:
+    """Attention output, drift and Euler/layer step of a kernel that defines ``_attention(unit)``.
+
+    ``_attention`` maps unit vectors ``(b, n, d)`` (or ``(n, d)``) to the attention output of
+    the same shape; the projection, the step, the noise and the normalization are the fused
+    passes above.
+    """
+
+    normalize = staticmethod(normalize)
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        return self._attention(normalize(x))
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        unit = np.ascontiguousarray(normalize(x)).reshape((-1,) + x.shape[-2:])
+        a = self._attention(unit)
+        _project_into(unit, a, a)
+        return a.reshape(x.shape)
+
+    def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
+             noise_scale: float = 0.0) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=float)
+        a = self._attention(x)
+        _step_into(x, a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
+        return a
+
+    def _attention(self, unit: np.ndarray) -> np.ndarray:
+        raise NotImplementedError

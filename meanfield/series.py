@@ -41,7 +41,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .fused import _FAST, _NO_NOISE, _project_into, _step_into
+from .fused import _FAST, OutputKernel
 from .sphere import normalize
 
 #: Relative bound on the discarded tail of the kernel's series (below double round-off).
@@ -80,7 +80,7 @@ def series_harmonics(model, d: int) -> int:
     return 2 * degree + 1 if d == 2 else (degree + 1) ** 2
 
 
-class SeriesAttention:
+class SeriesAttention(OutputKernel):
     r"""Attention output, drift and step of a zonal :class:`SelfAttention` by its kernel's series.
 
     Parameters
@@ -92,7 +92,6 @@ class SeriesAttention:
     """
 
     name = "series"
-    normalize = staticmethod(normalize)
 
     def __init__(self, model, d: int) -> None:
         if not getattr(model, "is_zonal", False) or not hasattr(model, "kernel_spectrum"):
@@ -108,22 +107,6 @@ class SeriesAttention:
         self.normalized = bool(model.normalized)
         self.value = float(model.value)
         self.settings = {"series_degree": self.degree}
-
-    def attention_output(self, x: np.ndarray) -> np.ndarray:
-        return self._attention(normalize(x))
-
-    def drift(self, x: np.ndarray) -> np.ndarray:
-        unit = np.ascontiguousarray(normalize(x))
-        a = self._attention(unit)
-        _project_into(unit, a, a)
-        return a
-
-    def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
-             noise_scale: float = 0.0) -> np.ndarray:
-        x = np.ascontiguousarray(x, dtype=float)
-        a = self._attention(x)
-        _step_into(x, a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
-        return a
 
     def pair_totals(self, x: np.ndarray) -> np.ndarray:
         r""":math:`\sum_{i,j} k(\langle x_i, x_j\rangle)` per system (shape ``x.shape[:-2]``), for the energy.

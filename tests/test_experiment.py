@@ -15,8 +15,9 @@ import xarray as xr
 from validation.app import ConfigError, check_config, load_config
 from validation.app.experiment import run_experiment
 
+# sweep configs: tests/test_sweep.py; configs without [model] belong to their example script
 EXAMPLES = sorted(p for p in Path(__file__).parent.parent.joinpath("examples").glob("*.toml")
-                  if "[sweep]" not in p.read_text())  # sweep configs: tests/test_sweep.py
+                  if "[sweep]" not in p.read_text() and "[model]" in p.read_text())
 
 
 def meanfield(*arguments, **kwargs):

@@ -123,55 +123,107 @@ def correlation_profile(theta0: np.ndarray, theta: np.ndarray, *, modes=(1, 2), 
     ``n`` times smaller than without it (``CAUSAL.md`` sec. 5). Tokens are averaged within
     each bin of ``s0`` per prompt; the mean and its standard error are over prompts (the
     independent units). The mean tends to :func:`correlation_limit` at ``s = 1`` averaged
-    over the same ``s0 = i/n``.
+    over the same ``s0 = i/n`` (:func:`binned_correlation_limit`).
 
     Returns
     -------
     xarray.Dataset
-        ``correlation`` and ``standard_error`` (mode, bin); coordinates ``mode``, ``bin``
-        (bin centre), ``bin_low``, ``bin_high``; attrs ``n`` and ``prompts``.
+        ``correlation`` and ``standard_error`` (mode, bin), ``tokens`` per bin; coordinates
+        ``mode``, ``bin`` (bin centre), ``bin_low``, ``bin_high``; attrs ``n`` and ``prompts``.
     """
-    theta0, theta = np.asarray(theta0, dtype=float), np.asarray(theta, dtype=float)
-    if theta0.shape != theta.shape or theta0.ndim != 2:
-        raise ValueError(f"theta0 and theta must both have shape (prompts, n), got {theta0.shape} and {theta.shape}")
-    prompts, n = theta.shape
-    if prompts < 2:
-        raise ValueError(f"the standard error needs prompts >= 2, got {prompts}")
-    bins = check_int(bins, "bins", minimum=1)
-    if n < 2 * bins:
-        raise ValueError(f"n = {n} tokens cannot fill bins = {bins} bins of s0 (need n >= 2 bins)")
     modes = np.atleast_1d(np.asarray(modes))
-    source = theta0[:, :-1]
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    s0 = np.arange(1, n) / n
-    which = np.clip(np.searchsorted(edges, s0, side="left") - 1, 0, bins - 1)  # bin (low, high]
-    counts = np.bincount(which, minlength=bins)
-    mean, error = np.empty((modes.size, bins)), np.empty((modes.size, bins))
-    for row, k in enumerate(modes):
-        c = n * (np.cos(k * (theta[:, -1:] - source)) - np.cos(k * (theta0[:, -1:] - source)))
-        per_prompt = np.stack([c[:, which == b].mean(axis=1) for b in range(bins)], axis=1)
-        mean[row] = per_prompt.mean(axis=0)
-        error[row] = per_prompt.std(axis=0, ddof=1) / np.sqrt(prompts)
-    centres = 0.5 * (edges[:-1] + edges[1:])
-    return xr.Dataset(
-        {"correlation": (("mode", "bin"), mean, {"long_name": "n x correlation with the last token"}),
-         "standard_error": (("mode", "bin"), error),
-         "tokens": (("bin",), counts)},
-        coords={"mode": modes, "bin": centres, "bin_low": ("bin", edges[:-1]), "bin_high": ("bin", edges[1:])},
-        attrs={"n": n, "prompts": prompts})
+    binning = _PromptBins(theta0, theta, bins)
+    per_prompt = np.stack([binning.per_prompt(k) for k in modes])  # (mode, prompt, bin)
+    return binning.summary({"correlation": per_prompt}, ("mode",), {"mode": modes})
+
+
+def retrieval_profile_estimate(theta0: np.ndarray, theta: np.ndarray, *, words: int, bins: int = 8,
+                               modes: int = 4) -> xr.Dataset:
+    r"""The retrieval profile measured on prompts: :math:`\sum_{k \le K} e^{-\pi^2k^2/(2M^2)}\, C_k`, binned in ``s0``.
+
+    The particle counterpart of :func:`retrieval_profile` (``K = modes`` terms; the weights
+    make the rest negligible for ``M <= 8``: :math:`e^{-\pi^2 25/128} < 0.15` times a mode
+    rate that falls like :math:`(\beta/2)^k/k!`), with :func:`correlation_profile`'s estimator
+    combined per prompt, so the standard error includes the modes' covariance.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``profile`` and ``standard_error`` (bin), coordinates as :func:`correlation_profile`.
+    """
+    words = check_int(words, "words", minimum=2)
+    modes = check_int(modes, "modes", minimum=1)
+    binning = _PromptBins(theta0, theta, bins)
+    weights = np.exp(-np.pi**2 * np.arange(1, modes + 1) ** 2 / (2.0 * words**2))
+    per_prompt = sum(w * binning.per_prompt(k) for k, w in zip(range(1, modes + 1), weights))
+    ds = binning.summary({"profile": per_prompt}, (), {})
+    ds.attrs.update(words=words, modes=modes)
+    return ds
+
+
+class _PromptBins:
+    """The estimator of CAUSAL.md sec. 5 per prompt and bin of source positions ``s0 = i/n``, ``i < n``."""
+
+    def __init__(self, theta0, theta, bins) -> None:
+        theta0, theta = np.asarray(theta0, dtype=float), np.asarray(theta, dtype=float)
+        if theta0.shape != theta.shape or theta0.ndim != 2:
+            raise ValueError(f"theta0 and theta must both have shape (prompts, n), got {theta0.shape} and {theta.shape}")
+        self.prompts, self.n = theta.shape
+        if self.prompts < 2:
+            raise ValueError(f"the standard error needs prompts >= 2, got {self.prompts}")
+        self.bins = check_int(bins, "bins", minimum=1)
+        if self.n < 2 * self.bins:
+            raise ValueError(f"n = {self.n} tokens cannot fill bins = {self.bins} bins of s0 (need n >= 2 bins)")
+        self.theta0, self.theta = theta0, theta
+        self.edges = np.linspace(0.0, 1.0, self.bins + 1)
+        s0 = np.arange(1, self.n) / self.n
+        self.which = np.clip(np.searchsorted(self.edges, s0, side="left") - 1, 0, self.bins - 1)  # (low, high]
+
+    def per_prompt(self, k: int) -> np.ndarray:
+        """Bin means of :math:`C_k(i)` per prompt, shape ``(prompts, bins)``."""
+        source = self.theta0[:, :-1]
+        c = self.n * (np.cos(k * (self.theta[:, -1:] - source)) - np.cos(k * (self.theta0[:, -1:] - source)))
+        return np.stack([c[:, self.which == b].mean(axis=1) for b in range(self.bins)], axis=1)
+
+    def summary(self, per_prompt: dict, leading: tuple, coords: dict) -> xr.Dataset:
+        """Means and standard errors over prompts (the prompt axis is the one before ``bin``)."""
+        dims = leading + ("bin",)
+        variables = {}
+        for name, values in per_prompt.items():
+            variables[name] = (dims, values.mean(axis=-2), {"long_name": "n x correlation with the last token"})
+            variables["standard_error"] = (dims, values.std(axis=-2, ddof=1) / np.sqrt(self.prompts))
+        variables["tokens"] = (("bin",), np.bincount(self.which, minlength=self.bins))
+        return xr.Dataset(variables, coords={**coords, "bin": 0.5 * (self.edges[:-1] + self.edges[1:]),
+                                             "bin_low": ("bin", self.edges[:-1]), "bin_high": ("bin", self.edges[1:])},
+                          attrs={"n": self.n, "prompts": self.prompts})
 
 
 def binned_correlation_limit(profile: xr.Dataset, t: float, *, beta: float, alibi: float) -> xr.DataArray:
-    """:func:`correlation_limit` at ``s = 1`` averaged over the ``s0 = i/n`` of each bin of ``profile``."""
-    n = int(profile.attrs["n"])
-    s0 = np.arange(1, n) / n
-    values = []
-    for k in profile["mode"].values:
-        g = correlation_limit(mode_rates(beta, k), t, 1.0, s0, alibi)
-        values.append([g[(s0 > low) & (s0 <= high)].mean()
-                       for low, high in zip(profile["bin_low"].values, profile["bin_high"].values)])
+    """:func:`correlation_limit` at ``s = 1`` averaged over the ``s0 = i/n`` of each bin of ``profile`` (mode, bin)."""
+    values = [_bin_means(profile, correlation_limit(mode_rates(beta, k), t, 1.0, _sources(profile), alibi))
+              for k in profile["mode"].values]
     return xr.DataArray(np.array(values), coords={"mode": profile["mode"], "bin": profile["bin"]},
                         dims=("mode", "bin"), name="correlation_limit")
+
+
+def binned_retrieval_profile(estimate: xr.Dataset, t: float, *, beta: float, alibi: float) -> xr.DataArray:
+    """:func:`retrieval_profile` (truncated to the estimate's modes) averaged over the ``s0 = i/n`` of each bin."""
+    k = np.arange(1, int(estimate.attrs["modes"]) + 1)
+    weights = np.exp(-np.pi**2 * k**2 / (2.0 * int(estimate.attrs["words"]) ** 2))
+    limits = correlation_limit(mode_rates(beta, k)[:, None], t, 1.0, _sources(estimate)[None, :], alibi)
+    return xr.DataArray(_bin_means(estimate, weights @ limits), coords={"bin": estimate["bin"]}, dims=("bin",),
+                        name="retrieval_profile")
+
+
+def _sources(binned: xr.Dataset) -> np.ndarray:
+    n = int(binned.attrs["n"])
+    return np.arange(1, n) / n
+
+
+def _bin_means(binned: xr.Dataset, values: np.ndarray) -> list[float]:
+    s0 = _sources(binned)
+    return [float(values[(s0 > low) & (s0 <= high)].mean())
+            for low, high in zip(binned["bin_low"].values, binned["bin_high"].values)]
 
 
 # --------------------------------------------------------------------------- particles vs layered PDE

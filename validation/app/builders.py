@@ -22,9 +22,15 @@ def output_times(config: dict) -> np.ndarray:
     return np.asarray(times, dtype=float)
 
 
-def build_model(config: dict) -> mf.SelfAttention:
+def build_model(config: dict) -> mf.SelfAttention | mf.CausalAttention:
+    fields = dict(config["model"])
+    causal, alibi, include_self = fields.pop("causal", False), fields.pop("alibi", 0.0), fields.pop("include_self", False)
     try:
-        return mf.SelfAttention(**config["model"])
+        if causal:
+            return mf.CausalAttention(fields["beta"], normalized=fields["normalized"], alibi=alibi,
+                                      prefactor=fields["value"], include_self=include_self,
+                                      diffusion=fields["diffusion"])
+        return mf.SelfAttention(**fields)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"model: {error}") from None
 

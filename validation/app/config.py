@@ -63,6 +63,9 @@ SCHEMA = {
         "diffusion": (NUMBER, False, 0.0, ">= 0"),
         "value": (NUMBER, False, 1.0, None),
         "time_rescaled": (bool, False, False, None),
+        "causal": (bool, False, False, None),
+        "alibi": (NUMBER, False, 0.0, ">= 0"),
+        "include_self": (bool, False, False, None),
     },
     "times": {
         "start": (NUMBER, False, 0.0, None),
@@ -178,6 +181,7 @@ def _check_combination(config: dict, base: Path) -> None:
         raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
                           f"density; the default is 1e-6), got {method['rtol']!r}")
     _check_mode_resolved(config)
+    _check_causal(config)
     expected = {"circle": "CircleFV", "sphere": "SphereSpectral"}[geometry]
     if method["kind"] not in (expected, "particles"):
         raise ConfigError(f"method.kind {method['kind']!r} does not solve on the {geometry}; "
@@ -204,6 +208,22 @@ def _check_combination(config: dict, base: Path) -> None:
         if not path.is_file():
             raise ConfigError(f"initial.path: no file {str(path)!r}")
         initial["path"] = str(path)
+
+
+def _check_causal(config: dict) -> None:
+    """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles here."""
+    model = config["model"]
+    if not model["causal"]:
+        for key in ("alibi", "include_self"):
+            if model[key] != SCHEMA["model"][key][2]:
+                raise ConfigError(f"model.{key} applies to causal attention only (model.causal = true)")
+        return
+    if model["time_rescaled"]:
+        raise ConfigError("model.time_rescaled does not apply to causal attention (model.causal = true)")
+    if config["method"]["kind"] != "particles":
+        raise ConfigError(f"model.causal = true runs with method.kind = 'particles'; the layered mean-field "
+                          f"equation is solvers.CausalCircleFV / CausalSphereSpectral from Python "
+                          f"(got method.kind = {config['method']['kind']!r})")
 
 
 def _check_mode_resolved(config: dict) -> None:
