@@ -187,6 +187,8 @@ def _checked_initial(model, x0):
     host = check_points(to_numpy(x0) if foreign else x0, "x0")
     if host.ndim > 3:
         raise ValueError(f"x0 must have shape (n, d) or (systems, n, d), got {host.shape}")
+    if getattr(model, "causal", False) and host.shape[-2] < 2:
+        raise ValueError(f"x0 must hold n >= 2 tokens of a prompt (axis -2) for causal attention, got n={host.shape[-2]}")
     if getattr(model, "dimension", None) not in (None, host.shape[-1]):
         raise ValueError(f"x0 has points in R^{host.shape[-1]} but the model is {model.dimension}-dimensional")
     if not foreign:

@@ -38,6 +38,7 @@ from scipy.special import roots_legendre
 from meanfield.checks import check_density, check_int, check_real
 from meanfield.records import CIRCLE
 
+from .circle_general import GeneralCircleOperators
 from .circle_operators import CircleOperators
 from .driver import step_factor
 from .grid_solver import GridSolver
@@ -72,7 +73,8 @@ class CircleFV(GridSolver):
     Parameters
     ----------
     model : SelfAttention or ZonalAggregation
-        A zonal model (SA, USA, ``beta = 0``, zonal aggregation), any diffusion.
+        SA or USA with any query, key and value matrices (2 x 2) and heads, ``beta = 0``, or a
+        zonal aggregation; any diffusion.
     cells : int
         Number of cells ``N``; cell ``j`` is :math:`[2\pi j/N, 2\pi(j+1)/N)`.
     rtol : float
@@ -82,6 +84,11 @@ class CircleFV(GridSolver):
         Courant number bound, at most 0.5 (positivity of the reconstruction).
     min_cluster_cells : float
         A cluster narrower than this (full width at half maximum, in cells) is under-resolved.
+    interaction : {"auto", "zonal", "general"}
+        How the velocity is computed: ``"zonal"`` (``Q = K = I``, ``V = cI``, one head: an FFT
+        convolution, :mod:`solvers.circle_operators`) or ``"general"`` (any query, key and
+        value matrices and heads: :mod:`solvers.circle_general`); ``"auto"`` takes the zonal
+        path whenever the model allows it.
     """
 
     model: object
@@ -89,6 +96,7 @@ class CircleFV(GridSolver):
     rtol: float = 1e-6
     cfl: float = 0.45
     min_cluster_cells: float = 4.0
+    interaction: str = "auto"
     operators: CircleOperators = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -96,9 +104,19 @@ class CircleFV(GridSolver):
         check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
         if not 0 < check_real(self.cfl, "cfl") <= 0.5:
             raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
-        if getattr(self.model, "dimension", None) not in (None, 2) or not self.model.is_zonal:
-            raise NotImplementedError("CircleFV needs a zonal model (Q = K = I, V = cI, one head) on the circle")
-        object.__setattr__(self, "operators", CircleOperators(self.model, self.cells))
+        if getattr(self.model, "dimension", None) not in (None, 2):
+            raise ValueError(f"CircleFV solves on the circle: the model's matrices are "
+                             f"{self.model.dimension} x {self.model.dimension}, not 2 x 2")
+        if self.interaction not in ("auto", "zonal", "general"):
+            raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {self.interaction!r}")
+        general = self.interaction == "general" or (self.interaction == "auto" and not self.model.is_zonal)
+        if general and not hasattr(self.model, "_head_matrices"):
+            raise ValueError(f"interaction='general' needs a SelfAttention model, got {type(self.model).__name__}")
+        if not general and not self.model.is_zonal:
+            raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
+                             "matrices (use interaction='general' or 'auto')")
+        operators = GeneralCircleOperators if general else CircleOperators
+        object.__setattr__(self, "operators", operators(self.model, self.cells))
 
     @property
     def theta(self) -> np.ndarray:

@@ -124,6 +124,8 @@ def test_bad_inputs_are_refused(rng):
     model = mf.CausalAttention(1.0, normalized=False)
     with pytest.raises(ValueError, match="n >= 2"):
         model.velocity(np.array([[1.0, 0.0]]))
+    with pytest.raises(ValueError, match="x0 must hold n >= 2"):
+        mf.simulate_particles(model, np.array([[[1.0, 0.0]]]), [0, 1], method="rk4")
     with pytest.raises(ValueError, match="series"):
         mf.simulate_particles(model, mf.sample_uniform(5, 3, rng), [0, 1], method="rk4", kernel="series")
     with pytest.raises(ValueError, match="fused"):

@@ -13,6 +13,8 @@ import time
 
 import numpy as np
 
+from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
+
 from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
@@ -135,7 +137,8 @@ def _check_memory(config: dict) -> None:
     method = config["method"]
     if method["kind"] == "particles":
         d = method.get("d") or (2 if config["geometry"] == "circle" else 3)
-        needed = 8 * count * method["n"] * d + 8 * 8 * method["n"] ** 2  # frames, pair blocks
+        # frames, integrator stages and copies (~16 arrays of the tokens), the pair sums' bounded blocks
+        needed = 8 * (count + 16) * method["n"] * d + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method['n']} particles at times.count = {count} outputs"
     else:
         circle = method["kind"] == "CircleFV"
