@@ -4,6 +4,7 @@ See ``MODEL.md`` for the equations. Public names::
 
     SelfAttention, ZonalAggregation      models (velocity, energy, spectra)
     CausalAttention                      causal (decoder) attention with ALiBi weights
+    Perceptron, UserField                external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
     observe_particles                    the same, keeping only observations (large ensembles)
     sample_uniform, sample_circle, sample_sphere, sample_von_mises_fisher
@@ -12,6 +13,7 @@ See ``MODEL.md`` for the equations. Public names::
 
 from .causal import CausalAttention, positional_cell_weights
 from .errors import StepSizeCollapse
+from .external import Perceptron, UserField
 from .models import SelfAttention, ZonalAggregation, model_from_dict
 from .particles import observe_particles, simulate_particles
 from .sampling import (in_common_hemisphere, sample_circle, sample_sphere, sample_uniform,
@@ -21,7 +23,7 @@ from .sphere import circle_angles, circle_points, project_tangent, sphere_area, 
 
 __all__ = [
     "SelfAttention", "ZonalAggregation", "CausalAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
-    "StepSizeCollapse",
+    "StepSizeCollapse", "Perceptron", "UserField",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",

@@ -32,6 +32,7 @@ All agree to round-off (tests: 1e-12 after 100 steps; the series to 1e-12 agains
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 
 import numpy as np
@@ -64,6 +65,17 @@ def select_kernel(model, x, kernel: str = "auto"):
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
     if getattr(model, "causal", False):
         return _causal_kernel(model, x, kernel)
+    external = getattr(model, "external", None)
+    if external is not None:
+        if not is_numpy(x):
+            raise ValueError("an external field (perceptron) is evaluated on numpy arrays; arrays of "
+                             f"{type(x).__module__} take models without one")
+        # the inner kernel sums attention only (the model's own numpy methods would add the field too)
+        return ExternalFieldKernel(_attention_kernel(dataclasses.replace(model, external=None), x, kernel), external)
+    return _attention_kernel(model, x, kernel)
+
+
+def _attention_kernel(model, x, kernel: str):
     if not is_numpy(x):
         if kernel != "auto":
             raise ValueError(f"kernel={kernel!r} computes on numpy arrays; arrays of "
@@ -143,6 +155,31 @@ def _fused_kernel(model):
         return None
     from .fused import FusedAttention
     return FusedAttention(model)
+
+
+class ExternalFieldKernel:
+    """A kernel's attention output plus an external field (:mod:`meanfield.external`), stepped like :class:`NumpyKernel`."""
+
+    normalize = staticmethod(normalize)
+
+    def __init__(self, inner, external) -> None:
+        self.inner, self.external = inner, external
+        self.name = inner.name
+        self.settings = getattr(inner, "settings", {})
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        return self.inner.attention_output(x) + self.external.field(normalize(x))
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        return project_tangent(normalize(x), self.attention_output(x))
+
+    def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
+             noise_scale: float = 0.0) -> np.ndarray:
+        a = self.attention_output(x)
+        step = h * (project_tangent(x, a) if project else a)
+        if noise is not None:
+            step += noise_scale * project_tangent(x, noise)
+        return normalize(x + step)
 
 
 class NumpyKernel:

@@ -17,6 +17,7 @@ from scipy.special import logsumexp
 
 from .checks import EXP_OVERFLOW, check_points, check_real
 from .deprecation import renamed_keyword
+from .external import as_external, potential_energy
 from .interaction import pair_sums
 from .sphere import normalize, project_tangent
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
@@ -73,6 +74,11 @@ class SelfAttention:
         USA only: use the kernel :math:`e^{\beta(\langle x,y\rangle - 1)}`, i.e. measure time
         in units of :math:`e^{\beta}`. Needed for ``beta`` beyond ~700, where
         :math:`e^{\beta}` overflows.
+    external : Perceptron, UserField or callable, optional
+        A density-independent velocity added to the attention output (before the tangent
+        projection): the perceptron block :math:`\sum_j w_j \mathrm{ReLU}(a_j\cdot x) a_j`, or
+        any field (:mod:`meanfield.external`). The energy then includes
+        :math:`\frac12\int v\,d\mu` (the flow of USA without noise ascends it).
     """
 
     beta: float
@@ -82,6 +88,7 @@ class SelfAttention:
     key: np.ndarray | None = None
     value: float | np.ndarray = 1.0
     time_rescaled: bool = False
+    external: object = None
     _bound: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +108,13 @@ class SelfAttention:
                   if isinstance(m, np.ndarray)}
         if len(set(shapes.values())) > 1:
             raise ValueError(f"query, key and value must have the same shape, got {shapes}")
+        set_(self, "external", as_external(self.external))
+        matrix_dimension = next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)),
+                                None)
+        field_dimension = getattr(self.external, "dimension", None)
+        if None not in (matrix_dimension, field_dimension) and matrix_dimension != field_dimension:
+            raise ValueError(f"the external field lives in R^{field_dimension} but the matrices are "
+                             f"{matrix_dimension} x {matrix_dimension}")
         if self.time_rescaled and self.normalized:
             raise ValueError("time_rescaled applies to USA (normalized=False) only: SA is "
                              "already invariant under rescaling the kernel")
@@ -125,7 +139,7 @@ class SelfAttention:
         for m in (self.query, self.key, self.value):
             if isinstance(m, np.ndarray):
                 return m.shape[-1]
-        return None
+        return getattr(self.external, "dimension", None)
 
     @property
     def is_zonal(self) -> bool:
@@ -140,6 +154,11 @@ class SelfAttention:
         ``beta > 0`` has :math:`v = \frac{c}{\beta}\nabla_S\log(K*\rho)` and no such functional once ``D > 0``.
         """
         return not (self.normalized and self.beta > 0)
+
+    @property
+    def has_energy(self) -> bool:
+        """Whether :meth:`energy` is defined: always, unless an external field comes without a potential."""
+        return self.external is None or self.external.has_potential
 
     @property
     def value_sign(self) -> float:
@@ -205,6 +224,8 @@ class SelfAttention:
         for q, k, v in self._head_matrices():
             drive = self._head_drive(flat, q, k)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
+        if self.external is not None:
+            total += self.external.field(flat)
         return total
 
     def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None) -> np.ndarray:
@@ -240,6 +261,11 @@ class SelfAttention:
     # ------------------------------------------------------------------ energy
     def log_energy(self, x: np.ndarray) -> np.ndarray:
         r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``)."""
+        if self.external is not None:
+            raise ValueError("log_energy has no external-field term (E + (1/2) int v can be negative); use energy(x)")
+        return self._log_attention_energy(x)
+
+    def _log_attention_energy(self, x: np.ndarray) -> np.ndarray:
         x = check_points(x, "x")
         self._check_dimension(x)
         if self.beta == 0.0:
@@ -292,14 +318,17 @@ class SelfAttention:
         Raises :class:`OverflowError` where the value exceeds double precision
         (SA at ``beta`` beyond ~700): use :meth:`log_energy` there.
         """
+        x = check_points(x, "x")
+        external = potential_energy(self.external, x)
+        if external is None:
+            raise ValueError("the external field has no potential: the energy E + (1/2) int v is undefined")
         if self.beta == 0.0:
-            x = check_points(x, "x")
-            return 0.5 * self.heads * np.sum(x.mean(axis=-2) ** 2, axis=-1)
-        log_e = self.log_energy(x)
+            return 0.5 * self.heads * np.sum(x.mean(axis=-2) ** 2, axis=-1) + external
+        log_e = self._log_attention_energy(x)
         if np.max(log_e) > EXP_OVERFLOW:
             raise OverflowError(f"the energy at beta={self.beta} exceeds double precision "
                                 f"(log E = {np.max(log_e):.6g}); use log_energy(x)")
-        return np.exp(log_e)
+        return np.exp(log_e) + external
 
     # ------------------------------------------------------------------ spectra
     @renamed_keyword("lmax", "max_degree")
@@ -349,7 +378,8 @@ class SelfAttention:
             return m.tolist() if isinstance(m, np.ndarray) else m
         return {"model": "SelfAttention", "beta": self.beta, "normalized": bool(self.normalized),
                 "diffusion": self.diffusion, "query": plain(self.query), "key": plain(self.key),
-                "value": plain(self.value), "time_rescaled": bool(self.time_rescaled)}
+                "value": plain(self.value), "time_rescaled": bool(self.time_rescaled),
+                "external": None if self.external is None else self.external.to_dict()}
 
 
 @dataclass(frozen=True, eq=False)

@@ -223,7 +223,8 @@ class SpanCoordinates:
 def _span_reduces(model, x, method: str) -> bool:
     """Whether the run can take place in the span of the initial tokens, and gains from it."""
     n, d = x.shape[-2:]
-    return is_numpy(x) and method in FIXED_STEP_METHODS and model.is_zonal and model.diffusion == 0 and d > n
+    return (is_numpy(x) and method in FIXED_STEP_METHODS and model.is_zonal and model.diffusion == 0 and d > n
+            and getattr(model, "external", None) is None)  # a field moves tokens out of their span
 
 
 def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings, kernel="auto", *,
@@ -275,7 +276,8 @@ def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, setting
         norm_error = _norm_drift(x)
     variables = {"x": (dims, x),
                  "norm_error": (("time",), norm_error, {"long_name": "max | |x_i| - 1 | before projection"})}
-    if hasattr(model, "energy"):  # causal attention has no interaction energy
+    # causal attention has no interaction energy; nor has a model with an external field without potential
+    if hasattr(model, "energy") and getattr(model, "has_energy", True):
         energy, energy_note = _energy_series(model, x)
         variables["energy"] = (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note})
     ds = xr.Dataset(variables, coords={"time": times[: x.shape[-3]]})

@@ -112,6 +112,7 @@ class GeneralCircleOperators(CircleOperators):
         set_(self, "uniform", 1.0 / (2 * np.pi))
         set_(self, "linear", model.velocity_is_linear)
         set_(self, "energy_scaled", bool(model.time_rescaled))
+        self._set_external()
         eye = np.eye(2)
         heads = []
         for q, k, v in model._head_matrices():
@@ -183,9 +184,8 @@ class GeneralCircleOperators(CircleOperators):
     def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
         """Velocity averaged over each dual cell, at the faces ``j + 1/2``."""
         spectrum, first = self._coefficients(self.uniform + deviation)
-        if self.linear:
-            return self._linear_face_velocity(spectrum, first)
-        return self._quotient_face_velocity(spectrum, first)
+        velocity = (self._linear_face_velocity if self.linear else self._quotient_face_velocity)(spectrum, first)
+        return velocity if self.external_velocity is None else velocity + self.external_velocity
 
     def _linear_face_velocity(self, spectrum, first) -> np.ndarray:
         total, low = None, None
@@ -228,13 +228,13 @@ class GeneralCircleOperators(CircleOperators):
             moments = np.array([mean.real, mean.imag])
             eye = np.eye(2)
             return float(sum(0.5 * moments @ (eye if q is None else q).T @ (eye if k is None else k) @ moments
-                             for q, k, _ in self.model._head_matrices()))
+                             for q, k, _ in self.model._head_matrices())) + self.external_energy(rho)
         total = 0.0
         for head in self.heads:
             d, _, p0 = self._head_sums(head, spectrum, first)
             values = self._evaluate(d, p0, 0.5 * self.width)[0].real
             total += self.width * np.dot(rho, values) / (2.0 * beta)
-        return float(total)
+        return float(total) + self.external_energy(rho)
 
     def lyapunov(self, rho: np.ndarray) -> float | None:
         """The zonal scheme's functional for a zonal model; for USA with every ``V_h = A_h`` symmetric, ``D int rho log rho - E``."""
@@ -242,6 +242,8 @@ class GeneralCircleOperators(CircleOperators):
             return self.zonal.lyapunov(rho)
         model = self.model
         if not self.linear or model.beta == 0 or not _gradient_heads(model):
+            return None
+        if self.external_velocity is not None and self.external_potential is None:
             return None
         diffusion = model.diffusion
         return (diffusion * self.entropy(rho) if diffusion else 0.0) - self.energy(rho)

@@ -92,6 +92,8 @@ class CircleOperators:
     energy_symbol: np.ndarray = field(init=False, repr=False)
     energy_scaled: bool = field(init=False)
     linear: bool = field(init=False)
+    external_velocity: np.ndarray | None = field(init=False, repr=False)
+    external_potential: np.ndarray | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -99,6 +101,7 @@ class CircleOperators:
         kmax = n // 2
         set_(self, "width", 2 * np.pi / n)
         set_(self, "uniform", 1.0 / (2 * np.pi))
+        self._set_external()
         set_(self, "linear", model.velocity_is_linear)
         if self.linear:
             set_(self, "potential_symbol", model.potential_spectrum(kmax, 2))
@@ -119,6 +122,31 @@ class CircleOperators:
     def theta(self) -> np.ndarray:
         return (np.arange(self.cells) + 0.5) * self.width
 
+    def _set_external(self) -> None:
+        r"""Face velocity of the model's external field, and its potential at the centres (or ``None``).
+
+        With a potential ``v`` (:math:`u = \frac12 v'`) the face velocity is the difference
+        :math:`(v_{j+1} - v_j)/(2h)`, which keeps the scheme's exact energy balance for
+        :math:`E + \frac12\int v\rho`; a field without potential is taken at the faces.
+        """
+        external = getattr(self.model, "external", None)
+        velocity = potential = None
+        if external is not None:
+            centres = np.stack([np.cos(self.theta), np.sin(self.theta)], axis=-1)
+            potential = external.potential(centres)
+            if potential is not None:
+                velocity = (_next(potential) - potential) / (2 * self.width)
+            else:
+                faces = self.theta + 0.5 * self.width
+                points = np.stack([np.cos(faces), np.sin(faces)], axis=-1)
+                tangent = np.stack([-np.sin(faces), np.cos(faces)], axis=-1)
+                velocity = np.sum(external.field(points) * tangent, axis=-1)
+        object.__setattr__(self, "external_velocity", velocity)
+        object.__setattr__(self, "external_potential", potential)
+
+    def _with_external(self, jumps: np.ndarray) -> np.ndarray:
+        return jumps if self.external_velocity is None else jumps + self.width * self.external_velocity
+
     @property
     def uniform_norm(self) -> float:
         r""":math:`\|\bar\rho\|_{L^2}`, the scale of the round-off floor of the error tolerance."""
@@ -137,7 +165,7 @@ class CircleOperators:
         """
         if self.linear:
             phi = self.convolve(deviation, self.gradient_symbol)
-            return _next(phi) - phi
+            return self._with_external(_next(phi) - phi)
         c, beta = self.model.value_sign, self.model.beta
         ratio = self.convolve(deviation, self.gradient_symbol) / (self.potential_symbol[0] * self.uniform)
         log_relative = np.log1p(np.maximum(ratio, _LOG1P_RANGE))
@@ -148,7 +176,7 @@ class CircleOperators:
         # |d/dth log K*rho| <= beta for the exact kernel, so |jump| <= |c| h: the bound removes the
         # round-off noise of log(K*rho) where K*rho is below machine precision of its maximum.
         bound = abs(c) * self.width
-        return np.clip(jumps, -bound, bound)
+        return self._with_external(np.clip(jumps, -bound, bound))
 
     def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
         """Velocity at the faces ``j + 1/2`` (east face of cell ``j``)."""
@@ -205,7 +233,11 @@ class CircleOperators:
 
     def energy(self, rho: np.ndarray) -> float:
         r""":math:`E_h = \frac h2 \sum_j \rho_j (\Psi*\rho)_j` (times :math:`e^{-\beta}` if ``energy_scaled``)."""
-        return float(0.5 * self.width * np.dot(rho, self.convolve(rho, self.energy_symbol)))
+        return float(0.5 * self.width * np.dot(rho, self.convolve(rho, self.energy_symbol))) + self.external_energy(rho)
+
+    def external_energy(self, rho: np.ndarray) -> float:
+        r""":math:`\frac12\int v\rho` of the external field's potential (0 without a field)."""
+        return 0.0 if self.external_potential is None else float(0.5 * self.width * np.dot(rho, self.external_potential))
 
     def entropy(self, rho: np.ndarray) -> float:
         r""":math:`h\sum_j \rho_j \log\rho_j` (with :math:`0 \log 0 = 0`)."""
@@ -220,11 +252,13 @@ class CircleOperators:
         :math:`D\int\rho\log\rho - E` for attractive USA. SA without diffusion: :math:`-cE`.
         SA with diffusion: none.
         """
+        if self.external_velocity is not None and (self.external_potential is None or not self.linear):
+            return None  # no known functional: SA with a field, or a field without potential
         if self.linear:
             potential = 0.5 * self.width * np.dot(rho, self.convolve(rho, self.potential_symbol))
             diffusion = self.model.diffusion
             # The entropy (a log per cell) is only needed with diffusion; this runs every step.
-            return (diffusion * self.entropy(rho) if diffusion else 0.0) - float(potential)
+            return (diffusion * self.entropy(rho) if diffusion else 0.0) - float(potential) - self.external_energy(rho)
         if self.model.diffusion == 0:
             return -self.model.value_sign * self.energy(rho)
         return None

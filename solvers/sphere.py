@@ -64,6 +64,8 @@ class SphereSpectral(GridSolver):
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
+    external_velocity: tuple | None = field(init=False, repr=False)
+    external_potential: np.ndarray | None = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_int(self.lmax, "lmax", minimum=2)
@@ -74,6 +76,7 @@ class SphereSpectral(GridSolver):
                 "SphereSpectral needs a zonal model on S^2 (Q = K = I, V = cI, one head): general "
                 "query/key matrices or several heads make the kernel non-zonal")
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
+        self._set_external()
         spectrum = np.abs(self._symbol_by_degree())
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
         try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
@@ -110,6 +113,22 @@ class SphereSpectral(GridSolver):
     def _advice(self) -> str:
         return f"raise lmax (now {self.lmax}), add diffusion, or stop earlier"
 
+    def _set_external(self) -> None:
+        """The external field's grid components (colatitude, longitude) and potential, evaluated once (it is fixed)."""
+        external = getattr(self.model, "external", None)
+        velocity = potential = None
+        if external is not None:
+            points = self.grid.points()
+            theta, phi = self.grid.colatitude[:, None], self.grid.longitude[None, :]
+            e_theta = np.stack(np.broadcast_arrays(np.cos(theta) * np.cos(phi), np.cos(theta) * np.sin(phi),
+                                                   -np.sin(theta)), axis=-1)
+            e_phi = np.stack(np.broadcast_arrays(-np.sin(phi), np.cos(phi), 0 * theta), axis=-1)
+            values = external.field(points)
+            velocity = (np.sum(values * e_theta, axis=-1), np.sum(values * e_phi, axis=-1))
+            potential = external.potential(points)
+        object.__setattr__(self, "external_velocity", velocity)
+        object.__setattr__(self, "external_potential", potential)
+
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax = self.lmax if lmax is None else lmax
         if self.linear:
@@ -124,7 +143,7 @@ class SphereSpectral(GridSolver):
         grid = self.grid
         symbol = self._symbol
         if self.linear:
-            return grid.gradient(symbol * coefficients)
+            return self._with_external(*grid.gradient(symbol * coefficients))
         c, beta = self.kernel_model.value_sign, self.kernel_model.beta
         convolution = symbol * coefficients
         scale = (c / beta) / np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
@@ -138,7 +157,12 @@ class SphereSpectral(GridSolver):
             excess = np.sqrt(np.maximum(speed_squared / (c * c), 1.0))
             along_t /= excess
             along_p /= excess
-        return along_t, along_p
+        return self._with_external(along_t, along_p)
+
+    def _with_external(self, along_t: np.ndarray, along_p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.external_velocity is None:
+            return along_t, along_p
+        return along_t + self.external_velocity[0], along_p + self.external_velocity[1]
 
     def transport(self, coefficients: np.ndarray) -> np.ndarray:
         r"""Coefficients of :math:`-\mathrm{div}_S(\rho v[\rho])`."""
@@ -169,12 +193,19 @@ class SphereSpectral(GridSolver):
     # ------------------------------------------------------------------ functionals
     def energy(self, coefficients: np.ndarray) -> float:
         r""":math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2` (times :math:`e^{-\beta}` where it would overflow)."""
-        return 0.5 * self.grid.inner(coefficients, self._energy_symbol * coefficients)
+        energy = 0.5 * self.grid.inner(coefficients, self._energy_symbol * coefficients)
+        if self.external_potential is not None:
+            energy += 0.5 * self.grid.integrate(self.external_potential * self.grid.synthesise(coefficients))
+        return energy
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
         """Free energy ``D int rho log rho - (1/2) int rho (Phi * rho)`` (gradient flows), ``-cE`` (SA, ``D = 0``), else NaN."""
+        if self.external_velocity is not None and (self.external_potential is None or not self.linear):
+            return np.nan  # no known functional: SA with a field, or a field without potential
         if self.linear:
             potential = 0.5 * self.grid.inner(coefficients, self._symbol * coefficients)
+            if self.external_potential is not None:
+                potential += 0.5 * self.grid.integrate(self.external_potential * self.grid.synthesise(coefficients))
             diffusion = self.model.diffusion
             if diffusion == 0:
                 return -potential

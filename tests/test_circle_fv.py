@@ -217,9 +217,16 @@ def test_decreasing_times_are_refused():
         CircleFV(mf.SelfAttention(1.0), cells=32).solve(bumpy, [1.0, 0.0])
 
 
-def test_non_zonal_model_is_refused():
-    with pytest.raises(NotImplementedError, match="zonal"):
-        CircleFV(mf.SelfAttention(1.0, query=2 * np.eye(2)), cells=32)
+def test_interaction_paths_are_checked():
+    """General matrices take the general path; the zonal path and the wrong dimension are refused by name."""
+    assert type(CircleFV(mf.SelfAttention(1.0, query=2 * np.eye(2)), cells=32).operators).__name__ == \
+        "GeneralCircleOperators"
+    with pytest.raises(ValueError, match="interaction='zonal'"):
+        CircleFV(mf.SelfAttention(1.0, query=2 * np.eye(2)), cells=32, interaction="zonal")
+    with pytest.raises(ValueError, match="3 x 3"):
+        CircleFV(mf.SelfAttention(1.0, query=np.eye(3)), cells=32)
+    with pytest.raises(ValueError, match="interaction must be"):
+        CircleFV(mf.SelfAttention(1.0), cells=32, interaction="fast")
 
 
 def test_diffusion_imposes_no_parabolic_step_restriction():

@@ -89,3 +89,55 @@ def test_particles_converge_to_the_general_pde():
         row = study.sel(time=t)
         interval = (float(row.rate), float(row.rate_low), float(row.rate_high))
         assert row.rate_low <= -0.5 <= row.rate_high and row.rate_high < -0.2, interval  # it does decay
+
+
+GENERAL_CONFIG = """
+output = "out"
+geometry = "{geometry}"
+times = {{ stop = 0.25, count = 3 }}
+[model]
+beta = 1.0
+query = "q.npy"
+key = {key}
+value = [[1.0, 0.2], [-0.1, 0.7]]
+[model.perceptron]
+weights = [1.0, -0.5]
+directions = [[1.0, 0.2], [-0.3, 1.0]]
+[method]
+kind = "{method}"
+[initial]
+kind = "perturbed_uniform"
+"""
+
+
+def test_configs_take_matrices_and_a_perceptron(tmp_path):
+    from validation.app import run_experiment
+    from validation.app.config import load_config
+    np.save(tmp_path / "q.npy", QUERY[0])
+    config = tmp_path / "run.toml"
+    config.write_text(GENERAL_CONFIG.format(geometry="circle", key="[[0.9, 0.0], [0.2, 1.0]]", method="CircleFV"))
+    ds = run_experiment(config, progress=False)
+    model = mf.model_from_dict(ds.attrs["model"])
+    np.testing.assert_array_equal(model.query[0], QUERY[0])
+    np.testing.assert_array_equal(model.external.weights, [1.0, -0.5])
+    assert load_config(config)["model"]["key"] == [[0.9, 0.0], [0.2, 1.0]]
+
+
+@pytest.mark.parametrize("geometry,key,method,message", [
+    ("circle", "[[0.9, 0.0, 1.0], [0.2, 1.0, 0.0]]", "CircleFV", "model.key must have shape (2, 2)"),
+    ("circle", '"missing.npy"', "CircleFV", "model.key: no file"),
+    ("sphere", "[[0.9, 0.0], [0.2, 1.0]]", "SphereSpectral", "model.query must have shape (3, 3)"),
+])
+def test_bad_matrices_are_refused(tmp_path, capsys, geometry, key, method, message):
+    from validation.app.cli import main
+    np.save(tmp_path / "q.npy", QUERY[0])
+    config = tmp_path / "sphere.toml"
+    sphere = GENERAL_CONFIG.format(geometry="sphere", key="[[1, 0, 0], [0, 1, 0], [0, 0, 2]]", method="SphereSpectral")
+    config.write_text(sphere.replace('query = "q.npy"\n', "").replace("value = [[1.0, 0.2], [-0.1, 0.7]]\n", "")
+                      .split("[model.perceptron]")[0] + "[method]\nkind = 'SphereSpectral'\n[initial]\nkind = 'uniform'\n")
+    assert main(["run", str(config)]) == 2
+    assert "run as particles" in capsys.readouterr().err
+    config = tmp_path / "bad.toml"
+    config.write_text(GENERAL_CONFIG.format(geometry=geometry, key=key, method=method))
+    assert main(["run", str(config)]) == 2
+    assert message in capsys.readouterr().err

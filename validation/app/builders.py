@@ -25,6 +25,9 @@ def output_times(config: dict) -> np.ndarray:
 def build_model(config: dict) -> mf.SelfAttention | mf.CausalAttention:
     fields = dict(config["model"])
     causal, alibi, include_self = fields.pop("causal", False), fields.pop("alibi", 0.0), fields.pop("include_self", False)
+    perceptron = fields.pop("perceptron", None)
+    if perceptron is not None:
+        fields["external"] = mf.Perceptron(**perceptron)
     try:
         if causal:
             return mf.CausalAttention(fields["beta"], normalized=fields["normalized"], alibi=alibi,

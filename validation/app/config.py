@@ -35,6 +35,8 @@ import numbers
 import sys
 from pathlib import Path
 
+import numpy as np
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -61,7 +63,10 @@ SCHEMA = {
         "beta": (NUMBER, True, None, ">= 0"),
         "normalized": (bool, False, True, None),
         "diffusion": (NUMBER, False, 0.0, ">= 0"),
-        "value": (NUMBER, False, 1.0, None),
+        "value": (NUMBER + (list, str), False, 1.0, None),
+        "query": ((list, str), False, None, None),
+        "key": ((list, str), False, None, None),
+        "perceptron": (dict, False, None, None),
         "time_rescaled": (bool, False, False, None),
         "causal": (bool, False, False, None),
         "alibi": (NUMBER, False, 0.0, ">= 0"),
@@ -181,6 +186,7 @@ def _check_combination(config: dict, base: Path) -> None:
         raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
                           f"density; the default is 1e-6), got {method['rtol']!r}")
     _check_mode_resolved(config)
+    _check_matrices(config, base)
     _check_causal(config)
     expected = {"circle": "CircleFV", "sphere": "SphereSpectral"}[geometry]
     if method["kind"] not in (expected, "particles"):
@@ -210,6 +216,50 @@ def _check_combination(config: dict, base: Path) -> None:
         initial["path"] = str(path)
 
 
+def _check_matrices(config: dict, base: Path) -> None:
+    """Query, key and value matrices (inline lists or ``.npy`` paths) and the perceptron's weights, read and shaped."""
+    model, method = config["model"], config["method"]
+    d = method.get("d") or (2 if config["geometry"] == "circle" else 3)
+    for key in ("query", "key", "value"):
+        given = model[key]
+        if given is None or isinstance(given, NUMBER):
+            continue
+        if isinstance(given, str):
+            path = (base / given).resolve()
+            if not path.is_file():
+                raise ConfigError(f"model.{key}: no file {str(path)!r} (a .npy array of shape (d, d) or (heads, d, d))")
+            try:
+                given = np.load(path, allow_pickle=False).tolist()
+            except (ValueError, OSError) as error:
+                raise ConfigError(f"model.{key}: {str(path)!r} is not a numeric .npy array ({error})") from None
+        try:
+            array = np.asarray(given, dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError(f"model.{key} must be numbers in a (d, d) or (heads, d, d) array, got {given!r}") from None
+        if array.ndim not in (2, 3) or array.shape[-2:] != (d, d):
+            raise ConfigError(f"model.{key} must have shape ({d}, {d}) or (heads, {d}, {d}) for "
+                              f"geometry = {config['geometry']!r}, got shape {array.shape}")
+        model[key] = array.tolist()
+    general = any(isinstance(model[key], list) for key in ("query", "key", "value"))
+    if general and method["kind"] == "SphereSpectral":
+        raise ConfigError("general query/key/value matrices on the sphere run as particles: SphereSpectral solves "
+                          "Q = K = I, V = cI, one head (the circle's CircleFV takes any matrices)")
+    perceptron = model["perceptron"]
+    if perceptron is not None:
+        unknown = sorted(set(perceptron) - {"weights", "directions"})
+        if unknown or set(perceptron) != {"weights", "directions"}:
+            raise ConfigError(f"model.perceptron takes exactly weights (J numbers) and directions (J vectors of "
+                              f"length {d}), got keys {sorted(perceptron)}")
+        try:
+            weights = np.asarray(perceptron["weights"], dtype=float)
+            directions = np.asarray(perceptron["directions"], dtype=float)
+        except (TypeError, ValueError):
+            raise ConfigError(f"model.perceptron must hold numbers, got {perceptron!r}") from None
+        if weights.ndim != 1 or directions.shape != (weights.size, d):
+            raise ConfigError(f"model.perceptron: weights must have shape (J,) and directions (J, {d}), got "
+                              f"{weights.shape} and {directions.shape}")
+
+
 def _check_causal(config: dict) -> None:
     """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles here."""
     model = config["model"]
@@ -218,8 +268,11 @@ def _check_causal(config: dict) -> None:
             if model[key] != SCHEMA["model"][key][2]:
                 raise ConfigError(f"model.{key} applies to causal attention only (model.causal = true)")
         return
-    if model["time_rescaled"]:
-        raise ConfigError("model.time_rescaled does not apply to causal attention (model.causal = true)")
+    for key in ("time_rescaled", "query", "key", "perceptron"):
+        if model[key] not in (None, False):
+            raise ConfigError(f"model.{key} does not apply to causal attention (model.causal = true)")
+    if not isinstance(model["value"], NUMBER):
+        raise ConfigError("model.value of causal attention is its prefactor c, a number")
     if config["method"]["kind"] != "particles":
         raise ConfigError(f"model.causal = true runs with method.kind = 'particles'; the layered mean-field "
                           f"equation is solvers.CausalCircleFV / CausalSphereSpectral from Python "

@@ -85,6 +85,13 @@ def _check_pde_initial(config: dict, solver, initial) -> np.ndarray:
     return state
 
 
+def _attention_speed_bound(model) -> float:
+    """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors."""
+    if model.is_zonal:
+        return abs(model.value_sign)
+    return float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in model._head_matrices()))
+
+
 def _check_duration(config: dict, solver, state: np.ndarray) -> None:
     """Refuse a PDE run whose estimated duration exceeds ``max_hours``.
 
@@ -96,7 +103,7 @@ def _check_duration(config: dict, solver, state: np.ndarray) -> None:
     times = output_times(config)
     span = float(times[-1] - times[0])
     model = solver.model
-    speed_bound = 0.0 if model.velocity_is_linear else abs(model.value_sign)
+    speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
     if isinstance(solver, CircleFV):
         if model.diffusion > 0:
             return

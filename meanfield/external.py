@@ -1,0 +1,126 @@
+r"""External velocity fields added to attention: the perceptron block and user fields.
+
+``CAUSAL.md`` sec. 6 (Alvarez-Lopez, Geshkovski, Ruiz-Balet): the perceptron block moves every
+token by the same density-independent field
+
+.. math:: u(x) = P_x \sum_j w_j\, \sigma(a_j\cdot x)\, a_j = \tfrac12 \nabla_S v(x), \qquad
+          v(x) = \sum_j w_j\, \phi(a_j \cdot x), \quad \phi(s) = \max(s, 0)^2 \ (\phi' = 2\sigma),
+
+``sigma`` the ReLU. With USA and no diffusion the flow is then the gradient ascent of
+:math:`E[\rho] + \frac12\int v\,\rho`, which the models and solvers report as the energy.
+
+A field is an object with ``field(x)`` (the vector :math:`\sum_j w_j\sigma(a_j\cdot x)a_j`
+before the tangent projection, shape of ``x``), ``potential(x)`` (``v``, or ``None`` when the
+field has none) and ``to_dict()``; :class:`UserField` wraps any callable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True, eq=False)
+class Perceptron:
+    r"""The perceptron block :math:`u(x) = P_x \sum_j w_j\,\mathrm{ReLU}(a_j\cdot x)\,a_j` (module docstring).
+
+    Parameters
+    ----------
+    weights : array_like, shape (J,)
+        The output weights :math:`w_j` (any sign).
+    directions : array_like, shape (J, d)
+        The input weights :math:`a_j` (rows; any length).
+    """
+
+    weights: np.ndarray
+    directions: np.ndarray
+    has_potential = True
+
+    def __post_init__(self) -> None:
+        weights = np.atleast_1d(np.asarray(self.weights, dtype=float))
+        directions = np.atleast_2d(np.asarray(self.directions, dtype=float))
+        if weights.ndim != 1 or directions.ndim != 2 or directions.shape[0] != weights.size or directions.shape[1] < 2:
+            raise ValueError(f"perceptron weights must have shape (J,) and directions (J, d) with d >= 2, got "
+                             f"{np.shape(self.weights)} and {np.shape(self.directions)}")
+        if not (np.all(np.isfinite(weights)) and np.all(np.isfinite(directions))):
+            raise ValueError("perceptron weights and directions must be finite")
+        weights.setflags(write=False)
+        directions.setflags(write=False)
+        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "directions", directions)
+
+    @property
+    def dimension(self) -> int:
+        return self.directions.shape[1]
+
+    def field(self, x: np.ndarray) -> np.ndarray:
+        r""":math:`\sum_j w_j\,\mathrm{ReLU}(a_j\cdot x)\,a_j`, shape of ``x`` (before :math:`P_x`)."""
+        return (np.maximum(x @ self.directions.T, 0.0) * self.weights) @ self.directions
+
+    def potential(self, x: np.ndarray) -> np.ndarray:
+        r""":math:`v(x) = \sum_j w_j \max(a_j\cdot x, 0)^2`, shape ``x.shape[:-1]``."""
+        return np.maximum(x @ self.directions.T, 0.0) ** 2 @ self.weights
+
+    def to_dict(self) -> dict:
+        return {"kind": "perceptron", "weights": self.weights.tolist(), "directions": self.directions.tolist()}
+
+
+@dataclass(frozen=True, eq=False)
+class UserField:
+    r"""Any field: ``field(x)`` maps points ``(..., d)`` to vectors ``(..., d)`` (projected onto the tangent space by the model).
+
+    ``potential`` (optional) is a ``v`` with :math:`P_x\,\mathrm{field} = \frac12\nabla_S v`, used
+    for the energy :math:`E + \frac12\int v\rho`; ``name`` labels the records (callables are
+    not serialized).
+    """
+
+    function: Callable[[np.ndarray], np.ndarray]
+    potential_function: Callable[[np.ndarray], np.ndarray] | None = None
+    name: str = "user field"
+    dimension = None
+
+    def __post_init__(self) -> None:
+        for name in ("function", "potential_function"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be a callable of points (..., d), got {value!r}")
+
+    @property
+    def has_potential(self) -> bool:
+        return self.potential_function is not None
+
+    def field(self, x: np.ndarray) -> np.ndarray:
+        values = np.asarray(self.function(x), dtype=float)
+        if values.shape != x.shape:
+            raise ValueError(f"the external field returned shape {values.shape} for points of shape {x.shape}")
+        return values
+
+    def potential(self, x: np.ndarray) -> np.ndarray | None:
+        return None if self.potential_function is None else np.asarray(self.potential_function(x), dtype=float)
+
+    def to_dict(self) -> dict:
+        return {"kind": "user", "name": self.name}
+
+
+def as_external(value) -> Perceptron | UserField | None:
+    """``None``, a field object (``field``, ``potential``, ``to_dict``), a callable, or a perceptron's dict."""
+    if value is None or isinstance(value, (Perceptron, UserField)):
+        return value
+    if isinstance(value, dict):
+        fields = {k: v for k, v in value.items() if k != "kind"}
+        if value.get("kind", "perceptron") != "perceptron":
+            raise ValueError(f"only a perceptron's description can be rebuilt, got {value!r}")
+        return Perceptron(**fields)
+    if callable(value):
+        return UserField(value)
+    raise TypeError(f"external must be None, a Perceptron, a UserField or a callable of points, got {value!r}")
+
+
+def potential_energy(external, x: np.ndarray) -> np.ndarray | None:
+    r""":math:`\frac12\int v\,d\mu` of the empirical measures of ``x`` (shape ``x.shape[:-2]``), or ``None``."""
+    if external is None:
+        return 0.0
+    v = external.potential(x)
+    return None if v is None else 0.5 * v.mean(axis=-1)
