@@ -131,27 +131,34 @@ class CausalAttention:
         return totals + 1.0 if self.include_self else totals
 
     def _attention(self, flat: np.ndarray) -> np.ndarray:
-        """Direct ``O(n^2)`` causal sums of unit vectors ``(b, n, d)``, in blocks of rows."""
+        """Direct ``O(n^2)`` causal sums of unit vectors ``(b, n, d)``, in blocks of systems and rows."""
         b, n, d = flat.shape
         out = np.zeros_like(flat)
-        rows_per_block = max(1, DIRECT_BLOCK_ELEMENTS // n)
+        if n * n <= DIRECT_BLOCK_ELEMENTS:
+            system_step, row_step = max(1, DIRECT_BLOCK_ELEMENTS // (n * n)), n
+        else:
+            system_step, row_step = 1, max(1, DIRECT_BLOCK_ELEMENTS // n)
         offset = 0 if self.include_self else 1
         totals = None if self.normalized else self.positional_totals(n)
-        for s in range(b):
-            for r0 in range(0, n, rows_per_block):
-                r1 = min(n, r0 + rows_per_block)
+        for s0 in range(0, b, system_step):
+            systems = slice(s0, min(b, s0 + system_step))
+            for r0 in range(0, n, row_step):
+                r1 = min(n, r0 + row_step)
                 rows = np.arange(r0, r1)[:, None]
                 keys = np.arange(r1)[None, :]
-                logits = self.beta * (flat[s, r0:r1] @ flat[s, :r1].T) - (self.alibi / n) * (rows - keys)
+                logits = self.beta * (flat[systems, r0:r1] @ np.swapaxes(flat[systems, :r1], -1, -2))
+                logits -= (self.alibi / n) * (rows - keys)
                 visible = keys <= rows - offset
                 if self.normalized:
                     # The softmax is shift-invariant: the row maximum keeps every exp finite.
-                    logits -= np.max(np.where(visible, logits, -np.inf), axis=1, keepdims=True, initial=0.0)
+                    logits -= np.max(np.where(visible, logits, -np.inf), axis=-1, keepdims=True, initial=0.0)
                 weights = np.where(visible, np.exp(np.where(visible, logits, 0.0)), 0.0)
-                sums = weights @ flat[s, :r1]
-                denominators = weights.sum(axis=1) if self.normalized else totals[r0:r1]
+                sums = weights @ flat[systems, :r1]
+                denominators = weights.sum(axis=-1) if self.normalized else np.broadcast_to(totals[r0:r1],
+                                                                                             weights.shape[:-1])
                 seen = denominators > 0  # token 1 (strict) sees nothing: no velocity
-                out[s, r0:r1][seen] = self.prefactor * sums[seen] / denominators[seen, None]
+                block = out[systems, r0:r1]
+                block[seen] = self.prefactor * sums[seen] / denominators[seen][:, None]
         return out
 
     # ------------------------------------------------------------------ records
