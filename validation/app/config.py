@@ -12,7 +12,15 @@ Example (see ``examples/``)::
     beta = 9.0
     normalized = true
     diffusion = 0.0
-    value = 1.0                         # -1.0: repulsive
+    value = 1.0                         # -1.0: repulsive; or a (d, d) / (heads, d, d) matrix,
+                                        # inline or a .npy path, as query and key (optional;
+                                        # sphere PDE: Q = K = I, V = cI only)
+    # causal = true                     # causal attention (particles only): alibi = 0.0,
+                                        # include_self = false; value is the prefactor c
+
+    # [model.perceptron]                # the perceptron block added to attention
+    # weights = [1.0, -0.5]             # w_j
+    # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
 
     [method]
     kind = "CircleFV"                   # "CircleFV" | "SphereSpectral" | "particles"
