@@ -9,7 +9,10 @@ beta (about half an hour for both runs on 2 cores); the default ``small`` uses 2
     python benchmarks/bench_sweep.py [--size paper|small] [--workers 1 2]
 
 ``--workers 1`` (or ``2``) times one configuration only, to repeat a measurement that
-other load on the machine disturbed without paying for both.
+other load on the machine disturbed without paying for both. ``--interleave K`` splits the
+betas into ``K`` slices and runs each slice on 1 and on 2 workers back to back (alternating
+which goes first), so that load on the machine hits both configurations alike; the times
+are summed per configuration.
 """
 
 from __future__ import annotations
@@ -30,10 +33,12 @@ CONFIG = Path(__file__).parents[1] / "examples" / "phase_diagram.toml"
 REALISATIONS = {"paper": 2048, "small": 256}
 
 
-def timed_sweep(workers: int, realisations: int, folder: Path):
+def timed_sweep(workers: int, realisations: int, folder: Path, betas: list[float] | None = None):
     raw = tomllib.loads(CONFIG.read_text())
     raw["output"] = str(folder / f"workers{workers}")
     raw["sweep"]["realisations"] = realisations
+    if betas is not None:
+        raw["sweep"]["grid"]["beta"] = betas
     sweep = check_sweep_config(raw)
     start = time.perf_counter()
     ds = run_sweep(sweep, workers=workers, progress=False)
@@ -51,11 +56,34 @@ def run(size: str = "small") -> list[tuple[str, float, float, float]]:
     return [(label, two, one, two / one)]
 
 
+def interleaved(size: str, rounds: int) -> list[tuple[str, float, float, float]]:
+    """1 and 2 workers on the same slices of betas, back to back, alternating the order."""
+    grid = tomllib.loads(CONFIG.read_text())["sweep"]["grid"]["beta"]
+    betas = np.linspace(grid["start"], grid["stop"], grid["count"])
+    totals = {1: 0.0, 2: 0.0}
+    for index, part in enumerate(np.array_split(betas, rounds)):
+        results = {}
+        for workers in ((1, 2) if index % 2 == 0 else (2, 1)):
+            with tempfile.TemporaryDirectory() as folder:
+                seconds, results[workers] = timed_sweep(workers, REALISATIONS[size], Path(folder), part.tolist())
+            totals[workers] += seconds
+        for name in results[1].data_vars:
+            np.testing.assert_array_equal(results[2][name].values, results[1][name].values)
+    label = (f"sweep 90 betas x {REALISATIONS[size]} systems n=32 d=2 t<=30, {rounds} interleaved slices "
+             "(2 vs 1 worker)")
+    return [(label, totals[2], totals[1], totals[2] / totals[1])]
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(REALISATIONS), default="small")
     parser.add_argument("--workers", type=int, nargs="+", choices=[1, 2], default=[1, 2])
+    parser.add_argument("--interleave", type=int, default=0, help="slices of betas run on 1 and 2 workers in turn")
     args = parser.parse_args(argv)
+    if args.interleave:
+        for label, ours, base, ratio in interleaved(args.size, args.interleave):
+            print(f"{label}: 2 workers {ours:.1f} s, 1 worker {base:.1f} s, speed-up {1 / ratio:.2f}x")
+        return
     if sorted(args.workers) != [1, 2]:
         with tempfile.TemporaryDirectory() as folder:
             for workers in args.workers:
