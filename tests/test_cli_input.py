@@ -168,6 +168,13 @@ def test_quiet_success_prints_nothing(tmp_path):
     assert (tmp_path / "out" / "dataset.nc").exists() and not list((tmp_path / "out").glob("animation.*"))
 
 
+def _default_ctrl_c():
+    """SIGINT as a terminal gives it: a shell starting the tests in the background (``make test &``)
+    makes them ignore it, and an ignored signal stays ignored in every child, so the sweep would
+    never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_on_a_sweep_stops_cleanly_and_leaves_no_worker(tmp_path):
     config = write(tmp_path, "sweep.toml", run_config(
         tmp_path, stop=200.0, count=11, method='kind = "particles"\nn = 32\ndt = 0.01\nscheme = "euler"',
@@ -175,7 +182,7 @@ def test_ctrl_c_on_a_sweep_stops_cleanly_and_leaves_no_worker(tmp_path):
         .replace("realisations = 4\nbatch = 4", "realisations = 64\nbatch = 8"))
     process = subprocess.Popen([sys.executable, "-m", "validation.app.cli", "sweep", str(config), "--quiet",
                                 "--workers", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_default_ctrl_c)
     parts = tmp_path / "out" / "parts"
     deadline = time.time() + 120
     while not list(parts.glob("*.npz")) and time.time() < deadline and process.poll() is None:
