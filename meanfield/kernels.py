@@ -157,31 +157,6 @@ def _fused_kernel(model):
     return FusedAttention(model)
 
 
-class ExternalFieldKernel:
-    """A kernel's attention output plus an external field (:mod:`meanfield.external`), stepped like :class:`NumpyKernel`."""
-
-    normalize = staticmethod(normalize)
-
-    def __init__(self, inner, external) -> None:
-        self.inner, self.external = inner, external
-        self.name = inner.name
-        self.settings = getattr(inner, "settings", {})
-
-    def attention_output(self, x: np.ndarray) -> np.ndarray:
-        return self.inner.attention_output(x) + self.external.field(normalize(x))
-
-    def drift(self, x: np.ndarray) -> np.ndarray:
-        return project_tangent(normalize(x), self.attention_output(x))
-
-    def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
-             noise_scale: float = 0.0) -> np.ndarray:
-        a = self.attention_output(x)
-        step = h * (project_tangent(x, a) if project else a)
-        if noise is not None:
-            step += noise_scale * project_tangent(x, noise)
-        return normalize(x + step)
-
-
 class NumpyKernel:
     """The model's own numpy methods (any model, any number of tokens)."""
 
@@ -199,6 +174,21 @@ class NumpyKernel:
         if noise is not None:
             step += noise_scale * project_tangent(x, noise)
         return normalize(x + step)
+
+
+class ExternalFieldKernel(NumpyKernel):
+    """A kernel's attention output plus an external field (:mod:`meanfield.external`), stepped like :class:`NumpyKernel`."""
+
+    def __init__(self, inner, external) -> None:
+        self.inner, self.external = inner, external
+        self.name = inner.name
+        self.settings = getattr(inner, "settings", {})
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        return self.inner.attention_output(x) + self.external.field(normalize(x))
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        return project_tangent(normalize(x), self.attention_output(x))
 
 
 class ArrayAPIKernel:

@@ -190,7 +190,7 @@ class GeneralCircleOperators(CircleOperators):
     def _linear_face_velocity(self, spectrum, first) -> np.ndarray:
         total, low = None, None
         for head in self.heads:
-            _, numerator, p0 = self._head_sums(head, spectrum, first)
+            numerator, p0 = self._series(head, spectrum, first, 1)  # linear models need no denominator
             # F = e^{-i theta} (mu N + nu conj N): mode r gets mu N(r + 1) + nu conj(N(-r - 1)); the
             # head's modes are symmetric about 0, so both terms live on r = p0 - 1 .. -p0 - 1
             f = head.mu * numerator + head.nu * np.conj(numerator[::-1])

@@ -138,6 +138,17 @@ def test_bad_inputs_are_refused(rng):
 
 
 # --------------------------------------------------------------------------- closed forms
+def rk4(rhs, y, dt, steps):
+    """Classical RK4 for the test references (independent of the library's integrators)."""
+    for _ in range(steps):
+        k1 = rhs(y)
+        k2 = rhs(y + dt / 2 * k1)
+        k3 = rhs(y + dt / 2 * k2)
+        k4 = rhs(y + dt * k3)
+        y = y + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return y
+
+
 def volterra_solution(a, t_end, s0, alibi, points=2001, steps=200):
     """g(t, s; s0) on a grid of s in [s0, 1] by the method of lines: trapezoid in s, RK4 in t.
 
@@ -159,14 +170,7 @@ def volterra_solution(a, t_end, s0, alibi, points=2001, steps=200):
 
     def rhs(g):
         return source + a * operator @ g
-    g, dt = np.zeros(points), t_end / steps
-    for _ in range(steps):
-        k1 = rhs(g)
-        k2 = rhs(g + dt / 2 * k1)
-        k3 = rhs(g + dt / 2 * k2)
-        k4 = rhs(g + dt * k3)
-        g = g + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return s, g
+    return s, rk4(rhs, np.zeros(points), t_end / steps, steps)
 
 
 @pytest.mark.parametrize("alibi", [0.0, 2.0])
@@ -408,14 +412,7 @@ def lagrangian_layers(model, rho0, layers, points, t_end, dt):
         value = model.prefactor * numerator / (denominator if model.normalized else 1.0)
         return (np.conj(z) * value).imag
 
-    steps = int(round(t_end / dt))
-    for _ in range(steps):
-        k1 = angular_velocity(phi)
-        k2 = angular_velocity(phi + dt / 2 * k1)
-        k3 = angular_velocity(phi + dt / 2 * k2)
-        k4 = angular_velocity(phi + dt * k3)
-        phi = phi + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return phi
+    return rk4(angular_velocity, phi, dt, int(round(t_end / dt)))
 
 
 @pytest.mark.parametrize("normalized", [False, True])

@@ -134,7 +134,7 @@ def correlation_profile(theta0: np.ndarray, theta: np.ndarray, *, modes=(1, 2), 
     modes = np.atleast_1d(np.asarray(modes))
     binning = _PromptBins(theta0, theta, bins)
     per_prompt = np.stack([binning.per_prompt(k) for k in modes])  # (mode, prompt, bin)
-    return binning.summary({"correlation": per_prompt}, ("mode",), {"mode": modes})
+    return binning.summary("correlation", per_prompt, ("mode",), {"mode": modes})
 
 
 def retrieval_profile_estimate(theta0: np.ndarray, theta: np.ndarray, *, words: int, bins: int = 8,
@@ -156,7 +156,7 @@ def retrieval_profile_estimate(theta0: np.ndarray, theta: np.ndarray, *, words: 
     binning = _PromptBins(theta0, theta, bins)
     weights = np.exp(-np.pi**2 * np.arange(1, modes + 1) ** 2 / (2.0 * words**2))
     per_prompt = sum(w * binning.per_prompt(k) for k, w in zip(range(1, modes + 1), weights))
-    ds = binning.summary({"profile": per_prompt}, (), {})
+    ds = binning.summary("profile", per_prompt, (), {})
     ds.attrs.update(words=words, modes=modes)
     return ds
 
@@ -185,13 +185,11 @@ class _PromptBins:
         c = self.n * (np.cos(k * (self.theta[:, -1:] - source)) - np.cos(k * (self.theta0[:, -1:] - source)))
         return np.stack([c[:, self.which == b].mean(axis=1) for b in range(self.bins)], axis=1)
 
-    def summary(self, per_prompt: dict, leading: tuple, coords: dict) -> xr.Dataset:
-        """Means and standard errors over prompts (the prompt axis is the one before ``bin``)."""
+    def summary(self, name: str, per_prompt: np.ndarray, leading: tuple, coords: dict) -> xr.Dataset:
+        """``name`` and its ``standard_error``: mean and standard error over prompts (the axis before ``bin``)."""
         dims = leading + ("bin",)
-        variables = {}
-        for name, values in per_prompt.items():
-            variables[name] = (dims, values.mean(axis=-2), {"long_name": "n x correlation with the last token"})
-            variables["standard_error"] = (dims, values.std(axis=-2, ddof=1) / np.sqrt(self.prompts))
+        variables = {name: (dims, per_prompt.mean(axis=-2), {"long_name": "n x correlation with the last token"}),
+                     "standard_error": (dims, per_prompt.std(axis=-2, ddof=1) / np.sqrt(self.prompts))}
         variables["tokens"] = (("bin",), np.bincount(self.which, minlength=self.bins))
         return xr.Dataset(variables, coords={**coords, "bin": 0.5 * (self.edges[:-1] + self.edges[1:]),
                                              "bin_low": ("bin", self.edges[:-1]), "bin_high": ("bin", self.edges[1:])},
