@@ -312,7 +312,7 @@ class SelfAttention:
         .. math:: E = \frac{1}{2\beta n^2} \sum_h \sum_{i,j} e^{\beta \langle Q_h x_i, K_h x_j\rangle}
 
         (times :math:`e^{-\beta\|Q^TK\|}` when ``time_rescaled``). At ``beta = 0`` it is the
-        limit of :math:`E - 1/(2\beta)` per head, :math:`\tfrac12 |m|^2` with
+        limit of :math:`E - 1/(2\beta)` per head, :math:`\tfrac12 m^T Q^T K m` with
         :math:`m = \frac1n\sum_i x_i`. Attractive (``V = I``) SA and USA runs without
         diffusion make it non-decreasing; the repulsive one (``V = -I``) non-increasing.
         Raises :class:`OverflowError` where the value exceeds double precision
@@ -322,8 +322,14 @@ class SelfAttention:
         external = potential_energy(self.external, x)
         if external is None:
             raise ValueError("the external field has no potential: the energy E + (1/2) int v is undefined")
-        if self.beta == 0.0:
-            return 0.5 * self.heads * np.sum(x.mean(axis=-2) ** 2, axis=-1) + external
+        if self.beta == 0.0:  # per head (1/2) m^T Q^T K m, the limit of E - 1/(2 beta)
+            mean = x.mean(axis=-2)
+            total = np.zeros(mean.shape[:-1])
+            for q, k, _ in self._head_matrices():
+                queries = mean if q is None else mean @ q.T
+                keys = mean if k is None else mean @ k.T
+                total += 0.5 * np.sum(queries * keys, axis=-1)
+            return total + external
         log_e = self._log_attention_energy(x)
         if np.max(log_e) > EXP_OVERFLOW:
             raise OverflowError(f"the energy at beta={self.beta} exceeds double precision "

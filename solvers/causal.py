@@ -43,6 +43,7 @@ from .circle import CircleFV
 from .circle_operators import CircleOperators
 from .resolution import sharpest_cluster_width
 from .sphere import SphereSpectral
+from .threads import single_threaded_blas
 
 
 def layer_positions(layers: int) -> np.ndarray:
@@ -211,6 +212,9 @@ class CausalSphereSpectral(SphereSpectral):
         """Grid components of every layer's velocity, each of shape ``(layers, nlat, nlon)``."""
         along = [super(CausalSphereSpectral, self).velocity(mixed) for mixed in self.weights @ coefficients]
         return np.stack([a[0] for a in along]), np.stack([a[1] for a in along])
+
+    def _threads(self):
+        return single_threaded_blas()  # the layers' mixing is a product between transforms
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         grid, speed, result = self.grid, 0.0, []

@@ -46,6 +46,7 @@ import numpy as np
 from scipy.special import ive, roots_legendre
 
 from .circle_operators import CircleOperators
+from .heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
 
 #: Relative bound on the discarded Bessel tails of each factor of the kernel.
 TAIL = 2.0**-56
@@ -100,6 +101,7 @@ class GeneralCircleOperators(CircleOperators):
     """:class:`CircleOperators` whose velocity comes from general ``Q``, ``K``, ``V`` and heads (module docstring)."""
 
     heads: tuple = field(init=False, repr=False)
+    energy_factors: np.ndarray = field(init=False, repr=False)
     zonal: CircleOperators | None = field(init=False, repr=False)
     offsets: np.ndarray = field(init=False, repr=False)
     weights: np.ndarray = field(init=False, repr=False)
@@ -111,19 +113,14 @@ class GeneralCircleOperators(CircleOperators):
         set_(self, "width", 2 * np.pi / n)
         set_(self, "uniform", 1.0 / (2 * np.pi))
         set_(self, "linear", model.velocity_is_linear)
-        set_(self, "energy_scaled", bool(model.time_rescaled))
         self._set_external()
-        eye = np.eye(2)
         heads = []
-        for q, k, v in model._head_matrices():
-            a = (eye if q is None else q).T @ (eye if k is None else k)
-            bound = np.linalg.norm(a, 2)
-            # e^{beta x^T A y} = sum c_ml ...: SA and time-rescaled USA divide out e^{beta ||A||}
-            shifted = model.normalized or model.time_rescaled
-            scale = np.exp(model.beta * (0.0 if shifted else bound))
-            if model.time_rescaled:
-                scale *= np.exp(model.beta * (bound - model._bound))
-            heads.append(_head(a, v * eye if np.ndim(v) == 0 else np.asarray(v), model.beta, scale))
+        for (a, v), shift in zip(head_matrices(model, 2), kernel_shifts(model, 2)):
+            # The Jacobi-Anger coefficients carry e^{-beta ||A||} (ive): scale gives e^{beta x^T A y - shift}
+            heads.append(_head(a, v, model.beta, np.exp(model.beta * np.linalg.norm(a, 2) - shift)))
+        factors, scaled = energy_factors(model, 2)
+        set_(self, "energy_factors", factors)
+        set_(self, "energy_scaled", scaled)
         set_(self, "heads", tuple(heads))
         # Same functional as the zonal scheme for a zonal model, so that both take the same steps.
         set_(self, "zonal", CircleOperators(model, n) if model.is_zonal else None)
@@ -226,14 +223,13 @@ class GeneralCircleOperators(CircleOperators):
         if beta == 0:  # kernel 1 + beta x^T A y + ...: the energy's beta -> 0 limit, (1/2) m^T A m
             mean = np.conj(spectrum[1 - first])  # int e^{i phi} rho = m_1 + i m_2
             moments = np.array([mean.real, mean.imag])
-            eye = np.eye(2)
-            return float(sum(0.5 * moments @ (eye if q is None else q).T @ (eye if k is None else k) @ moments
-                             for q, k, _ in self.model._head_matrices())) + self.external_energy(rho)
+            return float(sum(0.5 * moments @ a @ moments for a, _ in head_matrices(self.model, 2))
+                         ) + self.external_energy(rho)
         total = 0.0
-        for head in self.heads:
+        for head, factor in zip(self.heads, self.energy_factors):
             d, _, p0 = self._head_sums(head, spectrum, first)
             values = self._evaluate(d, p0, 0.5 * self.width)[0].real
-            total += self.width * np.dot(rho, values) / (2.0 * beta)
+            total += factor * self.width * np.dot(rho, values) / (2.0 * beta)
         return float(total) + self.external_energy(rho)
 
     def lyapunov(self, rho: np.ndarray) -> float | None:
@@ -241,23 +237,12 @@ class GeneralCircleOperators(CircleOperators):
         if self.zonal is not None:
             return self.zonal.lyapunov(rho)
         model = self.model
-        if not self.linear or model.beta == 0 or not _gradient_heads(model):
+        if not self.linear or model.beta == 0 or not is_gradient_flow(model, 2):
             return None
         if self.external_velocity is not None and self.external_potential is None:
             return None
         diffusion = model.diffusion
         return (diffusion * self.entropy(rho) if diffusion else 0.0) - self.energy(rho)
-
-
-def _gradient_heads(model) -> bool:
-    """Whether every head has ``V = A = Q^T K`` symmetric (then USA is a gradient flow)."""
-    eye = np.eye(2)
-    for q, k, v in model._head_matrices():
-        a = (eye if q is None else q).T @ (eye if k is None else k)
-        value = v * eye if np.ndim(v) == 0 else v
-        if not (np.allclose(a, a.T, rtol=0, atol=1e-14) and np.allclose(value, a, rtol=0, atol=1e-14)):
-            return False
-    return True
 
 
 def _accumulate(total, low, coefficients, first):

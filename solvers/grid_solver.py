@@ -9,6 +9,7 @@ everything computed so far.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, NoReturn
 
 import numpy as np
@@ -100,10 +101,15 @@ class GridSolver:
         attempt, first, extra_settings = self._stepper(state, times)
         record = SolveRecord(self, times, extra_settings)
         watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
-        integrate(state, times, attempt, first_step=first_step or first, record=record.record,
-                  collapse=record.collapse, observer=watch, progress=progress, name=self.name,
-                  max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts)
+        with self._threads():
+            integrate(state, times, attempt, first_step=first_step or first, record=record.record,
+                      collapse=record.collapse, observer=watch, progress=progress, name=self.name,
+                      max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts)
         return record.dataset()
+
+    def _threads(self) -> AbstractContextManager:
+        """Context the steps run in (:mod:`solvers.threads`); none by default."""
+        return nullcontext()
 
     # The numerics, supplied by each solver.
     def _initial_state(self, rho0) -> Any:

@@ -19,6 +19,7 @@ the top degrees, grows with ``lmax`` and sets off the resolution diagnostic.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,10 +27,14 @@ import numpy as np
 
 from meanfield.checks import check_density, check_int, check_real
 from meanfield.records import SPHERE
+from meanfield.spectra import attention_spectrum
 
 from .driver import step_factor
 from .grid_solver import GridSolver
+from .heads import head_matrices
+from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
+from .threads import single_threaded_blas
 from .stepping import IMAGINARY_STABILITY, LawsonDormandPrince
 from .tolerance import error_tolerance
 
@@ -44,26 +49,34 @@ class SphereSpectral(GridSolver):
     Parameters
     ----------
     model : SelfAttention or ZonalAggregation
-        A zonal model (Q = K = I, V = cI, one head); any diffusion.
+        Any diffusion; query, key and value matrices (3 x 3) and stacked heads for
+        :class:`~meanfield.SelfAttention` (then ``interaction="general"``).
     lmax : int
         Largest degree; it must resolve the kernel (:math:`\lambda_{l_{max}}/\lambda_{max}`
-        below ``1e-8``, i.e. ``lmax`` well above :math:`\sqrt{\beta}`).
+        below ``1e-8``, i.e. ``lmax`` well above :math:`\sqrt{\beta}`; with matrices, of the
+        zonal kernel of :math:`\beta\max_h\|Q_h^T K_h\|_2`).
     rtol : float
         Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
         from the uniform density (:mod:`solvers.tolerance`).
     tail_threshold : float
         The solution counts as resolved while the top 10 % of degrees hold less than this
         fraction of the spectral energy of :math:`\rho - \rho_0`.
+    interaction : {"auto", "zonal", "general"}
+        ``"zonal"``: the kernel is diagonal in harmonics (Funk-Hecke); ``"general"``: any
+        query, key and value matrices and heads (:mod:`solvers.sphere_general`); ``"auto"``
+        takes the zonal path whenever the model allows it.
     """
 
     model: object
     lmax: int = 63
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
+    interaction: str = "auto"
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
+    general: GeneralSphereInteraction | None = field(init=False, repr=False)
     external_velocity: tuple | None = field(init=False, repr=False)
     external_potential: np.ndarray | None = field(init=False, repr=False)
 
@@ -71,25 +84,45 @@ class SphereSpectral(GridSolver):
         check_int(self.lmax, "lmax", minimum=2)
         check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
-        if getattr(self.kernel_model, "dimension", None) not in (None, 3) or not self.kernel_model.is_zonal:
-            raise NotImplementedError(
-                "SphereSpectral needs a zonal model on S^2 (Q = K = I, V = cI, one head): general "
-                "query/key matrices or several heads make the kernel non-zonal")
+        model = self.kernel_model
+        if self.interaction not in ("auto", "zonal", "general"):
+            raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {self.interaction!r}")
+        if getattr(model, "dimension", None) not in (None, 3):
+            raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
+        general = self.interaction == "general" or (self.interaction == "auto" and not model.is_zonal)
+        if general and not hasattr(model, "_head_matrices"):
+            raise ValueError(f"interaction='general' needs a SelfAttention model, got {type(model).__name__}")
+        if not general and not model.is_zonal:
+            raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
+                             "matrices (use interaction='general' or 'auto')")
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         self._set_external()
-        spectrum = np.abs(self._symbol_by_degree())
+        if general:
+            # For fixed y the kernel is zonal in x with beta |A y| <= beta ||A||: resolve that one.
+            bound = max(np.linalg.norm(a, 2) for a, _ in head_matrices(model, 3))
+            self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * bound, lmax, 3, scaled=True))
+            interaction = GeneralSphereInteraction(model, self.grid)
+            object.__setattr__(self, "general", interaction)
+            object.__setattr__(self, "energy_scaled", interaction.energy_scaled)
+            return
+        object.__setattr__(self, "general", None)
+        self._check_kernel_resolved(self._symbol_by_degree)
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
         try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
-            energy_spectrum = self.kernel_model.energy_spectrum(self.lmax, 3)
-            scaled = bool(getattr(self.kernel_model, "time_rescaled", False))
+            energy_spectrum = model.energy_spectrum(self.lmax, 3)
+            scaled = bool(getattr(model, "time_rescaled", False))
         except OverflowError:
-            energy_spectrum, scaled = self.kernel_model.energy_spectrum(self.lmax, 3, scaled=True), True
+            energy_spectrum, scaled = model.energy_spectrum(self.lmax, 3, scaled=True), True
         object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
         object.__setattr__(self, "energy_scaled", scaled)
+
+    def _check_kernel_resolved(self, spectrum_by_degree: Callable[[int], np.ndarray]) -> None:
+        """Refuse an ``lmax`` at which the kernel's degree-``lmax`` eigenvalue exceeds :data:`KERNEL_TOLERANCE` of the largest."""
+        spectrum = np.abs(spectrum_by_degree(self.lmax))
         tail = spectrum[-1] / spectrum.max()
         if tail > KERNEL_TOLERANCE:
             needed = next((l for l in range(self.lmax, 4 * self.lmax + 64)
-                           if abs(self._symbol_by_degree(l)[-1]) / spectrum.max() <= KERNEL_TOLERANCE), None)
+                           if abs(spectrum_by_degree(l)[-1]) / spectrum.max() <= KERNEL_TOLERANCE), None)
             advice = f"use lmax >= {needed}" if needed else "raise lmax"
             raise ValueError(f"lmax={self.lmax} does not resolve the kernel: its degree-{self.lmax} "
                              f"eigenvalue is {tail:.2g} of the largest (> {KERNEL_TOLERANCE:g}); {advice}")
@@ -119,15 +152,16 @@ class SphereSpectral(GridSolver):
         velocity = potential = None
         if external is not None:
             points = self.grid.points()
-            theta, phi = self.grid.colatitude[:, None], self.grid.longitude[None, :]
-            e_theta = np.stack(np.broadcast_arrays(np.cos(theta) * np.cos(phi), np.cos(theta) * np.sin(phi),
-                                                   -np.sin(theta)), axis=-1)
-            e_phi = np.stack(np.broadcast_arrays(-np.sin(phi), np.cos(phi), 0 * theta), axis=-1)
-            values = external.field(points)
-            velocity = (np.sum(values * e_theta, axis=-1), np.sum(values * e_phi, axis=-1))
+            e_theta, e_phi = self.grid.tangent_frame()
+            values = np.moveaxis(external.field(points), -1, 0)
+            velocity = (np.sum(values * e_theta, axis=0), np.sum(values * e_phi, axis=0))
             potential = external.potential(points)
         object.__setattr__(self, "external_velocity", velocity)
         object.__setattr__(self, "external_potential", potential)
+
+    def _threads(self):
+        # The general path's products share the cores with the transforms (solvers.threads).
+        return single_threaded_blas() if self.general is not None else nullcontext()
 
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax = self.lmax if lmax is None else lmax
@@ -140,6 +174,8 @@ class SphereSpectral(GridSolver):
 
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Grid components (colatitude, longitude) of :math:`v[\\rho]`."""
+        if self.general is not None:
+            return self._with_external(*self.general.velocity(coefficients))
         grid = self.grid
         symbol = self._symbol
         if self.linear:
@@ -193,7 +229,10 @@ class SphereSpectral(GridSolver):
     # ------------------------------------------------------------------ functionals
     def energy(self, coefficients: np.ndarray) -> float:
         r""":math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2` (times :math:`e^{-\beta}` where it would overflow)."""
-        energy = 0.5 * self.grid.inner(coefficients, self._energy_symbol * coefficients)
+        if self.general is not None:
+            energy = self.general.energy(coefficients)
+        else:
+            energy = 0.5 * self.grid.inner(coefficients, self._energy_symbol * coefficients)
         if self.external_potential is not None:
             energy += 0.5 * self.grid.integrate(self.external_potential * self.grid.synthesise(coefficients))
         return energy
@@ -202,20 +241,28 @@ class SphereSpectral(GridSolver):
         """Free energy ``D int rho log rho - (1/2) int rho (Phi * rho)`` (gradient flows), ``-cE`` (SA, ``D = 0``), else NaN."""
         if self.external_velocity is not None and (self.external_potential is None or not self.linear):
             return np.nan  # no known functional: SA with a field, or a field without potential
+        if self.general is not None:
+            if not self.general.gradient_flow:
+                return np.nan
+            return self._free_energy(coefficients, self.energy(coefficients))
         if self.linear:
             potential = 0.5 * self.grid.inner(coefficients, self._symbol * coefficients)
             if self.external_potential is not None:
                 potential += 0.5 * self.grid.integrate(self.external_potential * self.grid.synthesise(coefficients))
-            diffusion = self.model.diffusion
-            if diffusion == 0:
-                return -potential
-            rho = self.grid.synthesise(coefficients)
-            if rho.min() <= 0:
-                return np.nan
-            return diffusion * self.grid.integrate(rho * np.log(rho)) - potential
+            return self._free_energy(coefficients, potential)
         if self.model.diffusion == 0:
             return -self.model.value_sign * self.energy(coefficients)
         return np.nan
+
+    def _free_energy(self, coefficients: np.ndarray, potential: float) -> float:
+        """``D int rho log rho - potential`` (NaN where rho is not positive; ``-potential`` at ``D = 0``)."""
+        diffusion = self.model.diffusion
+        if diffusion == 0:
+            return -potential
+        rho = self.grid.synthesise(coefficients)
+        if rho.min() <= 0:
+            return np.nan
+        return diffusion * self.grid.integrate(rho * np.log(rho)) - potential
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
         """Fraction of the spectral energy of ``rho - rho_0`` held by the top 10 % of degrees."""

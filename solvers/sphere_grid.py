@@ -98,6 +98,13 @@ class SphereGrid:
         """Grid points on the unit sphere, shape ``(nlat, nphi, 3)``."""
         return sphere_points(self.colatitude[:, None], self.longitude[None, :])
 
+    def tangent_frame(self) -> np.ndarray:
+        r"""Unit vectors :math:`e_\theta, e_\varphi` at the grid points, shape ``(2, 3, nlat, nphi)``."""
+        theta, phi = self.colatitude[:, None], self.longitude[None, :]
+        e_theta = np.broadcast_arrays(np.cos(theta) * np.cos(phi), np.cos(theta) * np.sin(phi), -np.sin(theta) + 0 * phi)
+        e_phi = np.broadcast_arrays(-np.sin(phi) + 0 * theta, np.cos(phi) + 0 * theta, 0 * theta + 0 * phi)
+        return np.array([e_theta, e_phi], dtype=float)
+
     def analyse(self, values: np.ndarray) -> np.ndarray:
         return self.transform.analys(np.ascontiguousarray(values, dtype=float))
 

@@ -1,4 +1,6 @@
-"""The PDE with general query, key and value matrices and several heads (issue: mean field of real attention)."""
+"""The circle PDE with general query, key and value matrices and several heads (issue: mean field of real attention).
+
+The sphere's general path: tests/test_general_sphere.py."""
 
 import numpy as np
 import pytest
@@ -131,13 +133,30 @@ def test_configs_take_matrices_and_a_perceptron(tmp_path):
 def test_bad_matrices_are_refused(tmp_path, capsys, geometry, key, method, message):
     from validation.app.cli import main
     np.save(tmp_path / "q.npy", QUERY[0])
-    config = tmp_path / "sphere.toml"
-    sphere = GENERAL_CONFIG.format(geometry="sphere", key="[[1, 0, 0], [0, 1, 0], [0, 0, 2]]", method="SphereSpectral")
-    config.write_text(sphere.replace('query = "q.npy"\n', "").replace("value = [[1.0, 0.2], [-0.1, 0.7]]\n", "")
-                      .split("[model.perceptron]")[0] + "[method]\nkind = 'SphereSpectral'\n[initial]\nkind = 'uniform'\n")
-    assert main(["run", str(config)]) == 2
-    assert "run as particles" in capsys.readouterr().err
     config = tmp_path / "bad.toml"
     config.write_text(GENERAL_CONFIG.format(geometry=geometry, key=key, method=method))
     assert main(["run", str(config)]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_energy_is_the_particles_functional(normalized):
+    """E = (1/2 beta) sum_h int int e^{beta <Q_h x, K_h y>} rho rho, unscaled for SA too (midpoint quadrature, exact
+    for this smooth periodic integrand), and at beta = 0 the limit (1/2) sum_h m^T Q_h^T K_h m of the particles' energy."""
+    from solvers.circle_general import GeneralCircleOperators
+    cells = 512
+    theta = (np.arange(cells) + 0.5) * 2 * np.pi / cells
+    rho = bumpy(theta) / (bumpy(theta).sum() * 2 * np.pi / cells)
+    x, w = np.stack([np.cos(theta), np.sin(theta)], axis=-1), rho * 2 * np.pi / cells
+    model = general_model(normalized, beta=2.0)
+    direct = sum(w @ np.exp(2.0 * (x @ q.T) @ (x @ k.T).T) @ w / 4.0 for q, k in zip(QUERY, KEY))
+    np.testing.assert_allclose(GeneralCircleOperators(model, cells).energy(rho), direct, rtol=1e-13)
+    # beta = 0: the PDE's value and the particles' limit (E(beta) - heads / (2 beta) at small beta)
+    flat = general_model(normalized, beta=0.0)
+    limit = GeneralCircleOperators(flat, cells).energy(rho)
+    arc = np.linspace(0.0, 2.0, 50)  # tokens on an arc: their mean is far from 0
+    tokens = np.stack([np.cos(arc), np.sin(arc)], axis=-1)
+    small = general_model(normalized, beta=1e-6)
+    np.testing.assert_allclose(flat.energy(tokens), small.energy(tokens) - 2 / 2e-6, rtol=0, atol=1e-5)
+    mean = x.T @ w
+    np.testing.assert_allclose(limit, sum(0.5 * mean @ q.T @ k @ mean for q, k in zip(QUERY, KEY)), rtol=1e-13)

@@ -230,6 +230,7 @@ def test_bad_initial_density(rho0, message):
         SphereSpectral(mf.SelfAttention(1.0), lmax=15).solve(rho0, [0.0, 1.0])
 
 
-def test_non_zonal_model_is_refused():
-    with pytest.raises(NotImplementedError, match="non-zonal"):
-        SphereSpectral(mf.SelfAttention(1.0, query=np.diag([1.0, 2.0, 3.0])), lmax=15)
+def test_non_zonal_model_takes_the_general_path():
+    """Matrices select the general path (tests/test_general_sphere.py); a zonal model keeps the diagonal one."""
+    assert SphereSpectral(mf.SelfAttention(1.0, query=np.diag([1.0, 2.0, 3.0])), lmax=15).general is not None
+    assert SphereSpectral(mf.SelfAttention(1.0), lmax=15).general is None

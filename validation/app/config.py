@@ -248,10 +248,6 @@ def _check_matrices(config: dict, base: Path) -> None:
             raise ConfigError(f"model.{key} must have shape ({d}, {d}) or (heads, {d}, {d}) for "
                               f"geometry = {config['geometry']!r}, got shape {array.shape}")
         model[key] = array.tolist()
-    general = any(isinstance(model[key], list) for key in ("query", "key", "value"))
-    if general and method["kind"] == "SphereSpectral":
-        raise ConfigError("general query/key/value matrices on the sphere run as particles: SphereSpectral solves "
-                          "Q = K = I, V = cI, one head (the circle's CircleFV takes any matrices)")
     perceptron = model["perceptron"]
     if perceptron is not None:
         unknown = sorted(set(perceptron) - {"weights", "directions"})
