@@ -133,6 +133,14 @@ class GridSolver:
     _advice: str
 
 
+def _energy_note(solver) -> str:
+    """What the energy series holds: ``E``, or ``E`` times the kernel's scaling where it would overflow."""
+    if not solver.energy_scaled:
+        return "E"
+    bound = getattr(solver.model, "_bound", 1.0)
+    return "exp(-beta) E" if bound == 1.0 else f"exp(-beta B) E, B = max_h ||Q_h^T K_h||_2 = {bound:.6g}"
+
+
 class SolveRecord:
     """Outputs, diagnostics and counters of one solve (observes the loop, never steers it)."""
 
@@ -156,8 +164,7 @@ class SolveRecord:
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
         if "energy" in series:  # the layered causal equation has none
-            energy_note = {"note": "exp(-beta) E" if solver.energy_scaled else "E"}
-            series["energy"] = ("time", series["energy"][1], energy_note)
+            series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
                          **series},
                         coords={"time": self.times[:len(self.frames)], **coordinates})

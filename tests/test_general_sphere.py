@@ -175,3 +175,18 @@ def test_configs_run_matrices_on_the_sphere(tmp_path):
     np.testing.assert_array_equal(model.query[0], QUERY[0])
     assert not model.is_zonal and bool(pde.resolved.all())
     np.testing.assert_allclose(pde.mass.values, 1.0, atol=1e-12)
+
+
+def test_time_rescaled_energy_is_scaled_and_labelled():
+    """Time-rescaled USA: the kernel and the energy carry exp(-beta B), B = max_h ||Q_h^T K_h||, and the record says so."""
+    model = mf.SelfAttention(1.0, normalized=False, query=QUERY, key=KEY, value=VALUE, time_rescaled=True)
+    plain = general_model(normalized=False)
+    solver, plain_solver = SphereSpectral(model, lmax=23), SphereSpectral(plain, lmax=23)
+    coefficients = solver.initial_coefficients(bumpy)
+    bound = max(np.linalg.norm(q.T @ k, 2) for q, k in zip(QUERY, KEY))
+    _, _, energy = direct_attention(plain_solver, plain, coefficients)
+    np.testing.assert_allclose(solver.energy(coefficients), np.exp(-bound) * energy, rtol=1e-13)
+    for rescaled, original in zip(solver.velocity(coefficients), plain_solver.velocity(coefficients)):
+        np.testing.assert_allclose(rescaled, np.exp(-bound) * original, rtol=0, atol=1e-15)
+    run = solver.solve(bumpy, [0.0, 0.1])
+    assert run.energy.attrs["note"] == f"exp(-beta B) E, B = max_h ||Q_h^T K_h||_2 = {bound:.6g}"
