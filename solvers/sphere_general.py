@@ -11,20 +11,23 @@ Design: the kernel is not zonal, so it no longer acts diagonally on harmonics, b
 smooth and of low degree in each variable: for fixed ``y`` it is the zonal kernel
 :math:`e^{\kappa\,\omega\cdot x}`, :math:`\kappa = \beta|A_h y| \le \beta\|A_h\|_2`, whose degree-``l``
 part is :math:`\lambda_l(\kappa)(2l+1)/(4\pi)\,P_l` (Funk-Hecke). Truncating where the sum of
-these tails falls below :math:`2^{-56}` of the maximum gives a degree :math:`L_k` (about
-17 at :math:`\beta\|A\| = 1.5`, 36 at 10), and then :math:`\rho \mapsto (Z, N_1, N_2, N_3)` is a
-dense real matrix from the coefficients of degree :math:`\le L_k + 1` of ``rho`` (the ``y``
-in ``N`` raises the degree by one) to those of degree :math:`\le L_k` of the four fields.
-It is assembled once, by Gauss quadrature that is exact for these degrees: the kernel is
-analysed in ``x`` at every node ``y_j``, and the result, times :math:`1, y_1, y_2, y_3`, in ``y``
-(two real analyses per row, which sidesteps the phase conventions of complex harmonics).
-Per right-hand side the cost is one matrix-vector product of size
-:math:`\sim 8 H L_k^2 \times 2 L_k^2`, four syntheses per head from degree :math:`L_k` onto the
-solver's grid (three in all for USA, whose value matrices are folded into the matrix), and
-the divergence, against one synthesis and one gradient synthesis for a zonal kernel.
-Direct quadrature on the solver's grid would cost :math:`(2 l_{max}^2)^2` kernel values per
-step; the rotation to the singular frames of :math:`A_h` plus a Jacobi-Anger expansion in
-longitude would need Wigner rotations of ``rho`` at every step.
+these tails falls below :math:`2^{-56}` of the maximum gives a degree :math:`L_k` (18 at
+:math:`\beta\|A\| = 1.5`, 33 at about 12), and then :math:`f \mapsto \int k_h(\cdot, y) f(y)\,dy` is a
+dense real matrix from the coefficients of ``f`` of degree :math:`\le L_k + 2` to those of
+degree :math:`\le L_k`. It is assembled once, by Gauss quadrature exact at these degrees: the
+kernel is analysed in ``x`` at every node ``y_j``, each resulting row in ``y`` (two real
+analyses per row, which sidesteps the phase conventions of complex harmonics). Per
+right-hand side the four functions :math:`\rho, y_1\rho, y_2\rho, y_3\rho` are formed on the
+small quadrature grid (one synthesis, three analyses: exact at the degrees the kernel
+sees), one product of the stacked heads' matrices with these four columns gives
+:math:`Z_h, N_h`, and they are synthesised from degree :math:`L_k` onto the solver's grid (four
+per head for SA; USA combines the value matrices in coefficient space first, three in
+all); then the zonal path's divergence. Against the zonal right-hand side (one synthesis
+and one gradient synthesis) this costs 2-3x at ``lmax = 63``, ``beta = 1.5``
+(``benchmarks/bench_general.py``). Direct quadrature on the solver's grid would cost
+:math:`(2 l_{max}^2)^2` kernel values per step; the rotation to the singular frames of
+:math:`A_h` plus a Jacobi-Anger expansion in longitude would need Wigner rotations of
+``rho`` at every step.
 """
 
 from __future__ import annotations
@@ -80,11 +83,11 @@ def _points(sh) -> np.ndarray:
 
 
 def _kernel_matrix(a: np.ndarray, beta: float, shift: float, sh, outputs: np.ndarray) -> np.ndarray:
-    r"""Real matrix from the packed coefficients of ``rho`` to those of :math:`(Z, N_1, N_2, N_3)`.
+    r"""Real matrix from the packed coefficients of a field ``f`` to those of :math:`\int k(\cdot, y) f(y)\,dy`.
 
-    ``sh`` is the quadrature transform (degree :math:`L_k + 1`, Gauss grid exact for the
-    products); ``outputs`` are its indices of the output coefficients. Packed vectors hold
-    real parts then imaginary parts; the result has shape ``(4, 2, outputs, 2 nlm)``.
+    ``sh`` is the quadrature transform (module docstring); ``outputs`` are its indices of
+    the output coefficients. Packed vectors hold real parts, then imaginary parts; the
+    result has shape ``(2 outputs, 2 nlm)``.
     """
     nodes = _points(sh)
     shape = (sh.nlat, sh.nphi)
@@ -95,20 +98,17 @@ def _kernel_matrix(a: np.ndarray, beta: float, shift: float, sh, outputs: np.nda
         values = np.exp(beta * (nodes @ a @ block.T) - shift)
         for j in range(block.shape[0]):
             analysed[:, start + j] = sh.analys(np.ascontiguousarray(values[:, j].reshape(shape)))[outputs]
-    order = sh.m
-    matrix = np.empty((4, 2, outputs.size, 2 * sh.nlm))
-    for w, weight in enumerate((None, nodes[:, 0], nodes[:, 1], nodes[:, 2])):
-        for row in range(outputs.size):
-            g = analysed[row] if weight is None else analysed[row] * weight
-            # Z_a = sum_b int g Y_b rho_b + [m > 0] int g conj(Y_b) conj(rho_b), from real analyses of g
-            real = sh.analys(np.ascontiguousarray(g.real.reshape(shape)))
-            imag = sh.analys(np.ascontiguousarray(g.imag.reshape(shape)))
-            with_y = real.conj() + 1j * imag.conj()           # int g Y_b
-            with_conj = np.where(order > 0, real + 1j * imag, 0.0)  # int g conj(Y_b), m > 0 only
-            plus, minus = with_y + with_conj, 1j * (with_y - with_conj)  # columns of Re rho_b, Im rho_b
-            matrix[w, 0, row] = np.concatenate([plus.real, minus.real])
-            matrix[w, 1, row] = np.concatenate([plus.imag, minus.imag])
-    return matrix
+    matrix = np.empty((2, outputs.size, 2 * sh.nlm))
+    for row, g in enumerate(analysed):
+        # Z_a = sum_b int g Y_b f_b + [m > 0] int g conj(Y_b) conj(f_b), from real analyses of g
+        real = sh.analys(np.ascontiguousarray(g.real.reshape(shape)))
+        imag = sh.analys(np.ascontiguousarray(g.imag.reshape(shape)))
+        with_y = real.conj() + 1j * imag.conj()                  # int g Y_b
+        with_conj = np.where(sh.m > 0, real + 1j * imag, 0.0)   # int g conj(Y_b), m > 0 only
+        plus, minus = with_y + with_conj, 1j * (with_y - with_conj)  # columns of Re f_b, Im f_b
+        matrix[0, row] = np.concatenate([plus.real, minus.real])
+        matrix[1, row] = np.concatenate([plus.imag, minus.imag])
+    return matrix.reshape(2 * outputs.size, -1)
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,9 +122,11 @@ class GeneralSphereInteraction:
     energy_scaled: bool = field(init=False)
     _inputs: np.ndarray = field(init=False, repr=False)
     _outputs: np.ndarray = field(init=False, repr=False)
+    _quadrature: object = field(init=False, repr=False)
+    _directions: np.ndarray = field(init=False, repr=False)
     _low: object = field(init=False, repr=False)
     _matrix: np.ndarray = field(init=False, repr=False)
-    _potentials: np.ndarray = field(init=False, repr=False)
+    _values: np.ndarray = field(init=False, repr=False)
     _projected_values: np.ndarray = field(init=False, repr=False)
     _energy_factors: np.ndarray = field(init=False, repr=False)
 
@@ -132,52 +134,61 @@ class GeneralSphereInteraction:
         set_ = object.__setattr__
         model, grid = self.model, self.grid
         heads = head_matrices(model, 3)
-        shifts = kernel_shifts(model, 3)
         # The solver's lmax bounds the degree: SphereSpectral has checked it resolves the kernel to 1e-8.
         degree = min(max([1] + [kernel_degree(model.beta * float(np.linalg.norm(a, 2))) for a, _ in heads]),
                      grid.lmax)  # shtns needs degree >= 1
         set_(self, "degree", degree)
         set_(self, "linear", model.velocity_is_linear)
-        inputs = min(degree + 1, grid.lmax)
-        nlat = max(MIN_LATITUDES, inputs + 2 + inputs % 2)  # Gauss: exact to degree 2 nlat - 1 >= 2 (L_k + 1) + 1
+        inputs = min(degree + 2, grid.lmax)
+        # Gauss with nlat nodes is exact to degree 2 nlat - 1 >= (inputs + 1) + inputs: the analyses of y_i rho
+        nlat = max(MIN_LATITUDES, inputs + 1 + (inputs + 1) % 2)
         quadrature = _sht(inputs, nlat, 2 * nlat)
         low = _sht(degree, *grid.shape)
         outputs = np.array([quadrature.idx(int(l), int(m)) for l, m in zip(low.l, low.m)])
         set_(self, "_inputs", np.array([grid.transform.idx(int(l), int(m))
                                         for l, m in zip(quadrature.l, quadrature.m)]))
         set_(self, "_outputs", outputs)
+        set_(self, "_quadrature", quadrature)
+        set_(self, "_directions", np.moveaxis(_points(quadrature).reshape(nlat, 2 * nlat, 3), -1, 0).copy())
         set_(self, "_low", low)
-        matrices = [_kernel_matrix(a, model.beta, s, quadrature, outputs) for (a, _), s in zip(heads, shifts)]
-        set_(self, "_potentials", np.stack([m[0] for m in matrices]))  # Z rows, for the energy
+        set_(self, "_matrix", np.concatenate([_kernel_matrix(a, model.beta, s, quadrature, outputs)
+                                              for (a, _), s in zip(heads, kernel_shifts(model, 3))]))
+        set_(self, "_values", np.stack([v for _, v in heads]))
         frame = grid.tangent_frame()
-        if self.linear:
-            # sum_h V_h N_h is linear in rho: fold the value matrices into one matrix of three fields
-            folded = sum(np.einsum("ij,jrak->irak", v, m[1:]) for (_, v), m in zip(heads, matrices))
-            set_(self, "_matrix", folded.reshape(-1, folded.shape[-1]))
-            set_(self, "_projected_values", frame)
-        else:
-            set_(self, "_matrix", np.concatenate([m.reshape(-1, m.shape[-1]) for m in matrices]))
-            # e . V_h N = (V_h^T e) . N: the frame seen through each value matrix, (heads, 2, 3, nlat, nphi)
-            set_(self, "_projected_values", np.stack([np.einsum("ji,fjab->fiab", v, frame) for _, v in heads]))
+        # e . V_h N = (V_h^T e) . N: the frame seen through each value matrix, (heads, 2, 3, nlat, nphi)
+        set_(self, "_projected_values", frame if self.linear else
+             np.stack([np.einsum("ji,fjab->fiab", v, frame) for _, v in heads]))
         factors, scaled = energy_factors(model, 3)
         set_(self, "energy_scaled", scaled)
         set_(self, "_energy_factors", factors)
 
     # ------------------------------------------------------------------ fields
-    def _fields(self, coefficients: np.ndarray, matrix: np.ndarray) -> np.ndarray:
-        """Grid values of the fields whose packed coefficients are ``matrix`` times packed ``rho``."""
-        taken = coefficients[self._inputs]
-        packed = matrix @ np.concatenate([taken.real, taken.imag])
-        packed = packed.reshape(-1, 2, self._low.nlm)
-        return np.stack([self._low.synth(np.ascontiguousarray(f[0] + 1j * f[1])) for f in packed])
+    def _sums(self, coefficients: np.ndarray) -> np.ndarray:
+        r"""Coefficients of :math:`Z_h, N_{h,1}, N_{h,2}, N_{h,3}` up to the kernel's degree, shape ``(heads, 4, nlm)``.
+
+        The kernel acts on ``rho`` and on :math:`y_i\rho` (formed on the quadrature grid, exact
+        to the degrees the kernel sees): one product of the stacked heads' matrices with four columns.
+        """
+        quadrature = self._quadrature
+        low_rho = np.ascontiguousarray(coefficients[self._inputs])
+        values = quadrature.synth(low_rho)
+        moments = [low_rho] + [quadrature.analys(np.ascontiguousarray(values * y)) for y in self._directions]
+        packed = np.stack([np.concatenate([f.real, f.imag]) for f in moments], axis=-1)  # (2 nlm, 4)
+        result = (self._matrix @ packed).reshape(-1, 2, self._outputs.size, 4)
+        return np.moveaxis(result[:, 0] + 1j * result[:, 1], -1, 1)
+
+    def _synthesise(self, fields: np.ndarray) -> np.ndarray:
+        return np.stack([self._low.synth(np.ascontiguousarray(f)) for f in fields])
 
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Grid components (colatitude, longitude) of the attention velocity."""
-        fields = self._fields(coefficients, self._matrix)
+        sums = self._sums(coefficients)
         if self.linear:
-            along = np.einsum("fiab,iab->fab", self._projected_values, fields)
+            # sum_h V_h N_h is linear: combine the coefficients, then three syntheses in all
+            output = self._synthesise(np.einsum("hce,hej->cj", self._values, sums[:, 1:]))
+            along = np.einsum("fiab,iab->fab", self._projected_values, output)
             return along[0], along[1]
-        fields = fields.reshape(-1, 4, *fields.shape[1:])
+        fields = self._synthesise(sums.reshape(-1, sums.shape[-1])).reshape(*sums.shape[:2], *self.grid.shape)
         means = fields[:, 1:] / np.maximum(fields[:, :1], np.finfo(float).tiny)
         # N_h / Z_h is an average of unit vectors: a larger norm is round-off where Z_h underflows
         norms = np.sqrt(np.sum(means * means, axis=1, keepdims=True))
@@ -196,12 +207,10 @@ class GeneralSphereInteraction:
             rho = grid.synthesise(coefficients)
             mean = np.array([grid.integrate(c * rho) for c in np.moveaxis(grid.points(), -1, 0)])
             return float(sum(0.5 * mean @ a @ mean for a, _ in head_matrices(model, 3)))
-        taken = coefficients[self._inputs]
-        packed = self._potentials.reshape(-1, self._potentials.shape[-1]) @ np.concatenate([taken.real, taken.imag])
-        potentials = packed.reshape(len(self._energy_factors), 2, -1)
+        potentials = self._sums(coefficients)[:, 0]
         low_rho = coefficients[self._inputs[self._outputs]]
         weight = np.where(self._low.m == 0, 1.0, 2.0)
-        inner = np.sum(weight * (potentials[:, 0] * low_rho.real + potentials[:, 1] * low_rho.imag), axis=-1)
+        inner = np.sum(weight * (potentials.conj() * low_rho).real, axis=-1)
         return float(np.dot(self._energy_factors, inner) / (2.0 * model.beta))
 
     @property
