@@ -39,6 +39,7 @@ from meanfield.checks import check_density, check_int, check_real
 from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
+from .heads import require_attention
 from .circle_operators import CircleOperators
 from .driver import step_factor
 from .grid_solver import GridSolver
@@ -110,8 +111,8 @@ class CircleFV(GridSolver):
         if self.interaction not in ("auto", "zonal", "general"):
             raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {self.interaction!r}")
         general = self.interaction == "general" or (self.interaction == "auto" and not self.model.is_zonal)
-        if general and not hasattr(self.model, "_head_matrices"):
-            raise ValueError(f"interaction='general' needs a SelfAttention model, got {type(self.model).__name__}")
+        if general:
+            require_attention(self.model, self.name)
         if not general and not self.model.is_zonal:
             raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
                              "matrices (use interaction='general' or 'auto')")

@@ -44,3 +44,13 @@ def energy_factors(model, d: int) -> tuple[np.ndarray, bool]:
     scaled = bool(model.time_rescaled or model.beta * model._bound > EXP_OVERFLOW)
     common = model.beta * model._bound if scaled else 0.0
     return np.exp(np.array(kernel_shifts(model, d)) - common), scaled
+
+
+def require_attention(model, solver: str) -> None:
+    """Refuse a model the general path cannot take, naming the solver that can."""
+    if hasattr(model, "_head_matrices"):
+        return
+    name = type(model).__name__
+    hint = f" (causal attention: use Causal{solver})" if name == "CausalAttention" else ""
+    raise ValueError(f"{solver} takes zonal models and SelfAttention with any query, key and value matrices; "
+                     f"got {name}{hint}")

@@ -31,7 +31,7 @@ from meanfield.spectra import attention_spectrum
 
 from .driver import step_factor
 from .grid_solver import GridSolver
-from .heads import head_matrices
+from .heads import head_matrices, require_attention
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
 from .threads import single_threaded_blas
@@ -90,8 +90,8 @@ class SphereSpectral(GridSolver):
         if getattr(model, "dimension", None) not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
         general = self.interaction == "general" or (self.interaction == "auto" and not model.is_zonal)
-        if general and not hasattr(model, "_head_matrices"):
-            raise ValueError(f"interaction='general' needs a SelfAttention model, got {type(model).__name__}")
+        if general:
+            require_attention(model, self.name)
         if not general and not model.is_zonal:
             raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
                              "matrices (use interaction='general' or 'auto')")

@@ -139,8 +139,10 @@ def test_zonal_interaction_refuses_matrices_and_foreign_models():
         SphereSpectral(general_model(), lmax=23, interaction="zonal")
     with pytest.raises(ValueError, match="interaction must be"):
         SphereSpectral(general_model(), lmax=23, interaction="matrix")
-    with pytest.raises(ValueError, match="needs a SelfAttention"):
+    with pytest.raises(ValueError, match="SphereSpectral takes zonal models and SelfAttention .* got ZonalAggregation"):
         SphereSpectral(mf.ZonalAggregation(lambda s: s, lambda s: 1 + 0 * s), lmax=23, interaction="general")
+    with pytest.raises(ValueError, match="got CausalAttention \\(causal attention: use CausalSphereSpectral\\)"):
+        SphereSpectral(mf.CausalAttention(1.0, True), lmax=23)
     with pytest.raises(ValueError, match="R\\^2"):
         SphereSpectral(mf.SelfAttention(1.0, query=np.eye(2)), lmax=23)
     with pytest.raises(ValueError, match="does not resolve the kernel"):
