@@ -107,8 +107,8 @@ def _scale_sums(sums, normalized, value, out):
 
 @numba.njit(cache=True, fastmath=_FAST)
 def _project_into(x, a, out):
-    """``out = P_x a`` for unit ``x``."""
-    b, n, d = x.shape
+    """``out = P_x a`` for unit ``x`` (its first ``d`` columns: see :func:`_step_into`)."""
+    b, n, d = a.shape
     for s in range(b):
         for i in range(n):
             radial = 0.0
@@ -122,9 +122,12 @@ def _project_into(x, a, out):
 def _step_into(x, a, h, project, noise, noise_scale, out):
     r"""``out = (x + h v + \sigma P_x \xi) / |.|`` with ``v = P_x a`` (``project``) or ``a``; ``x`` unit.
 
-    ``noise`` of shape ``(0, 0, 0)`` stands for no noise.
+    ``noise`` of shape ``(0, 0, 0)`` stands for no noise. ``x`` may carry more columns than
+    ``a`` (the ``[x, 1]`` work array): only the first ``d`` are read. Pass the whole array, not
+    a view of its first columns: numba vectorizes contiguous arrays only (the view made this
+    pass 2.5x slower at d = 32).
     """
-    b, n, d = x.shape
+    b, n, d = a.shape
     noisy = noise.shape[0] > 0
     for s in range(b):
         for i in range(n):
@@ -184,7 +187,7 @@ class FusedAttention:
         """:math:`P_{x_i} a_i` at ``x / |x|``: the velocity, extended off the sphere."""
         extended = self._extended(x, normalize=True)
         a = self._attention(extended)
-        _project_into(extended[..., :-1], a, a)
+        _project_into(extended, a, a)
         return a
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
@@ -192,13 +195,20 @@ class FusedAttention:
         r"""One step from unit vectors ``x``: :math:`(x + h v + \sigma P_x\xi)/|\cdot|`, :math:`v = P_x a` or :math:`a`."""
         extended = self._extended(x, normalize=False)
         a = self._attention(extended)
-        _step_into(extended[..., :-1], a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
+        _step_into(extended, a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
         return a
 
-    @staticmethod
-    def _extended(x: np.ndarray, *, normalize: bool) -> np.ndarray:
-        """``[x, 1]``, shape ``(b, n, d + 1)``: one product with it gives sums and denominators."""
-        extended = np.ones(x.shape[:-1] + (x.shape[-1] + 1,))
+    def _extended(self, x: np.ndarray, *, normalize: bool) -> np.ndarray:
+        """``[x, 1]``, shape ``(b, n, d + 1)``: one product with it gives sums and denominators.
+
+        The array is kept from step to step (an instance serves one run, in one thread): a
+        fresh one freed at every step, together with the previous state, pushed glibc's heap
+        over its trim threshold at d = 32, and each step page-faulted both back.
+        """
+        shape = x.shape[:-1] + (x.shape[-1] + 1,)
+        extended = self.__dict__.get("_extended_work")
+        if extended is None or extended.shape != shape:
+            extended = self._extended_work = np.ones(shape)
         if normalize:
             _normalize_into(np.ascontiguousarray(x, dtype=float), extended)
         else:

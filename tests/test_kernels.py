@@ -135,3 +135,19 @@ def test_kernel_choice():
 def test_bad_kernel_requests_are_refused(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call(mf.sample_uniform(4, 3, 0, batch=2))
+
+
+def test_fused_kernel_keeps_no_state_between_calls():
+    """One FusedAttention serves a whole run (it keeps its [x, 1] work array): calls with other shapes,
+    normalization or steps in between change nothing, and no returned array shares that work array."""
+    from meanfield.fused import FusedAttention
+    rng = np.random.default_rng(5)
+    model = mf.SelfAttention(2.0, value=np.diag([1.0, 0.5, -0.3]), query=np.eye(3), key=np.eye(3))
+    small, large = mf.sample_uniform(8, 3, rng, batch=3), mf.sample_uniform(16, 3, rng, batch=5)
+    fresh = [FusedAttention(model).step(small, 0.1, project=True), FusedAttention(model).drift(2.0 * large),
+             FusedAttention(model).attention_output(small)]
+    kept = FusedAttention(model)
+    results = [kept.step(small, 0.1, project=True), kept.drift(2.0 * large), kept.attention_output(small)]
+    for got, expected in zip(results, fresh):
+        np.testing.assert_array_equal(got, expected)
+    assert not any(np.shares_memory(r, kept._extended_work) for r in results)
