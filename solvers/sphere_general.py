@@ -11,10 +11,10 @@ Design: the kernel is not zonal, so it no longer acts diagonally on harmonics, b
 smooth and of low degree in each variable: for fixed ``y`` it is the zonal kernel
 :math:`e^{\kappa\,\omega\cdot x}`, :math:`\kappa = \beta|A_h y| \le \beta\|A_h\|_2`, whose degree-``l``
 part is :math:`\lambda_l(\kappa)(2l+1)/(4\pi)\,P_l` (Funk-Hecke). Truncating where the sum of
-these tails falls below :math:`2^{-56}` of the maximum gives a degree :math:`L_k` (18 at
-:math:`\beta\|A\| = 1.5`, 33 at about 12), and then :math:`f \mapsto \int k_h(\cdot, y) f(y)\,dy` is a
+these tails falls below :math:`2^{-56}` of the maximum gives a degree :math:`L_k` (17 at
+:math:`\beta\|A\| = 1.5`, 33 at 10, 90 at 100), and then :math:`f \mapsto \int k_h(\cdot, y) f(y)\,dy` is a
 dense real matrix from the coefficients of ``f`` of degree :math:`\le L_k + 2` to those of
-degree :math:`\le L_k`. It is assembled once, by Gauss quadrature exact at these degrees: the
+degree :math:`\le L_k` (per head 13 MB at :math:`\beta\|A\| = 10`, 0.6 GB at 100). It is assembled once, by Gauss quadrature exact at these degrees: the
 kernel is analysed in ``x`` at every node ``y_j``, each resulting row in ``y`` (two real
 analyses per row, which sidesteps the phase conventions of complex harmonics). Per
 right-hand side the four functions :math:`\rho, y_1\rho, y_2\rho, y_3\rho` are formed on the
