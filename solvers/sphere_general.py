@@ -15,8 +15,9 @@ these tails falls below :math:`2^{-56}` of the maximum gives a degree :math:`L_k
 :math:`\beta\|A\| = 1.5`, 33 at 10, 90 at 100), and then :math:`f \mapsto \int k_h(\cdot, y) f(y)\,dy` is a
 dense real matrix from the coefficients of ``f`` of degree :math:`\le L_k + 2` to those of
 degree :math:`\le L_k` (per head 13 MB at :math:`\beta\|A\| = 10`, 0.6 GB at 100). It is
-assembled once, by Gauss quadrature exact at these degrees: the kernel is analysed in ``x`` at every node ``y_j``, each resulting row in ``y`` (two real
-analyses per row, which sidesteps the phase conventions of complex harmonics). Per
+assembled once, by Gauss quadrature exact at these degrees: the kernel is analysed in ``x``
+at every node ``y_j``, each resulting row in ``y`` (two real analyses per row, which
+sidesteps the phase conventions of complex harmonics). Per
 right-hand side the four functions :math:`\rho, y_1\rho, y_2\rho, y_3\rho` are formed on the
 small quadrature grid (one synthesis, three analyses: exact at the degrees the kernel
 sees), one product of the stacked heads' matrices with these four columns gives
