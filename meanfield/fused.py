@@ -175,6 +175,7 @@ class FusedAttention:
             self.value = float(model.value)
         else:
             self.mixed, self.values = _general_matrices(model)
+        self._extended_work: np.ndarray | None = None  # [x, 1], kept for the run (see _extended)
 
     name = "fused"
     normalize = staticmethod(normalize)
@@ -206,7 +207,7 @@ class FusedAttention:
         over its trim threshold at d = 32, and each step page-faulted both back.
         """
         shape = x.shape[:-1] + (x.shape[-1] + 1,)
-        extended = self.__dict__.get("_extended_work")
+        extended = self._extended_work
         if extended is None or extended.shape != shape:
             extended = self._extended_work = np.ones(shape)
         if normalize:

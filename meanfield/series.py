@@ -42,10 +42,11 @@ import numba
 import numpy as np
 
 from .fused import _FAST, OutputKernel
+from .spectra import SERIES_TAIL, truncation_degree
 from .sphere import normalize
 
 #: Relative bound on the discarded tail of the kernel's series (below double round-off).
-TAIL = 2.0**-56
+TAIL = SERIES_TAIL
 
 #: Points per block of the per-point recurrences (eight vectors of 8 KiB: the L1/L2 cache).
 POINT_BLOCK = 1024
@@ -65,13 +66,8 @@ def harmonic_dimension(degree: np.ndarray, d: int) -> np.ndarray:
 def series_degree(model, d: int) -> int:
     r"""Smallest degree ``L`` whose series tail is below :data:`TAIL` times the kernel's largest value."""
     guess = int(np.ceil(model.beta + 10.0 * np.sqrt(model.beta + 1.0) + 16))
-    while True:
-        weights = model.kernel_spectrum(guess, d) * harmonic_dimension(np.arange(guess + 1), d)
-        tail = np.cumsum(weights[::-1])[::-1]  # tail[l] = sum over degrees >= l
-        kept = np.flatnonzero(tail > TAIL * tail[0])
-        if tail[-1] <= TAIL * tail[0]:
-            return int(kept[-1]) if kept.size else 0
-        guess *= 2
+    return truncation_degree(lambda top: model.kernel_spectrum(top, d) * harmonic_dimension(np.arange(top + 1), d),
+                             guess)
 
 
 def series_harmonics(model, d: int) -> int:

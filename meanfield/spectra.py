@@ -33,6 +33,26 @@ from .sphere import sphere_area
 _SMALL_BETA = 1e-8
 
 
+#: Relative bound on the discarded tail of a kernel's expansion (below double round-off).
+SERIES_TAIL = 2.0**-56
+
+
+def truncation_degree(weights: Callable[[int], np.ndarray], guess: int) -> int:
+    r"""Smallest ``L`` with :math:`\sum_{l > L} w_l \le` :data:`SERIES_TAIL` :math:`\sum_l w_l`.
+
+    ``weights(top)`` returns the nonnegative :math:`w_0, \dots, w_{top}` (for a kernel: how
+    much degree ``l`` can contribute at most); ``top`` starts at ``guess`` and doubles until
+    the tail is reached. Shared by the series summation and the general PDE operators.
+    """
+    top = max(int(guess), 1)
+    while True:
+        tail = np.cumsum(weights(top)[::-1])[::-1]  # tail[l] = sum over degrees >= l
+        if tail[-1] <= SERIES_TAIL * tail[0]:
+            kept = np.flatnonzero(tail > SERIES_TAIL * tail[0])
+            return int(kept[-1]) if kept.size else 0
+        top *= 2
+
+
 def _log_bessel_over_power(beta: float, degrees: np.ndarray, d: int, power: float) -> np.ndarray:
     """log of beta^{-power} I_{l+d/2-1}(beta) for beta > 0 (-inf where it underflows)."""
     nu = degrees + 0.5 * d - 1.0

@@ -45,11 +45,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import ive, roots_legendre
 
+from meanfield.spectra import truncation_degree
+
 from .circle_operators import CircleOperators
 from .heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
-
-#: Relative bound on the discarded Bessel tails of each factor of the kernel.
-TAIL = 2.0**-56
 
 #: Gauss nodes per dual cell are chosen so that the quadrature error bound
 #: (K h / 2)^{2G} / (2G)! of a band-limited integrand of bandwidth K is below this.
@@ -57,14 +56,9 @@ QUADRATURE_ERROR = 1e-17
 
 
 def bessel_degree(z: float) -> int:
-    r"""Smallest ``M`` with :math:`2\sum_{m > M} I_m(z) e^{-z} \le` :data:`TAIL` (``e^{-z}\sum_m I_m(z) = 1``)."""
+    r"""Smallest ``M`` with :math:`2\sum_{m > M} I_m(z) \le 2^{-56}\sum_m I_m(z)` (Jacobi-Anger of :math:`e^{z\cos t}`)."""
     guess = int(np.ceil(z + 10.0 * np.sqrt(z + 1.0) + 16))
-    while True:
-        tails = 2.0 * np.cumsum(ive(np.arange(guess + 1), z)[::-1])[::-1]  # tails[M] = 2 sum_{m >= M}
-        below = np.flatnonzero(tails[1:] <= TAIL)
-        if below.size:
-            return int(below[0])
-        guess *= 2
+    return truncation_degree(lambda top: ive(np.arange(top + 1), z) * np.where(np.arange(top + 1) > 0, 2.0, 1.0), guess)
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from meanfield.spectra import attention_spectrum
 
 from .driver import step_factor
 from .grid_solver import GridSolver
-from .heads import head_matrices, require_attention
+from .heads import require_attention
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
 from .threads import single_threaded_blas
@@ -98,9 +98,8 @@ class SphereSpectral(GridSolver):
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         self._set_external()
         if general:
-            # For fixed y the kernel is zonal in x with beta |A y| <= beta ||A||: resolve that one.
-            bound = max(np.linalg.norm(a, 2) for a, _ in head_matrices(model, 3))
-            self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * bound, lmax, 3, scaled=True))
+            # For fixed y the kernel is zonal in x with beta |A y| <= beta max_h ||A_h|| (model._bound): resolve that one.
+            self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * model._bound, lmax, 3, scaled=True))
             interaction = GeneralSphereInteraction(model, self.grid)
             object.__setattr__(self, "general", interaction)
             object.__setattr__(self, "energy_scaled", interaction.energy_scaled)

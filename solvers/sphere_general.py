@@ -37,35 +37,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meanfield.spectra import attention_spectrum
+from meanfield.spectra import attention_spectrum, truncation_degree
+from meanfield.sphere import sphere_points
 
 from .heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
 from .sphere_grid import MIN_LATITUDES, SphereGrid, shtns
-
-#: Relative bound on the part of the kernel (in sup norm, against its maximum) left out.
-TAIL = 2.0**-56
 
 #: Kernel values are computed in blocks of this many nodes ``y`` (memory: blocks times nodes).
 NODE_BLOCK = 256
 
 
 def kernel_degree(kappa: float) -> int:
-    r"""Smallest ``L`` with :math:`\sum_{l > L}\lambda_l(\kappa)\frac{2l+1}{4\pi} \le 2^{-56}e^{\kappa}`.
+    r"""Smallest ``L`` with :math:`\sum_{l > L}\lambda_l(\kappa)(2l+1) \le 2^{-56}\sum_l\lambda_l(\kappa)(2l+1)`.
 
-    The left side bounds the sup norm of what truncating :math:`e^{\kappa\,\omega\cdot x}` at
-    degree ``L`` leaves out (:math:`|P_l| \le 1`).
+    :math:`\lambda_l(2l+1)/(4\pi)` bounds the degree-``l`` part of :math:`e^{\kappa\,\omega\cdot x}`
+    (:math:`|P_l| \le 1`), and the sum over all degrees is its maximum :math:`e^\kappa`.
     """
-    if kappa == 0:
-        return 0
-    top = int(np.ceil(kappa + 10.0 * np.sqrt(kappa + 1.0) + 24))
-    while True:
-        degrees = np.arange(top + 1)
-        terms = attention_spectrum(kappa, top, 3, scaled=True) * (2 * degrees + 1) / (4 * np.pi)
-        tails = np.cumsum(terms[::-1])[::-1]  # tails[L] = sum_{l >= L}
-        below = np.flatnonzero(tails[1:] <= TAIL)
-        if below.size:
-            return int(below[0])
-        top *= 2
+    guess = int(np.ceil(kappa + 10.0 * np.sqrt(kappa + 1.0) + 24))
+    return truncation_degree(lambda top: attention_spectrum(kappa, top, 3, scaled=True) * (2 * np.arange(top + 1) + 1),
+                             guess)
 
 
 def _sht(lmax: int, nlat: int, nphi: int):
@@ -77,10 +67,8 @@ def _sht(lmax: int, nlat: int, nphi: int):
 
 def _points(sh) -> np.ndarray:
     """Nodes of a shtns grid as unit vectors, shape ``(nlat * nphi, 3)`` in its memory order."""
-    cos_t = sh.cos_theta[:, None]
-    sin_t = np.sqrt(1.0 - cos_t * cos_t)
-    phi = 2 * np.pi * np.arange(sh.nphi)[None, :] / sh.nphi
-    return np.stack(np.broadcast_arrays(sin_t * np.cos(phi), sin_t * np.sin(phi), cos_t), axis=-1).reshape(-1, 3)
+    longitude = 2 * np.pi * np.arange(sh.nphi) / sh.nphi
+    return sphere_points(np.arccos(sh.cos_theta)[:, None], longitude[None, :]).reshape(-1, 3)
 
 
 def _kernel_matrix(a: np.ndarray, beta: float, shift: float, sh, outputs: np.ndarray) -> np.ndarray:
@@ -135,9 +123,9 @@ class GeneralSphereInteraction:
         set_ = object.__setattr__
         model, grid = self.model, self.grid
         heads = head_matrices(model, 3)
-        # The solver's lmax bounds the degree: SphereSpectral has checked it resolves the kernel to 1e-8.
-        degree = min(max([1] + [kernel_degree(model.beta * float(np.linalg.norm(a, 2))) for a, _ in heads]),
-                     grid.lmax)  # shtns needs degree >= 1
+        # The widest head sets the degree (model._bound = max_h ||A_h||), the solver's lmax bounds it
+        # (SphereSpectral has checked lmax resolves the kernel to 1e-8), and shtns needs at least 1.
+        degree = min(max(kernel_degree(model.beta * model._bound), 1), grid.lmax)
         set_(self, "degree", degree)
         set_(self, "linear", model.velocity_is_linear)
         inputs = min(degree + 2, grid.lmax)
