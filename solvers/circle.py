@@ -39,7 +39,7 @@ from meanfield.checks import check_density, check_int, check_real
 from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
-from .heads import require_attention
+from .heads import takes_general_path
 from .circle_operators import CircleOperators
 from .driver import step_factor
 from .grid_solver import GridSolver
@@ -108,14 +108,7 @@ class CircleFV(GridSolver):
         if getattr(self.model, "dimension", None) not in (None, 2):
             raise ValueError(f"CircleFV solves on the circle: the model's matrices are "
                              f"{self.model.dimension} x {self.model.dimension}, not 2 x 2")
-        if self.interaction not in ("auto", "zonal", "general"):
-            raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {self.interaction!r}")
-        general = self.interaction == "general" or (self.interaction == "auto" and not self.model.is_zonal)
-        if general:
-            require_attention(self.model, self.name)
-        if not general and not self.model.is_zonal:
-            raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
-                             "matrices (use interaction='general' or 'auto')")
+        general = takes_general_path(self.model, self.interaction, self.name)
         operators = GeneralCircleOperators if general else CircleOperators
         object.__setattr__(self, "operators", operators(self.model, self.cells))
 

@@ -31,7 +31,7 @@ from meanfield.spectra import attention_spectrum
 
 from .driver import step_factor
 from .grid_solver import GridSolver
-from .heads import require_attention
+from .heads import takes_general_path
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
 from .threads import single_threaded_blas
@@ -85,16 +85,9 @@ class SphereSpectral(GridSolver):
         check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
         model = self.kernel_model
-        if self.interaction not in ("auto", "zonal", "general"):
-            raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {self.interaction!r}")
         if getattr(model, "dimension", None) not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
-        general = self.interaction == "general" or (self.interaction == "auto" and not model.is_zonal)
-        if general:
-            require_attention(model, self.name)
-        if not general and not model.is_zonal:
-            raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
-                             "matrices (use interaction='general' or 'auto')")
+        general = takes_general_path(model, self.interaction, self.name)
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         self._set_external()
         if general:
