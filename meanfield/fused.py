@@ -1,17 +1,19 @@
 r"""Fused kernels for the self-attention velocity and step of many small systems.
 
 One step of ``b`` systems of ``n`` tokens in ``R^d`` runs over blocks of systems whose
-weights fit in a quarter of the L2 cache (:data:`BLOCK_ELEMENTS`), each block in four
-passes that never leave the cache:
+arrays (tokens, weights, sums, output) fit in half the L2 cache (:data:`BLOCK_ELEMENTS`),
+each block in five passes that never leave the cache:
 
-1. the logits :math:`\beta\langle Q_h x_i, K_h x_j\rangle` as one batched matrix product
+1. ``[x, 1]`` and the transposed keys :math:`\beta x^T` in one numba pass (numpy's strided
+   copy of the transpose cost more than the product it feeds at d = 32),
+2. the logits :math:`\beta\langle Q_h x_i, K_h x_j\rangle` as one batched matrix product
    (per-system BLAS; :math:`\langle Q_h x_i, K_h x_j\rangle = (x_i M_h)\cdot x_j` with
    :math:`M_h = Q_h^T K_h` formed once),
-2. scale and shift in one numba pass, then numpy's vectorized ``exp`` in place (numba's
+3. shift in a numba pass where needed, then numpy's vectorized ``exp`` in place (numba's
    scalar ``exp`` costs five times more, and the exponentials are the floor of the step),
-3. one batched product of the weights with ``[x, 1]``, which gives the weighted sums and,
+4. one batched product of the weights with ``[x, 1]``, which gives the weighted sums and,
    in its last column, the softmax denominators,
-4. division, the value matrix, the tangent projection, the residual step, the noise and the
+5. division, the value matrix, the tangent projection, the residual step, the noise and the
    normalization in one numba pass over the tokens.
 
 Every intermediate of the numpy path that was an extra pass over memory (``normalize`` of
@@ -34,8 +36,9 @@ import numpy as np
 from .checks import EXP_OVERFLOW
 from .sphere import normalize
 
-#: Weights held at once per block of systems: 2^16 doubles = 512 KiB, a quarter of the L2 cache.
-BLOCK_ELEMENTS = 2**16
+#: Doubles held at once per block of systems (tokens, weights, sums, keys, output): 2^17 = 1 MiB,
+#: half the L2 cache of the development machine.
+BLOCK_ELEMENTS = 2**17
 
 #: Largest token count the fused kernels take (one system's weights fill a block): beyond it
 #: :func:`meanfield.interaction.pair_sums`' row blocks take over.
@@ -49,17 +52,25 @@ _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 
 @numba.njit(cache=True, fastmath=_FAST)
-def _normalize_into(x, out):
-    """``out[..., :d] = x / |x|`` (``out`` may have one more column, left alone)."""
+def _prepare_into(x, normalize, beta, extended, keys):
+    r"""``extended[..., :d] = u`` and ``keys = \beta u^T`` per system, ``u = x / |x|`` or ``x``.
+
+    One pass writes both operands of the logits' product: numpy's strided copy of the
+    transposed keys alone cost more than the product at d = 32.
+    """
     b, n, d = x.shape
     for s in range(b):
         for i in range(n):
-            norm = 0.0
+            scale = 1.0
+            if normalize:
+                norm = 0.0
+                for c in range(d):
+                    norm += x[s, i, c] * x[s, i, c]
+                scale = 1.0 / np.sqrt(norm)
             for c in range(d):
-                norm += x[s, i, c] * x[s, i, c]
-            scale = 1.0 / np.sqrt(norm)
-            for c in range(d):
-                out[s, i, c] = x[s, i, c] * scale
+                u = x[s, i, c] * scale
+                extended[s, i, c] = u
+                keys[s, c, i] = beta * u
 
 
 @numba.njit(cache=True, fastmath=_FAST)
@@ -95,12 +106,12 @@ def _add_head(sums, normalized, values, first, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST)
-def _scale_sums(sums, normalized, value, out):
-    r"""``out_i = c S_i / Z_i`` (the zonal case, ``V = c I``)."""
+def _scale_sums(sums, weight, denominator, out):
+    r"""``out_i = w S_i / Z_i``: ``S = sums[..., :d]``, ``Z`` its last column or ``denominator`` if nonzero."""
     b, n, d = out.shape
     for s in range(b):
         for i in range(n):
-            scale = value / (sums[s, i, d] if normalized else n)
+            scale = weight / (sums[s, i, d] if denominator == 0.0 else denominator)
             for c in range(d):
                 out[s, i, c] = sums[s, i, c] * scale
 
@@ -119,22 +130,26 @@ def _project_into(x, a, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST)
-def _step_into(x, a, h, project, noise, noise_scale, out):
+def _step_into(x, sums, weight, denominator, h, project, noise, noise_scale, out):
     r"""``out = (x + h v + \sigma P_x \xi) / |.|`` with ``v = P_x a`` (``project``) or ``a``; ``x`` unit.
 
-    ``noise`` of shape ``(0, 0, 0)`` stands for no noise. ``x`` may carry more columns than
-    ``a`` (the ``[x, 1]`` work array): only the first ``d`` are read. Pass the whole array, not
-    a view of its first columns: numba vectorizes contiguous arrays only (the view made this
-    pass 2.5x slower at d = 32).
+    ``a_i = w S_i / Z_i`` as in :func:`_scale_sums` (``w = 1``, ``denominator = 1`` for a
+    finished attention output ``sums``): the scaling is done here rather than in a pass of its
+    own. ``noise`` of shape ``(0, 0, 0)`` stands for no noise. ``x`` and ``sums`` may carry
+    more columns than ``out`` (the ``[x, 1]`` work array and the sums with their
+    denominators): only the first ``d`` are read. Pass whole arrays, not views of their first
+    columns: numba vectorizes contiguous arrays only (a view made this pass 2.5x slower at
+    d = 32). ``out`` may be ``sums``.
     """
-    b, n, d = a.shape
+    b, n, d = out.shape
     noisy = noise.shape[0] > 0
     for s in range(b):
         for i in range(n):
+            scale = weight / (sums[s, i, d] if denominator == 0.0 else denominator)
             radial = 0.0
             radial_noise = 0.0
             for c in range(d):
-                radial += x[s, i, c] * a[s, i, c]
+                radial += x[s, i, c] * (sums[s, i, c] * scale)
             if noisy:
                 for c in range(d):
                     radial_noise += x[s, i, c] * noise[s, i, c]
@@ -142,14 +157,14 @@ def _step_into(x, a, h, project, noise, noise_scale, out):
                 radial = 0.0
             norm = 0.0
             for c in range(d):
-                y = x[s, i, c] + h * (a[s, i, c] - radial * x[s, i, c])
+                y = x[s, i, c] + h * (sums[s, i, c] * scale - radial * x[s, i, c])
                 if noisy:
                     y += noise_scale * (noise[s, i, c] - radial_noise * x[s, i, c])
                 out[s, i, c] = y
                 norm += y * y
-            scale = 1.0 / np.sqrt(norm)
+            inverse = 1.0 / np.sqrt(norm)
             for c in range(d):
-                out[s, i, c] *= scale
+                out[s, i, c] *= inverse
 
 
 class FusedAttention:
@@ -175,62 +190,59 @@ class FusedAttention:
             self.value = float(model.value)
         else:
             self.mixed, self.values = _general_matrices(model)
-        self._extended_work: np.ndarray | None = None  # [x, 1], kept for the run (see _extended)
+        self._work: tuple[np.ndarray, ...] | None = None  # kept for the run: see _work_arrays
 
     name = "fused"
     normalize = staticmethod(normalize)
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         """:math:`a_i` at ``x / |x|``, shape ``(b, n, d)``."""
-        return self._attention(self._extended(x, normalize=True))
+        return self._run(x, normalize=True)
 
     def drift(self, x: np.ndarray) -> np.ndarray:
         """:math:`P_{x_i} a_i` at ``x / |x|``: the velocity, extended off the sphere."""
-        extended = self._extended(x, normalize=True)
-        a = self._attention(extended)
-        _project_into(extended, a, a)
-        return a
+        return self._run(x, normalize=True, project=True)
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
              noise_scale: float = 0.0) -> np.ndarray:
         r"""One step from unit vectors ``x``: :math:`(x + h v + \sigma P_x\xi)/|\cdot|`, :math:`v = P_x a` or :math:`a`."""
-        extended = self._extended(x, normalize=False)
-        a = self._attention(extended)
-        _step_into(extended, a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
-        return a
+        return self._run(x, normalize=False, project=project,
+                         step=(h, _NO_NOISE if noise is None else noise, noise_scale))
 
-    def _extended(self, x: np.ndarray, *, normalize: bool) -> np.ndarray:
-        """``[x, 1]``, shape ``(b, n, d + 1)``: one product with it gives sums and denominators.
+    def _work_arrays(self, block: int, n: int, d: int) -> tuple[np.ndarray, ...]:
+        """Per block: ``[x, 1]`` ``(block, n, d + 1)``, ``beta x^T`` ``(block, d, n)``, logits, sums.
 
-        The array is kept from step to step (an instance serves one run, in one thread): a
-        fresh one freed at every step, together with the previous state, pushed glibc's heap
-        over its trim threshold at d = 32, and each step page-faulted both back.
+        Kept from step to step (an instance serves one run, in one thread): fresh ones freed
+        at every step, together with the previous state, pushed glibc's heap over its trim
+        threshold at d = 32, and each step page-faulted them back.
         """
-        shape = x.shape[:-1] + (x.shape[-1] + 1,)
-        extended = self._extended_work
-        if extended is None or extended.shape != shape:
-            extended = self._extended_work = np.ones(shape)
-        if normalize:
-            _normalize_into(np.ascontiguousarray(x, dtype=float), extended)
-        else:
-            extended[..., :-1] = x
-        return extended
+        shapes = ((block, n, d + 1), (block, d, n), (block, n, n), (block, n, d + 1))
+        if self._work is None or [w.shape for w in self._work] != list(shapes):
+            self._work = tuple(np.empty(shape) for shape in shapes)
+            self._work[0][..., -1] = 1.0
+        return self._work
 
-    def _attention(self, extended: np.ndarray) -> np.ndarray:
-        b, n, d1 = extended.shape
-        out = np.empty((b, n, d1 - 1))
+    def _run(self, x: np.ndarray, *, normalize: bool, project: bool = False, step: tuple | None = None):
+        """The attention output (projected with ``project``), or with ``step = (h, noise, noise_scale)``
+        the next positions.
+
+        Each block of systems goes through all passes while its arrays are in the L2 cache:
+        ``[x, 1]`` and ``beta x^T`` (:func:`_prepare_into`), the logits, their exponentials,
+        the sums, and the output or the step (:func:`_step_into`).
+        """
+        x = np.ascontiguousarray(x, dtype=float)
+        b, n, d = x.shape
+        out = np.empty((b, n, d))
         heads = 1 if self.zonal else self.mixed.shape[0]
-        block = max(1, BLOCK_ELEMENTS // (n * n))
-        logits = np.empty((min(b, block), n, n))
-        sums = np.empty((min(b, block), n, d1))
-        keys = np.empty((min(b, block), d1 - 1, n))
+        weight, denominator = (self.value, 0.0 if self.normalized else float(n)) if self.zonal else (1.0, 1.0)
+        block = max(1, min(b, BLOCK_ELEMENTS // (n * n + 5 * n * d)))
+        extended, keys, logits, sums = self._work_arrays(block, n, d)
         for start in range(0, b, block):
             stop = min(b, start + block)
-            ext, unit = extended[start:stop], extended[start:stop, :, :-1]
-            g, total, keys_t = logits[: stop - start], sums[: stop - start], keys[: stop - start]
-            # numpy's batched matmul takes BLAS only with a contiguous second operand;
-            # beta rides along with the copy, so that the product is the logits.
-            np.multiply(np.swapaxes(unit, -1, -2), self.beta, out=keys_t)
+            size = stop - start
+            ext, keys_t, g, total, result = extended[:size], keys[:size], logits[:size], sums[:size], out[start:stop]
+            _prepare_into(x[start:stop], normalize, self.beta, ext, keys_t)
+            unit = ext[..., :-1]
             for head in range(heads):
                 queries = unit if self.zonal else unit @ self.mixed[head]
                 np.matmul(queries, keys_t, out=g)
@@ -238,10 +250,16 @@ class FusedAttention:
                     _exponents(g, self.normalized and not self.zonal, self.shift)
                 np.exp(g, out=g)
                 np.matmul(g, ext, out=total)
-                if self.zonal:
-                    _scale_sums(total, self.normalized, self.value, out[start:stop])
-                else:
-                    _add_head(total, self.normalized, self.values[head], head == 0, out[start:stop])
+                if not self.zonal:
+                    _add_head(total, self.normalized, self.values[head], head == 0, result)
+                elif step is None:
+                    _scale_sums(total, weight, denominator, result)
+            if step is not None:
+                h, noise, noise_scale = step
+                _step_into(ext, total if self.zonal else result, weight, denominator, h, project,
+                           noise[start:stop] if noise.shape[0] else noise, noise_scale, result)
+            elif project:
+                _project_into(ext, result, result)
         return out
 
 
@@ -281,7 +299,7 @@ class OutputKernel:
              noise_scale: float = 0.0) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=float)
         a = self._attention(x)
-        _step_into(x, a, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
+        _step_into(x, a, 1.0, 1.0, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
         return a
 
     def _attention(self, unit: np.ndarray) -> np.ndarray:

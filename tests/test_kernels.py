@@ -150,4 +150,5 @@ def test_fused_kernel_keeps_no_state_between_calls():
     results = [kept.step(small, 0.1, project=True), kept.drift(2.0 * large), kept.attention_output(small)]
     for got, expected in zip(results, fresh):
         np.testing.assert_array_equal(got, expected)
-    assert not any(np.shares_memory(r, kept._extended_work) for r in results)
+    assert not any(np.shares_memory(r, work) for work in kept._work
+               for r in results)
