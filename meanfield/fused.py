@@ -2,19 +2,23 @@ r"""Fused kernels for the self-attention velocity and step of many small systems
 
 One step of ``b`` systems of ``n`` tokens in ``R^d`` runs over blocks of systems whose
 arrays (tokens, weights, sums, output) fit in half the L2 cache (:data:`BLOCK_ELEMENTS`),
-each block in five passes that never leave the cache:
+each block through all its passes while it is in the cache:
 
-1. ``[x, 1]`` and the transposed keys :math:`\beta x^T` in one numba pass (numpy's strided
+1. ``[u, 1]`` and the transposed keys :math:`\beta u^T` in one numba pass (numpy's strided
    copy of the transpose cost more than the product it feeds at d = 32),
-2. the logits :math:`\beta\langle Q_h x_i, K_h x_j\rangle` as one batched matrix product
-   (per-system BLAS; :math:`\langle Q_h x_i, K_h x_j\rangle = (x_i M_h)\cdot x_j` with
-   :math:`M_h = Q_h^T K_h` formed once),
-3. shift in a numba pass where needed, then numpy's vectorized ``exp`` in place (numba's
-   scalar ``exp`` costs five times more, and the exponentials are the floor of the step),
-4. one batched product of the weights with ``[x, 1]``, which gives the weighted sums and,
-   in its last column, the softmax denominators,
+2. the logits :math:`\beta\langle Q_h u_i, K_h u_j\rangle` (:math:`(u_i M_h)\cdot u_j`
+   with :math:`M_h = Q_h^T K_h` formed once), shifted where needed,
+3. numpy's vectorized ``exp`` in place (numba's scalar ``exp`` costs five times more, and
+   the exponentials are the floor of the step),
+4. the product of the weights with ``[u, 1]``, which gives the weighted sums and, in its
+   last column, the softmax denominators,
 5. division, the value matrix, the tangent projection, the residual step, the noise and the
-   normalization in one numba pass over the tokens.
+   normalization in one numba pass over the tokens (:func:`_finish_rows`).
+
+The products are BLAS calls per system: numpy's batched ``matmul`` up to
+:data:`SMALL_DIMENSION` and for general matrices; above it, for zonal models, a numba loop
+over the systems that calls BLAS itself and does passes 1-2 and 4-5 of a system back to
+back (two calls per block instead of six, the sums of a system never leave the L1 cache).
 
 Every intermediate of the numpy path that was an extra pass over memory (``normalize`` of
 points already on the sphere, ``project_tangent``, ``concatenate``, ``zeros_like``) is gone.
@@ -51,26 +55,129 @@ UNSHIFTED_BETA = EXP_OVERFLOW - 100.0
 _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 
-@numba.njit(cache=True, fastmath=_FAST)
-def _prepare_into(x, normalize, beta, extended, keys):
-    r"""``extended[..., :d] = u`` and ``keys = \beta u^T`` per system, ``u = x / |x|`` or ``x``.
+#: Up to this dimension the zonal kernel takes numpy's batched products (one call per block,
+#: less overhead per system at small sizes); above it a numba loop over the systems calls
+#: BLAS itself and finishes each system in the L1 cache (measured at n = 32: the batched
+#: products are faster at d = 8 and 12, the loop from d = 16 on, 15 % at d = 24 and 32).
+SMALL_DIMENSION = 12
 
-    One pass writes both operands of the logits' product: numpy's strided copy of the
-    transposed keys alone cost more than the product at d = 32.
+_NO_NOISE = np.empty((1, 0, 0))  # "no noise": one system of no tokens
+
+# Passes of one system's rows (:func:`_finish_rows`): the attention output, the velocity, a step.
+OUTPUT, VELOCITY, STEP = 0, 1, 2
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _prepare_system(tokens, normalize, beta, ext, keys):
+    r"""``ext = [u, 1]`` (``n x (d + 1)``) and ``keys[:d] = \beta u^T``, ``u = x / |x|`` or ``x``.
+
+    The transpose is written contiguously in a loop of its own (3x faster at d = 32 than one
+    loop writing both; numpy's strided copy cost more than the product it feeds).
     """
-    b, n, d = x.shape
-    for s in range(b):
-        for i in range(n):
-            scale = 1.0
-            if normalize:
-                norm = 0.0
-                for c in range(d):
-                    norm += x[s, i, c] * x[s, i, c]
-                scale = 1.0 / np.sqrt(norm)
+    n, d = tokens.shape
+    for i in range(n):
+        scale = 1.0
+        if normalize:
+            norm = 0.0
             for c in range(d):
-                u = x[s, i, c] * scale
-                extended[s, i, c] = u
-                keys[s, c, i] = beta * u
+                norm += tokens[i, c] * tokens[i, c]
+            scale = 1.0 / np.sqrt(norm)
+        for c in range(d):
+            ext[i, c] = tokens[i, c] * scale
+    for c in range(d):
+        for i in range(n):
+            keys[c, i] = beta * ext[i, c]
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _zonal_logits(x, start, normalize, beta, shift, extended, keys, logits):
+    r"""For the systems ``x[start:start + len(logits)]``: prepare them (:func:`_prepare_system`)
+    and write :math:`\beta\langle u_i, u_j\rangle - m` into ``logits``."""
+    size, n, _ = logits.shape
+    for s in range(size):
+        ext, g = extended[s], logits[s]
+        _prepare_system(x[start + s], normalize, beta, ext, keys[s])
+        np.dot(ext, keys[s], g)  # the last row of the keys is zero: the 1 of [u, 1] adds nothing
+        if shift != 0.0:
+            for i in range(n):
+                for j in range(n):
+                    g[i, j] -= shift
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _zonal_finish(weights, extended, start, weight, denominator, mode, h, project, noise, noise_scale, sums,
+                  out):
+    """Per system: ``S = W [u, 1]`` into the scratch ``sums`` (``n x (d + 1)``), then its rows
+    (:func:`_finish_rows`) into ``out[start + s]``."""
+    for s in range(weights.shape[0]):
+        np.dot(weights[s], extended[s], sums[0])
+        _finish_rows(extended, s, sums, 0, weight, denominator, mode, h, project, noise, start + s, noise_scale, out,
+                     start + s)
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _finish_rows(x, xs, sums, ss, weight, denominator, mode, h, project, noise, ns, noise_scale, out, os):
+    r"""The rows of one system from its sums: ``a_i = w S_i / Z_i`` (``S = sums[ss, :, :d]``,
+    ``Z`` the last column, or ``denominator`` if nonzero), then per ``mode``: ``out[os] = a``
+    (OUTPUT), :math:`P_x a` (VELOCITY), or the step :math:`(x + h v + \sigma P_x \xi)/|\cdot|`
+    with ``v = P_x a`` (``project``) or ``a`` (STEP), ``x = x[xs]`` unit.
+
+    ``x`` and ``sums`` may carry more columns than ``out`` (``[x, 1]``, the sums with their
+    denominators): only the first ``d`` are read. ``noise[ns]`` is the system's noise; ``noise``
+    of no tokens stands for none. ``out`` may be ``sums``. Systems are indices into 3-d arrays,
+    not 2-d views: the views made this pass 30 % slower at d = 2.
+    """
+    _, n, d = out.shape
+    # one loop per mode: a branch on the mode inside the loop made the step pass 30 % slower
+    if mode == OUTPUT:
+        for i in range(n):
+            scale = weight / (sums[ss, i, d] if denominator == 0.0 else denominator)
+            for c in range(d):
+                out[os, i, c] = sums[ss, i, c] * scale
+    elif mode == VELOCITY:
+        for i in range(n):
+            scale = weight / (sums[ss, i, d] if denominator == 0.0 else denominator)
+            radial = 0.0
+            for c in range(d):
+                radial += x[xs, i, c] * (sums[ss, i, c] * scale)
+            for c in range(d):
+                out[os, i, c] = sums[ss, i, c] * scale - radial * x[xs, i, c]
+    else:
+        noisy = noise.shape[1] > 0
+        for i in range(n):
+            scale = weight / (sums[ss, i, d] if denominator == 0.0 else denominator)
+            radial = 0.0
+            if project:
+                for c in range(d):
+                    radial += x[xs, i, c] * (sums[ss, i, c] * scale)
+            radial_noise = 0.0
+            if noisy:
+                for c in range(d):
+                    radial_noise += x[xs, i, c] * noise[ns, i, c]
+            norm = 0.0
+            for c in range(d):
+                y = x[xs, i, c] + h * (sums[ss, i, c] * scale - radial * x[xs, i, c])
+                if noisy:
+                    y += noise_scale * (noise[ns, i, c] - radial_noise * x[xs, i, c])
+                out[os, i, c] = y
+                norm += y * y
+            inverse = 1.0 / np.sqrt(norm)
+            for c in range(d):
+                out[os, i, c] *= inverse
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise_scale, out):
+    """:func:`_finish_rows` for every system of ``(b, n, .)`` arrays (``noise`` as ``x``)."""
+    for s in range(out.shape[0]):
+        _finish_rows(x, s, sums, s, weight, denominator, mode, h, project, noise, s, noise_scale, out, s)
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _prepare_into(x, start, normalize, beta, extended, keys):
+    """:func:`_prepare_system` for the systems ``x[start:start + len(extended)]``."""
+    for s in range(extended.shape[0]):
+        _prepare_system(x[start + s], normalize, beta, extended[s], keys[s])
 
 
 @numba.njit(cache=True, fastmath=_FAST)
@@ -105,68 +212,6 @@ def _add_head(sums, normalized, values, first, out):
                 out[s, i, c] = acc if first else out[s, i, c] + acc
 
 
-@numba.njit(cache=True, fastmath=_FAST)
-def _scale_sums(sums, weight, denominator, out):
-    r"""``out_i = w S_i / Z_i``: ``S = sums[..., :d]``, ``Z`` its last column or ``denominator`` if nonzero."""
-    b, n, d = out.shape
-    for s in range(b):
-        for i in range(n):
-            scale = weight / (sums[s, i, d] if denominator == 0.0 else denominator)
-            for c in range(d):
-                out[s, i, c] = sums[s, i, c] * scale
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _project_into(x, a, out):
-    """``out = P_x a`` for unit ``x`` (its first ``d`` columns: see :func:`_step_into`)."""
-    b, n, d = a.shape
-    for s in range(b):
-        for i in range(n):
-            radial = 0.0
-            for c in range(d):
-                radial += x[s, i, c] * a[s, i, c]
-            for c in range(d):
-                out[s, i, c] = a[s, i, c] - radial * x[s, i, c]
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _step_into(x, sums, weight, denominator, h, project, noise, noise_scale, out):
-    r"""``out = (x + h v + \sigma P_x \xi) / |.|`` with ``v = P_x a`` (``project``) or ``a``; ``x`` unit.
-
-    ``a_i = w S_i / Z_i`` as in :func:`_scale_sums` (``w = 1``, ``denominator = 1`` for a
-    finished attention output ``sums``): the scaling is done here rather than in a pass of its
-    own. ``noise`` of shape ``(0, 0, 0)`` stands for no noise. ``x`` and ``sums`` may carry
-    more columns than ``out`` (the ``[x, 1]`` work array and the sums with their
-    denominators): only the first ``d`` are read. Pass whole arrays, not views of their first
-    columns: numba vectorizes contiguous arrays only (a view made this pass 2.5x slower at
-    d = 32). ``out`` may be ``sums``.
-    """
-    b, n, d = out.shape
-    noisy = noise.shape[0] > 0
-    for s in range(b):
-        for i in range(n):
-            scale = weight / (sums[s, i, d] if denominator == 0.0 else denominator)
-            radial = 0.0
-            radial_noise = 0.0
-            for c in range(d):
-                radial += x[s, i, c] * (sums[s, i, c] * scale)
-            if noisy:
-                for c in range(d):
-                    radial_noise += x[s, i, c] * noise[s, i, c]
-            if not project:
-                radial = 0.0
-            norm = 0.0
-            for c in range(d):
-                y = x[s, i, c] + h * (sums[s, i, c] * scale - radial * x[s, i, c])
-                if noisy:
-                    y += noise_scale * (noise[s, i, c] - radial_noise * x[s, i, c])
-                out[s, i, c] = y
-                norm += y * y
-            inverse = 1.0 / np.sqrt(norm)
-            for c in range(d):
-                out[s, i, c] *= inverse
-
-
 class FusedAttention:
     r"""The attention output, drift and Euler/layer step of a :class:`SelfAttention` on ``(b, n, d)`` arrays.
 
@@ -197,69 +242,63 @@ class FusedAttention:
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         """:math:`a_i` at ``x / |x|``, shape ``(b, n, d)``."""
-        return self._run(x, normalize=True)
+        return self._run(x, OUTPUT, normalize=True)
 
     def drift(self, x: np.ndarray) -> np.ndarray:
         """:math:`P_{x_i} a_i` at ``x / |x|``: the velocity, extended off the sphere."""
-        return self._run(x, normalize=True, project=True)
+        return self._run(x, VELOCITY, normalize=True)
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
              noise_scale: float = 0.0) -> np.ndarray:
         r"""One step from unit vectors ``x``: :math:`(x + h v + \sigma P_x\xi)/|\cdot|`, :math:`v = P_x a` or :math:`a`."""
-        return self._run(x, normalize=False, project=project,
-                         step=(h, _NO_NOISE if noise is None else noise, noise_scale))
+        return self._run(x, STEP, normalize=False, h=h, project=project,
+                         noise=_NO_NOISE if noise is None else noise, noise_scale=noise_scale)
 
     def _work_arrays(self, block: int, n: int, d: int) -> tuple[np.ndarray, ...]:
-        """Per block: ``[x, 1]`` ``(block, n, d + 1)``, ``beta x^T`` ``(block, d, n)``, logits, sums.
+        """Per block: ``[u, 1]``, ``beta u^T`` with a zero last row, logits, sums.
 
         Kept from step to step (an instance serves one run, in one thread): fresh ones freed
         at every step, together with the previous state, pushed glibc's heap over its trim
         threshold at d = 32, and each step page-faulted them back.
         """
-        shapes = ((block, n, d + 1), (block, d, n), (block, n, n), (block, n, d + 1))
+        shapes = ((block, n, d + 1), (block, d + 1, n), (block, n, n), (block, n, d + 1))
         if self._work is None or [w.shape for w in self._work] != list(shapes):
-            self._work = tuple(np.empty(shape) for shape in shapes)
+            self._work = tuple(np.zeros(shape) for shape in shapes)
             self._work[0][..., -1] = 1.0
         return self._work
 
-    def _run(self, x: np.ndarray, *, normalize: bool, project: bool = False, step: tuple | None = None):
-        """The attention output (projected with ``project``), or with ``step = (h, noise, noise_scale)``
-        the next positions.
-
-        Each block of systems goes through all passes while its arrays are in the L2 cache:
-        ``[x, 1]`` and ``beta x^T`` (:func:`_prepare_into`), the logits, their exponentials,
-        the sums, and the output or the step (:func:`_step_into`).
-        """
+    def _run(self, x: np.ndarray, mode: int, *, normalize: bool, h: float = 0.0, project: bool = True,
+             noise: np.ndarray = _NO_NOISE, noise_scale: float = 0.0) -> np.ndarray:
+        """The attention output, the velocity or the next positions (``mode``), block by block:
+        each block of systems goes through all passes while its arrays are in the L2 cache."""
         x = np.ascontiguousarray(x, dtype=float)
         b, n, d = x.shape
         out = np.empty((b, n, d))
-        heads = 1 if self.zonal else self.mixed.shape[0]
-        weight, denominator = (self.value, 0.0 if self.normalized else float(n)) if self.zonal else (1.0, 1.0)
         block = max(1, min(b, BLOCK_ELEMENTS // (n * n + 5 * n * d)))
         extended, keys, logits, sums = self._work_arrays(block, n, d)
+        weight, denominator = (self.value, 0.0 if self.normalized else float(n)) if self.zonal else (1.0, 1.0)
         for start in range(0, b, block):
-            stop = min(b, start + block)
-            size = stop - start
-            ext, keys_t, g, total, result = extended[:size], keys[:size], logits[:size], sums[:size], out[start:stop]
-            _prepare_into(x[start:stop], normalize, self.beta, ext, keys_t)
-            unit = ext[..., :-1]
-            for head in range(heads):
-                queries = unit if self.zonal else unit @ self.mixed[head]
-                np.matmul(queries, keys_t, out=g)
+            size = min(block, b - start)
+            g = logits[:size]
+            if self.zonal and d > SMALL_DIMENSION:
+                _zonal_logits(x, start, normalize, self.beta, self.shift if self.shifted else 0.0, extended, keys, g)
+                np.exp(g, out=g)
+                _zonal_finish(g, extended, start, weight, denominator, mode, h, project, noise, noise_scale,
+                              sums, out)
+                continue
+            ext, unit, keys_t = extended[:size], extended[:size, :, :-1], keys[:size, :-1]
+            _prepare_into(x, start, normalize, self.beta, ext, keys[:size])
+            total, result = sums[:size], out[start:start + size]
+            for head in range(1 if self.zonal else self.mixed.shape[0]):
+                np.matmul(unit if self.zonal else unit @ self.mixed[head], keys_t, out=g)
                 if self.shifted:
                     _exponents(g, self.normalized and not self.zonal, self.shift)
                 np.exp(g, out=g)
                 np.matmul(g, ext, out=total)
                 if not self.zonal:
                     _add_head(total, self.normalized, self.values[head], head == 0, result)
-                elif step is None:
-                    _scale_sums(total, weight, denominator, result)
-            if step is not None:
-                h, noise, noise_scale = step
-                _step_into(ext, total if self.zonal else result, weight, denominator, h, project,
-                           noise[start:stop] if noise.shape[0] else noise, noise_scale, result)
-            elif project:
-                _project_into(ext, result, result)
+            _finish_systems(ext, total if self.zonal else result, weight, denominator, mode, h, project,
+                            noise[start:start + size] if noise.shape[1] else noise, noise_scale, result)
         return out
 
 
@@ -272,8 +311,6 @@ def _general_matrices(model) -> tuple[np.ndarray, np.ndarray]:
         values.append(v * eye if np.ndim(v) == 0 else v)
     return np.ascontiguousarray(mixed, dtype=float), np.ascontiguousarray(values, dtype=float)
 
-
-_NO_NOISE = np.empty((0, 0, 0))
 
 
 class OutputKernel:
@@ -292,14 +329,14 @@ class OutputKernel:
     def drift(self, x: np.ndarray) -> np.ndarray:
         unit = np.ascontiguousarray(normalize(x)).reshape((-1,) + x.shape[-2:])
         a = self._attention(unit)
-        _project_into(unit, a, a)
+        _finish_systems(unit, a, 1.0, 1.0, VELOCITY, 0.0, True, _NO_NOISE, 0.0, a)
         return a.reshape(x.shape)
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
              noise_scale: float = 0.0) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=float)
         a = self._attention(x)
-        _step_into(x, a, 1.0, 1.0, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
+        _finish_systems(x, a, 1.0, 1.0, STEP, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
         return a
 
     def _attention(self, unit: np.ndarray) -> np.ndarray:
