@@ -55,14 +55,19 @@ def is_numpy(x: object) -> bool:
     return isinstance(x, np.ndarray)
 
 
-def select_kernel(model, x, kernel: str = "auto"):
+def select_kernel(model, x, kernel: str = "auto", betas=None):
     """The kernel for ``model`` on arrays like ``x``: ``kernel`` is ``"auto"``, ``"fused"`` or ``"numpy"``.
 
     Arrays of another namespace take the array API path whatever ``kernel`` says, unless it
-    names a numpy-only kernel, which is then an error.
+    names a numpy-only kernel, which is then an error. So do runs with per-system ``betas``
+    (checked by :func:`check_betas`), numpy arrays included.
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if betas is not None:
+        if kernel != "auto":
+            raise ValueError(f"betas run on the array API kernel: pass kernel='auto', got {kernel!r}")
+        return ArrayAPIKernel(model, x, check_betas(model, betas, x.shape[0]))
     if getattr(model, "causal", False):
         return _causal_kernel(model, x, kernel)
     external = getattr(model, "external", None)
@@ -92,6 +97,23 @@ def _attention_kernel(model, x, kernel: str):
     if kernel == "auto" and fused is not None and x.shape[-2] <= _max_fused_tokens():
         return fused
     return NumpyKernel(model)
+
+
+def check_betas(model, betas, systems: int) -> np.ndarray:
+    """Per-system inverse temperatures for ``model``: shape ``(systems,)``, each a valid ``model.beta``."""
+    from .models import SelfAttention
+    if not isinstance(model, SelfAttention) or getattr(model, "external", None) is not None:
+        raise ValueError(f"betas (one beta per system) take a SelfAttention model without external field, "
+                         f"got {model!r}")
+    values = np.asarray(to_numpy(betas), dtype=float)
+    if values.shape != (systems,):
+        raise ValueError(f"betas must have shape ({systems},), one per system of x0, got shape {values.shape}")
+    try:  # the model's own checks (range, USA overflow) at the extreme values
+        for beta in (values.min(), values.max()) if values.size else ():
+            dataclasses.replace(model, beta=float(beta))
+    except ValueError as error:
+        raise ValueError(f"betas: {error}") from None
+    return values
 
 
 def series_is_cheaper(n: int, harmonics: int) -> bool:
@@ -195,12 +217,15 @@ class ArrayAPIKernel:
     r""":class:`SelfAttention` in the namespace, and on the device, of the arrays it is given.
 
     Softmax rows are stabilised by their maximum (by :math:`\beta` with ``Q = K = I``), USA by
-    the model's own shift, as on the numpy path.
+    the model's own shift, as on the numpy path. ``betas`` (shape ``(systems,)``) gives each
+    system of the batch its own :math:`\beta` in place of the model's: a row of a phase
+    diagram is then one batch, which is what keeps a GPU busy (one step of 90 betas costs
+    about what one of a single beta costs there).
     """
 
     name = "array_api"
 
-    def __init__(self, model, like) -> None:
+    def __init__(self, model, like, betas=None) -> None:
         from array_api_compat import array_namespace, device
 
         from .models import SelfAttention
@@ -210,11 +235,12 @@ class ArrayAPIKernel:
         self.xp = xp = array_namespace(like)
         self.device = device(like)
         self.namespace = xp.__name__
-        self.beta = model.beta
         self.normalized = bool(model.normalized)
         self.identity = model.query is None and model.key is None
-        self.shift = model.beta if (self.normalized and self.identity) else (
-            0.0 if self.normalized or not model.time_rescaled else model.beta * model._bound)
+        # A Python float, or one value per system broadcast over its (n, n) logits.
+        self.beta = model.beta if betas is None else self._array(np.asarray(betas, dtype=float)[:, None, None])
+        self.shift = self.beta if (self.normalized and self.identity) else (
+            0.0 if self.normalized or not model.time_rescaled else self.beta * model._bound)
         self.heads = []
         for q, k, v in model._head_matrices():
             mixed = None
@@ -252,21 +278,30 @@ class ArrayAPIKernel:
         xp = self.xp
         b, n, _ = unit.shape
         block = max(1, ARRAY_API_BLOCK_ELEMENTS // (n * n))
-        parts = [self._attention_block(unit[start:min(b, start + block), ...]) for start in range(0, b, block)]
+        parts = []
+        for start in range(0, b, block):
+            systems = slice(start, min(b, start + block))
+            parts.append(self._attention_block(unit[systems, ...], self._of(self.beta, systems),
+                                               self._of(self.shift, systems)))
         return parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
 
-    def _attention_block(self, unit):
+    @staticmethod
+    def _of(value, systems: slice):
+        """A per-system ``value``'s entries for ``systems`` (a float as is)."""
+        return value if isinstance(value, float) else value[systems, ...]
+
+    def _attention_block(self, unit, beta, shift):
         xp = self.xp
         n = unit.shape[-2]
         keys = xp.matrix_transpose(unit)
         total = None
         for mixed, value in self.heads:
             queries = unit if mixed is None else unit @ mixed
-            logits = self.beta * (queries @ keys)
+            logits = beta * (queries @ keys)
             if self.normalized and not self.identity:
                 logits = logits - xp.max(logits, axis=-1, keepdims=True)
-            elif self.shift:
-                logits = logits - self.shift
+            elif not isinstance(shift, float) or shift:
+                logits = logits - shift
             weights = xp.exp(logits)
             sums = weights @ unit
             mean = sums / (xp.sum(weights, axis=-1, keepdims=True) if self.normalized else float(n))

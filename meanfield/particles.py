@@ -161,7 +161,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
 def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object], *,
                       method: str | None = None, dt: float | None = None,
                       rng: int | np.random.Generator | None = None, kernel: str = "auto",
-                      invariant: bool = False) -> list:
+                      invariant: bool = False, betas=None) -> list:
     """Run a fixed-step scheme like :func:`simulate_particles` and return ``[observe(x(t)) for t in times]``.
 
     ``observe`` receives the particles, shape ``(n, d)`` or ``(systems, n, d)``, at each
@@ -171,13 +171,22 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     through their inner products within a system: under the span reduction it then receives
     them in the span's coordinates (``n`` components instead of ``d``), which saves mapping
     every frame back.
+
+    ``betas`` (shape ``(systems,)``, for :class:`SelfAttention` without external field) gives
+    each system its own inverse temperature in place of ``model.beta``: the systems of a
+    whole row of a phase diagram in one batch, on the array API kernel (any namespace, numpy
+    included), which is how a GPU is kept busy. System ``s`` then follows the run of
+    ``dataclasses.replace(model, beta=betas[s])`` to round-off (noise, if any, is drawn for
+    the whole batch).
     """
     x0 = _checked_initial(model, x0)
     method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
     times = check_times(times)
     bar = time_progress(times[0], times[-1], False, "particles")
+    if betas is not None and x0.ndim != 3:
+        raise ValueError(f"betas take a batch x0 of shape (systems, n, d), got shape {tuple(x0.shape)}")
     observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
-                                            invariant=invariant)
+                                            invariant=invariant, betas=betas)
     return observations
 
 
@@ -228,7 +237,7 @@ def _span_reduces(model, x, method: str) -> bool:
 
 
 def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings, kernel="auto", *,
-                          invariant=False):
+                          invariant=False, betas=None):
     dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
     # Each output interval is split into equal steps no larger than dt: record the step taken.
     largest = max(((t1 - t0) / _steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
@@ -239,7 +248,7 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
     if span is not None:
         x = span.reduce(x)
         settings.update(span_dimension=x.shape[-1])
-    engine = select_kernel(model, x, kernel)
+    engine = select_kernel(model, x, kernel, betas)
     settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
 
     def emit(y):

@@ -134,6 +134,56 @@ def test_array_api_observer_receives_the_namespace_arrays():
     assert all(kind.startswith("array_api_strict") for kind in kinds)
 
 
+@pytest.mark.parametrize("name", ["SA", "USA", "USA time-rescaled", "repulsive", "general Q K V, two heads"])
+@pytest.mark.parametrize("method", ["euler", "layer", "rk4"])
+@pytest.mark.parametrize("namespace", ["numpy", "array_api_strict"])
+def test_per_system_betas_follow_each_beta_own_run(name, method, namespace, monkeypatch):
+    """One batch with a beta per system = the fused runs of each beta, to 1e-12 after 100 steps,
+    also when the batch spans several blocks of the array API path (its per-system slices)."""
+    import meanfield.kernels as kernels
+    model = mf.SelfAttention(**MODELS[name])
+    betas = np.array([0.0, 0.7, model.beta, 5.0])
+    x0 = mf.sample_uniform(9, 3, 11, batch=3)
+    batch = np.concatenate([x0] * len(betas))
+    times = [0.0, 0.5, 1.0]
+    expected = np.concatenate([mf.simulate_particles(mf.SelfAttention(**{**MODELS[name], "beta": beta}), x0, times,
+                                                     method=method, dt=0.01, kernel="fused").x.values
+                               for beta in betas])
+    monkeypatch.setattr(kernels, "ARRAY_API_BLOCK_ELEMENTS", 5 * 81)  # blocks of 5 systems: slices cross betas
+    frames = mf.observe_particles(model, batch if namespace == "numpy" else strict(batch), times,
+                                  lambda x: np.array(kernels.to_numpy(x)), method=method, dt=0.01,
+                                  betas=np.repeat(betas, len(x0)))
+    got = np.stack(frames, axis=1)
+    assert np.abs(expected[:, -1] - expected[:, 0]).max() > 1e-2  # the runs moved
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+def test_per_system_betas_keep_the_noise_of_the_plain_run():
+    """All betas equal to the model's: the same numbers as the plain run, noise included."""
+    model = mf.SelfAttention(**MODELS["noisy SA"])
+    x0 = mf.sample_uniform(9, 3, 11, batch=4)
+    plain = mf.observe_particles(model, x0, [0.0, 1.0], np.copy, method="euler", dt=0.01, rng=5)
+    batched = mf.observe_particles(model, x0, [0.0, 1.0], np.copy, method="euler", dt=0.01, rng=5,
+                                   betas=np.full(4, model.beta))
+    np.testing.assert_allclose(batched[-1], plain[-1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("model, betas, x_shape, kernel, message", [
+    (mf.SelfAttention(1.0), [1.0, 2.0], (3, 4, 3), "auto", r"betas must have shape \(3,\)"),
+    (mf.SelfAttention(1.0), [1.0, -2.0, 1.0], (3, 4, 3), "auto", "betas: beta must be >= 0"),
+    (mf.SelfAttention(1.0), [1.0, np.nan, 1.0], (3, 4, 3), "auto", "betas: beta must be finite"),
+    (mf.SelfAttention(1.0, normalized=False), [1.0, 800.0, 1.0], (3, 4, 3), "auto", "betas: USA with beta=800"),
+    (mf.SelfAttention(1.0), [1.0, 2.0, 3.0], (3, 4, 3), "fused", "betas run on the array API kernel"),
+    (mf.SelfAttention(1.0), [1.0], (4, 3), "auto", r"betas take a batch x0 of shape \(systems, n, d\)"),
+    (mf.ZonalAggregation(np.exp, np.exp), [1.0, 2.0, 3.0], (3, 4, 3), "auto", "betas .* take a SelfAttention"),
+], ids=["wrong length", "negative", "nan", "USA overflow", "fused kernel", "single system", "zonal aggregation"])
+def test_bad_per_system_betas_are_refused(model, betas, x_shape, kernel, message):
+    x0 = mf.sample_uniform(x_shape[-2], 3, 0, batch=x_shape[0]) if len(x_shape) == 3 else mf.sample_uniform(4, 3, 0)
+    with pytest.raises(ValueError, match=message):
+        mf.observe_particles(model, x0, [0.0, 0.1], np.copy, method="euler", dt=0.1, kernel=kernel,
+                             betas=np.array(betas))
+
+
 def test_kernel_choice():
     x = mf.sample_uniform(8, 3, 0, batch=2)
     assert select_kernel(mf.SelfAttention(1.0), x).name == "fused"

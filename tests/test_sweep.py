@@ -221,13 +221,13 @@ def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeyp
 
     import validation.app.sweep as sweep_module
 
-    def fails_at_beta_4(task):
-        if task.config["model"]["beta"] == 4.0:
+    def fails_at_beta_4(tasks):
+        if any(task.config["model"]["beta"] == 4.0 for task in tasks):
             raise FloatingPointError("injected failure")
-        return chunk(task)
+        return chunks(tasks)
 
-    chunk = sweep_module._particle_chunk
-    monkeypatch.setattr(sweep_module, "_particle_chunk", fails_at_beta_4)
+    chunks = sweep_module._particle_chunks
+    monkeypatch.setattr(sweep_module, "_particle_chunks", fails_at_beta_4)
     sweep = load_sweep_config(particle_sweep(tmp_path))
     # Threads, not processes: the patched function is seen by the worker.
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
@@ -284,6 +284,41 @@ def test_a_sweep_on_another_array_library_is_refused_when_it_is_missing(tmp_path
     assert main(["sweep", str(particle_sweep(tmp_path, "other")), "--device", "cupy:0", "--quiet"]) == 2 or \
         pytest.importorskip("cupy")
     assert "--device = 'cupy:0': cupy is not installed" in capsys.readouterr().err
+
+
+def test_a_device_sweep_runs_each_row_of_betas_as_one_batch_with_the_numbers_of_its_points(tmp_path):
+    """array_api_strict stands in for a GPU library: the device path with a beta per system."""
+    from validation.app.sweep import plan_batches
+    path = particle_sweep(tmp_path)
+    path.write_text(path.read_text().replace("beta = [0.5, 4.0]", "beta = [0.5, 4.0, 9.0]").replace(
+        'file = "sweep.nc"', 'file = "sweep.nc"\ndevice = "array_api_strict"'))
+    sweep = load_sweep_config(path)
+    batches = plan_batches(plan_tasks(sweep))
+    assert sorted(len(batch) for batch in batches) == [3] * 6  # (d, chunk) rows of three betas
+    assert all(len({(task.index[1], task.chunk) for task in batch}) == 1 for batch in batches)
+    ds = run_sweep(sweep, workers=1, progress=False)
+    numpy_sweep = load_sweep_config(particle_sweep(tmp_path, "numpy"))
+    assert len(ds.time) == 21 and ds.clustered_probability.values.min() < ds.clustered_probability.values.max()
+    for index, config in sweep.points():
+        beta, d = sweep.grid["beta"][index[0]], sweep.grid["d"][index[1]]
+        numpy_point = [point for numpy_index, point in numpy_sweep.points()
+                       if point["model"]["beta"] == beta and point["method"]["d"] == d]
+        if not numpy_point:  # beta = 9 is not in the numpy sweep's grid: its point alone on the device
+            point = run_point(sweep, config)
+        else:
+            point = run_point(numpy_sweep, numpy_point[0])
+        for name, values in point.items():
+            # Round-off of other kernels: only an inner product within 1e-12 of the threshold could flip.
+            np.testing.assert_allclose(ds[name].values[index], values, rtol=0, atol=1e-12, err_msg=name)
+
+
+def test_noisy_device_sweeps_keep_one_task_per_batch(tmp_path):
+    from validation.app.sweep import plan_batches
+    path = particle_sweep(tmp_path)
+    path.write_text(path.read_text().replace("beta = 1.0", "beta = 1.0\ndiffusion = 0.1").replace(
+        'file = "sweep.nc"', 'file = "sweep.nc"\ndevice = "array_api_strict"'))
+    tasks = plan_tasks(load_sweep_config(path))
+    assert plan_batches(tasks) == [[task] for task in tasks]
 
 
 def test_sweep_workers_keep_glibc_malloc_thresholds():

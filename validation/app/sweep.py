@@ -15,6 +15,11 @@ worker ran it. Each task returns sums over its systems, at every output time, of
 and a point adds its chunks in chunk order. A PDE grid point is one task: the solver's
 time series (``mass``, ``energy``, ...) and whether the run stayed resolved.
 
+With ``device`` set (``"torch:cuda"``, ``"cupy"``, ``"jax"``), the tasks of one chunk
+whose points differ only in ``beta`` run as one batch with a beta per system
+(:func:`plan_batches`): a GPU is kept busy by a whole row of the phase diagram, not by one
+beta's systems. Each task's result is still its own (and stored under its own key).
+
 Every finished task is written at once to ``output/parts/<key>.npz`` (the key hashes the
 point's full config and the chunk), so an interrupted sweep loses only the tasks in flight;
 ``resume=True`` skips finished tasks. A worker that dies has its tasks rerun elsewhere by
@@ -44,6 +49,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 import meanfield as mf
+from meanfield.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
 from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
@@ -93,31 +99,83 @@ def plan_tasks(sweep: SweepConfig) -> list[Task]:
     return tasks
 
 
+#: Token coordinates in one batch of device tasks at most (2^26 doubles: 512 MiB per copy).
+DEVICE_BATCH_ELEMENTS = 2**26
+
+
+def plan_batches(tasks: list[Task]) -> list[list[Task]]:
+    """The tasks grouped into units of work, in order.
+
+    On a device (``device`` other than numpy) the same chunk of the points that differ only
+    in ``beta`` (a row of a phase diagram) runs as one batch with a beta per system
+    (:func:`meanfield.observe_particles`' ``betas``): a GPU step over one beta's systems is
+    launch-bound, and over a whole row costs about the same. The initial tokens of a chunk
+    are the same at every beta, so each task gets the numbers it gets alone, to round-off.
+    Noisy models keep one task per batch (a batch draws its noise as a whole).
+    """
+    batches, rows = [], {}
+    for task in tasks:
+        row = _row_key(task)
+        if row is None:
+            batches.append([task])
+        else:
+            rows.setdefault(row, []).append(task)
+    for row in rows.values():
+        method = row[0].config["method"]
+        size = max(1, DEVICE_BATCH_ELEMENTS // (row[0].systems * method["n"] * method["d"]))
+        batches.extend(row[start:start + size] for start in range(0, len(row), size))
+    return batches
+
+
+def _row_key(task: Task) -> str | None:
+    """What a task shares with the other betas of its row and chunk; ``None``: it runs alone."""
+    if task.device == "numpy" or not task.systems:
+        return None
+    model = build_model(task.config)
+    if not isinstance(model, mf.SelfAttention) or model.external is not None or model.diffusion > 0:
+        return None
+    config = {**task.config, "model": {**task.config["model"], "beta": None}}
+    return json.dumps([config, task.chunk, task.systems, task.tolerance, task.device], sort_keys=True, default=str)
+
+
+def run_tasks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
+    """Compute a batch of :func:`plan_batches` (on a worker): one result per task, in order."""
+    return _particle_chunks(tasks) if len(tasks) > 1 else [run_task(tasks[0])]
+
+
 def run_task(task: Task) -> dict[str, np.ndarray]:
-    """Compute one task (on a worker); returns sums over its systems, or a PDE run's time series."""
-    return _particle_chunk(task) if task.systems else _pde_point(task.config)
+    """Compute one task; returns sums over its systems, or a PDE run's time series."""
+    return _particle_chunks([task])[0] if task.systems else _pde_point(task.config)
 
 
-def _particle_chunk(task: Task) -> dict[str, np.ndarray]:
+def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
+    """The same chunk of points that differ in ``beta`` only, as one batch (a beta per system)."""
+    task = tasks[0]
     config = task.config
     model = build_model(config)
     generator = np.random.default_rng([config["method"]["seed"], task.chunk])
-    x0 = on_device(initial_particles(config, initial_density(config), generator, systems=task.systems),
-                   task.device)
+    x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
+    betas = None
+    if len(tasks) > 1:
+        x0 = np.concatenate([x0] * len(tasks))
+        betas = np.repeat([build_model(other.config).beta for other in tasks], task.systems)
+    x0 = on_device(x0, task.device)
     xp = array_namespace(x0)
     averages = {}
+    per_task = (len(tasks), task.systems)
 
     def observe(x) -> list:
         # Inner products and the norm of the mean: invariant, so the span coordinates do.
-        inner = xp.sum(x[:, 0, :] * x[:, 1, :], axis=-1)
+        inner = xp.reshape(xp.vecdot(x[:, 0, :], x[:, 1, :]), per_task)
         mean = token_mean(x, xp, averages)
-        order = xp.sqrt(xp.sum(mean ** 2, axis=-1))
-        return [xp.sum(xp.astype(inner >= 1.0 - task.tolerance, xp.float64)), xp.sum(inner), xp.sum(order)]
+        order = xp.reshape(xp.sqrt(xp.vecdot(mean, mean)), per_task)
+        return [xp.sum(xp.astype(inner >= 1.0 - task.tolerance, xp.float64), axis=1), xp.sum(inner, axis=1),
+                xp.sum(order, axis=1)]
 
     frames = mf.observe_particles(model, x0, output_times(config), observe, method=particle_method(config),
-                                  dt=config["method"]["dt"], rng=generator, invariant=True)
-    sums = np.array([[float(value) for value in frame] for frame in frames]).T  # (3, time)
-    return dict(zip(("clustered", "inner_product", "order_parameter"), sums))
+                                  dt=config["method"]["dt"], rng=generator, invariant=True, betas=betas)
+    sums = np.array([[to_numpy(value) for value in frame] for frame in frames])  # (time, 3, task)
+    return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
 
 
 def token_mean(x, xp, averages: dict):
@@ -138,6 +196,9 @@ def on_device(x: np.ndarray, device: str):
     library, _, where = device.partition(":")
     if library == "numpy":
         return x
+    if library == "array_api_strict":
+        import array_api_strict
+        return array_api_strict.asarray(x)
     if library == "torch":
         import torch
         return torch.asarray(x, dtype=torch.float64, device=where or None)
@@ -240,8 +301,8 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
         if enabled:
             print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
         started_with = len(client.scheduler_info()["workers"])
-        futures = {client.submit(run_task, task, key=f"meanfield-{task.key}", retries=2, pure=False): task
-                   for task in tasks}
+        futures = {client.submit(run_tasks, batch, key=f"meanfield-{batch[0].key}", retries=2, pure=False): batch
+                   for batch in plan_batches(tasks)}
         try:
             _store_as_completed(futures, parts, sweep, bar)
         except KeyboardInterrupt:
@@ -255,15 +316,19 @@ def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar) -> 
     from dask.distributed import as_completed
 
     for future in as_completed(futures):
-        task = futures[future]
+        batch = futures[future]
         try:
-            result = future.result()
+            results = future.result()
         except Exception as error:
-            raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}, failed three "
-                                 f"times: {error!r}; finished tasks are kept in {parts}, rerun with --resume") from error
-        write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
+            task, others = batch[0], len(batch) - 1
+            with_others = f" (with {others} other points of its row)" if others else ""
+            raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}{with_others}, "
+                                 f"failed three times: {error!r}; finished tasks are kept in {parts}, rerun with "
+                                 "--resume") from error
+        for task, result in zip(batch, results):
+            write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
         future.release()
-        bar.update()
+        bar.update(len(batch))
 
 
 @contextmanager

@@ -58,8 +58,9 @@ SWEEP_SCHEMA = {
     "grid": (dict, True, None, None),
 }
 
-#: Array libraries a particle sweep can compute with (``device = "LIBRARY[:DEVICE]"``).
-ARRAY_LIBRARIES = ("numpy", "torch", "cupy", "jax")
+#: Array libraries a particle sweep can compute with (``device = "LIBRARY[:DEVICE]"``);
+#: ``array_api_strict`` (CPU) runs the device path where no GPU is, for tests.
+ARRAY_LIBRARIES = ("numpy", "torch", "cupy", "jax", "array_api_strict")
 
 ALIASES = {"D": "diffusion"}
 PARAMETERS = {key: (section, key) for section in ("model", "method", "initial")
