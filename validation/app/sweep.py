@@ -320,11 +320,12 @@ def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar) -> 
         try:
             results = future.result()
         except Exception as error:
-            task, others = batch[0], len(batch) - 1
-            with_others = f" (with {others} other points of its row)" if others else ""
-            raise SweepTaskError(f"the task for ({sweep.describe(task.index)}), chunk {task.chunk}{with_others}, "
-                                 f"failed three times: {error!r}; finished tasks are kept in {parts}, rerun with "
-                                 "--resume") from error
+            first, last = batch[0], batch[-1]
+            which = (f"the task for ({sweep.describe(first.index)})" if len(batch) == 1 else
+                     f"the batch of {len(batch)} tasks from ({sweep.describe(first.index)}) to "
+                     f"({sweep.describe(last.index)})")
+            raise SweepTaskError(f"{which}, chunk {first.chunk}, failed three times: {error!r}; finished tasks "
+                                 f"are kept in {parts}, rerun with --resume") from error
         for task, result in zip(batch, results):
             write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
         future.release()
