@@ -319,6 +319,24 @@ def test_a_device_sweep_runs_each_row_of_betas_as_one_batch_with_the_numbers_of_
             np.testing.assert_allclose(ds[name].values[index], values, rtol=0, atol=1e-12, err_msg=name)
 
 
+def test_device_batches_are_cut_to_their_size_bound(tmp_path, monkeypatch):
+    """DEVICE_BATCH_ELEMENTS bounds the token coordinates of a batch: long rows are cut in order."""
+    import validation.app.sweep as sweep_module
+    path = particle_sweep(tmp_path)
+    path.write_text(path.read_text().replace("beta = [0.5, 4.0]", "beta = [0.5, 4.0, 9.0]").replace(
+        'file = "sweep.nc"', 'file = "sweep.nc"\ndevice = "array_api_strict"'))
+    tasks = plan_tasks(load_sweep_config(path))
+    # n = 8; chunks of 16, 16, 8 systems: room for 2 tasks of 16 systems at d = 5, all 3 otherwise
+    monkeypatch.setattr(sweep_module, "DEVICE_BATCH_ELEMENTS", 2 * 16 * 8 * 5)
+    batches = sweep_module.plan_batches(tasks)
+    sizes = {(batch[0].index[1], batch[0].chunk): [] for batch in batches}
+    for batch in batches:
+        sizes[batch[0].index[1], batch[0].chunk].append([task.index[0] for task in batch])
+    assert sizes == {(0, 0): [[0, 1, 2]], (0, 1): [[0, 1, 2]], (0, 2): [[0, 1, 2]],
+                     (1, 0): [[0, 1], [2]], (1, 1): [[0, 1], [2]], (1, 2): [[0, 1, 2]]}
+    assert sorted(task.key for batch in batches for task in batch) == sorted(task.key for task in tasks)
+
+
 def test_noisy_device_sweeps_keep_one_task_per_batch(tmp_path):
     from validation.app.sweep import plan_batches
     path = particle_sweep(tmp_path)
