@@ -51,7 +51,7 @@ def test_fused_numpy_and_array_api_paths_agree_after_100_steps(name, method):
 
 
 @pytest.mark.parametrize("name", ["SA", "USA time-rescaled", "noisy SA", "repulsive", "general USA"])
-@pytest.mark.parametrize("d", [3, 20], ids=["batched products", "per-system BLAS"])
+@pytest.mark.parametrize("d", [2, 3, 20], ids=["circle loops", "batched products", "per-system BLAS"])
 @pytest.mark.parametrize("method", ["euler", "layer", "rk4"])
 def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
     """Batches of several blocks with a ragged last one, on both sides of SMALL_DIMENSION."""
@@ -70,6 +70,35 @@ def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
     reference = runs["numpy"].x.values[:, -1]
     assert np.abs(reference - x0).max() > 1e-4  # the run moved (time-rescaled USA moves slowly)
     np.testing.assert_allclose(runs["fused"].x.values[:, -1], reference, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["SA", "SA beyond exp's range", "USA", "USA time-rescaled", "repulsive",
+                                  "Kuramoto"])
+@pytest.mark.parametrize("d", [2, 3], ids=["circle loops", "batched products"])
+def test_fused_modes_agree_with_the_model_over_many_blocks(name, d):
+    """Attention output and drift off the sphere, and a noisy step, against the model's numpy
+    path and the step written out, for a batch of several blocks with a ragged last one."""
+    from meanfield.checks import EXP_OVERFLOW
+    from meanfield.fused import BLOCK_ELEMENTS, FusedAttention
+    # e^beta overflows: the shift is needed
+    params = {"SA beyond exp's range": dict(beta=EXP_OVERFLOW + 50.0)}.get(name) or MODELS[name]
+    model = mf.SelfAttention(**params)
+    n = 32
+    block = BLOCK_ELEMENTS // (n * n + 5 * n * d)
+    x = mf.sample_uniform(n, d, 4, batch=2 * block + block // 3)
+    off = x * np.random.default_rng(1).uniform(0.5, 2.0, size=x.shape[:-1] + (1,))
+    fused = FusedAttention(model)
+    a = model.attention_output(x)
+    scale = np.abs(a).max()
+    np.testing.assert_allclose(fused.attention_output(off), a, rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(fused.drift(off), model.drift(x), rtol=0, atol=1e-13 * scale)
+    noise = np.random.default_rng(2).normal(size=x.shape)
+    h, sigma = 0.1, 0.3
+    radial = lambda v: np.sum(v * x, axis=-1, keepdims=True) * x  # noqa: E731
+    y = x + h * (a - radial(a)) + sigma * (noise - radial(noise))
+    expected = y / np.linalg.norm(y, axis=-1, keepdims=True)
+    np.testing.assert_allclose(fused.step(x, h, project=True, noise=noise, noise_scale=sigma), expected, rtol=0,
+                               atol=1e-13 * max(scale, 1.0))
 
 
 def plain_euler(x, beta, h, steps, *, layer=False):
