@@ -75,7 +75,8 @@ def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
 @pytest.mark.parametrize("name", ["SA", "SA beyond exp's range", "USA", "USA time-rescaled", "repulsive",
                                   "Kuramoto"])
 @pytest.mark.parametrize("d", [2, 3], ids=["circle loops", "batched products"])
-def test_fused_modes_agree_with_the_model_over_many_blocks(name, d):
+@pytest.mark.parametrize("n", [9, 32])
+def test_fused_modes_agree_with_the_model_over_many_blocks(name, d, n):
     """Attention output and drift off the sphere, and a noisy step, against the model's numpy
     path and the step written out, for a batch of several blocks with a ragged last one."""
     from meanfield.checks import EXP_OVERFLOW
@@ -83,7 +84,6 @@ def test_fused_modes_agree_with_the_model_over_many_blocks(name, d):
     # e^beta overflows: the shift is needed
     params = {"SA beyond exp's range": dict(beta=EXP_OVERFLOW + 50.0)}.get(name) or MODELS[name]
     model = mf.SelfAttention(**params)
-    n = 32
     block = BLOCK_ELEMENTS // (n * n + 5 * n * d)
     x = mf.sample_uniform(n, d, 4, batch=2 * block + block // 3)
     off = x * np.random.default_rng(1).uniform(0.5, 2.0, size=x.shape[:-1] + (1,))
