@@ -179,12 +179,11 @@ def _finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise
 
 # The circle (d = 2, the paper's phase diagram) written for its two components: LLVM
 # vectorizes along the tokens and keeps the three sums of a row in registers (measured per
-# system-step against the batched products: 1.57 vs 1.91 us; at d = 3 the products are as fast).
+# system-step against the batched products: 1.54 vs 1.86 us; at d = 3 the products are as fast).
 @numba.njit(cache=True, fastmath=_FAST)
 def _circle_logits(x, start, normalize, beta, shift, extended, tokens, logits):
-    r"""For the systems ``x[start:start + len(logits)]``: ``tokens[s, :2] = u^T`` (its last row
-    stays ones), ``extended[s] = [u, 1]`` if ``normalize`` (else ``u = x``, read from ``x``),
-    and the logits :math:`\beta\langle u_i, u_j\rangle - m`."""
+    r"""For the systems ``x[start:start + len(logits)]``: ``tokens[s, :2] = u^T``,
+    ``extended[s] = [u, 1]`` if ``normalize`` (else ``u = x``, read from ``x``), and the logits :math:`\beta\langle u_i, u_j\rangle - m`."""
     size, n, _ = logits.shape
     for s in range(size):
         if normalize:
@@ -301,8 +300,7 @@ class FusedAttention:
                          noise=_NO_NOISE if noise is None else noise, noise_scale=noise_scale)
 
     def _work_arrays(self, block: int, n: int, d: int) -> tuple[np.ndarray, ...]:
-        """Per block: ``[u, 1]``, ``beta u^T`` with a zero last row (on the circle ``u^T`` with a
-        row of ones), logits, sums.
+        """Per block: ``[u, 1]``, ``beta u^T`` with a zero last row (on the circle ``u^T``), logits, sums.
 
         Kept from step to step (an instance serves one run, in one thread): fresh ones freed
         at every step, together with the previous state, pushed glibc's heap over its trim
@@ -312,8 +310,6 @@ class FusedAttention:
         if self._work is None or [w.shape for w in self._work] != list(shapes):
             self._work = tuple(np.zeros(shape) for shape in shapes)
             self._work[0][..., -1] = 1.0
-            if self.zonal and d == 2:
-                self._work[1][:, -1] = 1.0  # the circle's sums take the denominators from a row of ones
         return self._work
 
     def _run(self, x: np.ndarray, mode: int, *, normalize: bool, h: float = 0.0, project: bool = True,
