@@ -19,8 +19,8 @@ The products are BLAS calls per system: numpy's batched ``matmul`` up to
 :data:`SMALL_DIMENSION` and for general matrices; above it, for zonal models, a numba loop
 over the systems that calls BLAS itself and does passes 1-2 and 4-5 of a system back to
 back (two calls per block instead of six, the sums of a system never leave the L1 cache).
-On the circle (``d = 2``, zonal) passes 1-2 and 4-5 are numba loops compiled for two
-components, with no BLAS call (:func:`_circle_logits`, :func:`_circle_finish`).
+For zonal models on the circle and on S^2 (:data:`UNROLLED_DIMENSIONS`) passes 1-2 and 4-5
+are numba loops compiled for that number of components, with no BLAS call.
 
 Every intermediate of the numpy path that was an extra pass over memory (``normalize`` of
 points already on the sphere, ``project_tangent``, ``concatenate``, ``zeros_like``) is gone.
@@ -129,7 +129,7 @@ def _finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, nois
     of no tokens stands for none. ``out`` may be ``sums``. Systems are indices into 3-d arrays,
     not 2-d views: the views made this pass 30 % slower at d = 2. ``d`` is the number of
     components of ``out``, a parameter so that a caller passing a constant gets its loops
-    compiled for that size (:func:`_circle_finish`).
+    compiled for that size (:func:`_finish_of`).
     """
     n = out.shape[1]
     # one loop per mode: a branch on the mode inside the loop made the step pass 30 % slower
@@ -177,45 +177,94 @@ def _finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise
         _finish_rows(x, s, sums, s, out.shape[2], weight, denominator, mode, h, project, noise, s, noise_scale, out, s)
 
 
-# The circle (d = 2, the paper's phase diagram) written for its two components: LLVM
-# vectorizes along the tokens and keeps the three sums of a row in registers (measured per
-# system-step against the batched products: 1.54 vs 1.86 us; at d = 3 the products are as fast).
-@numba.njit(cache=True, fastmath=_FAST)
-def _circle_logits(x, start, normalize, beta, shift, extended, tokens, logits):
-    r"""For the systems ``x[start:start + len(logits)]``: ``tokens[s, :2] = u^T``,
-    ``extended[s] = [u, 1]`` if ``normalize`` (else ``u = x``, read from ``x``), and the logits :math:`\beta\langle u_i, u_j\rangle - m`."""
+#: Dimensions whose zonal kernel runs as numba loops compiled for that number of components
+#: (:func:`_unrolled_logits`, :func:`_unrolled_finish`) instead of the batched products.
+#: Measured per system-step at n = 32 against the products: d = 2 1.54 vs 1.86 us, d = 3
+#: 1.70 vs 2.11 us (best of 150 alternating rounds).
+UNROLLED_DIMENSIONS = (2, 3)
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _logits_of(x, start, d, normalize, beta, shift, extended, tokens, logits):
+    r"""For the systems ``x[start:start + len(logits)]``: ``tokens[s, :d] = u^T``,
+    ``extended[s] = [u, 1]`` if ``normalize`` (else ``u = x``, read from ``x``), and the logits
+    :math:`\beta\langle u_i, u_j\rangle - m`, vectorized along ``j``; ``d`` a constant of the caller."""
     size, n, _ = logits.shape
     for s in range(size):
         if normalize:
             _prepare_system(x[start + s], True, 1.0, extended[s], tokens[s])
         else:
             for j in range(n):
-                tokens[s, 0, j] = x[start + s, j, 0]
-                tokens[s, 1, j] = x[start + s, j, 1]
+                for c in range(d):
+                    tokens[s, c, j] = x[start + s, j, c]
         for i in range(n):
-            p, q = beta * tokens[s, 0, i], beta * tokens[s, 1, i]
             for j in range(n):
-                logits[s, i, j] = p * tokens[s, 0, j] + q * tokens[s, 1, j] - shift
+                acc = -shift
+                for c in range(d):
+                    acc += (beta * tokens[s, c, i]) * tokens[s, c, j]
+                logits[s, i, j] = acc
 
 
-@numba.njit(cache=True, fastmath=_FAST)
-def _circle_finish(weights, x, start, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
-                   noise_scale, sums, out):
-    """Per system: the sums ``W [u, 1]`` of each row in one pass into the scratch ``sums[0]``,
-    then :func:`_finish_rows` with ``d = 2`` compiled in."""
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _row_sums(weights, s, i, tokens, d, sums):
+    """``sums[0, i] = (W u)_i, (W 1)_i`` in one pass along the row, the sums in scalars.
+
+    A branch per dimension of :data:`UNROLLED_DIMENSIONS` (``d`` is a constant, so one stays):
+    the same loop over an accumulator array keeps it in memory, 2.21 vs 1.56 us per
+    system-step at d = 2, and one pass per component loses a third of the gain.
+    """
+    n = weights.shape[2]
+    if d == 2:
+        first, second, total = 0.0, 0.0, 0.0
+        for j in range(n):
+            w = weights[s, i, j]
+            first += w * tokens[s, 0, j]
+            second += w * tokens[s, 1, j]
+            total += w
+        sums[0, i, 0], sums[0, i, 1], sums[0, i, 2] = first, second, total
+    else:
+        first, second, third, total = 0.0, 0.0, 0.0, 0.0
+        for j in range(n):
+            w = weights[s, i, j]
+            first += w * tokens[s, 0, j]
+            second += w * tokens[s, 1, j]
+            third += w * tokens[s, 2, j]
+            total += w
+        sums[0, i, 0], sums[0, i, 1], sums[0, i, 2], sums[0, i, 3] = first, second, third, total
+
+
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _finish_of(weights, x, start, d, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
+               noise_scale, sums, out):
+    """Per system: the sums of each row (:func:`_row_sums`), then :func:`_finish_rows`, ``d`` a constant."""
     size, n, _ = weights.shape
     for s in range(size):
         for i in range(n):
-            first, second, total = 0.0, 0.0, 0.0
-            for j in range(n):
-                w = weights[s, i, j]
-                first += w * tokens[s, 0, j]
-                second += w * tokens[s, 1, j]
-                total += w
-            sums[0, i, 0], sums[0, i, 1], sums[0, i, 2] = first, second, total
+            _row_sums(weights, s, i, tokens, d, sums)
         units, system = (extended, s) if normalize else (x, start + s)
-        _finish_rows(units, system, sums, 0, 2, weight, denominator, mode, h, project, noise, start + s, noise_scale,
+        _finish_rows(units, system, sums, 0, d, weight, denominator, mode, h, project, noise, start + s, noise_scale,
                      out, start + s)
+
+
+# One entry per pass; each branch is its own copy of the loops with d compiled in (LLVM
+# unrolls the components and vectorizes along the tokens).
+@numba.njit(cache=True, fastmath=_FAST)
+def _unrolled_logits(x, start, normalize, beta, shift, extended, tokens, logits):
+    if x.shape[2] == 2:
+        _logits_of(x, start, 2, normalize, beta, shift, extended, tokens, logits)
+    else:
+        _logits_of(x, start, 3, normalize, beta, shift, extended, tokens, logits)
+
+
+@numba.njit(cache=True, fastmath=_FAST)
+def _unrolled_finish(weights, x, start, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
+                     noise_scale, sums, out):
+    if x.shape[2] == 2:
+        _finish_of(weights, x, start, 2, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
+                   noise_scale, sums, out)
+    else:
+        _finish_of(weights, x, start, 3, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
+                   noise_scale, sums, out)
 
 
 @numba.njit(cache=True, fastmath=_FAST)
@@ -300,7 +349,7 @@ class FusedAttention:
                          noise=_NO_NOISE if noise is None else noise, noise_scale=noise_scale)
 
     def _work_arrays(self, block: int, n: int, d: int) -> tuple[np.ndarray, ...]:
-        """Per block: ``[u, 1]``, ``beta u^T`` with a zero last row (on the circle ``u^T``), logits, sums.
+        """Per block: ``[u, 1]``, ``beta u^T`` with a zero last row (``u^T`` for the unrolled loops), logits, sums.
 
         Kept from step to step (an instance serves one run, in one thread): fresh ones freed
         at every step, together with the previous state, pushed glibc's heap over its trim
@@ -325,11 +374,12 @@ class FusedAttention:
         for start in range(0, b, block):
             size = min(block, b - start)
             g = logits[:size]
-            if self.zonal and d == 2:
-                _circle_logits(x, start, normalize, self.beta, self.shift if self.shifted else 0.0, extended, keys, g)
+            if self.zonal and d in UNROLLED_DIMENSIONS:
+                _unrolled_logits(x, start, normalize, self.beta, self.shift if self.shifted else 0.0, extended, keys,
+                                 g)
                 np.exp(g, out=g)
-                _circle_finish(g, x, start, normalize, extended, keys, weight, denominator, mode, h, project, noise,
-                               noise_scale, sums, out)
+                _unrolled_finish(g, x, start, normalize, extended, keys, weight, denominator, mode, h, project, noise,
+                                 noise_scale, sums, out)
                 continue
             if self.zonal and d > SMALL_DIMENSION:
                 _zonal_logits(x, start, normalize, self.beta, self.shift if self.shifted else 0.0, extended, keys, g)

@@ -51,11 +51,12 @@ def test_fused_numpy_and_array_api_paths_agree_after_100_steps(name, method):
 
 
 @pytest.mark.parametrize("name", ["SA", "USA time-rescaled", "noisy SA", "repulsive", "general USA"])
-@pytest.mark.parametrize("d", [2, 3, 20], ids=["circle loops", "batched products", "per-system BLAS"])
+@pytest.mark.parametrize("d", [2, 3, 5, 20], ids=["unrolled d=2", "unrolled d=3", "batched products",
+                                             "per-system BLAS"])
 @pytest.mark.parametrize("method", ["euler", "layer", "rk4"])
 def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
-    """Batches of several blocks with a ragged last one, on both sides of SMALL_DIMENSION."""
-    from meanfield.fused import BLOCK_ELEMENTS, SMALL_DIMENSION
+    """Batches of several blocks with a ragged last one, on every path of the zonal kernel."""
+    from meanfield.fused import BLOCK_ELEMENTS, SMALL_DIMENSION, UNROLLED_DIMENSIONS
     model = mf.SelfAttention(**MODELS[name]) if d == 3 or name != "general USA" else mf.SelfAttention(
         beta=1.0, normalized=False, query=RNG.normal(size=(d, d)) / d, key=np.eye(d), value=np.eye(d))
     if method == "rk4" and model.diffusion > 0:
@@ -63,7 +64,7 @@ def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
     n = 32
     block = BLOCK_ELEMENTS // (n * n + 5 * n * d)
     systems = 2 * block + block // 3
-    assert (d > SMALL_DIMENSION) == (d == 20) and systems % block
+    assert (d > SMALL_DIMENSION) == (d == 20) and (d in UNROLLED_DIMENSIONS) == (d < 5) and systems % block
     x0 = mf.sample_uniform(n, d, 3, batch=systems)
     runs = {kernel: mf.simulate_particles(model, x0, [0.0, 0.5], method=method, dt=0.05, rng=5, kernel=kernel)
             for kernel in ("fused", "numpy")}
@@ -74,7 +75,7 @@ def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
 
 @pytest.mark.parametrize("name", ["SA", "SA beyond exp's range", "USA", "USA time-rescaled", "repulsive",
                                   "Kuramoto"])
-@pytest.mark.parametrize("d", [2, 3], ids=["circle loops", "batched products"])
+@pytest.mark.parametrize("d", [2, 3, 5], ids=["unrolled d=2", "unrolled d=3", "batched products"])
 @pytest.mark.parametrize("n", [9, 32])
 def test_fused_modes_agree_with_the_model_over_many_blocks(name, d, n):
     """Attention output and drift off the sphere, and a noisy step, against the model's numpy
