@@ -46,6 +46,13 @@ KERNELS = ("auto", "fused", "numpy", "series")
 #: numpy sum. Only their ratios matter: they place the crossover of ``"auto"``.
 SERIES_COST, FUSED_PAIR_COST, NUMPY_PAIR_COST = 4e-9, 2e-9, 12e-9
 
+#: The circle's series with its power table (:data:`meanfield.series.TABLE_ELEMENTS`), in the
+#: same units: per point and harmonic, and per point (the finish of the step, the table's
+#: first rows). Measured at n = 16 to 128, beta 0.1 to 9, one core: 0.45 and 12 ns against the
+#: fused kernel's 1.35 ns per pair (FUSED_PAIR_COST here); at n = 32 the series is the faster
+#: up to beta = 9 (0.47 to 0.93 of the fused step), at n = 16 only below beta = 1.
+TABLED_SERIES_COST, TABLED_POINT_COST = 0.7e-9, 18e-9
+
 #: Pair entries per block of systems on the array API path (2^24 doubles = 128 MiB): large
 #: enough to fill a GPU, bounded whatever the ensemble size.
 ARRAY_API_BLOCK_ELEMENTS = 2**24
@@ -116,19 +123,25 @@ def check_betas(model, betas, systems: int) -> np.ndarray:
     return values
 
 
-def series_is_cheaper(n: int, harmonics: int) -> bool:
-    """Whether ``n`` tokens cost less through a series of ``harmonics`` terms than by the direct sum."""
+def series_is_cheaper(n: int, harmonics: int, tabled: bool = False) -> bool:
+    """Whether ``n`` tokens cost less through a series of ``harmonics`` terms than by the direct sum.
+
+    ``tabled``: the circle's series keeps its powers in a table (:func:`circle_series_tabled`).
+    """
     pair_cost = FUSED_PAIR_COST if n <= _max_fused_tokens() else NUMPY_PAIR_COST
-    return n * harmonics * SERIES_COST < n * n * pair_cost
+    series_cost = n * (harmonics * TABLED_SERIES_COST + TABLED_POINT_COST) if tabled else n * harmonics * SERIES_COST
+    return series_cost < n * n * pair_cost
 
 
 def _series_pays(model, x) -> bool:
     from .models import SelfAttention
-    from .series import SERIES_DIMENSIONS, series_harmonics
+    from .series import SERIES_DIMENSIONS, circle_series_tabled, series_harmonics
     if not (isinstance(model, SelfAttention) and model.is_zonal and x.shape[-1] in SERIES_DIMENSIONS
             and _numba_available()):
         return False
-    return series_is_cheaper(x.shape[-2], series_harmonics(model, x.shape[-1]))
+    n, d = x.shape[-2:]
+    harmonics = series_harmonics(model, d)
+    return series_is_cheaper(n, harmonics, tabled=d == 2 and circle_series_tabled(n, harmonics))
 
 
 def _series_kernel(model, x):

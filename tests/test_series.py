@@ -15,7 +15,8 @@ from scipy.special import eval_legendre, ive
 import meanfield as mf
 from meanfield.kernels import NumpyKernel, select_kernel
 from meanfield.records import dataset_settings
-from meanfield.series import TAIL, SeriesAttention, harmonic_sums, series_degree
+from meanfield import series
+from meanfield.series import TAIL, SeriesAttention, circle_series_tabled, harmonic_sums, series_degree
 
 BETAS = [0.0, 1.0, 9.0, 40.0]
 
@@ -46,6 +47,32 @@ def test_series_equals_direct_sum(d, normalized, beta, clustered):
     scale = np.abs(reference).max()
     np.testing.assert_allclose(series.attention_output(x), reference, rtol=0, atol=1e-12 * scale)
     np.testing.assert_allclose(series.drift(x), direct.drift(x), rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("tabled", [True, False], ids=["table", "streamed"])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+@pytest.mark.parametrize("beta", [0.1, 4.0, 9.0])
+def test_circle_series_of_many_small_systems_equals_direct_sum(tabled, normalized, beta, monkeypatch):
+    """The phase diagram's regime (37 systems of 32 tokens: chunks of unequal size per thread),
+    with the powers kept in a table and, with no room for a table, formed twice."""
+    if not tabled:
+        monkeypatch.setattr(series, "TABLE_ELEMENTS", 0)
+    model = _model(beta, normalized)
+    kernel = SeriesAttention(model, 2)
+    assert circle_series_tabled(32, 2 * kernel.degree + 1) == tabled
+    x = _tokens(2, 32, seed=int(10 * beta), clustered=True)
+    x = np.concatenate([x] + [_tokens(2, 32, seed=seed) for seed in range(17)] + [x[:1]])  # 37 systems
+    direct = NumpyKernel(model)
+    reference = direct.attention_output(x)
+    scale = np.abs(reference).max()
+    np.testing.assert_allclose(kernel.attention_output(x), reference, rtol=0, atol=1e-12 * scale)
+    np.testing.assert_allclose(kernel.step(x, 0.1, project=True), direct.step(x, 0.1, project=True), rtol=0,
+                               atol=1e-12)
+
+
+def test_the_power_table_is_kept_while_it_fits():
+    assert circle_series_tabled(32, 61) and circle_series_tabled(1024, 2 * 60 + 1)
+    assert not circle_series_tabled(1024, 2 * 63 + 1) and not circle_series_tabled(10**5, 49)
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -91,6 +118,8 @@ def test_particle_run_with_series_equals_direct_run(d, n, method, diffusion):
 def test_auto_takes_the_cheaper_sum_and_says_so():
     model = mf.SelfAttention(5.0)
     assert select_kernel(model, _tokens(2, 16, 0)).name == "fused"
+    # the paper's phase diagram: 32 tokens, beta up to 9 (the tabled series is the faster there)
+    assert select_kernel(mf.SelfAttention(9.0), _tokens(2, 32, 0)).name == "series"
     assert select_kernel(model, _tokens(2, 2000, 0)).name == "series"
     assert select_kernel(model, _tokens(4, 2000, 0)).name == "numpy"  # no series on S^3
     run = mf.simulate_particles(model, mf.sample_uniform(2000, 2, 0), [0.0, 0.01], method="rk4", dt=0.01)

@@ -346,10 +346,11 @@ def test_noisy_device_sweeps_keep_one_task_per_batch(tmp_path):
     assert plan_batches(tasks) == [[task] for task in tasks]
 
 
-def test_sweep_workers_keep_glibc_malloc_thresholds():
+def test_sweep_workers_keep_glibc_malloc_thresholds_and_one_numba_thread():
     from validation.app.sweep import worker_environment
     environment = worker_environment()
     assert "MALLOC_TRIM_THRESHOLD_" not in environment and environment.get("OPENBLAS_NUM_THREADS") == 1
+    assert environment["NUMBA_NUM_THREADS"] == "1"  # the series' parallel loops, one worker per core
 
 
 def test_layer_scheme_phase_diagram_matches_an_independent_simple_implementation(tmp_path):
