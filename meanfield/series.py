@@ -41,7 +41,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .fused import _FAST, OutputKernel
+from .fused import _FAST, _NO_NOISE, OUTPUT, STEP, VELOCITY, OutputKernel, _finish_rows, _finish_systems
 from .spectra import SERIES_TAIL, truncation_degree
 from .sphere import normalize
 
@@ -136,13 +136,29 @@ class SeriesAttention(OutputKernel):
         return np.ascontiguousarray(unit, dtype=float).reshape((-1,) + unit.shape[-2:])
 
     def _attention(self, unit: np.ndarray) -> np.ndarray:
+        return self._summed(unit, OUTPUT)
+
+    def drift(self, x: np.ndarray) -> np.ndarray:
+        return self._summed(normalize(x), VELOCITY)
+
+    def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
+             noise_scale: float = 0.0) -> np.ndarray:
+        return self._summed(x, STEP, h, project, _NO_NOISE if noise is None else noise, noise_scale)
+
+    def _summed(self, unit: np.ndarray, mode: int, h: float = 0.0, project: bool = True,
+                noise: np.ndarray = _NO_NOISE, noise_scale: float = 0.0) -> np.ndarray:
+        """The attention output, the velocity or the step (``mode``, :func:`meanfield.fused._finish_rows`)."""
         x = self._flat(unit)
+        noise = noise.reshape(x.shape) if noise.shape[1] else noise
         out = np.empty_like(x)
         if self.d == 2:
+            # each system finished while its sums are in the L1 cache
             _circle_attention(x, self.weights, self.normalized, self.value, out, numba.get_num_threads(),
-                              TABLE_ELEMENTS)
+                              TABLE_ELEMENTS, mode, h, project, noise, noise_scale)
         else:
             _sphere_attention(x, self.weights, self.normalized, self.value, out)
+            if mode != OUTPUT:
+                _finish_systems(x, out, 1.0, 1.0, mode, h, project, noise, noise_scale, out)
         return out.reshape(unit.shape)
 
 
@@ -189,7 +205,7 @@ def _circle_pair_totals(x, a, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST, parallel=True)
-def _circle_attention(x, a, normalized, value, out, threads, table_elements):
+def _circle_attention(x, a, normalized, value, out, threads, table_elements, mode, h, project, noise, noise_scale):
     r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA), :math:`k_{ij} = \sum_{|m| \le M} a_m z_i^m \bar z_j^m`.
 
     With :math:`F_m = \sum_j z_j^m`: :math:`Z_i = a_0 n + 2\sum_{m \ge 1} a_m \mathrm{Re}(z_i^m \bar F_m)`
@@ -199,6 +215,8 @@ def _circle_attention(x, a, normalized, value, out, threads, table_elements):
     Systems whose powers fit ``table_elements`` (:data:`TABLE_ELEMENTS`) keep them in a table from the analysis
     to the synthesis (:func:`_tabled_system`); larger ones form them twice, block by block
     (:func:`_streamed_system`). Scratch arrays are allocated once per thread, not per system.
+    ``mode`` other than OUTPUT: each system's output then goes through
+    :func:`meanfield.fused._finish_rows` (the velocity, or the step with ``h``, ``noise``, ...).
     """
     b, n, _ = x.shape
     modes = a.size - 1
@@ -214,6 +232,8 @@ def _circle_attention(x, a, normalized, value, out, threads, table_elements):
                 _tabled_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si)
             else:
                 _streamed_system(x, s, a, normalized, value, out, pr[0], pi[0], fr, fi, z, sr, si)
+            if mode != OUTPUT:
+                _finish_rows(x, s, out, s, 2, 1.0, 1.0, mode, h, project, noise, s, noise_scale, out, s)
 
 
 @numba.njit(cache=True, fastmath=_FAST)
