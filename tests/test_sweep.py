@@ -378,3 +378,20 @@ def test_layer_scheme_phase_diagram_matches_an_independent_simple_implementation
         sigma = np.sqrt(2 * pooled * (1 - pooled) / realisations)
         assert 0.0 < pooled < 1.0, "the probability must be informative at this time"
         assert abs(ours - theirs) <= 4 * sigma, (beta, ours, theirs, sigma)
+
+
+def test_numpy_observables_equal_their_definition():
+    """The sweep's one-pass sums on numpy arrays against the definitions, per task of three systems."""
+    from validation.app.sweep import _observed_sums
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(6, 5, 3))
+    x /= np.linalg.norm(x, axis=-1, keepdims=True)
+    x[4, 1] = x[4, 0] + 1e-3  # one pair just inside the tolerance
+    x[4, 1] /= np.linalg.norm(x[4, 1])
+    inner = np.einsum("sc,sc->s", x[:, 0], x[:, 1])
+    order = np.linalg.norm(x.mean(axis=1), axis=-1)
+    sums = np.empty((3, 2))
+    _observed_sums(x, 1e-3, sums)
+    np.testing.assert_array_equal(sums[0], [0.0, 1.0])
+    np.testing.assert_allclose(sums[1], inner.reshape(2, 3).sum(axis=1), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(sums[2], order.reshape(2, 3).sum(axis=1), rtol=0, atol=1e-15)

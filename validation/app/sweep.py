@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dask
+import numba
 import numpy as np
 from array_api_compat import array_namespace, device as device_of, is_numpy_array
 import xarray as xr
@@ -166,6 +167,10 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
 
     def observe(x) -> list:
         # Inner products and the norm of the mean: invariant, so the span coordinates do.
+        if is_numpy_array(x):
+            sums = np.empty((3, len(tasks)))
+            _observed_sums(x, task.tolerance, sums)
+            return list(sums)
         inner = xp.reshape(xp.vecdot(x[:, 0, :], x[:, 1, :]), per_task)
         mean = token_mean(x, xp, averages)
         order = xp.reshape(xp.sqrt(xp.vecdot(mean, mean)), per_task)
@@ -176,6 +181,32 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
                                   dt=config["method"]["dt"], rng=generator, invariant=True, betas=betas)
     sums = np.array([[to_numpy(value) for value in frame] for frame in frames])  # (time, 3, task)
     return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
+
+
+@numba.njit(cache=True)
+def _observed_sums(x, tolerance, sums):
+    r"""Per task (``sums.shape[1]`` equal groups of systems): the sums of :math:`[\langle x_1, x_2\rangle
+    \ge 1 - \text{tolerance}]`, :math:`\langle x_1, x_2\rangle` and :math:`|\frac1n \sum_i x_i|` over its systems.
+
+    One pass per system for numpy arrays: the array API expressions below took 0.1 us per
+    system-step at n = 32, d = 2, about 8 % of a step of the circle's series.
+    """
+    b, n, k = x.shape
+    systems = b // sums.shape[1]
+    for task in range(sums.shape[1]):
+        clustered, inner_total, order_total = 0.0, 0.0, 0.0
+        for s in range(task * systems, (task + 1) * systems):
+            inner, norm = 0.0, 0.0
+            for c in range(k):
+                inner += x[s, 0, c] * x[s, 1, c]
+                mean = 0.0
+                for i in range(n):
+                    mean += x[s, i, c]
+                norm += (mean / n) ** 2
+            clustered += 1.0 if inner >= 1.0 - tolerance else 0.0
+            inner_total += inner
+            order_total += np.sqrt(norm)
+        sums[0, task], sums[1, task], sums[2, task] = clustered, inner_total, order_total
 
 
 def token_mean(x, xp, averages: dict):
@@ -368,6 +399,8 @@ def worker_environment() -> dict:
     parallel loops (the circle's series) get one thread too: with a thread per core in each
     worker, the paper's sweep on 2 workers ran 2.7x slower.
     """
+    import distributed  # noqa: F401  (its defaults, the pre-spawn environment among them, load with it)
+
     environment = {name: value for name, value in dask.config.get(PRESPAWN, {}).items()
                    if name != "MALLOC_TRIM_THRESHOLD_"}
     return {**environment, "NUMBA_NUM_THREADS": "1"}
