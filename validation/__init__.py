@@ -4,19 +4,28 @@ The application built on it (TOML experiments, sweeps, the ``meanfield`` command
 is the subpackage :mod:`validation.app`; validation proper never imports it.
 """
 
-from .clusters import ClusterSummary, cluster_statistics, order_parameter
-from .convergence import PDEErrorWarning, StudySettings, mean_field_convergence
-from .distances import distance
-from .references import (circle_stationary_density, growth_rate, orthogonal_token_clustering_time,
-                         orthogonal_token_inner_product, wendel_probability)
-
 __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarning", "growth_rate",
            "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary"]
 
 
 def __getattr__(name: str):
-    from validation._moved import moved_name
+    # Loaded on first use (a sweep's worker needs none of them), then the names that moved.
+    if name in ("ClusterSummary", "cluster_statistics", "order_parameter"):
+        from . import clusters as module
+    elif name in ("PDEErrorWarning", "StudySettings", "mean_field_convergence"):
+        from . import convergence as module
+    elif name == "distance":
+        from . import distances as module
+    elif name in ("circle_stationary_density", "growth_rate", "orthogonal_token_clustering_time",
+                  "orthogonal_token_inner_product", "wendel_probability"):
+        from . import references as module
+    else:
+        from validation._moved import moved_name
 
-    return moved_name(name)
-    raise AttributeError(f"module 'validation' has no attribute {name!r}")
+        return moved_name(name)
+    return getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,12 +10,29 @@ and the model; nothing below imports it. Public names::
     ConfigError, SweepTaskError                     what they raise
 """
 
-from .config import check_config, load_config
-from .errors import ConfigError, SweepTaskError
-from .experiment import run_experiment
-from .sweep import run_sweep
-from .sweep_config import SweepConfig, load_sweep_config
-from .validate import default_specs, run_validation
-
 __all__ = ["run_experiment", "load_config", "check_config", "run_sweep", "load_sweep_config", "SweepConfig",
            "run_validation", "default_specs", "ConfigError", "SweepTaskError"]
+
+
+def __getattr__(name: str):
+    # Loaded on first use: a sweep's worker imports validation.app.sweep only, not the figures
+    # and reports (matplotlib) of the other commands.
+    if name in ("check_config", "load_config"):
+        from . import config as module
+    elif name in ("ConfigError", "SweepTaskError"):
+        from . import errors as module
+    elif name == "run_experiment":
+        from . import experiment as module
+    elif name == "run_sweep":
+        from . import sweep as module
+    elif name in ("SweepConfig", "load_sweep_config"):
+        from . import sweep_config as module
+    elif name in ("default_specs", "run_validation"):
+        from . import validate as module
+    else:
+        raise AttributeError(f"module 'validation.app' has no attribute {name!r}")
+    return getattr(module, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
