@@ -216,12 +216,13 @@ def test_the_phase_diagram_example_in_a_tiny_version_matches_known_probabilities
     assert np.all(late > start.clustered_probability.sel(beta=1.0) + 0.1)
 
 
-@pytest.mark.parametrize("device, message", [
-    ("numpy", r"the task for \(beta = 4.0, d = 2\), chunk 0, failed three times: FloatingPointError.*--resume"),
-    ("array_api_strict", r"the batch of 2 tasks from \(beta = 0.5, d = 2\) to \(beta = 4.0, d = 2\), chunk 0, "
-                         r"failed three times: FloatingPointError.*--resume"),
-], ids=["one task", "a device batch"])
-def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeypatch, device, message):
+@pytest.mark.parametrize("device, cpu_batch, message", [
+    ("numpy", 1, r"the task for \(beta = 4.0, d = 2\), chunk 0 failed three times: FloatingPointError.*--resume"),
+    ("numpy", 2048, r"the batch of chunks 0 to 1 of \(beta = 4.0, d = 2\) failed three times: FloatingPointError"),
+    ("array_api_strict", 2048, r"the batch of 2 tasks from \(beta = 0.5, d = 2\) to \(beta = 4.0, d = 2\), "
+                               r"chunk 0 failed three times: FloatingPointError.*--resume"),
+], ids=["one task", "a CPU batch", "a device batch"])
+def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeypatch, device, cpu_batch, message):
     from dask.distributed import LocalCluster
 
     import validation.app.sweep as sweep_module
@@ -233,6 +234,7 @@ def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeyp
 
     chunks = sweep_module._particle_chunks
     monkeypatch.setattr(sweep_module, "_particle_chunks", fails_at_beta_4)
+    monkeypatch.setattr(sweep_module, "CPU_BATCH_SYSTEMS", cpu_batch)  # one worker: chunks of 16 in pairs
     path = particle_sweep(tmp_path)
     path.write_text(path.read_text().replace('file = "sweep.nc"', f'file = "sweep.nc"\ndevice = "{device}"'))
     sweep = load_sweep_config(path)
@@ -335,6 +337,33 @@ def test_device_batches_are_cut_to_their_size_bound(tmp_path, monkeypatch):
     assert sizes == {(0, 0): [[0, 1, 2]], (0, 1): [[0, 1, 2]], (0, 2): [[0, 1, 2]],
                      (1, 0): [[0, 1], [2]], (1, 1): [[0, 1], [2]], (1, 2): [[0, 1, 2]]}
     assert sorted(task.key for batch in batches for task in batch) == sorted(task.key for task in tasks)
+
+
+def test_cpu_batches_group_the_equal_chunks_of_a_point_and_keep_every_worker_busy(tmp_path, monkeypatch):
+    import validation.app.sweep as sweep_module
+    tasks = plan_tasks(load_sweep_config(particle_sweep(tmp_path)))  # 4 points, chunks of 16, 16, 8 systems
+    batches = sweep_module.plan_batches(tasks, workers=1)  # at least 4 batches per worker: 3 tasks each at most
+    assert [[(task.index, task.chunk) for task in batch] for batch in batches] == [
+        item for index in [(0, 0), (0, 1), (1, 0), (1, 1)] for item in ([(index, 0), (index, 1)], [(index, 2)])]
+    assert sweep_module.plan_batches(tasks, workers=2) == [[task] for task in tasks]  # 12 tasks: 6 per worker
+    monkeypatch.setattr(sweep_module, "CPU_BATCH_SYSTEMS", 31)
+    assert sweep_module.plan_batches(tasks, workers=1) == [[task] for task in tasks]
+    monkeypatch.undo()
+    noisy = particle_sweep(tmp_path, "noisy")
+    noisy.write_text(noisy.read_text().replace("beta = 1.0", "beta = 1.0\ndiffusion = 0.1"))
+    noisy_tasks = plan_tasks(load_sweep_config(noisy))
+    assert sweep_module.plan_batches(noisy_tasks, workers=1) == [[task] for task in noisy_tasks]
+
+
+@pytest.mark.parametrize("scheme", ["euler", "rk4"])
+def test_a_cpu_batch_gives_each_chunk_the_numbers_it_has_alone(tmp_path, scheme):
+    from validation.app.sweep import plan_batches, run_task, run_tasks
+    tasks = plan_tasks(load_sweep_config(particle_sweep(tmp_path, scheme=scheme)))
+    for batch in plan_batches(tasks, workers=1):
+        for task, result in zip(batch, run_tasks(batch)):
+            alone = run_task(task)
+            for name, values in alone.items():
+                np.testing.assert_array_equal(result[name], values, err_msg=name)
 
 
 def test_noisy_device_sweeps_keep_one_task_per_batch(tmp_path):

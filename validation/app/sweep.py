@@ -15,10 +15,12 @@ worker ran it. Each task returns sums over its systems, at every output time, of
 and a point adds its chunks in chunk order. A PDE grid point is one task: the solver's
 time series (``mass``, ``energy``, ...) and whether the run stayed resolved.
 
-With ``device`` set (``"torch:cuda"``, ``"cupy"``, ``"jax"``), the tasks of one chunk
-whose points differ only in ``beta`` run as one batch with a beta per system
-(:func:`plan_batches`): a GPU is kept busy by a whole row of the phase diagram, not by one
-beta's systems. Each task's result is still its own (and stored under its own key).
+Tasks run in batches (:func:`plan_batches`), each task's result still its own (and stored
+under its own key): on the CPU the chunks of a point (noiseless, of equal size) run as one
+batch of up to :data:`CPU_BATCH_SYSTEMS` systems, so the scheduler handles fewer, larger
+units of work; with ``device`` set (``"torch:cuda"``, ``"cupy"``, ``"jax"``) the tasks of
+one chunk whose points differ only in ``beta`` run as one batch with a beta per system, so
+a GPU is kept busy by a whole row of the phase diagram, not by one beta's systems.
 
 Every finished task is written at once to ``output/parts/<key>.npz`` (the key hashes the
 point's full config and the chunk), so an interrupted sweep loses only the tasks in flight;
@@ -103,29 +105,52 @@ def plan_tasks(sweep: SweepConfig) -> list[Task]:
 #: Token coordinates in one batch of device tasks at most (2^26 doubles: 512 MiB per copy).
 DEVICE_BATCH_ELEMENTS = 2**26
 
+#: Systems in one batch of CPU tasks at most. The paper's phase diagram on 2 workers (720
+#: chunks of 256 systems): 48.7 s in batches of 2048 systems, 53.3 s of 1024, 63.9 s one
+#: chunk at a time; the scheduler and the client's process used 3.3, 4.5 and 9.6 s of CPU.
+CPU_BATCH_SYSTEMS = 2048
 
-def plan_batches(tasks: list[Task]) -> list[list[Task]]:
-    """The tasks grouped into units of work, in order.
+#: Batches per worker at least where chunks are grouped on the CPU: no worker idles at the end.
+BATCHES_PER_WORKER = 4
 
-    On a device (``device`` other than numpy) the same chunk of the points that differ only
-    in ``beta`` (a row of a phase diagram) runs as one batch with a beta per system
-    (:func:`meanfield.observe_particles`' ``betas``): a GPU step over one beta's systems is
-    launch-bound, and over a whole row costs about the same. The initial tokens of a chunk
-    are the same at every beta, so each task gets the numbers it gets alone, to round-off.
-    Noisy models keep one task per batch (a batch draws its noise as a whole).
+
+def plan_batches(tasks: list[Task], workers: int = 1) -> list[list[Task]]:
+    """The tasks grouped into units of work, in order; each task keeps its numbers and its result.
+
+    On the CPU, consecutive chunks of a point run as one batch of up to
+    :data:`CPU_BATCH_SYSTEMS` systems (chunks of equal size, noiseless models: each system's
+    run is the same in any batch), with at least :data:`BATCHES_PER_WORKER` batches per
+    worker where there are enough tasks. On a device (``device`` other than numpy) the same
+    chunk of the points that differ only in ``beta`` (a row of a phase diagram) runs as one
+    batch with a beta per system (:func:`meanfield.observe_particles`' ``betas``): a GPU step
+    over one beta's systems is launch-bound, and over a whole row costs about the same. The
+    initial tokens of a chunk are the same at every beta, so each task gets the numbers it
+    gets alone, to round-off. Noisy models keep one task per batch (a batch draws its noise
+    as a whole).
     """
     batches, rows = [], {}
+    most = max(1, len(tasks) // (BATCHES_PER_WORKER * workers))
     for task in tasks:
         row = _row_key(task)
-        if row is None:
-            batches.append([task])
-        else:
+        if row is not None:
             rows.setdefault(row, []).append(task)
+        elif batches and _joins(batches[-1], task, most):
+            batches[-1].append(task)
+        else:
+            batches.append([task])
     for row in rows.values():
         method = row[0].config["method"]
         size = max(1, DEVICE_BATCH_ELEMENTS // (row[0].systems * method["n"] * method["d"]))
         batches.extend(row[start:start + size] for start in range(0, len(row), size))
     return batches
+
+
+def _joins(batch: list[Task], task: Task, most: int) -> bool:
+    """Whether ``task`` runs in the CPU batch ``batch`` (at most ``most`` tasks)."""
+    first = batch[0]
+    return (task.device == "numpy" and task.systems > 0 and task.index == first.index
+            and task.systems == first.systems and len(batch) < min(most, CPU_BATCH_SYSTEMS // task.systems)
+            and build_model(task.config).diffusion == 0)
 
 
 def _row_key(task: Task) -> str | None:
@@ -150,15 +175,15 @@ def run_task(task: Task) -> dict[str, np.ndarray]:
 
 
 def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
-    """The same chunk of points that differ in ``beta`` only, as one batch (a beta per system)."""
+    """A batch of :func:`plan_batches`: chunks of one point, or one chunk of points that differ in ``beta`` only."""
     task = tasks[0]
     config = task.config
     model = build_model(config)
-    generator = np.random.default_rng([config["method"]["seed"], task.chunk])
-    x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
+    generators = [np.random.default_rng([config["method"]["seed"], other.chunk]) for other in tasks]
+    x0 = np.concatenate([initial_particles(config, initial_density(config), generator, systems=task.systems)
+                         for generator in generators])
     betas = None
-    if len(tasks) > 1:
-        x0 = np.concatenate([x0] * len(tasks))
+    if any(other.config != config for other in tasks):
         betas = np.repeat([build_model(other.config).beta for other in tasks], task.systems)
     x0 = on_device(x0, task.device)
     xp = array_namespace(x0)
@@ -178,7 +203,7 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
                 xp.sum(order, axis=1)]
 
     frames = mf.observe_particles(model, x0, output_times(config), observe, method=particle_method(config),
-                                  dt=config["method"]["dt"], rng=generator, invariant=True, betas=betas)
+                                  dt=config["method"]["dt"], rng=generators[0], invariant=True, betas=betas)
     sums = np.array([[to_numpy(value) for value in frame] for frame in frames])  # (time, 3, task)
     return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
 
@@ -333,7 +358,7 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
             print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
         started_with = len(client.scheduler_info()["workers"])
         futures = {client.submit(run_tasks, batch, key=f"meanfield-{batch[0].key}", retries=2, pure=False): batch
-                   for batch in plan_batches(tasks)}
+                   for batch in plan_batches(tasks, max(1, started_with))}
         try:
             _store_as_completed(futures, parts, sweep, bar)
         except KeyboardInterrupt:
@@ -352,11 +377,15 @@ def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar) -> 
             results = future.result()
         except Exception as error:
             first, last = batch[0], batch[-1]
-            which = (f"the task for ({sweep.describe(first.index)})" if len(batch) == 1 else
-                     f"the batch of {len(batch)} tasks from ({sweep.describe(first.index)}) to "
-                     f"({sweep.describe(last.index)})")
-            raise SweepTaskError(f"{which}, chunk {first.chunk}, failed three times: {error!r}; finished tasks "
-                                 f"are kept in {parts}, rerun with --resume") from error
+            if len(batch) == 1:
+                which = f"the task for ({sweep.describe(first.index)}), chunk {first.chunk}"
+            elif first.index == last.index:
+                which = f"the batch of chunks {first.chunk} to {last.chunk} of ({sweep.describe(first.index)})"
+            else:
+                which = (f"the batch of {len(batch)} tasks from ({sweep.describe(first.index)}) to "
+                         f"({sweep.describe(last.index)}), chunk {first.chunk}")
+            raise SweepTaskError(f"{which} failed three times: {error!r}; finished tasks are kept in {parts}, "
+                                 f"rerun with --resume") from error
         for task, result in zip(batch, results):
             write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
         future.release()
@@ -399,10 +428,10 @@ def worker_environment() -> dict:
     parallel loops (the circle's series) get one thread too: with a thread per core in each
     worker, the paper's sweep on 2 workers ran 2.7x slower.
     """
-    import distributed  # noqa: F401  (its defaults, the pre-spawn environment among them, load with it)
+    from distributed.config import defaults  # importing it also puts distributed's defaults in dask's config
 
-    environment = {name: value for name, value in dask.config.get(PRESPAWN, {}).items()
-                   if name != "MALLOC_TRIM_THRESHOLD_"}
+    inherited = dask.config.get(PRESPAWN, defaults["distributed"]["nanny"]["pre-spawn-environ"])
+    environment = {name: value for name, value in inherited.items() if name != "MALLOC_TRIM_THRESHOLD_"}
     return {**environment, "NUMBA_NUM_THREADS": "1"}
 
 
