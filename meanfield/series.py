@@ -153,8 +153,9 @@ class SeriesAttention(OutputKernel):
         out = np.empty_like(x)
         if self.d == 2:
             # each system finished while its sums are in the L1 cache
-            _circle_attention(x, self.weights, self.normalized, self.value, out, numba.get_num_threads(),
-                              TABLE_ELEMENTS, mode, h, project, noise, noise_scale)
+            tabled = circle_series_tabled(x.shape[1], 2 * self.degree + 1)
+            _circle_attention(x, self.weights, self.normalized, self.value, out, numba.get_num_threads(), tabled,
+                              mode, h, project, noise, noise_scale)
         else:
             _sphere_attention(x, self.weights, self.normalized, self.value, out)
             if mode != OUTPUT:
@@ -205,22 +206,21 @@ def _circle_pair_totals(x, a, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST, parallel=True)
-def _circle_attention(x, a, normalized, value, out, threads, table_elements, mode, h, project, noise, noise_scale):
+def _circle_attention(x, a, normalized, value, out, threads, tabled, mode, h, project, noise, noise_scale):
     r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA), :math:`k_{ij} = \sum_{|m| \le M} a_m z_i^m \bar z_j^m`.
 
     With :math:`F_m = \sum_j z_j^m`: :math:`Z_i = a_0 n + 2\sum_{m \ge 1} a_m \mathrm{Re}(z_i^m \bar F_m)`
     and :math:`S_i = a_0 F_1 + \sum_{m\ge1} a_m (z_i^m \bar F_{m-1} + \bar z_i^m F_{m+1})`
     (``S`` as a complex number: the two components of the weighted sum).
 
-    Systems whose powers fit ``table_elements`` (:data:`TABLE_ELEMENTS`) keep them in a table from the analysis
-    to the synthesis (:func:`_tabled_system`); larger ones form them twice, block by block
-    (:func:`_streamed_system`). Scratch arrays are allocated once per thread, not per system.
+    ``tabled`` (:func:`circle_series_tabled`): the powers of each system are kept in a table
+    from the analysis to the synthesis (:func:`_tabled_system`); otherwise they are formed
+    twice, block by block (:func:`_streamed_system`). Scratch arrays are allocated once per thread, not per system.
     ``mode`` other than OUTPUT: each system's output then goes through
     :func:`meanfield.fused._finish_rows` (the velocity, or the step with ``h``, ``noise``, ...).
     """
     b, n, _ = x.shape
     modes = a.size - 1
-    tabled = (modes + 2) * n <= table_elements
     rows, width = (modes + 2, n) if tabled else (1, min(n, POINT_BLOCK))
     chunks = min(b, threads)  # numba.get_num_threads() in here would keep the function out of the cache
     for chunk in numba.prange(chunks):
@@ -264,6 +264,13 @@ def _power_table(x, s, pr, pi, fr, fi):
         fr[m], fi[m] = total_r, total_i
 
 
+@numba.njit(cache=True, fastmath=_FAST, inline="always")
+def _mode_coefficients(a, fr, fi, m):
+    """What mode ``m`` adds to ``Z_i`` per ``(Re, Im) z_i^m``, then to ``Re S_i`` and ``Im S_i`` (:func:`_circle_attention`)."""
+    return (2.0 * a[m] * fr[m], 2.0 * a[m] * fi[m], a[m] * (fr[m - 1] + fr[m + 1]), a[m] * (fi[m - 1] + fi[m + 1]),
+            a[m] * (fr[m - 1] - fr[m + 1]), a[m] * (fi[m - 1] - fi[m + 1]))
+
+
 @numba.njit(cache=True, fastmath=_FAST)
 def _tabled_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si):
     """:func:`_circle_attention` for system ``s`` from its power table (:func:`_power_table`)."""
@@ -272,9 +279,7 @@ def _tabled_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si):
     for i in range(n):
         z[i], sr[i], si[i] = a[0] * n, a[0] * fr[1], a[0] * fi[1]
     for m in range(1, a.size):
-        zr, zi = 2.0 * a[m] * fr[m], 2.0 * a[m] * fi[m]
-        c1, c2 = a[m] * (fr[m - 1] + fr[m + 1]), a[m] * (fi[m - 1] + fi[m + 1])
-        c3, c4 = a[m] * (fr[m - 1] - fr[m + 1]), a[m] * (fi[m - 1] - fi[m + 1])
+        zr, zi, c1, c2, c3, c4 = _mode_coefficients(a, fr, fi, m)
         row_r, row_i = pr[m], pi[m]
         for i in range(n):
             p, q = row_r[i], row_i[i]
@@ -303,9 +308,7 @@ def _streamed_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si)
             sr[i] = a[0] * fr[1]
             si[i] = a[0] * fi[1]
         for m in range(1, modes + 1):
-            zr, zi = 2.0 * a[m] * fr[m], 2.0 * a[m] * fi[m]
-            c1, c2 = a[m] * (fr[m - 1] + fr[m + 1]), a[m] * (fi[m - 1] + fi[m + 1])
-            c3, c4 = a[m] * (fr[m - 1] - fr[m + 1]), a[m] * (fi[m - 1] - fi[m + 1])
+            zr, zi, c1, c2, c3, c4 = _mode_coefficients(a, fr, fi, m)
             for i in range(count):
                 c, sn = x[s, start + i, 0], x[s, start + i, 1]
                 z[i] += pr[i] * zr + pi[i] * zi
