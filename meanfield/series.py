@@ -151,15 +151,14 @@ class SeriesAttention(OutputKernel):
         x = self._flat(unit)
         noise = noise.reshape(x.shape) if noise.shape[1] else noise
         out = np.empty_like(x)
-        if self.d == 2:
-            # each system finished while its sums are in the L1 cache
-            tabled = circle_series_tabled(x.shape[1], 2 * self.degree + 1)
-            _circle_attention(x, self.weights, self.normalized, self.value, out, numba.get_num_threads(), tabled,
-                              mode, h, project, noise, noise_scale)
-        else:
-            _sphere_attention(x, self.weights, self.normalized, self.value, out)
-            if mode != OUTPUT:
-                _finish_systems(x, out, 1.0, 1.0, mode, h, project, noise, noise_scale, out)
+        if self.d == 2 and circle_series_tabled(x.shape[1], 2 * self.degree + 1):
+            _circle_tabled(x, self.weights, self.normalized, self.value, out, numba.get_num_threads(), mode, h,
+                           project, noise, noise_scale)
+            return out.reshape(unit.shape)
+        summation = _circle_streamed if self.d == 2 else _sphere_attention
+        summation(x, self.weights, self.normalized, self.value, out)
+        if mode != OUTPUT:
+            _finish_systems(x, out, 1.0, 1.0, mode, h, project, noise, noise_scale, out)
         return out.reshape(unit.shape)
 
 
@@ -206,32 +205,80 @@ def _circle_pair_totals(x, a, out):
 
 
 @numba.njit(cache=True, fastmath=_FAST, parallel=True)
-def _circle_attention(x, a, normalized, value, out, threads, tabled, mode, h, project, noise, noise_scale):
+def _circle_streamed(x, a, normalized, value, out):
     r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA), :math:`k_{ij} = \sum_{|m| \le M} a_m z_i^m \bar z_j^m`.
 
     With :math:`F_m = \sum_j z_j^m`: :math:`Z_i = a_0 n + 2\sum_{m \ge 1} a_m \mathrm{Re}(z_i^m \bar F_m)`
     and :math:`S_i = a_0 F_1 + \sum_{m\ge1} a_m (z_i^m \bar F_{m-1} + \bar z_i^m F_{m+1})`
     (``S`` as a complex number: the two components of the weighted sum).
 
-    ``tabled`` (:func:`circle_series_tabled`): the powers of each system are kept in a table
-    from the analysis to the synthesis (:func:`_tabled_system`); otherwise they are formed
-    twice, block by block (:func:`_streamed_system`). Scratch arrays are allocated once per thread, not per system.
-    ``mode`` other than OUTPUT: each system's output then goes through
-    :func:`meanfield.fused._finish_rows` (the velocity, or the step with ``h``, ``noise``, ...).
+    The powers are formed twice (for the sums, then for the synthesis), the points in
+    blocks of :data:`POINT_BLOCK`: systems too large for :func:`_circle_tabled`.
     """
     b, n, _ = x.shape
     modes = a.size - 1
-    rows, width = (modes + 2, n) if tabled else (1, min(n, POINT_BLOCK))
+    block = min(n, POINT_BLOCK)
+    for s in numba.prange(b):
+        pr, pi = np.empty(block), np.empty(block)
+        z, sr, si = np.empty(block), np.empty(block), np.empty(block)
+        fr, fi = np.empty(modes + 2), np.empty(modes + 2)
+        _power_sums(x, s, fr, fi, pr, pi)
+        for start in range(0, n, block):
+            count = min(block, n - start)
+            for i in range(count):
+                pr[i] = x[s, start + i, 0]
+                pi[i] = x[s, start + i, 1]
+                z[i] = a[0] * n
+                sr[i] = a[0] * fr[1]
+                si[i] = a[0] * fi[1]
+            for m in range(1, modes + 1):
+                zr, zi, c1, c2, c3, c4 = _mode_coefficients(a, fr, fi, m)
+                for i in range(count):
+                    c, sn = x[s, start + i, 0], x[s, start + i, 1]
+                    z[i] += pr[i] * zr + pi[i] * zi
+                    sr[i] += pr[i] * c1 + pi[i] * c2
+                    si[i] += pi[i] * c3 - pr[i] * c4
+                    r = pr[i] * c - pi[i] * sn
+                    pi[i] = pr[i] * sn + pi[i] * c
+                    pr[i] = r
+            for i in range(count):
+                scale = value / (z[i] if normalized else n)
+                out[s, start + i, 0] = sr[i] * scale
+                out[s, start + i, 1] = si[i] * scale
+
+
+@numba.njit(cache=True, fastmath=_FAST, parallel=True)
+def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, noise, noise_scale):
+    """:func:`_circle_streamed` with each system's powers kept in a table (:func:`_power_table`) from
+    the sums to the synthesis; ``mode`` other than OUTPUT: each system's output then goes
+    through :func:`meanfield.fused._finish_rows` (the velocity, or the step with ``h``,
+    ``noise``, ...) while it is in the L1 cache. Scratch arrays are allocated once per thread.
+
+    The synthesis is written out in the parallel loop's body: in a function of its own it ran
+    15-18 % slower at n = 32 (so did the streamed sums, 45 % at n = 10^5).
+    """
+    b, n, _ = x.shape
+    modes = a.size - 1
     chunks = min(b, threads)  # numba.get_num_threads() in here would keep the function out of the cache
     for chunk in numba.prange(chunks):
-        pr, pi = np.empty((rows, width)), np.empty((rows, width))
-        z, sr, si = np.empty(width), np.empty(width), np.empty(width)
+        pr, pi = np.empty((modes + 2, n)), np.empty((modes + 2, n))
+        z, sr, si = np.empty(n), np.empty(n), np.empty(n)
         fr, fi = np.empty(modes + 2), np.empty(modes + 2)
         for s in range(chunk * b // chunks, (chunk + 1) * b // chunks):
-            if tabled:
-                _tabled_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si)
-            else:
-                _streamed_system(x, s, a, normalized, value, out, pr[0], pi[0], fr, fi, z, sr, si)
+            _power_table(x, s, pr, pi, fr, fi)
+            for i in range(n):
+                z[i], sr[i], si[i] = a[0] * n, a[0] * fr[1], a[0] * fi[1]
+            for m in range(1, a.size):
+                zr, zi, c1, c2, c3, c4 = _mode_coefficients(a, fr, fi, m)
+                for i in range(n):
+                    p, q = pr[m, i], pi[m, i]
+                    z[i] += p * zr + q * zi
+                    sr[i] += p * c1 + q * c2
+                    si[i] += q * c3 - p * c4
+            for i in range(n):
+                scale = value / (z[i] if normalized else n)
+                out[s, i, 0] = sr[i] * scale
+                out[s, i, 1] = si[i] * scale
             if mode != OUTPUT:
                 _finish_rows(x, s, out, s, 2, 1.0, 1.0, mode, h, project, noise, s, noise_scale, out, s)
 
@@ -266,61 +313,9 @@ def _power_table(x, s, pr, pi, fr, fi):
 
 @numba.njit(cache=True, fastmath=_FAST, inline="always")
 def _mode_coefficients(a, fr, fi, m):
-    """What mode ``m`` adds to ``Z_i`` per ``(Re, Im) z_i^m``, then to ``Re S_i`` and ``Im S_i`` (:func:`_circle_attention`)."""
+    """What mode ``m`` adds to ``Z_i`` per ``(Re, Im) z_i^m``, then to ``Re S_i`` and ``Im S_i`` (:func:`_circle_streamed`)."""
     return (2.0 * a[m] * fr[m], 2.0 * a[m] * fi[m], a[m] * (fr[m - 1] + fr[m + 1]), a[m] * (fi[m - 1] + fi[m + 1]),
             a[m] * (fr[m - 1] - fr[m + 1]), a[m] * (fi[m - 1] - fi[m + 1]))
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _tabled_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si):
-    """:func:`_circle_attention` for system ``s`` from its power table (:func:`_power_table`)."""
-    n = x.shape[1]
-    _power_table(x, s, pr, pi, fr, fi)
-    for i in range(n):
-        z[i], sr[i], si[i] = a[0] * n, a[0] * fr[1], a[0] * fi[1]
-    for m in range(1, a.size):
-        zr, zi, c1, c2, c3, c4 = _mode_coefficients(a, fr, fi, m)
-        row_r, row_i = pr[m], pi[m]
-        for i in range(n):
-            p, q = row_r[i], row_i[i]
-            z[i] += p * zr + q * zi
-            sr[i] += p * c1 + q * c2
-            si[i] += q * c3 - p * c4
-    for i in range(n):
-        scale = value / (z[i] if normalized else n)
-        out[s, i, 0] = sr[i] * scale
-        out[s, i, 1] = si[i] * scale
-
-
-@numba.njit(cache=True, fastmath=_FAST)
-def _streamed_system(x, s, a, normalized, value, out, pr, pi, fr, fi, z, sr, si):
-    """:func:`_circle_attention` for system ``s``, its points in blocks of ``len(pr)`` (powers formed twice)."""
-    n = x.shape[1]
-    modes = a.size - 1
-    block = pr.size
-    _power_sums(x, s, fr, fi, pr, pi)
-    for start in range(0, n, block):
-        count = min(block, n - start)
-        for i in range(count):
-            pr[i] = x[s, start + i, 0]
-            pi[i] = x[s, start + i, 1]
-            z[i] = a[0] * n
-            sr[i] = a[0] * fr[1]
-            si[i] = a[0] * fi[1]
-        for m in range(1, modes + 1):
-            zr, zi, c1, c2, c3, c4 = _mode_coefficients(a, fr, fi, m)
-            for i in range(count):
-                c, sn = x[s, start + i, 0], x[s, start + i, 1]
-                z[i] += pr[i] * zr + pi[i] * zi
-                sr[i] += pr[i] * c1 + pi[i] * c2
-                si[i] += pi[i] * c3 - pr[i] * c4
-                r = pr[i] * c - pi[i] * sn
-                pi[i] = pr[i] * sn + pi[i] * c
-                pr[i] = r
-        for i in range(count):
-            scale = value / (z[i] if normalized else n)
-            out[s, start + i, 0] = sr[i] * scale
-            out[s, start + i, 1] = si[i] * scale
 
 
 # --------------------------------------------------------------------------- sphere
