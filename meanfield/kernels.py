@@ -126,7 +126,7 @@ def check_betas(model, betas, systems: int) -> np.ndarray:
 def series_is_cheaper(n: int, harmonics: int, tabled: bool = False) -> bool:
     """Whether ``n`` tokens cost less through a series of ``harmonics`` terms than by the direct sum.
 
-    ``tabled``: the circle's series keeps its powers in a table (:func:`circle_series_tabled`).
+    ``tabled``: the circle's series keeps its powers in a table (:func:`meanfield.series.circle_series_tabled`).
     """
     pair_cost = FUSED_PAIR_COST if n <= _max_fused_tokens() else NUMPY_PAIR_COST
     series_cost = n * (harmonics * TABLED_SERIES_COST + TABLED_POINT_COST) if tabled else n * harmonics * SERIES_COST

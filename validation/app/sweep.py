@@ -213,8 +213,8 @@ def _observed_sums(x, tolerance, sums):
     r"""Per task (``sums.shape[1]`` equal groups of systems): the sums of :math:`[\langle x_1, x_2\rangle
     \ge 1 - \text{tolerance}]`, :math:`\langle x_1, x_2\rangle` and :math:`|\frac1n \sum_i x_i|` over its systems.
 
-    One pass per system for numpy arrays: the array API expressions below took 0.1 us per
-    system-step at n = 32, d = 2, about 8 % of a step of the circle's series.
+    One pass per system for numpy arrays: the observer's array API expressions took 0.1 us
+    per system-step at n = 32, d = 2, about 8 % of a step of the circle's series.
     """
     b, n, k = x.shape
     systems = b // sums.shape[1]
