@@ -375,11 +375,41 @@ def test_noisy_device_sweeps_keep_one_task_per_batch(tmp_path):
     assert plan_batches(tasks) == [[task] for task in tasks]
 
 
-def test_sweep_workers_keep_glibc_malloc_thresholds_and_one_numba_thread():
+def test_sweep_workers_keep_glibc_malloc_thresholds():
     from validation.app.sweep import worker_environment
     environment = worker_environment()
     assert "MALLOC_TRIM_THRESHOLD_" not in environment and environment.get("OPENBLAS_NUM_THREADS") == 1
-    assert environment["NUMBA_NUM_THREADS"] == "1"  # the series' parallel loops, one worker per core
+
+
+def test_sweep_tasks_run_numba_on_one_thread_and_leave_this_process_able_to_compile(tmp_path, monkeypatch):
+    """One numba thread per task (a worker per core); Dask copies the workers' environment into
+    this process, so it must not hold NUMBA_NUM_THREADS: numba refuses to compile then."""
+    import numba
+
+    import validation.app.sweep as sweep_module
+
+    @numba.njit(parallel=True)
+    def total(values):
+        result = 0.0
+        for i in numba.prange(values.size):
+            result += values[i]
+        return result
+
+    total(np.ones(4))  # numba's threads run from here on
+    seen = []
+    run_task = sweep_module.run_task
+    monkeypatch.setattr(sweep_module, "run_task", lambda task: seen.append(numba.get_num_threads()) or run_task(task))
+    tasks = plan_tasks(load_sweep_config(particle_sweep(tmp_path)))
+    sweep_module.run_tasks(tasks[:1])
+    assert seen == [1] and numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    monkeypatch.undo()
+    run_sweep(load_sweep_config(particle_sweep(tmp_path)), workers=1, progress=False)
+
+    @numba.njit
+    def twice(values):
+        return 2.0 * total(values)
+
+    assert twice(np.ones(4)) == 8.0
 
 
 def test_layer_scheme_phase_diagram_matches_an_independent_simple_implementation(tmp_path):

@@ -165,8 +165,20 @@ def _row_key(task: Task) -> str | None:
 
 
 def run_tasks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
-    """Compute a batch of :func:`plan_batches` (on a worker): one result per task, in order."""
-    return _particle_chunks(tasks) if len(tasks) > 1 else [run_task(tasks[0])]
+    """Compute a batch of :func:`plan_batches` (on a worker): one result per task, in order.
+
+    numba's parallel loops (the circle's series) run on this thread alone: the sweep runs a
+    worker per core, and with every core in each of 2 workers the paper's sweep took 47-58 s
+    instead of 15 s at 256 systems per beta. (Not ``NUMBA_NUM_THREADS`` in the workers'
+    environment: Dask sets that environment in the calling process too, where numba then
+    refuses to compile once its threads run.)
+    """
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        return _particle_chunks(tasks) if len(tasks) > 1 else [run_task(tasks[0])]
+    finally:
+        numba.set_num_threads(threads)
 
 
 def run_task(task: Task) -> dict[str, np.ndarray]:
@@ -419,20 +431,17 @@ PRESPAWN = "distributed.nanny.pre-spawn-environ"
 
 
 def worker_environment() -> dict:
-    """Dask's environment for new worker processes, less its ``MALLOC_TRIM_THRESHOLD_``, with one numba thread.
+    """Dask's environment for new worker processes, less its ``MALLOC_TRIM_THRESHOLD_``.
 
     Any explicit malloc threshold turns off glibc's dynamic mmap threshold, so every
     temporary above 128 KiB (a block of weights) is mapped and unmapped at each step: millions
     of page faults, a task 1.8x slower than in a plain process. glibc's own behaviour keeps
-    them on the heap once freed. The single-thread BLAS/OpenMP settings stay, and numba's
-    parallel loops (the circle's series) get one thread too: with a thread per core in each
-    worker, the paper's sweep on 2 workers ran 2.7x slower.
+    them on the heap once freed. The single-thread BLAS/OpenMP settings stay.
     """
     from distributed.config import defaults  # importing it also puts distributed's defaults in dask's config
 
     inherited = dask.config.get(PRESPAWN, defaults["distributed"]["nanny"]["pre-spawn-environ"])
-    environment = {name: value for name, value in inherited.items() if name != "MALLOC_TRIM_THRESHOLD_"}
-    return {**environment, "NUMBA_NUM_THREADS": "1"}
+    return {name: value for name, value in inherited.items() if name != "MALLOC_TRIM_THRESHOLD_"}
 
 
 def _quiet_resource_tracker() -> None:
