@@ -218,8 +218,8 @@ def test_the_phase_diagram_example_in_a_tiny_version_matches_known_probabilities
 
 @pytest.mark.parametrize("device, cpu_batch, message", [
     ("numpy", 1, r"the task for \(beta = 4.0, d = 2\), chunk 0 failed three times: FloatingPointError.*--resume"),
-    ("numpy", 2048, r"the batch of chunks 0 to 1 of \(beta = 4.0, d = 2\) failed three times: FloatingPointError"),
-    ("array_api_strict", 2048, r"the batch of 2 tasks from \(beta = 0.5, d = 2\) to \(beta = 4.0, d = 2\), "
+    ("numpy", 2**17, r"the batch of chunks 0 to 1 of \(beta = 4.0, d = 2\) failed three times: FloatingPointError"),
+    ("array_api_strict", 2**17, r"the batch of 2 tasks from \(beta = 0.5, d = 2\) to \(beta = 4.0, d = 2\), "
                                r"chunk 0 failed three times: FloatingPointError.*--resume"),
 ], ids=["one task", "a CPU batch", "a device batch"])
 def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeypatch, device, cpu_batch, message):
@@ -234,7 +234,7 @@ def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeyp
 
     chunks = sweep_module._particle_chunks
     monkeypatch.setattr(sweep_module, "_particle_chunks", fails_at_beta_4)
-    monkeypatch.setattr(sweep_module, "CPU_BATCH_SYSTEMS", cpu_batch)  # one worker: chunks of 16 in pairs
+    monkeypatch.setattr(sweep_module, "CPU_BATCH_ELEMENTS", cpu_batch)  # one worker: chunks of 16 in pairs
     path = particle_sweep(tmp_path)
     path.write_text(path.read_text().replace('file = "sweep.nc"', f'file = "sweep.nc"\ndevice = "{device}"'))
     sweep = load_sweep_config(path)
@@ -346,7 +346,7 @@ def test_cpu_batches_group_the_equal_chunks_of_a_point_and_keep_every_worker_bus
     assert [[(task.index, task.chunk) for task in batch] for batch in batches] == [
         item for index in [(0, 0), (0, 1), (1, 0), (1, 1)] for item in ([(index, 0), (index, 1)], [(index, 2)])]
     assert sweep_module.plan_batches(tasks, workers=2) == [[task] for task in tasks]  # 12 tasks: 6 per worker
-    monkeypatch.setattr(sweep_module, "CPU_BATCH_SYSTEMS", 31)
+    monkeypatch.setattr(sweep_module, "CPU_BATCH_ELEMENTS", 2 * 16 * 8 * 2 - 1)  # not two chunks at d = 2
     assert sweep_module.plan_batches(tasks, workers=1) == [[task] for task in tasks]
     monkeypatch.undo()
     noisy = particle_sweep(tmp_path, "noisy")

@@ -17,7 +17,7 @@ time series (``mass``, ``energy``, ...) and whether the run stayed resolved.
 
 Tasks run in batches (:func:`plan_batches`), each task's result still its own (and stored
 under its own key): on the CPU the chunks of a point (noiseless, of equal size) run as one
-batch of up to :data:`CPU_BATCH_SYSTEMS` systems, so the scheduler handles fewer, larger
+batch of up to :data:`CPU_BATCH_ELEMENTS` token coordinates, so the scheduler handles fewer, larger
 units of work; with ``device`` set (``"torch:cuda"``, ``"cupy"``, ``"jax"``) the tasks of
 one chunk whose points differ only in ``beta`` run as one batch with a beta per system, so
 a GPU is kept busy by a whole row of the phase diagram, not by one beta's systems.
@@ -105,10 +105,12 @@ def plan_tasks(sweep: SweepConfig) -> list[Task]:
 #: Token coordinates in one batch of device tasks at most (2^26 doubles: 512 MiB per copy).
 DEVICE_BATCH_ELEMENTS = 2**26
 
-#: Systems in one batch of CPU tasks at most. The paper's phase diagram on 2 workers (720
+#: Token coordinates in one batch of CPU tasks at most (2^17 doubles, 1 MiB: the state of a
+#: step stays in half the L2 cache). The paper's phase diagram at d = 2 on 2 workers (720
 #: chunks of 256 systems): 48.7 s in batches of 2048 systems, 53.3 s of 1024, 63.9 s one
 #: chunk at a time; the scheduler and the client's process used 3.3, 4.5 and 9.6 s of CPU.
-CPU_BATCH_SYSTEMS = 2048
+#: Batches of 2048 systems at d = 128 (16 MiB per state) took 366 s against 279 s.
+CPU_BATCH_ELEMENTS = 2**17
 
 #: Batches per worker at least where chunks are grouped on the CPU: no worker idles at the end.
 BATCHES_PER_WORKER = 4
@@ -118,7 +120,7 @@ def plan_batches(tasks: list[Task], workers: int = 1) -> list[list[Task]]:
     """The tasks grouped into units of work, in order; each task keeps its numbers and its result.
 
     On the CPU, consecutive chunks of a point run as one batch of up to
-    :data:`CPU_BATCH_SYSTEMS` systems (chunks of equal size, noiseless models: each system's
+    :data:`CPU_BATCH_ELEMENTS` token coordinates (chunks of equal size, noiseless models: each system's
     run is the same in any batch), with at least :data:`BATCHES_PER_WORKER` batches per
     worker where there are enough tasks. On a device (``device`` other than numpy) the same
     chunk of the points that differ only in ``beta`` (a row of a phase diagram) runs as one
@@ -148,9 +150,10 @@ def plan_batches(tasks: list[Task], workers: int = 1) -> list[list[Task]]:
 def _joins(batch: list[Task], task: Task, most: int) -> bool:
     """Whether ``task`` runs in the CPU batch ``batch`` (at most ``most`` tasks)."""
     first = batch[0]
-    return (task.device == "numpy" and task.systems > 0 and task.index == first.index
-            and task.systems == first.systems and len(batch) < min(most, CPU_BATCH_SYSTEMS // task.systems)
-            and build_model(task.config).diffusion == 0)
+    if task.device != "numpy" or not task.systems or task.index != first.index or task.systems != first.systems:
+        return False
+    coordinates = task.systems * task.config["method"]["n"] * task.config["method"]["d"]
+    return len(batch) < min(most, CPU_BATCH_ELEMENTS // coordinates) and build_model(task.config).diffusion == 0
 
 
 def _row_key(task: Task) -> str | None:
