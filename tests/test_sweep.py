@@ -355,6 +355,19 @@ def test_cpu_batches_group_the_equal_chunks_of_a_point_and_keep_every_worker_bus
     assert sweep_module.plan_batches(noisy_tasks, workers=1) == [[task] for task in noisy_tasks]
 
 
+@pytest.mark.parametrize("device", ["numpy", "array_api_strict"])
+def test_batches_of_a_sweep_without_method_d_take_the_geometry_dimension(tmp_path, device):
+    """No ``d`` in the grid or the method: the circle's d = 2 sizes the batches."""
+    from validation.app.sweep import plan_batches
+    path = particle_sweep(tmp_path)
+    path.write_text(path.read_text().replace("d = [2, 5]\n", "").replace(
+        'file = "sweep.nc"', f'file = "sweep.nc"\ndevice = "{device}"'))
+    tasks = plan_tasks(load_sweep_config(path))
+    assert all(task.config["method"]["d"] is None for task in tasks)
+    batches = plan_batches(tasks, workers=1)
+    assert sorted(len(batch) for batch in batches) == ([1] * 6 if device == "numpy" else [2, 2, 2])  # 6 tasks: 1 each
+
+
 @pytest.mark.parametrize("scheme", ["euler", "rk4"])
 def test_a_cpu_batch_gives_each_chunk_the_numbers_it_has_alone(tmp_path, scheme):
     from validation.app.sweep import plan_batches, run_task, run_tasks

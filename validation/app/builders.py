@@ -84,12 +84,16 @@ def build_solver(config: dict, model):
     return None
 
 
+def particle_dimension(config: dict) -> int:
+    """The particles' ``d``: ``method.d``, or the geometry's own (2 on the circle, 3 on the sphere)."""
+    return config["method"]["d"] or (2 if config["geometry"] == "circle" else 3)
+
+
 def initial_particles(config: dict, rho0, generator: np.random.Generator, systems: int | None = None) -> np.ndarray:
     """``n`` particles drawn from the initial density, shape ``(n, d)`` (``(systems, n, d)`` if given)."""
     n = config["method"]["n"]
     if config["initial"]["kind"] == "uniform":
-        d = config["method"]["d"] or (2 if config["geometry"] == "circle" else 3)
-        return mf.sample_uniform(n, d, generator, batch=systems)
+        return mf.sample_uniform(n, particle_dimension(config), generator, batch=systems)
     if config["geometry"] == "sphere" and not callable(rho0):
         raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere")
 

@@ -55,7 +55,8 @@ import meanfield as mf
 from meanfield.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
-from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
+from .builders import (build_model, build_solver, initial_density, initial_particles, output_times, particle_dimension,
+                       particle_method)
 from .errors import ConfigError, SweepTaskError
 from .files import write_atomically
 from .sweep_config import SweepConfig, load_sweep_config
@@ -141,8 +142,8 @@ def plan_batches(tasks: list[Task], workers: int = 1) -> list[list[Task]]:
         else:
             batches.append([task])
     for row in rows.values():
-        method = row[0].config["method"]
-        size = max(1, DEVICE_BATCH_ELEMENTS // (row[0].systems * method["n"] * method["d"]))
+        coordinates = row[0].systems * row[0].config["method"]["n"] * particle_dimension(row[0].config)
+        size = max(1, DEVICE_BATCH_ELEMENTS // coordinates)
         batches.extend(row[start:start + size] for start in range(0, len(row), size))
     return batches
 
@@ -152,7 +153,7 @@ def _joins(batch: list[Task], task: Task, most: int) -> bool:
     first = batch[0]
     if task.device != "numpy" or not task.systems or task.index != first.index or task.systems != first.systems:
         return False
-    coordinates = task.systems * task.config["method"]["n"] * task.config["method"]["d"]
+    coordinates = task.systems * task.config["method"]["n"] * particle_dimension(task.config)
     return len(batch) < min(most, CPU_BATCH_ELEMENTS // coordinates) and build_model(task.config).diffusion == 0
 
 
