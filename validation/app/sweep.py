@@ -196,7 +196,8 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     config = task.config
     model = build_model(config)
     generators = [np.random.default_rng([config["method"]["seed"], other.chunk]) for other in tasks]
-    x0 = np.concatenate([initial_particles(config, initial_density(config), generator, systems=task.systems)
+    density = initial_density(config)
+    x0 = np.concatenate([initial_particles(config, density, generator, systems=task.systems)
                          for generator in generators])
     betas = None
     if any(other.config != config for other in tasks):
