@@ -43,12 +43,10 @@ extracts from each output frame, for ensembles too large to store whole (sweeps)
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import xarray as xr
 from array_api_compat import array_namespace, is_array_api_obj
-from scipy.integrate import DOP853
 
 from .checks import check_points, check_real, check_times
 from .errors import StepSizeCollapse
@@ -57,6 +55,9 @@ from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
 from .sphere import normalize
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 METHODS = ("dop853", "rk4", "euler", "layer")
 FIXED_STEP_METHODS = ("rk4", "euler", "layer")
@@ -289,6 +290,8 @@ def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, setting
     if hasattr(model, "energy") and getattr(model, "has_energy", True):
         energy, energy_note = _energy_series(model, x)
         variables["energy"] = (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note})
+    import xarray as xr  # here, not at the top: sweep workers never build a dataset (xarray is half their start-up)
+
     ds = xr.Dataset(variables, coords={"time": times[: x.shape[-3]]})
     ds.attrs.update(record_attrs(PARTICLES, geometry_name(x.shape[-1]), model, settings))
     return ds
@@ -328,6 +331,8 @@ def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="aut
     settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
     if times.size == 1:
         return frames, 0
+    from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (0.3 s to import)
+
     solver = DOP853(_flat_rhs(engine.drift, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
     next_out = 1
     while next_out < times.size:

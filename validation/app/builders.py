@@ -10,7 +10,6 @@ import numpy as np
 from scipy.special import eval_legendre
 
 import meanfield as mf
-from solvers import CircleFV, SphereSpectral
 
 from .errors import ConfigError
 
@@ -72,6 +71,8 @@ def load_initial_file(path: str) -> np.ndarray:
 
 def build_solver(config: dict, model):
     """The PDE solver the config names, or None for particles."""
+    from solvers import CircleFV, SphereSpectral  # here: particle sweep workers start without solvers/xarray
+
     method = config["method"]
     extra = {} if method.get("rtol") is None else {"rtol": method["rtol"]}
     try:

@@ -47,7 +47,6 @@ import numpy as np
 
 from .config import NUMBER, SCHEMA, check_config, check_table, read_toml
 from .errors import ConfigError
-from .preflight import preflight
 
 SWEEP_SCHEMA = {
     "realisations": (int, False, 256, ">= 1"),
@@ -109,6 +108,10 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
 
 def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     """Check the base experiment, the sweep table and every grid point before anything runs."""
+    # Imported here: it builds solvers (and xarray), which the sweep's workers, importing this
+    # module with the sweep's, never need; their start-up is a serial cost of every sweep.
+    from .preflight import preflight
+
     raw = copy.deepcopy(raw)
     if "sweep" not in raw:
         raise ConfigError("missing table [sweep] (with sweep.grid: the parameters to vary)")
