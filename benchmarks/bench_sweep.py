@@ -12,7 +12,9 @@ beta (about half an hour for both runs on 2 cores); the default ``small`` uses 2
 other load on the machine disturbed without paying for both. ``--interleave K`` splits the
 betas into ``K`` slices and runs each slice on 1 and on 2 workers back to back (alternating
 which goes first), so that load on the machine hits both configurations alike; the times
-are summed per configuration. ``--dimension 128 --workers 2`` times the diagram of
+are summed per configuration. ``--rounds R`` repeats that ``R`` times, still alternating:
+``--interleave 1 --rounds 2`` runs the whole sweep on 1, 2, 2 and 1 workers, each paying
+one cluster start as a user's sweep does (every slice pays its own). ``--dimension 128 --workers 2`` times the diagram of
 ``d = 128`` (the issue's target: 2048 systems per beta in at most 5 minutes).
 """
 
@@ -59,21 +61,23 @@ def run(size: str = "small") -> list[tuple[str, float, float, float]]:
     return [(label, two, one, two / one)]
 
 
-def interleaved(size: str, rounds: int) -> list[tuple[str, float, float, float]]:
+def interleaved(size: str, slices: int, rounds: int = 1) -> list[tuple[str, float, float, float]]:
     """1 and 2 workers on the same slices of betas, back to back, alternating the order."""
     grid = tomllib.loads(CONFIG.read_text())["sweep"]["grid"]["beta"]
     betas = np.linspace(grid["start"], grid["stop"], grid["count"])
     totals = {1: 0.0, 2: 0.0}
-    for index, part in enumerate(np.array_split(betas, rounds)):
+    pairs = [part.tolist() for _ in range(rounds) for part in np.array_split(betas, slices)]
+    for index, part in enumerate(pairs):
         results = {}
         for workers in ((1, 2) if index % 2 == 0 else (2, 1)):
             with tempfile.TemporaryDirectory() as folder:
-                seconds, results[workers] = timed_sweep(workers, REALISATIONS[size], Path(folder), part.tolist())
+                seconds, results[workers] = timed_sweep(workers, REALISATIONS[size], Path(folder), part)
+            print(f"  betas {part[0]:g}..{part[-1]:g} on {workers} worker(s): {seconds:.1f} s", flush=True)
             totals[workers] += seconds
         for name in results[1].data_vars:
             np.testing.assert_array_equal(results[2][name].values, results[1][name].values)
-    label = (f"sweep 90 betas x {REALISATIONS[size]} systems n=32 d=2 t<=30, {rounds} interleaved slices "
-             "(2 vs 1 worker)")
+    label = (f"sweep 90 betas x {REALISATIONS[size]} systems n=32 d=2 t<=30, {slices} interleaved slice(s) "
+             f"x {rounds} round(s) (2 vs 1 worker)")
     return [(label, totals[2], totals[1], totals[2] / totals[1])]
 
 
@@ -82,12 +86,13 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--size", choices=sorted(REALISATIONS), default="small")
     parser.add_argument("--workers", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     parser.add_argument("--interleave", type=int, default=0, help="slices of betas run on 1 and 2 workers in turn")
+    parser.add_argument("--rounds", type=int, default=1, help="repeats of the interleaved slices")
     parser.add_argument("--dimension", type=int, default=2, help="d of the tokens (with one --workers value)")
     args = parser.parse_args(argv)
     if args.dimension != 2 and (args.interleave or sorted(args.workers) == [1, 2]):
         parser.error("--dimension other than 2 times one configuration: give --workers 1 or --workers 2")
     if args.interleave:
-        for label, ours, base, ratio in interleaved(args.size, args.interleave):
+        for label, ours, base, ratio in interleaved(args.size, args.interleave, args.rounds):
             print(f"{label}: 2 workers {ours:.1f} s, 1 worker {base:.1f} s, speed-up {1 / ratio:.2f}x")
         return
     if sorted(args.workers) != [1, 2]:

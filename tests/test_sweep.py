@@ -394,6 +394,31 @@ def test_sweep_workers_keep_glibc_malloc_thresholds():
     assert "MALLOC_TRIM_THRESHOLD_" not in environment and environment.get("OPENBLAS_NUM_THREADS") == 1
 
 
+def test_the_local_cluster_of_a_sweep_keeps_its_background_work_off_the_tasks_cores():
+    from validation.app.sweep import _client
+
+    def periods(dask_worker):
+        return {name: callback.callback_time for name, callback in dask_worker.periodic_callbacks.items()}
+
+    with _client(None, 1) as client:
+        (worker,) = client.run(periods).values()
+    assert "profile" not in worker  # the statistical profiler is off
+    assert (worker["monitor"], worker["memory_monitor"], worker["tick"]) == (5000, 1000, 500)
+
+
+def test_sweep_workers_start_without_xarray_or_the_pde_solvers():
+    """A worker imports the sweep's modules (to run its tasks, and as a script's main module):
+    xarray, pandas, scipy.integrate and the solvers would double its start-up, paid by every sweep."""
+    import subprocess
+    import sys
+
+    heavy = ("xarray", "pandas", "scipy.integrate", "solvers", "matplotlib")
+    script = ("import sys, validation.app.sweep, validation.app.sweep_config, validation.app.config; "
+              f"print(' '.join(name for name in {heavy!r} if name in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == []
+
+
 def test_sweep_tasks_run_numba_on_one_thread_and_leave_this_process_able_to_compile(tmp_path, monkeypatch):
     """One numba thread per task (a worker per core); Dask copies the workers' environment into
     this process, so it must not hold NUMBA_NUM_THREADS: numba refuses to compile then."""

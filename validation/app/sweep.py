@@ -43,12 +43,12 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dask
 import numba
 import numpy as np
 from array_api_compat import array_namespace, device as device_of, is_numpy_array
-import xarray as xr
 from tqdm.auto import tqdm
 
 import meanfield as mf
@@ -60,6 +60,9 @@ from .builders import (build_model, build_solver, initial_density, initial_parti
 from .errors import ConfigError, SweepTaskError
 from .files import write_atomically
 from .sweep_config import SweepConfig, load_sweep_config
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 PARTS = "parts"
 
@@ -350,8 +353,9 @@ def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, 
                           f"to skip them, or delete the folder to start over")
     todo = [task for task in tasks if task.key not in done]
     started = time.perf_counter()
-    used = _compute(todo, parts, scheduler, workers, progress, sweep) if todo else 0
-    ds = gather(sweep, tasks)
+    computed: dict[str, dict[str, np.ndarray]] = {}
+    used = _compute(todo, parts, scheduler, workers, progress, sweep, computed) if todo else 0
+    ds = gather(sweep, tasks, computed)
     ds.attrs.update(wall_time=time.perf_counter() - started, tasks=len(tasks), tasks_computed=len(todo),
                     workers=used, scheduler=scheduler or "local")
     write_dataset(ds, sweep.output / sweep.settings["file"])
@@ -366,8 +370,9 @@ def _check_writable(output: Path) -> None:
 
 
 def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int | None,
-             progress: bool | None, sweep: SweepConfig) -> int:
-    """Run ``tasks``, storing each result as it arrives; returns the number of workers at the start."""
+             progress: bool | None, sweep: SweepConfig, computed: dict) -> int:
+    """Run ``tasks``, storing each result as it arrives (also in ``computed``, by key); returns the
+    number of workers at the start."""
     enabled = os.isatty(2) if progress is None else progress
     with _client(scheduler, workers) as client, \
             tqdm(total=len(tasks), disable=not enabled, desc="sweep", unit="task") as bar:
@@ -377,7 +382,7 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
         futures = {client.submit(run_tasks, batch, key=f"meanfield-{batch[0].key}", retries=2, pure=False): batch
                    for batch in plan_batches(tasks, max(1, started_with))}
         try:
-            _store_as_completed(futures, parts, sweep, bar)
+            _store_as_completed(futures, parts, sweep, bar, computed)
         except KeyboardInterrupt:
             # Stop the work before the cluster closes, so that workers end their tasks cleanly.
             client.cancel(list(futures), force=True)
@@ -385,7 +390,7 @@ def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int
     return started_with
 
 
-def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar) -> None:
+def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar, computed: dict) -> None:
     from dask.distributed import as_completed
 
     for future in as_completed(futures):
@@ -405,6 +410,7 @@ def _store_as_completed(futures: dict, parts: Path, sweep: SweepConfig, bar) -> 
                                  f"rerun with --resume") from error
         for task, result in zip(batch, results):
             write_atomically(parts / f"{task.key}.npz", lambda path: np.savez(path, **result))
+            computed[task.key] = result
         future.release()
         bar.update(len(batch))
 
@@ -425,7 +431,7 @@ def _client(scheduler: str | None, workers: int | None):
     workers = workers or os.cpu_count() or 1
     _quiet_resource_tracker()
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
-    with _workers_ignore_ctrl_c(), dask.config.set({PRESPAWN: worker_environment()}):
+    with _workers_ignore_ctrl_c(), dask.config.set({PRESPAWN: worker_environment(), **QUIET_LOCAL_CLUSTER}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                silence_logs=logging.ERROR)
     with cluster, Client(cluster) as client:
@@ -433,6 +439,19 @@ def _client(scheduler: str | None, workers: int | None):
 
 
 PRESPAWN = "distributed.nanny.pre-spawn-environ"
+
+#: Dask settings of the local cluster a sweep starts: no statistical profiler in the workers
+#: (it samples the task's stack every 10 ms), the system and memory monitors at 5 s and 1 s
+#: instead of 0.5 s and 0.1 s, event-loop health checks every 0.5 s instead of 20 ms. With a
+#: worker per core this background work takes the tasks' cores: on the paper's sweep
+#: (30 betas, 2 workers, 2 cores) the worker processes spent 2.2-2.6 s of CPU outside their
+#: tasks and the tasks waited 2.5-3.7 s for a core; with these settings 1.0-1.1 s and
+#: 0.6-1.2 s, and the client and scheduler's process 0.35 instead of 0.9 s. Only the
+#: dashboard's profile and its system plots lose detail. A cluster given by address keeps its own.
+QUIET_LOCAL_CLUSTER = {"distributed.worker.profile.enabled": False,
+                       "distributed.admin.system-monitor.interval": "5s",
+                       "distributed.worker.memory.monitor-interval": "1s",
+                       "distributed.admin.tick.interval": "500ms"}
 
 
 def worker_environment() -> dict:
@@ -478,13 +497,23 @@ def _workers_ignore_ctrl_c():
         signal.signal(signal.SIGINT, previous)
 
 
-def gather(sweep: SweepConfig, tasks: list[Task]) -> xr.Dataset:
-    """Assemble the dataset from the stored parts of every task."""
+def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) -> xr.Dataset:
+    """Assemble the dataset from the results of every task: those ``computed`` in this run (by key),
+    the others from their stored parts (reading back the paper diagram's 720 parts took 0.8 s, a
+    serial cost of every sweep)."""
+    # xarray is imported here, not with the module: workers import this module to run tasks,
+    # and xarray with pandas would double their start-up, which every sweep waits for.
+    import xarray as xr
+
     parts = sweep.output / PARTS
     by_point: dict[tuple, list[dict]] = {}
+    computed = computed or {}
     for task in tasks:
-        with np.load(parts / f"{task.key}.npz") as stored:
-            by_point.setdefault(task.index, []).append(dict(stored))
+        result = computed.get(task.key)
+        if result is None:
+            with np.load(parts / f"{task.key}.npz") as stored:
+                result = dict(stored)
+        by_point.setdefault(task.index, []).append(result)
     points = {index: combine_point(results, sweep.settings["realisations"]) for index, results in by_point.items()}
     first = next(iter(points.values()))
     dims = tuple(sweep.grid)
