@@ -34,4 +34,4 @@ figures: setup
 
 # The phase-diagram sweep at the paper's size on 1 and 2 Dask workers (about an hour).
 bench-sweep: setup
-	$(VENV)/bin/python benchmarks/bench_sweep.py --size paper
+	$(VENV)/bin/python benchmarks/bench_sweep.py --size paper --interleave 1 --rounds 2

@@ -1,4 +1,4 @@
-"""The phase-diagram sweep on 1 and 2 Dask workers (issue: sweeps). Target: speed-up >= 1.7.
+"""The phase-diagram sweep on 1 and 2 Dask workers (issues: sweeps, particle ensembles). Target: >= 1.8x.
 
 The sweep of ``examples/phase_diagram.toml`` (SA, n = 32, d = 2, 90 values of beta,
 projected Euler with step 0.1 to t = 30) is run from scratch with a local cluster of one
