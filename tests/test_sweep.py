@@ -355,6 +355,16 @@ def test_cpu_batches_group_the_equal_chunks_of_a_point_and_keep_every_worker_bus
     assert sweep_module.plan_batches(noisy_tasks, workers=1) == [[task] for task in noisy_tasks]
 
 
+def test_the_last_cpu_batches_run_chunk_by_chunk_so_workers_finish_together(tmp_path):
+    from validation.app.sweep import plan_batches
+    path = particle_sweep(tmp_path)
+    path.write_text(path.read_text().replace("realisations = 40", "realisations = 256"))
+    tasks = plan_tasks(load_sweep_config(path))  # 4 points of 16 chunks
+    batches = plan_batches(tasks, workers=2)  # at least 8 batches: 8 chunks each, the last 2 split
+    assert [len(batch) for batch in batches] == [8] * 6 + [1] * 16
+    assert [task for batch in batches for task in batch] == tasks
+
+
 @pytest.mark.parametrize("device", ["numpy", "array_api_strict"])
 def test_batches_of_a_sweep_without_method_d_take_the_geometry_dimension(tmp_path, device):
     """No ``d`` in the grid or the method: the circle's d = 2 sizes the batches."""
