@@ -504,8 +504,8 @@ def _workers_ignore_ctrl_c():
 
 def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) -> xr.Dataset:
     """Assemble the dataset from the results of every task: those ``computed`` in this run (by key),
-    the others from their stored parts (reading back the paper diagram's 720 parts took 0.8 s, a
-    serial cost of every sweep)."""
+    the others from their stored parts (reading back the paper diagram's 720 parts takes
+    0.25-0.3 s, a serial cost of every sweep)."""
     # xarray is imported here, not with the module: workers import this module to run tasks,
     # and xarray with pandas would double their start-up, which every sweep waits for.
     import xarray as xr
