@@ -32,6 +32,6 @@ figures: setup
 	   output/metastability/metastability_pde.png output/phase_diagram/phase_diagram.png \
 	   output/lost_in_the_middle/lost_in_the_middle.png docs/figures/
 
-# The phase-diagram sweep at the paper's size on 1 and 2 Dask workers (about an hour).
+# The phase-diagram sweep at the paper's size on 1, 2, 2 and 1 Dask workers (about five minutes).
 bench-sweep: setup
 	$(VENV)/bin/python benchmarks/bench_sweep.py --size paper --interleave 1 --rounds 2

@@ -4,9 +4,9 @@ The sweep of ``examples/phase_diagram.toml`` (SA, n = 32, d = 2, 90 values of be
 projected Euler with step 0.1 to t = 30) is run from scratch with a local cluster of one
 worker process (the baseline) and of two; wall times include starting the cluster. Both
 runs must give identical numbers. ``--size paper`` uses the paper's 2048 realisations per
-beta (about half an hour for both runs on 2 cores); the default ``small`` uses 256.
+beta (about two minutes for both runs on 2 cores; half an hour at first); the default ``small`` uses 256.
 
-    python benchmarks/bench_sweep.py [--size paper|small] [--workers 1 2] [--dimension 2]
+    python benchmarks/bench_sweep.py [--size paper|small] [--workers 1 2] [--interleave K [--rounds R]] [--dimension 2]
 
 ``--workers 1`` (or ``2``) times one configuration only, to repeat a measurement that
 other load on the machine disturbed without paying for both. ``--interleave K`` splits the
