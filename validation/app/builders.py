@@ -87,7 +87,7 @@ def build_solver(config: dict, model):
 
 def particle_dimension(config: dict) -> int:
     """The particles' ``d``: ``method.d``, or the geometry's own (2 on the circle, 3 on the sphere)."""
-    return config["method"]["d"] or (2 if config["geometry"] == "circle" else 3)
+    return config["method"].get("d") or (2 if config["geometry"] == "circle" else 3)
 
 
 def initial_particles(config: dict, rho0, generator: np.random.Generator, systems: int | None = None) -> np.ndarray:

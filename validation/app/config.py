@@ -50,6 +50,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from .builders import particle_dimension
 from .errors import ConfigError
 
 
@@ -226,8 +227,8 @@ def _check_combination(config: dict, base: Path) -> None:
 
 def _check_matrices(config: dict, base: Path) -> None:
     """Query, key and value matrices (inline lists or ``.npy`` paths) and the perceptron's weights, read and shaped."""
-    model, method = config["model"], config["method"]
-    d = method.get("d") or (2 if config["geometry"] == "circle" else 3)
+    model = config["model"]
+    d = particle_dimension(config)
     for key in ("query", "key", "value"):
         given = model[key]
         if given is None or isinstance(given, NUMBER):

@@ -19,7 +19,7 @@ from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
-from .builders import build_model, build_solver, initial_density, output_times
+from .builders import build_model, build_solver, initial_density, output_times, particle_dimension
 from .errors import ConfigError
 
 #: A run may use at most this fraction of the machine's memory.
@@ -143,7 +143,7 @@ def _check_memory(config: dict) -> None:
     count = times["count"] if isinstance(times, dict) else len(times)
     method = config["method"]
     if method["kind"] == "particles":
-        d = method.get("d") or (2 if config["geometry"] == "circle" else 3)
+        d = particle_dimension(config)
         # frames, integrator stages and copies (~16 arrays of the tokens), the pair sums' bounded blocks
         needed = 8 * (count + 16) * method["n"] * d + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method['n']} particles at times.count = {count} outputs"

@@ -150,8 +150,7 @@ def plan_batches(tasks: list[Task], workers: int = 1) -> list[list[Task]]:
     tail = max(0, len(batches) - workers)
     batches[tail:] = [[task] for batch in batches[tail:] for task in batch]
     for row in rows.values():
-        coordinates = row[0].systems * row[0].config["method"]["n"] * particle_dimension(row[0].config)
-        size = max(1, DEVICE_BATCH_ELEMENTS // coordinates)
+        size = max(1, DEVICE_BATCH_ELEMENTS // _coordinates(row[0]))
         batches.extend(row[start:start + size] for start in range(0, len(row), size))
     return batches
 
@@ -161,8 +160,12 @@ def _joins(batch: list[Task], task: Task, most: int) -> bool:
     first = batch[0]
     if task.device != "numpy" or not task.systems or task.index != first.index or task.systems != first.systems:
         return False
-    coordinates = task.systems * task.config["method"]["n"] * particle_dimension(task.config)
-    return len(batch) < min(most, CPU_BATCH_ELEMENTS // coordinates) and build_model(task.config).diffusion == 0
+    return len(batch) < min(most, CPU_BATCH_ELEMENTS // _coordinates(task)) and build_model(task.config).diffusion == 0
+
+
+def _coordinates(task: Task) -> int:
+    """The token coordinates of a task's systems (what a batch's size is bounded by)."""
+    return task.systems * task.config["method"]["n"] * particle_dimension(task.config)
 
 
 def _row_key(task: Task) -> str | None:
