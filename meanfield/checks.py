@@ -79,14 +79,24 @@ def check_times(times: object, name: str = "times") -> np.ndarray:
     return array
 
 
-def check_density(values: object, shape: tuple[int, ...], name: str = "rho0") -> np.ndarray:
-    """Return ``values`` as a finite, nonnegative float array of ``shape`` with positive total."""
+def check_density(values: object, shape: tuple[int, ...], name: str = "rho0", *,
+                  evolved: bool = False) -> np.ndarray:
+    """Return ``values`` as a finite, nonnegative float array of ``shape`` with positive total.
+
+    ``evolved=True``: the values are a solver's own output (the last density of a run being
+    continued), checked for shape and finiteness only; an undershoot below zero there is that
+    run's resolution diagnosis, which its diagnostics report, not an input error.
+    """
+    if np.iscomplexobj(values):
+        raise TypeError(f"{name} must be real; got complex values (a density has no imaginary part)")
     values = np.asarray(values, dtype=float)
     if values.shape != shape:
         raise ValueError(f"{name} must be a callable or an array of the grid's shape {shape}, "
                          f"got shape {values.shape}")
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{name} contains NaN or infinite values")
+    if evolved:
+        return values
     if np.any(values < 0):
         raise ValueError(f"{name} must be nonnegative; its minimum is {values.min():.3g}")
     if not np.any(values > 0):

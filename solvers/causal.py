@@ -155,8 +155,10 @@ class CausalCircleFV(CircleFV):
         values = _layer_values(rho0, self.layers, cell_averages, (self.cells,), name)
         return values / self.operators.mass(values)[:, None]
 
-    def _initial_state(self, rho0):
-        return self.initial_density(rho0) - self.operators.uniform, None
+    def _initial_state(self, rho0, continued: bool):
+        shape = (self.layers, self.cells)
+        rho = check_density(rho0, shape, "rho0", evolved=True) if continued else self.initial_density(rho0)
+        return rho - self.operators.uniform, None
 
     def _diagnose(self, state, rho: np.ndarray):
         mass = self.operators.mass(rho)
@@ -224,6 +226,12 @@ class CausalSphereSpectral(SphereSpectral):
             speed = max(speed, float(np.sqrt(np.max(along_t * along_t + along_p * along_p))))
             result.append(grid.divergence(along_t * rho, along_p * rho, sign=-1.0))
         return np.stack(result), speed
+
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if continued:
+            values = check_density(rho0, (self.layers,) + self.grid.shape, "rho0", evolved=True)
+            return np.stack([self.grid.analyse(layer) for layer in values])
+        return self.initial_coefficients(rho0)
 
     def initial_coefficients(self, rho0, *, name: str = "rho0") -> np.ndarray:
         """Coefficients per layer, shape ``(layers, coefficients)``, each of mass one.

@@ -149,8 +149,8 @@ class CircleFV(GridSolver):
         return self.operators.energy_scaled
 
     # The state is (deviation from the uniform density, Lyapunov functional of the density).
-    def _initial_state(self, rho0):
-        rho = self.initial_density(rho0)
+    def _initial_state(self, rho0, continued: bool):
+        rho = check_density(rho0, (self.cells,), "rho0", evolved=True) if continued else self.initial_density(rho0)
         return rho - self.operators.uniform, self.operators.lyapunov(rho)
 
     def density(self, state) -> np.ndarray:

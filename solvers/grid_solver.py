@@ -37,8 +37,9 @@ class GridSolver:
 
     A subclass defines ``name``, ``geometry``, ``default_max_steps``, and
 
-    ``_initial_state(rho0)``
-        the integrator's state from the user's initial density;
+    ``_initial_state(rho0, continued)``
+        the integrator's state from the user's initial density, or (``continued``) from the
+        last density of an earlier run, taken as it is;
     ``_stepper(state, times)``
         ``(attempt, first_step, extra_settings)``: one adaptive step
         ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``, the first step,
@@ -62,7 +63,8 @@ class GridSolver:
 
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,
-              max_steps: int | None = None, first_step: float | None = None) -> xr.Dataset:
+              max_steps: int | None = None, first_step: float | None = None,
+              continued: bool = False) -> xr.Dataset:
         r"""Evolve ``rho0`` and record it at ``times``.
 
         Parameters
@@ -82,6 +84,11 @@ class GridSolver:
         first_step : float, optional
             Initial step; pass ``dataset_settings(ds)["next_step"]`` of a run that ended at
             ``times[0]`` to continue it with the steps it would have taken.
+        continued : bool
+            ``rho0`` is the last density of an earlier run of this solver (``ds.rho[-1]``),
+            continued here: it is taken as it is (not renormalized, and a slightly negative
+            value is that run's resolution diagnosis, reported by ``resolved``, not an input
+            error); only its shape and finiteness are checked.
 
         Returns
         -------
@@ -97,7 +104,7 @@ class GridSolver:
             With the time reached and the reason; ``partial`` holds the outputs so far.
         """
         times = check_times(times)
-        state = self._initial_state(rho0)
+        state = self._initial_state(rho0, continued)
         attempt, first, extra_settings = self._stepper(state, times)
         record = SolveRecord(self, times, extra_settings)
         watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
@@ -112,7 +119,7 @@ class GridSolver:
         return nullcontext()
 
     # The numerics, supplied by each solver.
-    def _initial_state(self, rho0) -> Any:
+    def _initial_state(self, rho0, continued: bool) -> Any:
         raise NotImplementedError
 
     def _stepper(self, state, times: np.ndarray) -> tuple[Attempt, float, Callable[[], dict]]:

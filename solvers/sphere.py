@@ -274,7 +274,9 @@ class SphereSpectral(GridSolver):
         coefficients = self.grid.analyse(values)
         return coefficients / self.grid.mass(coefficients)
 
-    def _initial_state(self, rho0) -> np.ndarray:
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if continued:
+            return self.grid.analyse(check_density(rho0, self.grid.shape, "rho0", evolved=True))
         return self.initial_coefficients(rho0)
 
     def density(self, coefficients: np.ndarray) -> np.ndarray:

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+from .files import check_output_folder
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -14,6 +20,7 @@ def _demo(args: argparse.Namespace) -> int:
     import meanfield as mf
     from validation.figures import subplots
 
+    check_output_folder(args.output, "--output")  # before computing: a bad folder must not cost the run
     model = mf.SelfAttention(args.beta)
     x0 = mf.sample_uniform(args.n, 2, rng=args.seed)
     times = np.linspace(0.0, args.t_end, 61)
@@ -63,6 +70,7 @@ def _validate(args: argparse.Namespace) -> int:
     """The main job: mean-field convergence on the circle and the sphere, with report and figures."""
     from .validate import default_specs, run_validation
 
+    check_output_folder(args.output, "--output")
     specs = default_specs(beta_circle=args.beta_circle, beta_sphere=args.beta_sphere,
                           diffusion_sphere=args.diffusion_sphere, sizes=args.sizes, seeds=args.seeds)
     if args.geometry != "both":
@@ -91,9 +99,9 @@ def _run(args: argparse.Namespace) -> int:
         try:
             ds = run_experiment(config, resume=args.resume, progress=False if args.quiet else None)
         except KeyboardInterrupt:
-            print(f"meanfield run: interrupted; the checkpoints written so far are kept in "
-                  f"{config['output']}/checkpoint: continue with --resume", file=sys.stderr)
-            return 130
+            args.kept = (f"the checkpoints written so far are kept in {config['output']}/checkpoint: "
+                         "continue with --resume")
+            raise
     output = Path(config["output"])
     paths = experiment_figures(ds, output, config["geometry"], animation=not args.no_animation,
                                progress=False if args.quiet else None)
@@ -124,9 +132,8 @@ def _sweep(args: argparse.Namespace) -> int:
                        progress=False if args.quiet else None)
     except KeyboardInterrupt:
         kept = len(list((sweep.output / PARTS).glob("*.npz")))
-        print(f"meanfield sweep: interrupted; {kept} finished tasks are kept in {sweep.output / PARTS}: "
-              "continue with --resume", file=sys.stderr)
-        return 130
+        args.kept = f"{kept} finished tasks are kept in {sweep.output / PARTS}: continue with --resume"
+        raise
     path = sweep.output / sweep.settings["file"]
     grid = " x ".join(f"{name} ({size})" for name, size in zip(sweep.grid, sweep.shape))
     if not args.quiet:
@@ -175,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--sizes", type=_int_list, default=None,
                           help="particle counts, comma-separated (64,256,1024) or doubling (64..16384); "
                                "default 64..16384 on the circle, 64..8192 on the sphere")
-    validate.add_argument("--seeds", type=int, default=None,
+    validate.add_argument("--seeds", type=_positive_int, default=None,
                           help="samples per particle count (default: 112 on the circle, 96 on the sphere)")
     validate.add_argument("--output", type=Path, default=Path("output/validate"),
                           help="folder for the report, the datasets and the figures")
@@ -214,20 +221,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what a batch scheduler sends before it kills a job), handled like Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _sigterm_as_interrupt():
+    """In the main thread, SIGTERM raises :class:`Terminated`: runs and sweeps keep their work and say so."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+#: Exit status of a run stopped by SIGINT or SIGTERM (the shell's 128 + signal number).
+INTERRUPTED = {False: 128 + signal.SIGINT, True: 128 + signal.SIGTERM}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; bad input is one line on stderr and exit status 2 (1: a sweep task failed)."""
+    """Run a command; what can go wrong is one line on stderr and an exit status.
+
+    0 done; 1 a sweep task failed, or the machine refused a file operation (disk full, ...);
+    2 bad input (the line names the argument or key); 3 done but untrustworthy (``run``,
+    ``sweep``); 130 / 143 interrupted by SIGINT / SIGTERM (finished work kept). Anything
+    else is a bug in the library: its traceback is printed, followed by a line saying so.
+    """
     from .errors import SweepTaskError
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    name = f"meanfield {args.command}"
     try:
-        return args.handler(args)
+        with _sigterm_as_interrupt():
+            return args.handler(args)
+    except KeyboardInterrupt as interrupt:
+        print(f"{name}: {'terminated' if isinstance(interrupt, Terminated) else 'interrupted'}; "
+              f"{getattr(args, 'kept', None) or 'nothing was written'}", file=sys.stderr)
+        return INTERRUPTED[isinstance(interrupt, Terminated)]
     except SweepTaskError as error:
-        print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
+        print(f"{name}: error: {error}", file=sys.stderr)
         return 1
     except (ValueError, TypeError) as error:  # ConfigError, and bad parameters: say which, like argparse
-        print(f"meanfield {args.command}: error: {error}", file=sys.stderr)
+        print(f"{name}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # the machine, not the input: a full disk, a folder removed under the run
+        print(f"{name}: error: {error}", file=sys.stderr)
+        return 1
+    except Exception:  # noqa: BLE001 - the last resort: say that it is a bug, with what to report
+        traceback.print_exc()
+        print(f"{name}: internal error: this is a bug in meanfield {_version()}; please report it with "
+              f"the command and the traceback above", file=sys.stderr)
+        return 70
+
+
+def _version() -> str:
+    from meanfield.records import package_version
+
+    return package_version()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -25,7 +26,7 @@ from solvers import UnderResolvedWarning
 from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
 from .config import check_config, load_config
 from .errors import ConfigError
-from .files import write_atomically, write_text
+from .files import check_output_folder, locked_output, write_atomically, write_text
 from .preflight import preflight
 
 CHECKPOINTS = "checkpoint"
@@ -42,21 +43,32 @@ def prepare(config: dict | str | Path) -> dict:
         raise ConfigError(f"method.d = {config['method']['d']}: meanfield run draws particles on S^2 "
                           f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
     preflight(config)
-    output = Path(config["output"])
-    try:
-        output.mkdir(parents=True, exist_ok=True)
-        probe = output / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise ConfigError(f"output: cannot write to {str(output)!r} ({error.strerror})") from None
+    check_output_folder(Path(config["output"]))
     return config
 
 
 def run_experiment(config: dict | str | Path, *, resume: bool = False, progress: bool | None = None) -> xr.Dataset:
-    """Run an experiment; returns the dataset also written to ``output/dataset.nc``."""
+    """Run an experiment; returns the dataset also written to ``output/dataset.nc``.
+
+    The output folder is locked for the run (:func:`~validation.app.files.locked_output`).
+    With ``resume``, every stored checkpoint segment is checked as it is read: a good one is
+    used, a damaged or missing one is named on stderr and computed again from the segment
+    before it (the same steps, so the result is that of an uninterrupted run).
+
+    Raises
+    ------
+    ConfigError
+        A bad config; another process writing the output folder; checkpoints of an
+        interrupted run without ``resume`` (they would be lost); ``resume`` with no checkpoint
+        or with checkpoints of another config.
+    """
     config = prepare(config)
     output = Path(config["output"])
+    with locked_output(output, "meanfield run"):
+        return _run_locked(config, output, resume, progress)
+
+
+def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None) -> xr.Dataset:
     times = output_times(config)
     model = build_model(config)
     rho0 = initial_density(config)
@@ -64,41 +76,51 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
     every = config["checkpoint_every"] or times.size
     boundaries = list(range(0, times.size - 1, every)) + [times.size - 1]
     generator = np.random.default_rng(config["method"]["seed"])
+    # Drawn before any segment: a recomputed first segment finds the generator where the run left it.
+    state = rho0 if solver is not None else initial_particles(config, rho0, generator)
+    stored = _stored_segments(output, config, boundaries, times, resume)
     started = time.perf_counter()
-    parts, state, next_step, segment, elapsed = [], None, None, 0, 0.0
+    elapsed = max((float(part.attrs["wall_time"]) for part in stored.values()), default=0.0)
+    parts, next_step, continued = [], None, False
 
-    if resume:
-        parts, state, next_step, segment, elapsed = _load_checkpoint(output, config, generator)
-    else:
-        shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)  # segments of an earlier run must not be resumed
-        state = rho0 if solver is not None else initial_particles(config, rho0, generator)
-
-    # One bar for the whole run, advanced by every segment (a resumed run starts where it stopped).
+    # One bar for the whole run, advanced by every segment (stored segments count as done).
     with warnings.catch_warnings(), time_progress(times[0], times[-1], progress, "run") as bar:
-        bar.update(times[boundaries[segment]] - times[0])
-        while segment < len(boundaries) - 1:
+        for segment in range(1, len(boundaries)):
             if parts and not _trustworthy(parts):
                 # Once a run is untrustworthy, later segments would only repeat the warning.
                 warnings.filterwarnings("ignore", category=UnderResolvedWarning)
-            segment_times = times[boundaries[segment]: boundaries[segment + 1] + 1]
-            if solver is None:
-                part = mf.simulate_particles(model, state, segment_times, method=particle_method(config),
-                                             dt=config["method"]["dt"], rng=generator, progress=bar)
-                state = part.x.values[-1]
+            segment_times = times[boundaries[segment - 1]: boundaries[segment] + 1]
+            if segment in stored:
+                part = stored[segment]
+                generator.bit_generator.state = json.loads(part.attrs["rng_state"])
+                next_step = None if not np.isfinite(part.attrs["next_step"]) else float(part.attrs["next_step"])
+                for key in CHECKPOINT_ATTRS:
+                    del part.attrs[key]
+                bar.update(segment_times[-1] - segment_times[0])
             else:
-                part = solver.solve(state, segment_times, progress=bar, first_step=next_step)
-                state = part.rho.values[-1]
-                next_step = dataset_settings(part)["next_step"]
-            parts.append(part if not parts else part.isel(time=slice(1, None)))
-            segment += 1
-            if segment < len(boundaries) - 1:
-                _write_checkpoint(output, config, parts[-1], next_step, generator, segment,
-                                  elapsed + time.perf_counter() - started)
+                part = _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step,
+                                        continued)
+                next_step = dataset_settings(part)["next_step"] if solver is not None else None
+                if segment > 1:
+                    part = part.isel(time=slice(1, None))
+                if segment < len(boundaries) - 1:
+                    _write_checkpoint(output, config, part, next_step, generator, segment,
+                                      elapsed + time.perf_counter() - started)
+            state = (part.x if solver is None else part.rho).values[-1]
+            continued = True
+            parts.append(part)
 
     ds = _combine(parts, config, elapsed + time.perf_counter() - started)
     write_atomically(output / DATASET, ds.to_netcdf)
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)
     return ds
+
+
+def _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step, continued):
+    if solver is None:
+        return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
+                                     dt=config["method"]["dt"], rng=generator, progress=bar)
+    return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued)
 
 
 def _trustworthy(parts: list[xr.Dataset]) -> bool:
@@ -128,28 +150,66 @@ def _write_checkpoint(output: Path, config: dict, part: xr.Dataset, next_step, g
     write_atomically(folder / f"segment_{segment:06d}.nc", ds.to_netcdf)
 
 
-def _load_checkpoint(output: Path, config: dict, generator: np.random.Generator):
-    paths = sorted((output / CHECKPOINTS).glob("segment_*.nc"))
+def _stored_segments(output: Path, config: dict, boundaries: list[int], times: np.ndarray,
+                     resume: bool) -> dict[int, xr.Dataset]:
+    """The good checkpoint segments by number; damaged ones are named on stderr, removed and recomputed."""
+    folder = output / CHECKPOINTS
+    paths = sorted(folder.glob("segment_*.nc"))
+    if not resume:
+        if paths:
+            raise ConfigError(f"{folder} holds {len(paths)} checkpoint segment(s) of an interrupted run: continue "
+                              f"it with --resume, or delete that folder to start over")
+        return {}
     if not paths:
         raise ConfigError(f"--resume: no checkpoint in {str(output)!r} (the run finished or never started)")
-    parts = []
+    stored = {}
     for path in paths:
+        try:
+            number, part = _read_segment(path, config, boundaries, times)
+        except DamagedFile as damage:
+            print(f"meanfield run: checkpoint {path} is damaged ({damage}); it is removed and that segment "
+                  f"computed again", file=sys.stderr)
+            path.unlink(missing_ok=True)
+            continue
+        stored[number] = part
+    return stored
+
+
+class DamagedFile(Exception):
+    """A file written by an earlier run that cannot be used (truncated, empty, corrupt, foreign)."""
+
+
+def _read_segment(path: Path, config: dict, boundaries: list[int], times: np.ndarray) -> tuple[int, xr.Dataset]:
+    """A checkpoint segment, checked; raises :class:`DamagedFile` saying what is wrong with it."""
+    try:
+        number = int(path.stem.removeprefix("segment_"))
+    except ValueError:
+        raise DamagedFile("not a segment name") from None
+    try:
         with xr.open_dataset(path) as stored:
-            parts.append(stored.load())
-    last = parts[-1]
-    if json.loads(last.attrs["config"]) != json.loads(json.dumps(config)):
-        raise ConfigError(f"--resume: {paths[-1]} was written by a different config")
-    if [int(p.attrs["checkpoint_segment"]) for p in parts] != list(range(1, len(parts) + 1)):
-        raise ConfigError(f"--resume: the segments in {output / CHECKPOINTS} are not consecutive; "
-                          "delete the folder and start over")
-    generator.bit_generator.state = json.loads(last.attrs["rng_state"])
-    state = last.x.values[-1] if dataset_kind(last) == PARTICLES else last.rho.values[-1]
-    next_step = None if not np.isfinite(last.attrs["next_step"]) else float(last.attrs["next_step"])
-    segment, elapsed = int(last.attrs["checkpoint_segment"]), float(last.attrs["wall_time"])
-    for part in parts:
-        for key in CHECKPOINT_ATTRS:
-            del part.attrs[key]
-    return parts, state, next_step, segment, elapsed
+            part = stored.load()
+    except Exception as error:  # noqa: BLE001 - any reader error means the file is unusable
+        raise DamagedFile(f"unreadable: {type(error).__name__}") from None
+    missing = [key for key in CHECKPOINT_ATTRS if key not in part.attrs]
+    if missing:
+        raise DamagedFile(f"attribute {missing[0]} missing")
+    try:
+        written_by = json.loads(part.attrs["config"])
+        json.loads(part.attrs["rng_state"])
+    except (TypeError, ValueError):
+        raise DamagedFile("its attributes are not valid JSON") from None
+    if written_by != json.loads(json.dumps(config)):
+        raise ConfigError(f"--resume: {path} was written by a different config; delete {path.parent} to "
+                          f"start over with this one")
+    if not 1 <= number < len(boundaries) - 1 or int(part.attrs["checkpoint_segment"]) != number:
+        raise DamagedFile(f"its segment number {part.attrs['checkpoint_segment']} does not fit the run")
+    first = boundaries[number - 1] + (0 if number == 1 else 1)
+    expected = times[first: boundaries[number] + 1]
+    variable = "x" if dataset_kind(part) == PARTICLES else "rho"
+    if variable not in part or not np.array_equal(part.time.values, expected) \
+            or not np.all(np.isfinite(part[variable].values)):
+        raise DamagedFile("its output times or values are not those of that segment")
+    return number, part
 
 
 def write_report(ds: xr.Dataset, config: dict, output: Path, figures: list[Path], untrustworthy: str | None) -> Path:

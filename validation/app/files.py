@@ -1,18 +1,40 @@
-"""Output files written atomically: a crash never leaves a truncated file that looks complete."""
+"""Output files and folders: atomic writes, one writer per folder, leftovers of a killed run removed.
+
+- :func:`write_atomically` writes next to the target and renames into place, so a crash never
+  leaves a truncated file that looks complete; what a ``kill -9`` leaves behind is a hidden
+  temporary named ``.NAME.partial-XXXX``.
+- :func:`locked_output` holds an exclusive lock on an output folder while a run or sweep
+  writes it: a second writer is refused with one line naming the holder. The lock is an
+  ``flock`` on ``.lock`` in the folder, released by the kernel when the holder dies, so a
+  killed run never leaves a stale lock; while it is held, the temporaries of earlier, killed
+  writers are removed.
+"""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import shutil
+import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+from .errors import ConfigError
+
+LOCK = ".lock"
+
+#: What marks a temporary of :func:`write_atomically` (and of a Zarr store being written).
+PARTIAL = ".partial"
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(temporary_path)`` next to ``path``, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}{PARTIAL}-", suffix=path.suffix, dir=path.parent)
     os.close(handle)
     try:
         write(Path(temporary))
@@ -28,3 +50,77 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
 
 def write_text(path: Path, text: str) -> Path:
     return write_atomically(path, lambda temporary: temporary.write_text(text))
+
+
+def check_output_folder(path: Path, name: str = "output") -> Path:
+    """``path`` as a folder this process can write (created if missing); a :class:`ConfigError` otherwise.
+
+    Refused: an existing file that is not a folder, a symbolic link loop, a folder without
+    write permission; the message names the argument (``name``) and the reason.
+    """
+    path = Path(path)
+    try:
+        if path.exists() and not path.is_dir():
+            raise ConfigError(f"{name}: {str(path)!r} is an existing file, not a folder; choose a folder")
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if error.errno == errno.ELOOP:
+            reason = "a symbolic link loop"
+        raise ConfigError(f"{name}: cannot write to {str(path)!r} ({reason})") from None
+    except RuntimeError as error:  # pathlib's own loop detection (Python < 3.13)
+        raise ConfigError(f"{name}: cannot write to {str(path)!r} ({error})") from None
+    return path
+
+
+@contextmanager
+def locked_output(folder: Path, command: str) -> Iterator[None]:
+    """Hold ``folder`` for this process while the body writes it; refuse if another process holds it.
+
+    Raises
+    ------
+    ConfigError
+        Another run or sweep is writing ``folder``: the message names its PID and command.
+    """
+    folder = check_output_folder(folder)
+    handle = open(folder / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ConfigError(f"output: {str(folder)!r} is being written by {holder}; wait for it to finish "
+                          f"or give this run another output folder") from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"PID {os.getpid()} ({command})\n")
+        handle.flush()
+        remove_partial_files(folder)
+        yield
+    finally:
+        handle.truncate(0)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def remove_partial_files(folder: Path) -> list[Path]:
+    """Remove the temporaries killed writers left in ``folder`` and its subfolders; returns them.
+
+    Only call this while holding the folder's lock (no live writer has temporaries then).
+    """
+    removed = []
+    for path in sorted(Path(folder).rglob(f".*{PARTIAL}*")):
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    if removed:
+        print(f"meanfield: removed {len(removed)} unfinished file(s) of an interrupted write in {folder}",
+              file=sys.stderr)
+    return removed

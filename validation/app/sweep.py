@@ -58,7 +58,7 @@ from meanfield.records import SWEEP, package_version
 from .builders import (build_model, build_solver, initial_density, initial_particles, output_times, particle_dimension,
                        particle_method)
 from .errors import ConfigError, SweepTaskError
-from .files import write_atomically
+from .files import locked_output, write_atomically
 from .sweep_config import SweepConfig, load_sweep_config
 
 if TYPE_CHECKING:
@@ -351,30 +351,64 @@ def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, 
         A task failed three times (the finished ones are kept).
     """
     sweep = load_sweep_config(sweep) if isinstance(sweep, (str, Path)) else sweep
-    parts = sweep.output / PARTS
-    _check_writable(sweep.output)
-    tasks = plan_tasks(sweep)
-    done = {path.stem for path in parts.glob("*.npz")}
-    finished = sum(task.key in done for task in tasks)
-    if finished and not resume:
-        raise ConfigError(f"{parts} already holds {finished} finished tasks of this sweep; pass --resume "
-                          f"to skip them, or delete the folder to start over")
-    todo = [task for task in tasks if task.key not in done]
-    started = time.perf_counter()
-    computed: dict[str, dict[str, np.ndarray]] = {}
-    used = _compute(todo, parts, scheduler, workers, progress, sweep, computed) if todo else 0
-    ds = gather(sweep, tasks, computed)
-    ds.attrs.update(wall_time=time.perf_counter() - started, tasks=len(tasks), tasks_computed=len(todo),
-                    workers=used, scheduler=scheduler or "local")
-    write_dataset(ds, sweep.output / sweep.settings["file"])
+    with locked_output(sweep.output, "meanfield sweep"):
+        parts = sweep.output / PARTS
+        parts.mkdir(exist_ok=True)
+        tasks = plan_tasks(sweep)
+        done = {path.stem for path in parts.glob("*.npz")}
+        finished = sum(task.key in done for task in tasks)
+        if finished and not resume:
+            raise ConfigError(f"{parts} already holds {finished} finished tasks of this sweep; pass --resume "
+                              f"to skip them, or delete the folder to start over")
+        computed = stored_results(tasks, parts)
+        todo = [task for task in tasks if task.key not in computed]
+        started = time.perf_counter()
+        used = _compute(todo, parts, scheduler, workers, progress, sweep, computed) if todo else 0
+        ds = gather(sweep, tasks, computed)
+        ds.attrs.update(wall_time=time.perf_counter() - started, tasks=len(tasks), tasks_computed=len(todo),
+                        workers=used, scheduler=scheduler or "local")
+        write_dataset(ds, sweep.output / sweep.settings["file"])
     return ds
 
 
-def _check_writable(output: Path) -> None:
-    try:
-        (output / PARTS).mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(f"output: cannot write to {str(output)!r} ({error.strerror})") from None
+def stored_results(tasks: list[Task], parts: Path) -> dict[str, dict[str, np.ndarray]]:
+    """The results of earlier runs in ``parts``, by task key, each checked as it is read.
+
+    A part that cannot be read, or whose arrays are not a task's (names, shapes, finite
+    values), is named on stderr and removed: its task is computed again, the good parts kept.
+    """
+    results = {}
+    for task in tasks:
+        path = parts / f"{task.key}.npz"
+        if task.key in results or not path.exists():
+            continue
+        try:
+            with np.load(path, allow_pickle=False) as stored:
+                result = {name: stored[name] for name in stored.files}
+            _check_result(task, result)
+        except Exception as error:  # noqa: BLE001 - any reader error means the part is unusable
+            print(f"meanfield sweep: part {path} is damaged ({type(error).__name__}: {error}); it is removed "
+                  f"and its task computed again", file=sys.stderr)
+            path.unlink(missing_ok=True)
+            continue
+        results[task.key] = result
+    return results
+
+
+def _check_result(task: Task, result: dict[str, np.ndarray]) -> None:
+    """Raise ``ValueError`` when ``result`` is not what ``task`` returns (a damaged part)."""
+    count = output_times(task.config).size
+    if task.systems:
+        expected = {name: (count,) for name in ("clustered", "inner_product", "order_parameter")}
+    else:
+        expected = {name: value.shape for name, value in result.items()}
+        if "trustworthy" not in result or "mass" not in result:
+            raise ValueError("not the time series of a PDE run")
+    for name, shape in expected.items():
+        value = result.get(name)
+        if value is None or value.shape != shape or value.dtype.kind != "f" \
+                or (value.ndim and value.shape[0] != count) or not np.all(np.isfinite(value)):
+            raise ValueError(f"array {name!r} missing or not {count} finite numbers")
 
 
 def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int | None,
@@ -513,15 +547,15 @@ def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) 
     # and xarray with pandas would double their start-up, which every sweep waits for.
     import xarray as xr
 
-    parts = sweep.output / PARTS
-    by_point: dict[tuple, list[dict]] = {}
     computed = computed or {}
+    missing = [task for task in tasks if task.key not in computed]
+    computed = {**computed, **stored_results(missing, sweep.output / PARTS)} if missing else computed
+    by_point: dict[tuple, list[dict]] = {}
     for task in tasks:
-        result = computed.get(task.key)
-        if result is None:
-            with np.load(parts / f"{task.key}.npz") as stored:
-                result = dict(stored)
-        by_point.setdefault(task.index, []).append(result)
+        if task.key not in computed:
+            raise ConfigError(f"the result of ({sweep.describe(task.index)}), chunk {task.chunk} is neither "
+                              f"computed nor stored in {sweep.output / PARTS}: run the sweep with --resume")
+        by_point.setdefault(task.index, []).append(computed[task.key])
     points = {index: combine_point(results, sweep.settings["realisations"]) for index, results in by_point.items()}
     first = next(iter(points.values()))
     dims = tuple(sweep.grid)

@@ -61,6 +61,9 @@ SWEEP_SCHEMA = {
 #: ``array_api_strict`` (CPU) runs the device path where no GPU is, for tests.
 ARRAY_LIBRARIES = ("numpy", "torch", "cupy", "jax", "array_api_strict")
 
+#: Grid points a sweep may have at most (each is checked before anything runs).
+MAX_POINTS = 100_000
+
 ALIASES = {"D": "diffusion"}
 PARAMETERS = {key: (section, key) for section in ("model", "method", "initial")
               for key in SCHEMA[section] if key != "kind"}
@@ -118,11 +121,22 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     settings = check_table(raw.pop("sweep"), SWEEP_SCHEMA, "sweep.")
     if not settings["file"].endswith((".nc", ".zarr")):
         raise ConfigError(f"sweep.file must end in .nc (NetCDF) or .zarr, got {settings['file']!r}")
+    if Path(settings["file"]).name != settings["file"] or settings["file"].startswith("."):
+        raise ConfigError(f"sweep.file must be a file name in the output folder (no folders, not hidden), "
+                          f"got {settings['file']!r}")
     check_device(settings["device"])
-    grid = {_parameter_name(name): _grid_values(name, values)
-            for name, values in _flatten_sections(settings.pop("grid")).items()}
+    grid = {}
+    for name, values in _flatten_sections(settings.pop("grid")).items():
+        key = _parameter_name(name)
+        if key in grid:
+            raise ConfigError(f"sweep.grid names {key!r} twice (as {name!r} and another spelling); keep one")
+        grid[key] = _grid_values(name, values, SCHEMA[PARAMETERS[key][0]][key][0])
     if not grid:
         raise ConfigError("sweep.grid is empty: name at least one parameter to vary")
+    points = int(np.prod([len(values) for values in grid.values()], dtype=float))
+    if points > MAX_POINTS:
+        raise ConfigError(f"sweep.grid has {points:.3g} points, more than {MAX_POINTS}: each is a run of its own "
+                          f"(checked up front, stored as parts); lower the counts or split the sweep")
     config = SweepConfig(check_config(raw, base), grid, settings)
     for index, point in config.points():  # every point is checked as a run would be, before anything runs
         try:
@@ -186,14 +200,25 @@ def _parameter_name(name: str) -> str:
     return key
 
 
-def _grid_values(name: str, values) -> list:
+def _grid_values(name: str, values, types) -> list:
+    """The values of one grid parameter; ``types`` are its schema's (integers stay integers)."""
     if isinstance(values, dict):
         unknown = set(values) - {"start", "stop", "count"}
         if unknown or not {"start", "stop", "count"} <= set(values):
             raise ConfigError(f"sweep.grid.{name} must be a list or {{start, stop, count}}, got {values!r}")
-        if not isinstance(values["count"], int) or values["count"] < 1:
-            raise ConfigError(f"sweep.grid.{name}.count must be an integer >= 1, got {values['count']!r}")
-        return [float(v) for v in np.linspace(values["start"], values["stop"], values["count"])]
+        count = values["count"]
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_POINTS:
+            raise ConfigError(f"sweep.grid.{name}.count must be an integer from 1 to {MAX_POINTS}, got {count!r}")
+        for end in ("start", "stop"):
+            if isinstance(values[end], bool) or not isinstance(values[end], NUMBER):
+                raise ConfigError(f"sweep.grid.{name}.{end} must be a number, got {values[end]!r}")
+        spaced = np.linspace(values["start"], values["stop"], count)
+        if types is not int:
+            return [float(v) for v in spaced]
+        if not np.all(spaced == np.round(spaced)):
+            raise ConfigError(f"sweep.grid.{name} is an integer parameter, but {{start, stop, count}} = {values!r} "
+                              f"gives non-integers ({spaced[:4].tolist()}...); give a list of integers instead")
+        return [int(v) for v in np.round(spaced)]
     if not isinstance(values, list) or not values:
         raise ConfigError(f"sweep.grid.{name} must be a non-empty list or {{start, stop, count}}, got {values!r}")
     if len(set(map(repr, values))) != len(values):
