@@ -34,7 +34,7 @@ from validation.causal import (binned_retrieval_profile, retrieval_profile, retr
                                u_shape_condition)
 
 CONFIG = Path(__file__).with_name("lost_in_the_middle.toml")
-KEYS = {"output": str, "beta": float, "alibi": float, "words": int, "times": list, "sizes": list,
+KEYS = {"script": str, "output": str, "beta": float, "alibi": float, "words": int, "times": list, "sizes": list,
         "prompts": int, "bins": int, "dt": float, "seed": int}
 
 

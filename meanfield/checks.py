@@ -67,8 +67,41 @@ def check_points(x: object, name: str = "x", *, tolerance: float = SPHERE_TOLERA
     return array
 
 
+#: The range of relative tolerances an adaptive integrator is given: below it the round-off of
+#: a double dominates the local error (the steps shrink without making the result any better);
+#: at or above it the tolerance controls nothing.
+RTOL_RANGE = (1e-14, 0.1)
+
+#: Fixed steps one run may take at most: a step far below the interval makes no progress.
+MAX_FIXED_STEPS = 10**9
+
+
+def check_rtol(rtol: object, name: str = "rtol") -> float:
+    """Return ``rtol`` as a float in :data:`RTOL_RANGE` (a :class:`ValueError` naming it otherwise)."""
+    value = check_real(rtol, name, minimum=0.0, strictly=True)
+    low, high = RTOL_RANGE
+    if not low <= value < high:
+        raise ValueError(f"{name} must be in [{low:g}, {high:g}) (a local error relative to what moves; below "
+                         f"{low:g} double precision cannot meet it, from {high:g} on it controls nothing), "
+                         f"got {value!r}")
+    return value
+
+
+def check_step(dt: object, times: np.ndarray, name: str = "dt") -> float:
+    """Return a fixed step ``dt`` > 0 that crosses ``times`` in at most :data:`MAX_FIXED_STEPS` steps."""
+    value = check_real(dt, name, minimum=0.0, strictly=True)
+    span = float(times[-1] - times[0])
+    if span / value > MAX_FIXED_STEPS:
+        raise ValueError(f"{name} = {value!r} would take {span / value:.3g} steps from t = {times[0]:g} to "
+                         f"{times[-1]:g}, more than {MAX_FIXED_STEPS:.0e}: raise {name}")
+    return value
+
+
 def check_times(times: object, name: str = "times") -> np.ndarray:
-    """Return output times as a 1-d float array, finite and strictly increasing."""
+    """Return output times as a 1-d float array, finite and strictly increasing.
+
+    The run starts at ``times[0]``; a single time gives the initial state alone.
+    """
     array = np.atleast_1d(np.asarray(times, dtype=float))
     if array.ndim != 1 or array.size < 1:
         raise ValueError(f"{name} must be a 1-d sequence of output times, got shape {array.shape}")

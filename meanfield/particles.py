@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
 
-from .checks import check_points, check_real, check_times
+from .checks import check_points, check_real, check_rtol, check_step, check_times
 from .errors import StepSizeCollapse
 from .kernels import is_numpy, select_kernel, to_numpy
 from .progress import time_progress
@@ -137,7 +137,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         When the adaptive step collapses; its ``partial`` holds the output times reached.
     """
     x0 = _checked_initial(model, x0)
-    times = check_times(times)
+    times = _run_times(times)
     method = _scheme(method, model.diffusion, METHODS)
     settings: dict = {"method": method}
     bar = time_progress(times[0], times[-1], progress, "particles")
@@ -146,7 +146,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             if not is_numpy(x0):
                 raise ValueError("method='dop853' integrates numpy arrays (scipy's DOP853); arrays of "
                                  f"{type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
-            rtol = check_real(rtol, "rtol", minimum=0.0, strictly=True)
+            rtol = check_rtol(rtol)
             atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
             settings.update(rtol=rtol, atol=atol)
             frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel)
@@ -182,13 +182,22 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     """
     x0 = _checked_initial(model, x0)
     method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
-    times = check_times(times)
+    times = _run_times(times)
     bar = time_progress(times[0], times[-1], False, "particles")
     if betas is not None and x0.ndim != 3:
         raise ValueError(f"betas take a batch x0 of shape (systems, n, d), got shape {tuple(x0.shape)}")
     observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
                                             invariant=invariant, betas=betas)
     return observations
+
+
+def _run_times(times) -> np.ndarray:
+    """Output times of a particle run: at least two (the run starts at the first)."""
+    times = check_times(times)
+    if times.size < 2:
+        raise ValueError(f"times must hold at least two output times (the run starts at the first), got "
+                         f"{times.tolist()}; the initial tokens alone are x0")
+    return times
 
 
 def _checked_initial(model, x0):
@@ -239,7 +248,7 @@ def _span_reduces(model, x, method: str) -> bool:
 
 def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings, kernel="auto", *,
                           invariant=False, betas=None):
-    dt = 0.01 if dt is None else check_real(dt, "dt", minimum=0.0, strictly=True)
+    dt = check_step(0.01 if dt is None else dt, times)
     # Each output interval is split into equal steps no larger than dt: record the step taken.
     largest = max(((t1 - t0) / _steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
     settings.update(dt=dt, largest_step=largest)
@@ -329,8 +338,6 @@ def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="aut
     frames = [x0.copy()]
     engine = select_kernel(model, x0, kernel)
     settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
-    if times.size == 1:
-        return frames, 0
     from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (0.3 s to import)
 
     solver = DOP853(_flat_rhs(engine.drift, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)

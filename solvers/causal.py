@@ -37,7 +37,7 @@ import numpy as np
 from scipy.special import roots_legendre
 
 from meanfield.causal import positional_cell_weights
-from meanfield.checks import check_density, check_int, check_real
+from meanfield.checks import check_density, check_int, check_real, check_rtol
 
 from .circle import CircleFV
 from .circle_operators import CircleOperators
@@ -125,7 +125,7 @@ class CausalCircleFV(CircleFV):
         _require_causal(self.model, "CausalCircleFV")
         check_int(self.layers, "layers", minimum=1)
         check_int(self.cells, "cells", minimum=8)
-        check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
+        check_rtol(self.rtol)
         if not 0 < check_real(self.cfl, "cfl") <= 0.5:
             raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
         object.__setattr__(self, "operators", LayeredCircleOperators(self.model, self.cells, self.layers))

@@ -35,7 +35,7 @@ from typing import Callable
 import numpy as np
 from scipy.special import roots_legendre
 
-from meanfield.checks import check_density, check_int, check_real
+from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
@@ -102,7 +102,7 @@ class CircleFV(GridSolver):
 
     def __post_init__(self) -> None:
         check_int(self.cells, "cells", minimum=8)
-        check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
+        check_rtol(self.rtol)
         if not 0 < check_real(self.cfl, "cfl") <= 0.5:
             raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
         if getattr(self.model, "dimension", None) not in (None, 2):

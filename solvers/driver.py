@@ -9,6 +9,7 @@ budget is spent.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
@@ -34,6 +35,28 @@ def step_factor(error: float, order: int) -> float:
     return min(GROWTH, max(SHRINK, SAFETY * error ** (-1.0 / (order + 1))))
 
 
+@dataclass(frozen=True)
+class Pace:
+    """A wall-clock budget: the run that ends at time ``end`` must finish before ``deadline``.
+
+    ``deadline`` is a :func:`time.monotonic` reading. After :data:`PACE_GRACE` seconds of a
+    solve, the driver extrapolates its pace so far (wall seconds per unit of time) to ``end``
+    and declares a collapse when that passes the deadline: no tolerance or step size can make
+    a run grind on for days without a word.
+    """
+
+    end: float
+    deadline: float
+
+    @classmethod
+    def hours(cls, end: float, hours: float) -> "Pace":
+        return cls(end, time.monotonic() + 3600.0 * hours)
+
+
+#: Seconds of a solve before its pace is judged (the first steps include set-up and caches).
+PACE_GRACE = 20.0
+
+
 @dataclass
 class StepCounts:
     steps: int = 0
@@ -50,9 +73,10 @@ class StepCounts:
 def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
               record: Callable[[float, Any], None], collapse: Callable[[float, str], NoReturn],
               observer: Callable[[float, Any], None] | None, progress: bool | None, name: str,
-              max_steps: int, counts: StepCounts) -> Any:
+              max_steps: int, counts: StepCounts, pace: Pace | None = None) -> Any:
     """Advance ``state`` from ``times[0]`` through every output time; returns the final state."""
     t, dt = times[0], first_step
+    started = time.monotonic()
     record(t, state)
     with time_progress(times[0], times[-1], progress, name) as bar:
         for target in times[1:]:
@@ -74,8 +98,20 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
                 bar.update(trial)
                 if observer is not None:
                     observer(t, state)
+                if pace is not None:
+                    _check_pace(pace, times[0], t, started, collapse)
                 # A step shortened to land on an output time says nothing about the step size.
                 dt = proposal if trial == dt else max(proposal, dt)
             counts.next_step = dt
             record(target, state)
     return state
+
+
+def _check_pace(pace: Pace, start: float, t: float, started: float, collapse) -> None:
+    now = time.monotonic()
+    if now - started < PACE_GRACE or t <= start:
+        return
+    needed = (pace.end - t) * (now - started) / (t - start)
+    if now + needed > pace.deadline:
+        collapse(t, f"at its pace so far (t = {t:.6g} after {now - started:.0f} s) it would need about "
+                    f"{needed / 3600:.3g} h more to reach t = {pace.end:g}, past its time budget (max_hours)")

@@ -19,7 +19,7 @@ from meanfield.checks import check_times
 from meanfield.errors import StepSizeCollapse
 from meanfield.records import PDE, record_attrs
 
-from .driver import Attempt, StepCounts, integrate
+from .driver import Attempt, Pace, StepCounts, integrate
 from .resolution import ResolutionMonitor
 
 #: Attributes of the diagnostic variables a solver may report.
@@ -64,7 +64,7 @@ class GridSolver:
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,
               max_steps: int | None = None, first_step: float | None = None,
-              continued: bool = False) -> xr.Dataset:
+              continued: bool = False, pace: Pace | None = None) -> xr.Dataset:
         r"""Evolve ``rho0`` and record it at ``times``.
 
         Parameters
@@ -89,6 +89,9 @@ class GridSolver:
             continued here: it is taken as it is (not renormalized, and a slightly negative
             value is that run's resolution diagnosis, reported by ``resolved``, not an input
             error); only its shape and finiteness are checked.
+        pace : solvers.driver.Pace, optional
+            A wall-clock budget: the run collapses (``StepSizeCollapse``) as soon as its pace
+            says it cannot finish in time.
 
         Returns
         -------
@@ -111,7 +114,8 @@ class GridSolver:
         with self._threads():
             integrate(state, times, attempt, first_step=first_step or first, record=record.record,
                       collapse=record.collapse, observer=watch, progress=progress, name=self.name,
-                      max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts)
+                      max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts,
+                      pace=pace)
         return record.dataset()
 
     def _threads(self) -> AbstractContextManager:

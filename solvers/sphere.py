@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from meanfield.checks import check_density, check_int, check_real
+from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.records import SPHERE
 from meanfield.spectra import attention_spectrum
 
@@ -82,7 +82,7 @@ class SphereSpectral(GridSolver):
 
     def __post_init__(self) -> None:
         check_int(self.lmax, "lmax", minimum=2)
-        check_real(self.rtol, "rtol", minimum=0.0, strictly=True)
+        check_rtol(self.rtol)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
         model = self.kernel_model
         if getattr(model, "dimension", None) not in (None, 3):

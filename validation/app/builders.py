@@ -66,6 +66,8 @@ def load_initial_file(path: str) -> np.ndarray:
         raise ConfigError(f"initial.path: {path!r} is not a NumPy .npy file of numbers ({error})") from None
     if not isinstance(values, np.ndarray) or not np.issubdtype(values.dtype, np.number):
         raise ConfigError(f"initial.path: {path!r} must hold an array of numbers, got {type(values).__name__}")
+    if np.iscomplexobj(values):
+        raise ConfigError(f"initial.path: {path!r} holds complex numbers ({values.dtype}); a density is real")
     return values.astype(float)
 
 

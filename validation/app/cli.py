@@ -106,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
     paths = experiment_figures(ds, output, config["geometry"], animation=not args.no_animation,
                                progress=False if args.quiet else None)
     untrustworthy = None if ds.attrs["trustworthy"] else (
+        f"stopped before the last output time: {ds.attrs['stopped']}" if ds.attrs["stopped"] else
         str(caught[0].message) if caught else "the solver's diagnostics say so")
     write_report(ds, config, output, paths, untrustworthy)
     if not args.quiet:
@@ -254,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     ``sweep``); 130 / 143 interrupted by SIGINT / SIGTERM (finished work kept). Anything
     else is a bug in the library: its traceback is printed, followed by a line saying so.
     """
+    from meanfield.errors import StepSizeCollapse
+
     from .errors import SweepTaskError
 
     parser = build_parser()
@@ -269,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     except SweepTaskError as error:
         print(f"{name}: error: {error}", file=sys.stderr)
         return 1
+    except StepSizeCollapse as error:  # a run that cannot go on (nothing was computed to keep)
+        print(f"{name}: stopped: {error}", file=sys.stderr)
+        return 3
     except (ValueError, TypeError) as error:  # ConfigError, and bad parameters: say which, like argparse
         print(f"{name}: error: {error}", file=sys.stderr)
         return 2

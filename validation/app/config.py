@@ -137,6 +137,9 @@ def load_config(path: str | Path) -> dict:
 
 def check_config(raw: dict, base: Path = Path(".")) -> dict:
     """Check every key of ``raw`` (unknown, missing, type, range) and fill in defaults."""
+    if "script" in raw:  # an example script's settings (examples/lost_in_the_middle.toml)
+        raise ConfigError(f"this file holds the settings of the example script {raw['script']!r}, not a run or "
+                          f"sweep config: run python examples/{raw['script']} --config FILE")
     config = check_table(raw, SCHEMA[""], "")
     for section in ("model", "method", "initial"):
         config[section] = check_table(config[section], SCHEMA[section], f"{section}.")
@@ -190,7 +193,12 @@ def _check_combination(config: dict, base: Path) -> None:
     geometry, method, initial = config["geometry"], config["method"], config["initial"]
     if not config["output"].strip():
         raise ConfigError("output must name a folder (relative paths are taken from the config's folder), got ''")
-    config["output"] = str((base / config["output"]).resolve())
+    try:
+        config["output"] = str((base / config["output"]).resolve())
+    except RuntimeError:  # pathlib's loop detection (Python < 3.13)
+        raise ConfigError(f"output: {config['output']!r} cannot be resolved (a symbolic link loop)") from None
+    except OSError as error:
+        raise ConfigError(f"output: {config['output']!r} cannot be resolved ({error.strerror})") from None
     if method.get("rtol") is not None and method["rtol"] >= 1:
         raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
                           f"density; the default is 1e-6), got {method['rtol']!r}")

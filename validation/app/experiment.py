@@ -21,13 +21,15 @@ import xarray as xr
 import meanfield as mf
 from meanfield.progress import time_progress
 from meanfield.records import PARTICLES, dataset_kind, dataset_settings, package_version
+from meanfield.errors import StepSizeCollapse
 from solvers import UnderResolvedWarning
+from solvers.driver import Pace
 
 from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
 from .config import check_config, load_config
 from .errors import ConfigError
 from .files import check_output_folder, locked_output, write_atomically, write_text
-from .preflight import preflight
+from .preflight import check_particle_duration, preflight
 
 CHECKPOINTS = "checkpoint"
 DATASET = "dataset.nc"
@@ -43,6 +45,8 @@ def prepare(config: dict | str | Path) -> dict:
         raise ConfigError(f"method.d = {config['method']['d']}: meanfield run draws particles on S^2 "
                           f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
     preflight(config)
+    if config["method"]["kind"] == "particles":
+        check_particle_duration(config)
     check_output_folder(Path(config["output"]))
     return config
 
@@ -81,7 +85,8 @@ def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None)
     stored = _stored_segments(output, config, boundaries, times, resume)
     started = time.perf_counter()
     elapsed = max((float(part.attrs["wall_time"]) for part in stored.values()), default=0.0)
-    parts, next_step, continued = [], None, False
+    parts, next_step, continued, stopped = [], None, False, None
+    pace = Pace.hours(float(times[-1]), max(config["max_hours"] - elapsed / 3600, 0.0))
 
     # One bar for the whole run, advanced by every segment (stored segments count as done).
     with warnings.catch_warnings(), time_progress(times[0], times[-1], progress, "run") as bar:
@@ -98,8 +103,17 @@ def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None)
                     del part.attrs[key]
                 bar.update(segment_times[-1] - segment_times[0])
             else:
-                part = _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step,
-                                        continued)
+                try:
+                    part = _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step,
+                                            continued, pace)
+                except StepSizeCollapse as collapse:  # keep what was computed, and say why it stopped
+                    stopped = str(collapse)
+                    part = collapse.partial
+                    if part is not None and part.sizes["time"] > (segment > 1):
+                        parts.append(part.isel(time=slice(int(segment > 1), None)))
+                    if not parts:
+                        raise
+                    break
                 next_step = dataset_settings(part)["next_step"] if solver is not None else None
                 if segment > 1:
                     part = part.isel(time=slice(1, None))
@@ -110,24 +124,25 @@ def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None)
             continued = True
             parts.append(part)
 
-    ds = _combine(parts, config, elapsed + time.perf_counter() - started)
+    ds = _combine(parts, config, elapsed + time.perf_counter() - started, stopped)
     write_atomically(output / DATASET, ds.to_netcdf)
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)
     return ds
 
 
-def _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step, continued):
+def _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step, continued, pace):
     if solver is None:
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
                                      dt=config["method"]["dt"], rng=generator, progress=bar)
-    return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued)
+    return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace)
 
 
 def _trustworthy(parts: list[xr.Dataset]) -> bool:
     return not any(np.isfinite(p.attrs.get("underresolved_since", np.nan)) for p in parts)
 
 
-def _combine(parts: list[xr.Dataset], config: dict, wall_time: float) -> xr.Dataset:
+def _combine(parts: list[xr.Dataset], config: dict, wall_time: float, stopped: str | None = None) -> xr.Dataset:
+    """The run's dataset from its segments; ``stopped``: why it ended before its last output time."""
     ds = xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override",
                    combine_attrs="override")
     ds.attrs = dict(parts[-1].attrs)
@@ -135,7 +150,7 @@ def _combine(parts: list[xr.Dataset], config: dict, wall_time: float) -> xr.Data
     since = [s for s in since if np.isfinite(s)]
     ds.attrs.update(config=json.dumps(config), version=package_version(), wall_time=wall_time,
                     underresolved_since=min(since) if since else np.nan,
-                    trustworthy=int(not since), segments=len(parts))
+                    trustworthy=int(not since and not stopped), segments=len(parts), stopped=stopped or "")
     return ds
 
 

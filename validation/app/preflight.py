@@ -13,13 +13,15 @@ import time
 
 import numpy as np
 
+import meanfield as mf
+from meanfield.checks import check_step
 from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 
 from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
-from .builders import build_model, build_solver, initial_density, output_times, particle_dimension
+from .builders import build_model, build_solver, initial_density, output_times, particle_dimension, particle_method
 from .errors import ConfigError
 
 #: A run may use at most this fraction of the machine's memory.
@@ -38,6 +40,7 @@ def preflight(config: dict) -> None:
     initial = initial_density(config)
     if solver is None:
         _check_particle_initial(config, initial)
+        _check_particle_steps(config)
     else:
         state = _check_pde_initial(config, solver, initial)
         _check_duration(config, solver, state)
@@ -126,6 +129,50 @@ def _check_duration(config: dict, solver, state: np.ndarray) -> None:
         raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
                           f"at least, from its stability limit): lower {resolution} or the final time, or raise "
                           f"max_hours (now {config['max_hours']:g}) to run it anyway")
+
+
+def _check_particle_steps(config: dict) -> int:
+    """The fixed steps of a particle run; refused when ``method.dt`` is negligible against the interval."""
+    try:
+        check_step(config["method"]["dt"], output_times(config), "method.dt")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    times = output_times(config)
+    return int(np.ceil(np.diff(times) / config["method"]["dt"] - 1e-9).clip(min=1).sum())
+
+
+#: Tokens of the timed probe step of :func:`check_particle_duration` (the cost is scaled up from it).
+PROBE_TOKENS = 2048
+
+
+def check_particle_duration(config: dict) -> None:
+    """Refuse a particle run whose estimated duration exceeds ``max_hours``.
+
+    A step of the run's scheme is timed on at most :data:`PROBE_TOKENS` tokens (the difference
+    of a 3-step and a 1-step run, after a first call that pays for compilation) and scaled by
+    the pairs, ``(n / probe)^2``: an upper bound where a series kernel (cost ``O(n K)``) takes over.
+    """
+    steps = _check_particle_steps(config)
+    method = config["method"]
+    probe = min(method["n"], PROBE_TOKENS)
+    model = build_model(config)
+    x = mf.sample_uniform(probe, particle_dimension(config), 0)
+    _timed_steps(model, x, config, 1)  # compiles and fills the caches
+    per_step = max(0.0, _timed_steps(model, x, config, 3) - _timed_steps(model, x, config, 1)) / 2
+    per_step *= max(1.0, method["n"] / probe) ** 2
+    hours = steps * per_step / 3600
+    if hours > config["max_hours"]:
+        raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
+                          f"for method.n = {method['n']}): raise method.dt, lower method.n or the final time, or "
+                          f"raise max_hours (now {config['max_hours']:g}) to run it anyway")
+
+
+def _timed_steps(model, x: np.ndarray, config: dict, steps: int) -> float:
+    """Seconds of a run of ``steps`` steps (the difference of two such runs leaves out the call's overhead)."""
+    dt = config["method"]["dt"]
+    started = time.perf_counter()
+    mf.simulate_particles(model, x, [0.0, steps * dt], method=particle_method(config), dt=dt, rng=0, progress=False)
+    return time.perf_counter() - started
 
 
 def _check_values(values: np.ndarray) -> None:

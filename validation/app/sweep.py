@@ -475,7 +475,7 @@ def _client(scheduler: str | None, workers: int | None):
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
     with _workers_ignore_ctrl_c(), dask.config.set({PRESPAWN: worker_environment(), **QUIET_LOCAL_CLUSTER}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-                               silence_logs=logging.ERROR)
+                               silence_logs=logging.CRITICAL)
     with cluster, Client(cluster) as client:
         yield client
 
