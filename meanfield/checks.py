@@ -67,23 +67,29 @@ def check_points(x: object, name: str = "x", *, tolerance: float = SPHERE_TOLERA
     return array
 
 
-#: The range of relative tolerances an adaptive integrator is given: below it the round-off of
-#: a double dominates the local error (the steps shrink without making the result any better);
-#: at or above it the tolerance controls nothing.
-RTOL_RANGE = (1e-14, 0.1)
+#: The smallest relative tolerance an adaptive integrator is given: below it the round-off of
+#: a double dominates the local error (the steps shrink without making the result any better).
+SMALLEST_RTOL = 1e-14
+
 
 #: Fixed steps one run may take at most: a step far below the interval makes no progress.
 MAX_FIXED_STEPS = 10**9
 
 
-def check_rtol(rtol: object, name: str = "rtol") -> float:
-    """Return ``rtol`` as a float in :data:`RTOL_RANGE` (a :class:`ValueError` naming it otherwise)."""
+def check_rtol(rtol: object, name: str = "rtol", *, below: float | None = None) -> float:
+    """Return ``rtol`` as a float ``>=`` :data:`SMALLEST_RTOL` (and ``< below`` when given).
+
+    ``below`` bounds a tolerance that has nothing to control from there on (the particles'
+    ``rtol``); the PDE solvers accept any larger one, which keeps every step the driver
+    proposes (a way to measure a scheme's own order with fixed steps).
+    """
     value = check_real(rtol, name, minimum=0.0, strictly=True)
-    low, high = RTOL_RANGE
-    if not low <= value < high:
-        raise ValueError(f"{name} must be in [{low:g}, {high:g}) (a local error relative to what moves; below "
-                         f"{low:g} double precision cannot meet it, from {high:g} on it controls nothing), "
-                         f"got {value!r}")
+    if value < SMALLEST_RTOL:
+        raise ValueError(f"{name} must be >= {SMALLEST_RTOL:g} (double precision cannot meet a smaller local "
+                         f"error relative to what moves), got {value!r}")
+    if below is not None and value >= below:
+        raise ValueError(f"{name} must be < {below:g} (a relative local error of {below:g} or more controls "
+                         f"nothing), got {value!r}")
     return value
 
 

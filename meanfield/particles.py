@@ -146,7 +146,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             if not is_numpy(x0):
                 raise ValueError("method='dop853' integrates numpy arrays (scipy's DOP853); arrays of "
                                  f"{type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
-            rtol = check_rtol(rtol)
+            rtol = check_rtol(rtol, below=0.1)
             atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
             settings.update(rtol=rtol, atol=atol)
             frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel)

@@ -179,9 +179,10 @@ def _to_toml(config: dict) -> str:
         if isinstance(v, dict):
             return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
         return repr(v)
-    top = [f"{k} = {value(v)}" for k, v in config.items() if k not in ("model", "method", "initial")]
+    sections = ("model", "method", "initial", "sweep")
+    top = [f"{k} = {value(v)}" for k, v in config.items() if k not in sections]
     tables = [f"[{k}]\n" + "\n".join(f"{key} = {value(x)}" for key, x in config[k].items())
-              for k in ("model", "method", "initial") if k in config]
+              for k in sections if k in config]
     return "\n".join(top) + "\n" + "\n".join(tables) + "\n"
 
 

@@ -28,30 +28,16 @@ from validation.app.files import locked_output
 from validation.app.sweep import run_sweep
 from validation.app.sweep_config import check_sweep_config
 
+from test_experiment import _to_toml
+
 ROOT = Path(__file__).parents[1]
+
+toml = _to_toml
 
 
 def meanfield(*arguments, **kwargs):
     return subprocess.run([sys.executable, "-m", "validation.app.cli", *map(str, arguments)],
                           capture_output=True, text=True, timeout=300, **kwargs)
-
-
-def toml(config: dict) -> str:
-    def value(v):
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, str):
-            return json.dumps(v)
-        if isinstance(v, list):
-            return "[" + ", ".join(value(x) for x in v) + "]"
-        if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
-        return repr(v)
-    tables = ("model", "method", "initial", "sweep")
-    top = [f"{k} = {value(v)}" for k, v in config.items() if k not in tables]
-    body = [f"[{k}]\n" + "\n".join(f"{key} = {value(x)}" for key, x in config[k].items())
-            for k in tables if k in config]
-    return "\n".join(top) + "\n" + "\n".join(body) + "\n"
 
 
 def circle_config(output, **changes) -> dict:
@@ -105,9 +91,9 @@ def test_a_sphere_run_whose_density_undershoots_ends_the_same_with_and_without_c
                                    dt=1e-300), "dt = 1e-300 would take 1e\\+300 steps"),
     (lambda: mf.observe_particles(mf.SelfAttention(1.0), mf.sample_uniform(4, 2, 0), [0.0, 1.0], len,
                                   dt=1e-300), "dt = 1e-300"),
-    (lambda: CircleFV(mf.SelfAttention(1.0), cells=64, rtol=1e-30), r"rtol must be in \[1e-14, 0.1\)"),
+    (lambda: CircleFV(mf.SelfAttention(1.0), cells=64, rtol=1e-30), "rtol must be >= 1e-14"),
     (lambda: mf.simulate_particles(mf.SelfAttention(1.0), mf.sample_uniform(4, 2, 0), [0.0, 1.0], rtol=1.0),
-     r"rtol must be in \[1e-14, 0.1\)"),
+     "rtol must be < 0.1"),
     (lambda: mf.simulate_particles(mf.SelfAttention(1.0), mf.sample_uniform(4, 2, 0), [0.0]),
      "at least two output times"),
 ], ids=["particles-dt", "observe-dt", "CircleFV-rtol", "particles-rtol-1", "particles-one-time"])
@@ -120,7 +106,7 @@ def test_inputs_that_used_to_hang_or_pass_silently_are_refused_at_once(call, mes
 
 @pytest.mark.parametrize("change, message", [
     (lambda c: c.update(method={"kind": "particles", "n": 16, "dt": 1e-300}), "method.dt = 1e-300 would take"),
-    (lambda c: c.update(method={"kind": "CircleFV", "cells": 64, "rtol": 1e-30}), "rtol must be in"),
+    (lambda c: c.update(method={"kind": "CircleFV", "cells": 64, "rtol": 1e-30}), "rtol must be >= 1e-14"),
     (lambda c: c.update(method={"kind": "particles", "n": 4096, "dt": 1e-8}), "the run would take about"),
 ], ids=["dt", "rtol", "particle-duration"])
 def test_configs_that_used_to_hang_exit_2_at_once(change, message, tmp_path):

@@ -7,11 +7,12 @@ and the model; nothing below imports it. Public names::
     run_experiment, load_config, check_config       one experiment (meanfield run)
     run_sweep, load_sweep_config, SweepConfig       a parameter grid on Dask (meanfield sweep)
     run_validation, default_specs                   the main job (meanfield validate)
-    ConfigError, SweepTaskError                     what they raise
+    ConfigError, SweepTaskError, DamagedFile        what they raise (DamagedFile: caught by --resume)
+    Terminated                                      SIGTERM, as the command raises it (a KeyboardInterrupt)
 """
 
 __all__ = ["run_experiment", "load_config", "check_config", "run_sweep", "load_sweep_config", "SweepConfig",
-           "run_validation", "default_specs", "ConfigError", "SweepTaskError"]
+           "run_validation", "default_specs", "ConfigError", "SweepTaskError", "DamagedFile", "Terminated"]
 
 
 def __getattr__(name: str):
@@ -19,7 +20,7 @@ def __getattr__(name: str):
     # and reports (matplotlib) of the other commands.
     if name in ("check_config", "load_config"):
         from . import config as module
-    elif name in ("ConfigError", "SweepTaskError"):
+    elif name in ("ConfigError", "SweepTaskError", "DamagedFile", "Terminated"):
         from . import errors as module
     elif name == "run_experiment":
         from . import experiment as module

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import Terminated
 from .files import check_output_folder
 
 
@@ -220,10 +221,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(handler=_demo)
     return parser
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (what a batch scheduler sends before it kills a job), handled like Ctrl-C."""
 
 
 def _terminate(signum, frame) -> None:

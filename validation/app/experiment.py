@@ -27,7 +27,7 @@ from solvers.driver import Pace
 
 from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
 from .config import check_config, load_config
-from .errors import ConfigError
+from .errors import ConfigError, DamagedFile
 from .files import check_output_folder, locked_output, write_atomically, write_text
 from .preflight import check_particle_duration, preflight
 
@@ -188,10 +188,6 @@ def _stored_segments(output: Path, config: dict, boundaries: list[int], times: n
             continue
         stored[number] = part
     return stored
-
-
-class DamagedFile(Exception):
-    """A file written by an earlier run that cannot be used (truncated, empty, corrupt, foreign)."""
 
 
 def _read_segment(path: Path, config: dict, boundaries: list[int], times: np.ndarray) -> tuple[int, xr.Dataset]:
