@@ -35,9 +35,9 @@ ROOT = Path(__file__).parents[1]
 toml = _to_toml
 
 
-def meanfield(*arguments, **kwargs):
+def meanfield(*arguments, timeout=300):
     return subprocess.run([sys.executable, "-m", "validation.app.cli", *map(str, arguments)],
-                          capture_output=True, text=True, timeout=300, **kwargs)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def circle_config(output, **changes) -> dict:
@@ -421,3 +421,17 @@ def test_the_readme_quick_start_runs_clean():
         warnings.simplefilter("error")
         for block in blocks:
             exec(compile(block, "README.md quick start", "exec"), namespace)
+
+
+RUN_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.toml")
+                      if "[sweep]" not in p.read_text() and "script =" not in p.read_text())
+
+
+@pytest.mark.parametrize("example", RUN_EXAMPLES, ids=[p.stem for p in RUN_EXAMPLES])
+def test_each_run_example_runs_clean_at_its_documented_size(example, tmp_path):
+    """Every `meanfield run` example, as shipped (all four take about 30 s together): exit 0, nothing on stderr."""
+    config = (example.read_text().replace('output = "../output/', f'output = "{tmp_path}/'))
+    path = tmp_path / example.name
+    path.write_text(config)
+    result = meanfield("run", path, "--quiet", "--no-animation", timeout=1800)
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
