@@ -435,3 +435,29 @@ def test_each_run_example_runs_clean_at_its_documented_size(example, tmp_path):
     path.write_text(config)
     result = meanfield("run", path, "--quiet", "--no-animation", timeout=1800)
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+SCRIPTS = {  # quick sizes of the example scripts (their full sizes take minutes to an hour)
+    "growth_rates.py": ["--output", "{out}"],
+    "lost_in_the_middle.py": ["--config", "{config}", "--prompts", "200"],
+    "metastability.py": ["--t-particles", "20", "--t-pde", "6", "--output", "{out}"],
+    "phase_diagram.py": ["--dimensions", "2", "--realisations", "64", "--betas", "3", "--workers", "1",
+                         "--output", "{out}"],
+}
+
+
+def test_every_example_script_is_run_by_the_suite():
+    assert sorted(SCRIPTS) == sorted(p.name for p in (ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", sorted(SCRIPTS))
+def test_each_example_script_runs_clean_at_a_quick_size(script, tmp_path):
+    config = tmp_path / "settings.toml"
+    config.write_text((ROOT / "examples" / "lost_in_the_middle.toml").read_text()
+                      .replace('output = "../output/', f'output = "{tmp_path}/'))
+    arguments = [a.format(out=tmp_path, config=config) for a in SCRIPTS[script]]
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / script), *arguments], capture_output=True,
+                            text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "Warning" not in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert list(tmp_path.rglob("*.png")), "no figure written"
