@@ -16,7 +16,6 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .checks import EXP_OVERFLOW, check_points, check_real
-from .deprecation import renamed_keyword
 from .external import as_external, potential_energy
 from .interaction import pair_sums
 from .sphere import normalize, project_tangent
@@ -337,7 +336,6 @@ class SelfAttention:
         return np.exp(log_e) + external
 
     # ------------------------------------------------------------------ spectra
-    @renamed_keyword("lmax", "max_degree")
     def kernel_spectrum(self, max_degree: int, d: int) -> np.ndarray:
         r"""Eigenvalues of :math:`\rho \mapsto K * \rho` on degrees ``0..max_degree`` of :math:`S^{d-1}`.
 
@@ -348,7 +346,6 @@ class SelfAttention:
         self._require_zonal()
         return attention_spectrum(self.beta, max_degree, d, scaled=self.normalized or self.time_rescaled)
 
-    @renamed_keyword("lmax", "max_degree")
     def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
         r"""Spectrum of :math:`\Phi` with :math:`v = \nabla_S (\Phi * \rho)`, for velocities linear in :math:`\rho`.
 
@@ -362,7 +359,6 @@ class SelfAttention:
             raise ValueError("SA with beta > 0 has a velocity nonlinear in rho; use kernel_spectrum")
         return self.value_sign * attention_spectrum_over_beta(self.beta, max_degree, d, scaled=self.time_rescaled)
 
-    @renamed_keyword("lmax", "max_degree")
     def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
         r"""Spectrum of :math:`\Psi` with :math:`E[\rho] = \tfrac12 \int \rho\, (\Psi * \rho)`: :math:`\lambda_l/\beta`.
 
@@ -463,12 +459,10 @@ class ZonalAggregation:
         n = flat.shape[-2]
         return (sums.sum(axis=(-2, -1)) / (2.0 * n * n)).reshape(x.shape[:-2])
 
-    @renamed_keyword("lmax", "max_degree")
     def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
         r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`."""
         return funk_hecke_spectrum(self.potential, max_degree, d)
 
-    @renamed_keyword("lmax", "max_degree")
     def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
         r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`); ``scaled`` is ignored."""
         return self.potential_spectrum(max_degree, d)

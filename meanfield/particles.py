@@ -42,7 +42,6 @@ extracts from each output frame, for ensembles too large to store whole (sweeps)
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -68,11 +67,6 @@ def _scheme(method: str | None, diffusion: float, allowed: tuple[str, ...]) -> s
     """The scheme a ``method`` argument names (default: DOP853 for the ODE, Euler-Maruyama for the SDE)."""
     if method is None:
         return "euler" if diffusion > 0 else allowed[0]
-    if method in ("adaptive", "fixed"):
-        new = "dop853" if method == "adaptive" else ("euler" if diffusion > 0 else "rk4")
-        warnings.warn(f"method={method!r} is deprecated: name the scheme, method={new!r}",
-                      DeprecationWarning, stacklevel=3)
-        method = new
     if method not in allowed:
         raise ValueError(f"method must be one of {allowed}, got {method!r}")
     if diffusion > 0 and method not in NOISY_METHODS:

@@ -8,7 +8,6 @@ error, :math:`O(n^{-1/2})`, as the mean-field convergence study assumes.
 from __future__ import annotations
 
 import numbers
-import warnings
 from typing import Callable
 
 import numpy as np
@@ -49,19 +48,6 @@ def _is_seed(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
 
 
-def _is_count(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _count_first(n, law, function: str):
-    """``(n, law)``; the order ``(law, n)`` of earlier versions still works, with a warning."""
-    if not _is_count(n) and _is_count(law):
-        warnings.warn(f"{function}(law, n, ...) is deprecated: pass the number of points first, "
-                      f"{function}(n, law, ...)", DeprecationWarning, stacklevel=3)
-        return law, n
-    return n, law
-
-
 def sample_uniform(n: int, d: int, rng: int | np.random.Generator | None = None,
                    *, batch: int | None = None) -> np.ndarray:
     """``n`` iid uniform points on :math:`S^{d-1}`, shape ``(n, d)`` (``(batch, n, d)`` if ``batch``)."""
@@ -89,7 +75,6 @@ def sample_circle(n: int, density: Callable[[np.ndarray], np.ndarray] | np.ndarr
     rng : int, numpy.random.Generator or None
         Seed or generator of the draws.
     """
-    n, density = _count_first(n, density, "sample_circle")
     n = check_int(n, "n", minimum=1)
     gen = as_generator(rng)
     if callable(density):
@@ -109,7 +94,6 @@ def sample_circle(n: int, density: Callable[[np.ndarray], np.ndarray] | np.ndarr
 def sample_sphere(n: int, density: Callable[[np.ndarray], np.ndarray], d: int = 3,
                   rng: int | np.random.Generator | None = None) -> np.ndarray:
     r"""``n`` iid points of :math:`S^{d-1}` from a callable density of points ``(..., d)``, by rejection."""
-    n, density = _count_first(n, density, "sample_sphere")
     n = check_int(n, "n", minimum=1)
     d = check_int(d, "d", minimum=2)
     gen = as_generator(rng)
@@ -168,10 +152,6 @@ def sample_von_mises_fisher(n: int, mean: np.ndarray, kappa: float,
     rng : int, numpy.random.Generator or None
         Seed or generator of the draws.
     """
-    if not _is_count(n) and _is_count(kappa):  # the order (mean, kappa, n) of earlier versions
-        warnings.warn("sample_von_mises_fisher(mean, kappa, n, ...) is deprecated: pass the number of "
-                      "points first, sample_von_mises_fisher(n, mean, kappa, ...)", DeprecationWarning, stacklevel=2)
-        n, mean, kappa = kappa, n, mean
     mu = np.asarray(mean, dtype=float)
     if mu.ndim != 1 or mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
         raise ValueError(f"mean must be a nonzero finite vector of length d >= 2, got {mean!r}")

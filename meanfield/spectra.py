@@ -24,7 +24,6 @@ from typing import Callable
 import numpy as np
 from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, roots_jacobi
 
-from .deprecation import renamed_keyword
 from .checks import EXP_OVERFLOW, check_int, check_real
 from .sphere import sphere_area
 
@@ -62,7 +61,6 @@ def _log_bessel_over_power(beta: float, degrees: np.ndarray, d: int, power: floa
         return np.log(ive(nu, beta)) + beta - power * np.log(beta)
 
 
-@renamed_keyword("lmax", "max_degree")
 def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
     r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of :math:`\rho \mapsto \int e^{\beta\langle x,y\rangle}\rho(y)\,dy`.
 
@@ -90,7 +88,6 @@ def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = F
     return _bessel_spectrum(beta, max_degree, d, 0.5 * d - 1.0, scaled, "the attention spectrum")
 
 
-@renamed_keyword("lmax", "max_degree")
 def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
     r""":math:`\lambda_l / \beta`, with its finite limit at ``beta = 0``.
 
@@ -135,7 +132,6 @@ def zonal_polynomial(l: int, d: int, s: np.ndarray) -> np.ndarray:
     return eval_gegenbauer(l, alpha, s) / eval_gegenbauer(l, alpha, 1.0)
 
 
-@renamed_keyword("lmax", "max_degree")
 def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], max_degree: int, d: int,
                         *, nodes: int | None = None) -> np.ndarray:
     r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of convolution with a zonal ``potential(s)``.

@@ -17,11 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Each layer may import only itself and the layers before it.
 LAYERS = ["meanfield", "solvers", "validation", "validation.app"]
 
-#: Modules of validation proper that reach the application on purpose: the deprecated
-#: aliases of moved modules (and the helper that resolves them), each warning when used.
-ALIASES = {"validation._moved", "validation.cli", "validation.config", "validation.sweep_config",
-           "validation.experiment", "validation.sweep", "validation.files", "validation.validate",
-           "validation.experiment_figures"}
 
 
 def module_name(path: Path) -> str:
@@ -63,11 +58,10 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
     wrong = []
     for target in imported_modules(source, module, is_package):
         if target == "<dynamic import>":
-            if module not in ALIASES:
-                wrong.append(f"{module} imports dynamically")
+            wrong.append(f"{module} imports dynamically")
             continue
         layer = layer_of(target)
-        if layer is not None and LAYERS.index(layer) > own and module not in ALIASES:
+        if layer is not None and LAYERS.index(layer) > own:
             wrong.append(f"{module} ({layer_of(module)}) imports {target} ({layer})")
     return wrong
 
@@ -104,7 +98,7 @@ def test_the_application_may_import_everything_below_it():
 def exception_classes(package: str):
     root = importlib.import_module(package)
     for info in pkgutil.walk_packages(root.__path__, package + "."):
-        if info.name in ALIASES or info.name.startswith("validation.app") != (package == "validation.app"):
+        if info.name.startswith("validation.app") != (package == "validation.app"):
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
@@ -127,23 +121,20 @@ def test_importing_the_library_leaves_the_matplotlib_backend_alone():
     assert result.stdout.strip().splitlines()[-1] == "svg"
 
 
-@pytest.mark.parametrize("old, new", [("validation.cli", "validation.app.cli"),
-                                      ("validation.sweep_config", "validation.app.sweep_config"),
-                                      ("validation.experiment_figures", "validation.app.figures")])
-def test_moved_modules_still_import_with_a_deprecation_warning(old, new):
+@pytest.mark.parametrize("old", ["validation.cli", "validation.config", "validation.sweep_config",
+                                 "validation.experiment", "validation.sweep", "validation.files",
+                                 "validation.validate", "validation.experiment_figures"])
+def test_the_module_aliases_of_0_2_are_gone_since_0_3(old):
     sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
-        alias = importlib.import_module(old)
-    moved = importlib.import_module(new)
-    public = [name for name in dir(moved) if not name.startswith("_")]
-    assert public and all(getattr(alias, name) is getattr(moved, name) for name in public)
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 @pytest.mark.parametrize("name", ["run_experiment", "run_sweep"])
-def test_application_names_once_in_validation_still_work_with_a_warning(name):
+def test_application_names_live_in_validation_app_only(name):
     import validation
     import validation.app
 
-    with pytest.warns(DeprecationWarning, match=f"validation.app.{name}"):
-        found = getattr(validation, name)
-    assert found is getattr(validation.app, name)
+    assert callable(getattr(validation.app, name))
+    with pytest.raises(AttributeError, match=name):
+        getattr(validation, name)

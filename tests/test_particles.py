@@ -2,7 +2,6 @@
 
 import tracemalloc
 
-import json
 
 import numpy as np
 import pytest
@@ -143,16 +142,10 @@ def test_ode_schemes_with_diffusion_are_refused(method, rng):
                               [0, 1], method=method)
 
 
-@pytest.mark.parametrize("old, new, diffusion", [("adaptive", "dop853", 0.0), ("fixed", "rk4", 0.0),
-                                                 ("fixed", "euler", 0.2)])
-def test_old_method_names_warn_and_run_the_scheme_they_meant(old, new, diffusion, rng):
-    model = mf.SelfAttention(2.0, diffusion=diffusion)
-    x0 = mf.sample_uniform(6, 3, rng)
-    with pytest.warns(DeprecationWarning, match=f"method='{new}'"):
-        before = mf.simulate_particles(model, x0, [0.0, 0.5], method=old, rng=3)
-    after = mf.simulate_particles(model, x0, [0.0, 0.5], method=new, rng=3)
-    np.testing.assert_array_equal(before.x.values, after.x.values)
-    assert json.loads(before.attrs["settings"])["method"] == new
+@pytest.mark.parametrize("old", ["adaptive", "fixed"])
+def test_the_method_names_of_0_1_are_refused_since_0_3(old, rng):
+    with pytest.raises(ValueError, match="method must be one of"):
+        mf.simulate_particles(mf.SelfAttention(2.0), mf.sample_uniform(6, 3, rng), [0.0, 0.5], method=old)
 
 
 def test_off_sphere_initial_points_are_refused():

@@ -72,15 +72,14 @@ def test_bad_sampling_arguments(call, argument):
         call()
 
 
-@pytest.mark.parametrize("old, new", [
-    (lambda: mf.sample_circle(lambda th: 1 + np.cos(th), 50, 3), lambda: mf.sample_circle(50, lambda th: 1 + np.cos(th), 3)),
-    (lambda: mf.sample_sphere(lambda p: 1 + p[:, 2], 50, 3, 3), lambda: mf.sample_sphere(50, lambda p: 1 + p[:, 2], 3, 3)),
-    (lambda: mf.sample_von_mises_fisher([0, 0, 1], 4.0, 50, 3), lambda: mf.sample_von_mises_fisher(50, [0, 0, 1], 4.0, 3)),
+@pytest.mark.parametrize("old, message", [
+    (lambda: mf.sample_circle(lambda th: 1 + np.cos(th), 50, 3), "n must be an integer"),
+    (lambda: mf.sample_sphere(lambda p: 1 + p[:, 2], 50, 3, 3), "n must be an integer"),
+    (lambda: mf.sample_von_mises_fisher([0, 0, 1], 4.0, 50, 3), "mean must be a nonzero finite vector"),
 ], ids=["circle", "sphere", "von-mises-fisher"])
-def test_the_old_argument_order_warns_and_draws_the_same_points(old, new):
-    with pytest.warns(DeprecationWarning, match="number of points first"):
-        before = old()
-    np.testing.assert_array_equal(before, new())
+def test_the_argument_order_of_0_1_is_refused_since_0_3(old, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        old()
 
 
 def test_rng_must_be_a_seed_a_generator_or_none():

@@ -78,10 +78,8 @@ def test_bad_spectrum_arguments():
         mf.attention_spectrum(1.0, 3, 1)
 
 
-def test_the_old_keyword_lmax_warns_and_means_max_degree():
-    model = mf.SelfAttention(2.0, normalized=False)
-    with pytest.warns(DeprecationWarning, match="max_degree"):
-        old = model.potential_spectrum(lmax=5, d=2)
-    np.testing.assert_array_equal(old, model.potential_spectrum(max_degree=5, d=2))
-    with pytest.raises(TypeError, match="both"):
-        mf.attention_spectrum(1.0, lmax=3, max_degree=3, d=2)
+def test_the_keyword_lmax_of_0_1_is_refused_since_0_3():
+    with pytest.raises(TypeError, match="lmax"):
+        mf.SelfAttention(2.0, normalized=False).potential_spectrum(lmax=5, d=2)
+    with pytest.raises(TypeError, match="lmax"):
+        mf.attention_spectrum(1.0, lmax=3, d=2)

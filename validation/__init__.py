@@ -10,7 +10,7 @@ __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarni
 
 
 def __getattr__(name: str):
-    # Loaded on first use (a sweep's worker needs none of them), then the names that moved.
+    # Loaded on first use (a sweep's worker needs none of them).
     if name in ("ClusterSummary", "cluster_statistics", "order_parameter"):
         from . import clusters as module
     elif name in ("PDEErrorWarning", "StudySettings", "mean_field_convergence"):
@@ -21,9 +21,7 @@ def __getattr__(name: str):
                   "orthogonal_token_inner_product", "wendel_probability"):
         from . import references as module
     else:
-        from validation._moved import moved_name
-
-        return moved_name(name)
+        raise AttributeError(f"module 'validation' has no attribute {name!r}")
     return getattr(module, name)
 
 
