@@ -32,10 +32,6 @@ orthonormal coordinates of that span, ``n`` components instead of ``d``
 (:class:`SpanCoordinates`), and map the frames back: the same numbers up to round-off, at
 the cost of ``d = n``.
 
-The names of earlier versions still work, with a :class:`DeprecationWarning`:
-``"adaptive"`` is ``"dop853"``, ``"fixed"`` is ``"rk4"`` without diffusion and ``"euler"``
-with it.
-
 :func:`observe_particles` runs the fixed-step schemes and keeps only what an observer
 extracts from each output frame, for ensembles too large to store whole (sweeps).
 """
