@@ -473,6 +473,9 @@ def _client(scheduler: str | None, workers: int | None):
     workers = workers or os.cpu_count() or 1
     _quiet_resource_tracker()
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
+    # Workers' own logs stay off the terminal below CRITICAL: a task's failure reaches the client
+    # through its future, while the errors a worker logs when the cluster closes under it (the
+    # heartbeat's CommClosedError) say nothing about the sweep.
     with _workers_ignore_ctrl_c(), dask.config.set({PRESPAWN: worker_environment(), **QUIET_LOCAL_CLUSTER}):
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
                                silence_logs=logging.CRITICAL)
