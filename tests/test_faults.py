@@ -472,3 +472,18 @@ def test_errors_the_workers_log_while_the_local_cluster_closes_do_not_reach_the_
             "    client.run(lambda: logging.getLogger('distributed.worker').error('heartbeat failed'))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "heartbeat failed" not in result.stderr, result.stderr
+
+
+def test_a_signal_during_a_write_waits_for_the_write_to_end(tmp_path):
+    """SIGTERM or Ctrl-C inside xarray's to_netcdf left its file lock held and the run hung in the
+    cleanup (py-spy: CachingFileManager.close waiting on the lock). A write now ends first."""
+    from validation.app.cli import _sigterm_as_interrupt
+    from validation.app.errors import Terminated
+    from validation.app.files import write_atomically
+
+    for interrupt, send in ((Terminated, signal.SIGTERM), (KeyboardInterrupt, signal.SIGINT)):
+        target = tmp_path / f"{send.name}.txt"
+        with _sigterm_as_interrupt(), pytest.raises(interrupt):
+            write_atomically(target, lambda path: (os.kill(os.getpid(), send),  # in the middle of the write
+                                                   time.sleep(0.05), path.write_text("complete")))
+        assert target.read_text() == "complete"

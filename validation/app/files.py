@@ -16,8 +16,10 @@ import errno
 import fcntl
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
@@ -30,22 +32,51 @@ LOCK = ".lock"
 PARTIAL = ".partial"
 
 
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM wait until the block ends, then act as usual.
+
+    An exception raised inside a write (xarray's ``to_netcdf``) leaves xarray's file lock
+    held, and the cleanup that follows waits for that lock forever: an interrupted run hung
+    instead of stopping. A write is short, so the signal is only delayed. Outside the main
+    thread (where Python runs signal handlers) the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: received.append(number))
+                for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if received:
+            signal.raise_signal(received[0])  # now handled as it would have been
+
+
 def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(temporary_path)`` next to ``path``, then rename it into place."""
+    """Call ``write(temporary_path)`` next to ``path``, then rename it into place (signals deferred)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}{PARTIAL}-", suffix=path.suffix, dir=path.parent)
     os.close(handle)
     try:
-        write(Path(temporary))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; the result is an ordinary file
-        os.replace(temporary, path)
+        with signals_deferred():
+            _write_and_rename(path, Path(temporary), write)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def _write_and_rename(path: Path, temporary: Path, write: Callable[[Path], None]) -> None:
+    write(temporary)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; the result is an ordinary file
+    os.replace(temporary, path)
 
 
 def write_text(path: Path, text: str) -> Path:

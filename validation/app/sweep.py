@@ -58,7 +58,7 @@ from meanfield.records import SWEEP, package_version
 from .builders import (build_model, build_solver, initial_density, initial_particles, output_times, particle_dimension,
                        particle_method)
 from .errors import ConfigError, SweepTaskError
-from .files import locked_output, write_atomically
+from .files import locked_output, signals_deferred, write_atomically
 from .sweep_config import SweepConfig, load_sweep_config
 
 if TYPE_CHECKING:
@@ -585,7 +585,8 @@ def write_dataset(ds: xr.Dataset, path: Path) -> Path:
         return write_atomically(path, ds.to_netcdf)
     temporary = path.with_name(f".{path.name}.partial")
     shutil.rmtree(temporary, ignore_errors=True)
-    ds.to_zarr(temporary, mode="w", zarr_format=2)  # format 2: consolidated metadata, read everywhere
+    with signals_deferred():
+        ds.to_zarr(temporary, mode="w", zarr_format=2)  # format 2: consolidated metadata, read everywhere
     if path.exists():
         shutil.rmtree(path)
     os.replace(temporary, path)
