@@ -487,3 +487,19 @@ def test_a_signal_during_a_write_waits_for_the_write_to_end(tmp_path):
             write_atomically(target, lambda path: (os.kill(os.getpid(), send),  # in the middle of the write
                                                    time.sleep(0.05), path.write_text("complete")))
         assert target.read_text() == "complete"
+
+
+def test_a_resumed_pde_sweep_keeps_its_good_parts_and_recomputes_a_damaged_one(tmp_path, capsys):
+    """A PDE part holds booleans (`resolved`) and diagnostics that may be infinite (`cluster_width`
+    of a flat density): they are a run's results, not damage."""
+    raw = {**circle_config(tmp_path, checkpoint_every=0, times={"stop": 0.5, "count": 3}),
+           "sweep": {"grid": {"beta": [1.0, 2.0, 3.0]}}}
+    first = run_sweep(check_sweep_config(raw), workers=1, progress=False)
+    parts = sorted((tmp_path / "parts").glob("*.npz"))
+    damage(parts[1], "truncated")
+    capsys.readouterr()
+    resumed = run_sweep(check_sweep_config(raw), workers=1, resume=True, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("is damaged") == 1 and f"part {parts[1]} is damaged" in err
+    assert resumed.attrs["tasks_computed"] == 1
+    np.testing.assert_array_equal(resumed.energy.values, first.energy.values)

@@ -396,19 +396,20 @@ def stored_results(tasks: list[Task], parts: Path) -> dict[str, dict[str, np.nda
 
 
 def _check_result(task: Task, result: dict[str, np.ndarray]) -> None:
-    """Raise ``ValueError`` when ``result`` is not what ``task`` returns (a damaged part)."""
+    """Raise ``ValueError`` when ``result`` is not what ``task`` returns (a damaged part).
+
+    A particle task returns three finite sums per output time; a PDE task its time series
+    (diagnostics may be infinite or NaN: an unbounded cluster width, no Lyapunov functional)
+    and the scalar ``trustworthy``.
+    """
     count = output_times(task.config).size
-    if task.systems:
-        expected = {name: (count,) for name in ("clustered", "inner_product", "order_parameter")}
-    else:
-        expected = {name: value.shape for name, value in result.items()}
-        if "trustworthy" not in result or "mass" not in result:
-            raise ValueError("not the time series of a PDE run")
-    for name, shape in expected.items():
-        value = result.get(name)
-        if value is None or value.shape != shape or value.dtype.kind != "f" \
-                or (value.ndim and value.shape[0] != count) or not np.all(np.isfinite(value)):
-            raise ValueError(f"array {name!r} missing or not {count} finite numbers")
+    required = {"clustered", "inner_product", "order_parameter"} if task.systems else {"mass", "trustworthy"}
+    if not required <= set(result) or (task.systems and set(result) != required):
+        raise ValueError(f"arrays {sorted(result)}, expected {sorted(required)}{'' if task.systems else ' and more'}")
+    for name, value in result.items():
+        shape_ok = value.shape == (count,) or (not task.systems and value.shape == ())
+        if not shape_ok or value.dtype.kind not in "fb" or (task.systems and not np.all(np.isfinite(value))):
+            raise ValueError(f"array {name!r} is not {count} {'finite ' if task.systems else ''}numbers")
 
 
 def _compute(tasks: list[Task], parts: Path, scheduler: str | None, workers: int | None,
