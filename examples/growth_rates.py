@@ -12,7 +12,7 @@ SphereSpectral: lmax = 63, default ``rtol``) from a perturbation of amplitude ``
 coefficient recorded at 11 times over ``1 / max |gamma|``, and the rate fitted to
 ``log |coefficient|``. Writes ``OUTPUT/growth_rates.png`` and ``OUTPUT/growth_rates.csv``.
 
-    python examples/growth_rates.py        # about 20 s on 2 cores
+    python examples/growth_rates.py        # about 5 s
 """
 
 from __future__ import annotations

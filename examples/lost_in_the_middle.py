@@ -11,7 +11,7 @@ prompts made of the ``M`` codewords start from a discrete measure and are not ru
 Writes ``OUTPUT/profile.csv`` (every bin: estimate, standard error, binned closed form, z)
 and ``OUTPUT/lost_in_the_middle.png``.
 
-    python examples/lost_in_the_middle.py                      # examples/lost_in_the_middle.toml: ~2 min on 2 cores
+    python examples/lost_in_the_middle.py                      # examples/lost_in_the_middle.toml: about a minute on 2 cores
     python examples/lost_in_the_middle.py --prompts 2000       # quicker, wider error bars
 """
 

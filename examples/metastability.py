@@ -11,7 +11,7 @@
 Writes ``OUTPUT/metastability_particles.png``, ``OUTPUT/metastability_pde.png`` and the
 data (``particles_beta*.nc``, ``pde_beta*.nc``, ``cluster_counts.csv``).
 
-    python examples/metastability.py            # about a minute
+    python examples/metastability.py            # about 10 s
 """
 
 from __future__ import annotations

@@ -349,6 +349,11 @@ def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="aut
     return frames, solver.nfev
 
 
+def fixed_step_count(times: np.ndarray, dt: float) -> int:
+    """Steps a fixed-step run takes through ``times`` (each interval in equal steps no larger than ``dt``)."""
+    return sum(_steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:]))
+
+
 def _steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
     count = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
     return count, float(t1 - t0) / count  # a Python float: numpy scalars would turn other arrays into numpy

@@ -79,8 +79,11 @@ def test_a_sphere_run_whose_density_undershoots_ends_the_same_with_and_without_c
     assert results[2].min_density.values[2] < 0  # the undershoot sits on the boundary
     since = [results[every].attrs["underresolved_since"] for every in (0, 2)]
     assert since[0] == since[1] == pytest.approx(0.4)
-    # the same steps from the same state: equal to round-off (the grid values are re-analysed)
-    np.testing.assert_allclose(results[2].rho.values, results[0].rho.values, rtol=0, atol=1e-12)
+    # the same steps from the same state, to the round-off of re-analysing the grid values at the
+    # boundary (a few eps of max rho, carried through the steps after it)
+    scale = np.abs(results[0].rho.values).max()
+    np.testing.assert_allclose(results[2].rho.values, results[0].rho.values, rtol=0,
+                               atol=64 * np.finfo(float).eps * scale)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -429,7 +432,7 @@ RUN_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.toml")
 
 @pytest.mark.parametrize("example", RUN_EXAMPLES, ids=[p.stem for p in RUN_EXAMPLES])
 def test_each_run_example_runs_clean_at_its_documented_size(example, tmp_path):
-    """Every `meanfield run` example, as shipped (all four take about 30 s together): exit 0, nothing on stderr."""
+    """Every `meanfield run` example, as shipped: exit 0, nothing on stderr."""
     config = (example.read_text().replace('output = "../output/', f'output = "{tmp_path}/'))
     path = tmp_path / example.name
     path.write_text(config)

@@ -97,10 +97,7 @@ def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None)
             segment_times = times[boundaries[segment - 1]: boundaries[segment] + 1]
             if segment in stored:
                 part = stored[segment]
-                generator.bit_generator.state = json.loads(part.attrs["rng_state"])
-                next_step = None if not np.isfinite(part.attrs["next_step"]) else float(part.attrs["next_step"])
-                for key in CHECKPOINT_ATTRS:
-                    del part.attrs[key]
+                next_step = _continue_after(part, generator)
                 bar.update(segment_times[-1] - segment_times[0])
             else:
                 try:
@@ -128,6 +125,16 @@ def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None)
     write_atomically(output / DATASET, ds.to_netcdf)
     shutil.rmtree(output / CHECKPOINTS, ignore_errors=True)
     return ds
+
+
+def _continue_after(part: xr.Dataset, generator: np.random.Generator) -> float | None:
+    """Put the generator where a stored segment left it and return the step to go on with; the
+    segment loses its checkpoint attributes (it becomes a part of the run's dataset)."""
+    generator.bit_generator.state = json.loads(part.attrs["rng_state"])
+    next_step = float(part.attrs["next_step"])
+    for key in CHECKPOINT_ATTRS:
+        del part.attrs[key]
+    return next_step if np.isfinite(next_step) else None
 
 
 def _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step, continued, pace):

@@ -16,6 +16,7 @@ import numpy as np
 import meanfield as mf
 from meanfield.checks import check_step
 from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
+from meanfield.particles import fixed_step_count
 
 from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
@@ -133,12 +134,12 @@ def _check_duration(config: dict, solver, state: np.ndarray) -> None:
 
 def _check_particle_steps(config: dict) -> int:
     """The fixed steps of a particle run; refused when ``method.dt`` is negligible against the interval."""
+    times = output_times(config)
     try:
-        check_step(config["method"]["dt"], output_times(config), "method.dt")
+        check_step(config["method"]["dt"], times, "method.dt")
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    times = output_times(config)
-    return int(np.ceil(np.diff(times) / config["method"]["dt"] - 1e-9).clip(min=1).sum())
+    return fixed_step_count(times, config["method"]["dt"])
 
 
 #: Tokens of the timed probe step of :func:`check_particle_duration` (the cost is scaled up from it).
