@@ -1,7 +1,7 @@
 """The phase-diagram sweep on 1 and 2 Dask workers (issues: sweeps, particle ensembles). Target: >= 1.8x.
 
 The sweep of ``examples/phase_diagram.toml`` (SA, n = 32, d = 2, 90 values of beta,
-projected Euler with step 0.1 to t = 30) is run from scratch with a local cluster of one
+the discrete layer with step 0.1 to t = 30) is run from scratch with a local cluster of one
 worker process (the baseline) and of two; wall times include starting the cluster. Both
 runs must give identical numbers. ``--size paper`` uses the paper's 2048 realisations per
 beta (about two minutes for both runs on 2 cores; half an hour at first); the default ``small`` uses 256.
