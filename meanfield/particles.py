@@ -45,6 +45,8 @@ from array_api_compat import array_namespace, is_array_api_obj
 
 from .checks import check_points, check_real, check_rtol, check_step, check_times
 from .errors import StepSizeCollapse
+from .integration import CLASSICAL_RK4, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau, StepCounts, integrate
+from .integration.tableaux import TABLEAUX, tableau_named
 from .kernels import is_numpy, select_kernel, to_numpy
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
@@ -54,15 +56,23 @@ from .sphere import normalize
 if TYPE_CHECKING:
     import xarray as xr
 
-METHODS = ("dop853", "rk4", "euler", "layer")
+#: Adaptive embedded pairs of :mod:`meanfield.integration`, by name (``method=``).
+PAIRS = tuple(name for name, tableau in TABLEAUX.items() if tableau.adaptive)
+METHODS = ("dop853", "rk4", "euler", "layer") + PAIRS
 FIXED_STEP_METHODS = ("rk4", "euler", "layer")
 NOISY_METHODS = ("euler", "layer")
 
 
-def _scheme(method: str | None, diffusion: float, allowed: tuple[str, ...]) -> str:
+def _scheme(method: str | ExplicitTableau | None, diffusion: float, allowed: tuple[str, ...]) -> str | ExplicitTableau:
     """The scheme a ``method`` argument names (default: DOP853 for the ODE, Euler-Maruyama for the SDE)."""
     if method is None:
         return "euler" if diffusion > 0 else allowed[0]
+    if isinstance(method, ExplicitTableau) and allowed is METHODS:
+        method = tableau_named(method)
+        if diffusion > 0:
+            raise ValueError(f"method={method.name!r} integrates the ODE (diffusion = 0); with "
+                             f"diffusion={diffusion} use method='euler' (Euler-Maruyama) with a step dt")
+        return method
     if method not in allowed:
         raise ValueError(f"method must be one of {allowed}, got {method!r}")
     if diffusion > 0 and method not in NOISY_METHODS:
@@ -86,10 +96,13 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         which the fixed-step schemes then compute, in float64, on its device.
     times : array_like, shape (T,)
         Strictly increasing output times; the run starts at ``times[0]``.
-    method : {"dop853", "rk4", "euler", "layer"}, optional
+    method : str or ExplicitTableau, optional
         Default ``"dop853"`` without diffusion, ``"euler"`` (Euler-Maruyama) with it;
         ``"rk4"``: fixed steps for throughput; ``"euler"`` without noise: projected Euler;
-        ``"layer"``: the Transformer layer ``normalize(x + h a)`` (module docstring).
+        ``"layer"``: the Transformer layer ``normalize(x + h a)`` (module docstring). An
+        embedded pair of :mod:`meanfield.integration` (``"dormand_prince"``,
+        ``"bogacki_shampine"``, ``"merson"``, or an :class:`~meanfield.integration.ExplicitTableau`)
+        takes adaptive steps with the solvers' controller and driver, output times hit exactly.
     rtol, atol : float
         Tolerances of the adaptive method: each step's local error in every coordinate is
         below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``).
@@ -132,13 +145,17 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     settings: dict = {"method": method}
     bar = time_progress(times[0], times[-1], progress, "particles")
     with bar:
-        if method == "dop853":
+        if isinstance(method, ExplicitTableau) or method in PAIRS:
+            method = tableau_named(method)
+            rtol, atol = _tolerances(rtol, atol, settings)
+            settings["method"] = method.name
+            frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
+            frames, drift = _project(frames)
+        elif method == "dop853":
             if not is_numpy(x0):
                 raise ValueError("method='dop853' integrates numpy arrays (scipy's DOP853); arrays of "
                                  f"{type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
-            rtol = check_rtol(rtol, below=0.1)
-            atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
-            settings.update(rtol=rtol, atol=atol)
+            rtol, atol = _tolerances(rtol, atol, settings)
             frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel)
             frames, drift = _project(frames)
         else:
@@ -179,6 +196,13 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
                                             invariant=invariant, betas=betas)
     return observations
+
+
+def _tolerances(rtol: float, atol: float | None, settings: dict) -> tuple[float, float]:
+    rtol = check_rtol(rtol, below=0.1)
+    atol = rtol / 100 if atol is None else check_real(atol, "atol", minimum=0.0, strictly=True)
+    settings.update(rtol=rtol, atol=atol)
+    return rtol, atol
 
 
 def _run_times(times) -> np.ndarray:
@@ -349,6 +373,37 @@ def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="aut
     return frames, solver.nfev
 
 
+def _rms(x: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(x * x)))
+
+
+def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar, settings, kernel="auto"):
+    """An embedded pair through the shared controller and driver; each step's local error is
+    below ``atol + rtol * rms(x)`` in RMS over coordinates."""
+    engine = select_kernel(model, x0, kernel)
+    settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
+    batch = x0 if x0.ndim == 3 else x0[None, ...]
+    stepper = ExplicitRungeKutta(tableau, engine.drift, norm=_rms, tolerance=lambda x: atol + rtol * _rms(x))
+    frames: list[np.ndarray] = []
+    counts = StepCounts()
+
+    def record(t: float, x: np.ndarray) -> None:
+        frames.append(np.array(x.reshape(x0.shape), copy=True))
+
+    def collapse(t: float, reason: str):
+        settings.update(counts.as_dict())
+        projected, drift = _project(frames)
+        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
+                               partial=particle_dataset(model, projected, times, settings, drift))
+
+    speed = _rms(engine.drift(batch))
+    first = min(times[-1] - times[0], 0.01 * _rms(batch) / speed if speed > 0 else np.inf)
+    integrate(batch, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
+              observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts)
+    settings.update(counts.as_dict())
+    return frames, stepper.evaluations
+
+
 def fixed_step_count(times: np.ndarray, dt: float) -> int:
     """Steps a fixed-step run takes through ``times`` (each interval in equal steps no larger than ``dt``)."""
     return sum(_steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:]))
@@ -360,20 +415,15 @@ def _steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
 
 
 def _integrate_rk4(engine, x0, times, dt, bar, observe):
-    x, frames, evaluations = x0, [observe(x0)], 0
-    f = engine.drift
+    x, frames = x0, [observe(x0)]
+    stepper = ExplicitRungeKutta(CLASSICAL_RK4, engine.drift)
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
         for _ in range(count):
-            k1 = f(x)
-            k2 = f(x + 0.5 * h * k1)
-            k3 = f(x + 0.5 * h * k2)
-            k4 = f(x + h * k3)
-            x = engine.normalize(x + (h / 6.0) * (k1 + 2 * k2 + 2 * k3 + k4))
-        evaluations += 4 * count
+            x = engine.normalize(stepper.advance(x, h)[0])
         frames.append(observe(x))
         bar.update(t1 - t0)
-    return frames, evaluations
+    return frames, stepper.evaluations
 
 
 def _integrate_euler(engine, diffusion, x0, times, dt, gen, bar, observe, project=True):

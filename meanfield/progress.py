@@ -13,7 +13,7 @@ def time_progress(t0: float, t1: float, enabled: bool | None | tqdm, description
     ``enabled=None`` shows it only when stderr is a terminal. An existing bar (one run made of
     several calls, such as checkpoint segments) is advanced instead and left open.
     """
-    if isinstance(enabled, tqdm):
+    if isinstance(enabled, (tqdm, _SharedBar)):
         return _SharedBar(enabled)
     if enabled is None:
         enabled = sys.stderr.isatty()
@@ -24,7 +24,7 @@ def time_progress(t0: float, t1: float, enabled: bool | None | tqdm, description
 class _SharedBar:
     """An open bar lent to one call: advanced like its own, left open when the call ends."""
 
-    def __init__(self, bar: tqdm):
+    def __init__(self, bar: tqdm | _SharedBar):
         self.bar = bar
 
     def __enter__(self) -> _SharedBar:

@@ -37,7 +37,7 @@ import numpy as np
 from scipy.special import roots_legendre
 
 from meanfield.causal import positional_cell_weights
-from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.checks import check_density, check_int
 
 from .circle import CircleFV
 from .circle_operators import CircleOperators
@@ -124,10 +124,7 @@ class CausalCircleFV(CircleFV):
     def __post_init__(self) -> None:
         _require_causal(self.model, "CausalCircleFV")
         check_int(self.layers, "layers", minimum=1)
-        check_int(self.cells, "cells", minimum=8)
-        check_rtol(self.rtol)
-        if not 0 < check_real(self.cfl, "cfl") <= 0.5:
-            raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
+        self._check_time_settings()
         object.__setattr__(self, "operators", LayeredCircleOperators(self.model, self.cells, self.layers))
 
     name = "CausalCircleFV"
@@ -158,7 +155,7 @@ class CausalCircleFV(CircleFV):
     def _initial_state(self, rho0, continued: bool):
         shape = (self.layers, self.cells)
         rho = check_density(rho0, shape, "rho0", evolved=True) if continued else self.initial_density(rho0)
-        return rho - self.operators.uniform, None
+        return rho - self.operators.uniform
 
     def _diagnose(self, state, rho: np.ndarray):
         mass = self.operators.mass(rho)

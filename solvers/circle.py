@@ -8,21 +8,22 @@ Space: flux form, face velocities from an FFT convolution
 with the step always adapted:
 
 ``D = 0``
-    Heun's SSP-RK2 on the upwind flux with positivity-limited central slopes; the step obeys
-    the CFL bound (positivity), an embedded Euler/Heun error estimate (``rtol``) and must not
-    decrease the energy (increase it, in the repulsive case) beyond round-off. The
-    semi-discrete scheme is exactly energy-monotone, so a small enough step always passes.
+    An embedded explicit Runge-Kutta pair (``tableau``; by default Heun's SSP-RK2 with Euler
+    embedded) on the upwind flux with positivity-limited central slopes; the step obeys the
+    CFL bound (positivity), the pair's error estimate (``rtol``) and must not decrease the
+    energy (increase it, in the repulsive case) beyond round-off. The semi-discrete scheme
+    is exactly energy-monotone, so a small enough step always passes.
 ``D > 0``
-    Richardson-extrapolated linearly implicit Euler on the Scharfetter-Gummel
-    drift-diffusion flux: one step of ``dt`` and two of ``dt/2``, the potential frozen at the
-    start of each; ``2 * halves - full`` is second order, L-stable (its amplification
-    :math:`2/(1-z/2)^2 - 1/(1-z)` lies in :math:`[-0.04, 1]` for real :math:`z \le 0`), with no
-    parabolic step restriction; ``|halves - full|`` is the error estimate. Each linearly
+    Extrapolated linearly implicit Euler on the Scharfetter-Gummel drift-diffusion flux
+    (:class:`~meanfield.integration.ExtrapolatedImplicitEuler`): the step ``dt`` is taken
+    with 1, 2, ..., ``implicit_substeps`` substeps, the potential frozen at the start of each,
+    and the results extrapolated (Aitken-Neville) to order ``implicit_substeps``; the member
+    of one order less estimates the error, with no parabolic step restriction. Each linearly
     implicit step is positive and, for attractive gradient flows (USA, Kuramoto, zonal
     aggregation with a positive-definite potential), dissipates the discrete free energy
     whatever the step (convex-concave splitting). The extrapolation keeps neither property by
-    construction: where ``2 * halves - full`` would be negative it is blended toward the
-    positive ``halves`` (one factor for all cells, so mass is kept), and a step whose free
+    construction: where it would be negative it is blended toward the positive finest
+    implicit solution (one factor for all cells, so mass is kept), and a step whose free
     energy would rise beyond round-off is retried with half the step, so the free energy is
     checked at every step rather than guaranteed.
 """
@@ -41,7 +42,9 @@ from meanfield.records import CIRCLE
 from .circle_general import GeneralCircleOperators
 from .heads import takes_general_path
 from .circle_operators import CircleOperators
-from .driver import step_factor
+from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
+                                   explicit_adaptive_step, tableau_named)
+
 from .grid_solver import GridSolver
 from .resolution import sharpest_cluster_width
 from .tolerance import error_tolerance
@@ -90,6 +93,13 @@ class CircleFV(GridSolver):
         convolution, :mod:`solvers.circle_operators`) or ``"general"`` (any query, key and
         value matrices and heads: :mod:`solvers.circle_general`); ``"auto"`` takes the zonal
         path whenever the model allows it.
+    tableau : str or ExplicitTableau
+        The embedded Runge-Kutta pair of the transport (``D = 0``;
+        :data:`meanfield.integration.TABLEAUX`). The default, Heun/Euler, is strong-stability
+        preserving: under the CFL bound every step keeps the density positive.
+    implicit_substeps : int
+        ``D > 0``: the linearly implicit Euler step is taken with 1, 2, ..., ``k`` substeps and
+        extrapolated to order ``k``; the order ``k - 1`` member estimates the error.
     """
 
     model: object
@@ -98,19 +108,27 @@ class CircleFV(GridSolver):
     cfl: float = 0.45
     min_cluster_cells: float = 4.0
     interaction: str = "auto"
+    tableau: str | ExplicitTableau = "heun_euler"
+    implicit_substeps: int = 3
     operators: CircleOperators = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_int(self.cells, "cells", minimum=8)
-        check_rtol(self.rtol)
-        if not 0 < check_real(self.cfl, "cfl") <= 0.5:
-            raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
+        self._check_time_settings()
         if getattr(self.model, "dimension", None) not in (None, 2):
             raise ValueError(f"CircleFV solves on the circle: the model's matrices are "
                              f"{self.model.dimension} x {self.model.dimension}, not 2 x 2")
         general = takes_general_path(self.model, self.interaction, self.name)
         operators = GeneralCircleOperators if general else CircleOperators
         object.__setattr__(self, "operators", operators(self.model, self.cells))
+
+    def _check_time_settings(self) -> None:
+        """Check the grid and time-stepping arguments (shared with the layered causal solver)."""
+        check_int(self.cells, "cells", minimum=8)
+        check_rtol(self.rtol)
+        if not 0 < check_real(self.cfl, "cfl") <= 0.5:
+            raise ValueError(f"cfl must be in (0, 0.5] for positivity, got {self.cfl!r}")
+        object.__setattr__(self, "tableau", tableau_named(self.tableau))
+        check_int(self.implicit_substeps, "implicit_substeps", minimum=2)
 
     @property
     def theta(self) -> np.ndarray:
@@ -148,22 +166,32 @@ class CircleFV(GridSolver):
         """Whether ``energy`` is :math:`e^{-\\beta} E` (where :math:`E` would overflow)."""
         return self.operators.energy_scaled
 
-    # The state is (deviation from the uniform density, Lyapunov functional of the density).
-    def _initial_state(self, rho0, continued: bool):
+    # The state is the deviation from the uniform density.
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
         rho = check_density(rho0, (self.cells,), "rho0", evolved=True) if continued else self.initial_density(rho0)
-        return rho - self.operators.uniform, self.operators.lyapunov(rho)
+        return rho - self.operators.uniform
 
-    def density(self, state) -> np.ndarray:
+    def density(self, deviation: np.ndarray) -> np.ndarray:
         """Cell averages of the density, shape ``(cells,)``, from the solver's state."""
-        return self.operators.uniform + state[0]
+        return self.operators.uniform + deviation
 
-    def _stepper(self, state, times: np.ndarray):
-        return self._attempt, self._initial_step(state[0], times), dict
+    def _stepper(self, deviation: np.ndarray, times: np.ndarray):
+        discretisation = _FiniteVolumes(self)
+        if self.model.diffusion > 0:
+            ops = self.operators
+            stepper = ExtrapolatedImplicitEuler(ops.linearly_implicit_step, self.implicit_substeps,
+                                                norm=ops.deviation_norm, tolerance=self._tolerance,
+                                                lower_bound=-ops.uniform)
+            attempt = AdaptiveStep(stepper, admit=discretisation.admit)
+        else:
+            attempt = explicit_adaptive_step(discretisation, self.tableau)
+        first = self._initial_step(discretisation.stable_step(deviation), times)
+        return attempt, first, dict
 
-    def _diagnose(self, state, rho: np.ndarray):
+    def _diagnose(self, deviation: np.ndarray, rho: np.ndarray):
         ops = self.operators
         width = sharpest_cluster_width(rho)
-        functional = state[1]
+        functional = ops.lyapunov(rho)
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
         values = {"mass": ops.mass(rho), "energy": ops.energy(rho),
                   "lyapunov": np.nan if functional is None else functional,
@@ -174,71 +202,63 @@ class CircleFV(GridSolver):
         return {"theta": self.theta}
 
     def _settings(self) -> dict:
-        return {"cells": self.cells, "rtol": self.rtol, "cfl": self.cfl}
+        scheme = ({"implicit_substeps": self.implicit_substeps} if self.model.diffusion > 0
+                  else {"tableau": self.tableau.name})
+        return {"cells": self.cells, "rtol": self.rtol, "cfl": self.cfl, **scheme}
 
-    def _initial_step(self, deviation: np.ndarray, times: np.ndarray) -> float:
-        speed = np.abs(self.operators.face_velocity(deviation)).max()
+    def _initial_step(self, stable_step: float, times: np.ndarray) -> float:
         span = times[-1] - times[0]
-        return min(span, 0.1 * self.cfl * self.operators.width / max(speed, 1e-300)) if span > 0 else 1.0
+        return min(span, 0.1 * stable_step) if span > 0 else 1.0
 
-    def _tolerance(self, *deviations: np.ndarray) -> float:
+    def _tolerance(self, deviation: np.ndarray) -> float:
+        return error_tolerance(self.rtol, self.operators.deviation_norm(deviation), self.operators.uniform_norm)
+
+
+class _FiniteVolumes:
+    """The solver as a :class:`~meanfield.integration.protocols.Discretisation` of the transport.
+
+    Remembers the face velocities of the state it last saw (the CFL bound and the first stage
+    share them) and the Lyapunov functional of the state it last admitted.
+    """
+
+    def __init__(self, solver: CircleFV):
+        self.solver, self.operators = solver, solver.operators
+        self.decay = None
+        self._velocity: tuple[np.ndarray, np.ndarray] | None = None
+        self._functional: tuple[np.ndarray, float | None] | None = None
+
+    def velocity(self, deviation: np.ndarray) -> np.ndarray:
+        if self._velocity is None or self._velocity[0] is not deviation:
+            self._velocity = (deviation, self.operators.face_velocity(deviation))
+        return self._velocity[1]
+
+    def rhs(self, deviation: np.ndarray) -> np.ndarray:
+        return -self.operators.flux_divergence(deviation, self.velocity(deviation))
+
+    def stable_step(self, deviation: np.ndarray) -> float:
+        """The CFL bound: the upwind reconstruction stays positive for ``dt max|v| <= cfl h``."""
+        speed = np.abs(self.velocity(deviation)).max()
+        return self.solver.cfl * self.operators.width / max(speed, 1e-300)
+
+    def norm(self, deviation: np.ndarray) -> float:
+        return self.operators.deviation_norm(deviation)
+
+    def tolerance(self, deviation: np.ndarray) -> float:
+        return self.solver._tolerance(deviation)
+
+    def functional(self, deviation: np.ndarray) -> float | None:
+        if self._functional is None or self._functional[0] is not deviation:
+            self._functional = (deviation, self.operators.lyapunov(self.operators.uniform + deviation))
+        return self._functional[1]
+
+    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
+        """Round-off negatives repaired; retried when the density is negative or the Lyapunov functional rises."""
         ops = self.operators
-        scale = max(ops.deviation_norm(deviation) for deviation in deviations)
-        return error_tolerance(self.rtol, scale, ops.uniform_norm)
-
-    def _attempt(self, state: tuple[np.ndarray, float | None], dt: float):
-        """One step from ``(deviation, lyapunov(rho))``: ``(new_state, next_dt, None)`` or ``(None, dt, reason)``."""
-        deviation, functional = state
-        step = self._implicit_step if self.model.diffusion > 0 else self._transport_step
-        new, proposal, reason = step(deviation, dt)
-        if reason is not None:
-            return None, proposal, reason
-        updated = self.operators.lyapunov(self.operators.uniform + new)
-        if functional is not None and updated > functional + LYAPUNOV_SLACK * (abs(functional) + abs(updated)):
-            return None, 0.5 * dt, "lyapunov"
-        return (new, updated), proposal, None
-
-    def _transport_step(self, deviation: np.ndarray, dt: float):
-        ops, h = self.operators, self.operators.width
-        velocity = ops.face_velocity(deviation)
-        speed = np.abs(velocity).max()
-        if dt * speed > self.cfl * h:
-            return None, 0.95 * self.cfl * h / speed, "cfl"
-        k1 = -ops.flux_divergence(deviation, velocity)
-        stage = deviation + dt * k1
-        roundoff = ROUNDOFF_NEGATIVE * (ops.uniform + deviation.max())
-        if ops.uniform + stage.min() < -roundoff:
-            return None, 0.5 * dt, "positivity"
-        k2 = ops.rhs(stage)
-        new = 0.5 * (deviation + stage + dt * k2)
-        # Heun minus Euler estimates Euler's local error; the step controller is of order 2.
-        error = ops.deviation_norm(0.5 * dt * (k2 - k1)) / self._tolerance(deviation, new)
-        new, proposal, reason = self._finish(new, dt, error, roundoff, order=2)
-        # Propose no more than the CFL bound at the current speed, so growth is not rejected next.
-        return new, min(proposal, 0.95 * self.cfl * h / max(speed, 1e-300)), reason
-
-    def _implicit_step(self, deviation: np.ndarray, dt: float):
-        # Step doubling: the distance of two half steps to one full step estimates the error of the
-        # half steps (first order); their extrapolation is kept. (The cheaper (dt/2)|f(new) - f(old)|
-        # misses the splitting error of the frozen potential, which dominates when drift and
-        # diffusion nearly balance.)
-        ops = self.operators
-        full = ops.linearly_implicit_step(deviation, dt)
-        halves = ops.linearly_implicit_step(ops.linearly_implicit_step(deviation, 0.5 * dt), 0.5 * dt)
-        correction = halves - full
-        error = ops.deviation_norm(correction) / self._tolerance(deviation, halves)
-        rho_halves = ops.uniform + halves
-        # The largest blend factor in [0, 1] that keeps halves + factor * correction nonnegative.
-        falling = correction < 0
-        factor = min(1.0, float(np.min(rho_halves[falling] / -correction[falling]))) if falling.any() else 1.0
-        new = halves + max(factor, 0.0) * correction
-        return self._finish(new, dt, error, ROUNDOFF_NEGATIVE * (ops.uniform + deviation.max()), order=1)
-
-    def _finish(self, new: np.ndarray, dt: float, error: float, roundoff: float, order: int):
-        factor = step_factor(error, order)
-        if error > 1.0:
-            return None, dt * factor, "accuracy"
-        repaired = _repair_roundoff(self.operators.uniform + new, roundoff)
+        repaired = _repair_roundoff(ops.uniform + new, ROUNDOFF_NEGATIVE * (ops.uniform + old.max()))
         if repaired is None:
-            return None, 0.5 * dt, "positivity"
-        return repaired - self.operators.uniform, dt * factor, None
+            return None, "positivity"
+        before, new = self.functional(old), repaired - ops.uniform
+        after = self.functional(new)
+        if before is not None and after > before + LYAPUNOV_SLACK * (abs(before) + abs(after)):
+            return None, "lyapunov"
+        return new, None

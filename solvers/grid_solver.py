@@ -2,7 +2,7 @@
 
 A solver supplies its numerics through a few methods (see :class:`GridSolver`); the
 scaffolding turns them into the same ``solve`` for both: input checks, the adaptive loop
-of :mod:`solvers.driver`, an observer that always receives the density on the grid, one
+of :mod:`meanfield.integration.driver`, an observer that always receives the density on the grid, one
 diagnostic record per output time, the resolution warning, and a collapse that raises with
 everything computed so far.
 """
@@ -19,7 +19,7 @@ from meanfield.checks import check_times
 from meanfield.errors import StepSizeCollapse
 from meanfield.records import PDE, record_attrs
 
-from .driver import Attempt, Pace, StepCounts, integrate
+from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
 from .resolution import ResolutionMonitor
 
 #: Attributes of the diagnostic variables a solver may report.
@@ -89,7 +89,7 @@ class GridSolver:
             continued here: it is taken as it is (not renormalized, and a slightly negative
             value is that run's resolution diagnosis, reported by ``resolved``, not an input
             error); only its shape and finiteness are checked.
-        pace : solvers.driver.Pace, optional
+        pace : meanfield.integration.Pace, optional
             A wall-clock budget: the run collapses (``StepSizeCollapse``) as soon as its pace
             says it cannot finish in time.
 

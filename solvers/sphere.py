@@ -8,11 +8,12 @@ velocity :math:`v = \nabla_S(\Phi*\rho)` (USA, Kuramoto, zonal aggregation) or
 :math:`v = \frac{c}{\beta}\nabla_S\log(K*\rho)` (SA) is formed on a dealiased Gauss grid,
 and the divergence of the flux comes back through the spheroidal/toroidal analysis.
 Diffusion, :math:`-D\,l(l+1)`, is integrated exactly (Lawson integrating factor); the
-transport part by Dormand-Prince 5(4) with error control (``rtol``, relative to the
-deviation from the uniform density: :mod:`solvers.tolerance`) and a stability bound: the
-advection of degree :math:`l` by :math:`v` has frequencies up to about :math:`l\max|v|`,
-nearly imaginary, where the explicit pair is stable only for
-:math:`\Delta t\,(l_{max}+1)\max|v| \le 0.99`. Without that bound the error estimate
+transport part by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by default)
+with error control (``rtol``, relative to the deviation from the uniform density:
+:mod:`solvers.tolerance`) and a stability bound: the advection of degree :math:`l` by
+:math:`v` has frequencies up to about :math:`l\max|v|`, nearly imaginary, where the explicit
+pair is stable only for :math:`\Delta t\,(l_{max}+1)\max|v| \le y_I`, its imaginary
+stability (0.997 for Dormand-Prince). Without that bound the error estimate
 lets the top degrees grow from round-off until they dominate it: the error then sits in
 the top degrees, grows with ``lmax`` and sets off the resolution diagnostic.
 """
@@ -29,13 +30,13 @@ from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.records import SPHERE
 from meanfield.spectra import attention_spectrum
 
-from .driver import step_factor
+from meanfield.integration import ExplicitTableau, explicit_adaptive_step, tableau_named
+
 from .grid_solver import GridSolver
 from .heads import takes_general_path
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
 from .threads import single_threaded_blas
-from .stepping import IMAGINARY_STABILITY, LawsonDormandPrince
 from .tolerance import error_tolerance
 
 #: Degrees whose kernel eigenvalue is below this fraction of the largest are negligible.
@@ -65,6 +66,10 @@ class SphereSpectral(GridSolver):
         ``"zonal"``: the kernel is diagonal in harmonics (Funk-Hecke); ``"general"``: any
         query, key and value matrices and heads (:mod:`solvers.sphere_general`); ``"auto"``
         takes the zonal path whenever the model allows it.
+    tableau : str or ExplicitTableau
+        The embedded Runge-Kutta pair of the transport part (:data:`meanfield.integration.TABLEAUX`),
+        in integrating-factor form when there is diffusion; its step is also held within the
+        pair's imaginary stability over the fastest advection frequency.
     """
 
     model: object
@@ -72,6 +77,7 @@ class SphereSpectral(GridSolver):
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
     interaction: str = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
@@ -84,6 +90,7 @@ class SphereSpectral(GridSolver):
         check_int(self.lmax, "lmax", minimum=2)
         check_rtol(self.rtol)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.kernel_model
         if getattr(model, "dimension", None) not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
@@ -206,8 +213,8 @@ class SphereSpectral(GridSolver):
         return self.grid.divergence(along_t, along_p, sign=-1.0), speed
 
     def stable_step(self, speed: float) -> float:
-        """Largest step at which the explicit pair damps the advection of every degree."""
-        return IMAGINARY_STABILITY / max((self.lmax + 1) * speed, 1e-300)
+        """Largest step at which the explicit pair damps the advection of every degree (at this speed)."""
+        return self.tableau.imaginary_stability / max((self.lmax + 1) * speed, 1e-300)
 
     def deviation_norm(self, coefficients: np.ndarray) -> float:
         r""":math:`\|\rho - \bar\rho\|_{L^2}` (Parseval over degrees :math:`\ge 1`)."""
@@ -284,25 +291,10 @@ class SphereSpectral(GridSolver):
         return self.grid.synthesise(coefficients)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
-        decay = self.model.diffusion * self.grid.laplacian_eigenvalue
-        advection = _AdvectionSpeed(self)
-        stepper = LawsonDormandPrince(advection.transport, decay, lambda q: np.sqrt(self.grid.inner(q, q)),
-                                      self._tolerance)
-
-        def attempt(q: np.ndarray, dt: float):
-            bound = self.stable_step(advection.speed(q))
-            if dt > bound:
-                return None, 0.95 * bound, "stability"
-            new, error = stepper.step(q, dt)
-            if not np.isfinite(error):
-                return None, 0.25 * dt, "non-finite"
-            factor = step_factor(error, 4)
-            if error > 1.0:
-                return None, dt * factor, "accuracy"
-            return new, min(dt * factor, 0.95 * self.stable_step(advection.speed(new))), None
-
-        first = min(times[-1] - times[0], 0.1 * self.stable_step(advection.speed(coefficients))) or 1.0
-        return attempt, first, lambda: {"rhs_evaluations": stepper.evaluations}
+        discretisation = _Transport(self)
+        attempt = explicit_adaptive_step(discretisation, self.tableau)
+        first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
+        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
     def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         tail = self.spectral_tail(coefficients)
@@ -319,25 +311,28 @@ class SphereSpectral(GridSolver):
         return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
 
     def _settings(self) -> dict:
-        return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape)}
+        return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape), "tableau": self.tableau.name}
 
 
 def _largest_speed(along_t: np.ndarray, along_p: np.ndarray) -> float:
     return float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
 
 
-class _AdvectionSpeed:
-    """The transport right-hand side, remembering the speed of the state it last evaluated.
+class _Transport:
+    """The solver as a :class:`~meanfield.integration.protocols.Discretisation`: transport, decay, bound.
 
-    Dormand-Prince evaluates the new state last (first same as last), so after an accepted
-    step the speed that bounds the next one is known without another velocity synthesis.
+    It remembers the speed of the state it last evaluated: a first-same-as-last pair evaluates
+    the new state last, so after an accepted step the speed that bounds the next one is known
+    without another velocity synthesis.
     """
 
     def __init__(self, solver: SphereSpectral):
         self.solver = solver
+        diffusion = solver.model.diffusion
+        self.decay = diffusion * solver.grid.laplacian_eigenvalue if diffusion > 0 else None
         self._last: tuple[np.ndarray, float] | None = None
 
-    def transport(self, coefficients: np.ndarray) -> np.ndarray:
+    def rhs(self, coefficients: np.ndarray) -> np.ndarray:
         result, speed = self.solver.transport_and_speed(coefficients)
         self._last = (coefficients, speed)
         return result
@@ -346,3 +341,16 @@ class _AdvectionSpeed:
         if self._last is not None and self._last[0] is coefficients:
             return self._last[1]
         return _largest_speed(*self.solver.velocity(coefficients))
+
+    def stable_step(self, coefficients: np.ndarray) -> float:
+        return self.solver.stable_step(self.speed(coefficients))
+
+    def norm(self, coefficients: np.ndarray) -> float:
+        return float(np.sqrt(self.solver.grid.inner(coefficients, coefficients)))
+
+    def tolerance(self, coefficients: np.ndarray) -> float:
+        return self.solver._tolerance(coefficients)
+
+    @staticmethod
+    def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
+        return new, None

@@ -20,7 +20,7 @@ import xarray as xr
 import meanfield as mf
 from meanfield.errors import StepSizeCollapse
 from solvers import CircleFV
-from solvers.driver import Pace
+from meanfield.integration import Pace
 from validation.app import ConfigError, check_config
 from validation.app import experiment
 from validation.app.cli import main
@@ -137,7 +137,7 @@ def test_a_sweep_grid_of_a_million_points_is_refused_before_checking_them(tmp_pa
 
 def test_an_adaptive_run_that_cannot_finish_in_its_budget_stops_and_keeps_its_outputs(monkeypatch):
     """The pace guard: after its grace period, a solve extrapolates its pace to the run's end."""
-    import solvers.driver as driver
+    import meanfield.integration.driver as driver
 
     monkeypatch.setattr(driver, "PACE_GRACE", 0.0)
     solver = CircleFV(mf.SelfAttention(4.0, diffusion=0.1), cells=64, rtol=1e-14)
@@ -151,7 +151,7 @@ def test_an_adaptive_run_that_cannot_finish_in_its_budget_stops_and_keeps_its_ou
 
 
 def test_a_run_that_collapses_writes_what_it_computed_and_exits_3(tmp_path, monkeypatch):
-    import solvers.driver as driver
+    import meanfield.integration.driver as driver
 
     monkeypatch.setattr(driver, "PACE_GRACE", 0.0)
     config = check_config(circle_config(tmp_path, max_hours=1e-9, checkpoint_every=2,

@@ -23,7 +23,7 @@ from meanfield.progress import time_progress
 from meanfield.records import PARTICLES, dataset_kind, dataset_settings, package_version
 from meanfield.errors import StepSizeCollapse
 from solvers import UnderResolvedWarning
-from solvers.driver import Pace
+from meanfield.integration import Pace
 
 from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
 from .config import check_config, load_config

@@ -1,10 +1,10 @@
 """The adaptive time loop shared by the solvers: stepping, observation and bookkeeping apart.
 
-A solver supplies ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``;
-the driver hits every output time exactly, retries rejected steps with the proposed
-step, calls the observer after each accepted step, advances the progress bar, and
-declares a collapse (with the reason) when the step becomes negligible or the step
-budget is spent.
+A solver supplies ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``
+(usually :class:`~meanfield.integration.controller.AdaptiveStep`); the driver hits every
+output time exactly, retries rejected steps with the proposed step, calls the observer after
+each accepted step, advances the progress bar, and declares a collapse (with the reason)
+when the step becomes negligible or the step budget is spent.
 """
 
 from __future__ import annotations
@@ -15,24 +15,9 @@ from typing import Any, Callable, NoReturn
 
 import numpy as np
 
-from meanfield.progress import time_progress
+from ..progress import time_progress
 
 Attempt = Callable[[Any, float], "tuple[Any, float, str | None]"]
-
-#: Bounds on the ratio of successive step sizes, and the safety factor of the controller.
-SHRINK, GROWTH, SAFETY = 0.2, 5.0, 0.9
-
-
-def step_factor(error: float, order: int) -> float:
-    r"""Ratio of the next step to this one from a scaled error estimate (``error <= 1``: accepted).
-
-    The elementary controller :math:`0.9\,\mathrm{error}^{-1/(p+1)}` of an error estimate of
-    order :math:`p`, bounded to :math:`[0.2, 5]` so that one lucky estimate cannot blow the
-    step up and one bad one cannot stall the run.
-    """
-    if error <= 0:
-        return GROWTH
-    return min(GROWTH, max(SHRINK, SAFETY * error ** (-1.0 / (order + 1))))
 
 
 @dataclass(frozen=True)

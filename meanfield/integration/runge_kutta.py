@@ -1,0 +1,157 @@
+r"""Steppers: one step of a method from a state, with its scaled local error.
+
+:class:`ExplicitRungeKutta` takes any :class:`~meanfield.integration.tableaux.ExplicitTableau`
+for :math:`\dot q = -\mu\, q + N(q)`: with ``decay`` :math:`\mu` (a diagonal symbol, e.g.
+diffusion :math:`D\,l(l+1)` in harmonics) it is the integrating-factor (Lawson) form, the
+linear part integrated exactly; without, the plain method for :math:`\dot q = N(q)`.
+Written so that only decaying exponentials :math:`e^{-\mu (c_j - c_i) h}`, :math:`c_i \le c_j`,
+appear: nothing overflows however stiff the linear part.
+
+:class:`ExtrapolatedImplicitEuler` extrapolates a linearly implicit Euler step taken with
+1, 2, ..., k substeps (Aitken-Neville), for discretisations that supply that step.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .tableaux import ExplicitTableau
+
+Norm = Callable[[np.ndarray], float]
+
+
+class ExplicitRungeKutta:
+    """One step of an explicit Runge-Kutta tableau, in integrating-factor form when ``decay`` is given.
+
+    Parameters
+    ----------
+    tableau : ExplicitTableau
+    rhs : callable
+        :math:`N(q)`, same shape as ``q``.
+    decay : numpy.ndarray, optional
+        :math:`\\mu \\ge 0`, broadcastable to ``q``.
+    norm : callable, optional
+        Norm in which the local error is measured (adaptive tableaux).
+    tolerance : callable, optional
+        ``tolerance(q)``: the largest accepted local error of a step from ``q`` or to it
+        (the larger of the two is used).
+    """
+
+    def __init__(self, tableau: ExplicitTableau, rhs: Callable[[np.ndarray], np.ndarray], *,
+                 decay: np.ndarray | None = None, norm: Norm | None = None,
+                 tolerance: Callable[[np.ndarray], float] | None = None):
+        if decay is not None and any(later < earlier for earlier, later in zip(tableau.c, tableau.c[1:])):
+            raise ValueError(f"tableau {tableau.name!r}: the integrating-factor form needs nondecreasing "
+                             f"abscissas (only decaying exponentials), got {tableau.c}")
+        self.tableau, self.rhs, self.decay, self.norm, self.tolerance = tableau, rhs, decay, norm, tolerance
+        self.order = tableau.order
+        self.error_estimator_order = tableau.error_estimator_order
+        self.evaluations = 0
+        self._cached: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _evaluate(self, q: np.ndarray) -> np.ndarray:
+        self.evaluations += 1
+        return self.rhs(q)
+
+    def advance(self, q: np.ndarray, h: float) -> tuple[np.ndarray, list[np.ndarray], Callable]:
+        """The kept solution after ``h``, the stages, and the damping of the step (for the estimate)."""
+        tableau = self.tableau
+        factors: dict[float, np.ndarray] = {}
+
+        def damping(span: float) -> np.ndarray | float:
+            if span == 0.0 or self.decay is None:
+                return 1.0
+            if span not in factors:
+                factors[span] = np.exp(-self.decay * (span * h))
+            return factors[span]
+
+        def propagated(span: float) -> np.ndarray:
+            return q if self.decay is None else damping(span) * q
+
+        first = self._cached[1] if self._cached is not None and self._cached[0] is q else self._evaluate(q)
+        stages = [first]
+        c = tableau.c
+        for j in range(1, tableau.stages):
+            increment = sum(a * damping(c[j] - c[i]) * stages[i] for i, a in enumerate(tableau.a[j]) if a != 0.0)
+            stages.append(self._evaluate(propagated(c[j]) + h * increment))
+        new = propagated(1.0) + h * sum(b * damping(1.0 - c[i]) * stages[i] for i, b in enumerate(tableau.b) if b != 0.0)
+        return new, stages, damping
+
+    def step(self, q: np.ndarray, h: float) -> tuple[np.ndarray, float]:
+        """Advance ``q`` by ``h``; returns the kept solution and the scaled error (accept if <= 1)."""
+        new, stages, damping = self.advance(q, h)
+        if self.tableau.first_same_as_last:
+            last = self._evaluate(new)
+            stages.append(last)
+            self._cached = (new, last)
+        c = self.tableau.c + (1.0,)
+        error_vector = h * sum(e * damping(1.0 - c[i]) * stages[i] for i, e in enumerate(self.tableau.error) if e != 0.0)
+        scale = max(self.tolerance(q), self.tolerance(new))
+        return new, self.norm(error_vector) / scale
+
+    def last_rhs(self, q: np.ndarray) -> np.ndarray | None:
+        """:math:`N(q)` if this stepper evaluated it last (first same as last), else ``None``."""
+        return self._cached[1] if self._cached is not None and self._cached[0] is q else None
+
+
+class ExtrapolatedImplicitEuler:
+    r"""Linearly implicit Euler with 1, 2, ..., ``k`` substeps, extrapolated (Aitken-Neville).
+
+    The linearly implicit Euler step has an error expansion in powers of :math:`h`, so the
+    table :math:`T_{j,m+1} = T_{j,m} + (T_{j,m} - T_{j-1,m}) / (n_j / n_{j-m} - 1)` over the
+    substep counts :math:`n_j = j` raises the order by one per column: :math:`T_{kk}` is of
+    order ``k`` and is kept, :math:`|T_{kk} - T_{k,k-1}|` estimates the error of the order
+    ``k - 1`` member (local extrapolation, as Dormand-Prince keeps its fifth order). Where
+    the kept solution would fall below ``lower_bound`` it is blended toward the finest
+    implicit solution :math:`T_{k1}` (one factor for the whole state: linear invariants such as
+    mass are kept), which is the implicit step's own, bound-preserving, answer.
+
+    Parameters
+    ----------
+    implicit_step : callable
+        ``implicit_step(q, h)``: one linearly implicit Euler step.
+    substeps : int
+        ``k >= 2``.
+    norm, tolerance : callable
+        As for :class:`ExplicitRungeKutta`.
+    lower_bound : float
+        Elementwise floor the kept solution must respect (``-inf``: none).
+    """
+
+    def __init__(self, implicit_step: Callable[[np.ndarray, float], np.ndarray], substeps: int, *,
+                 norm: Norm, tolerance: Callable[[np.ndarray], float], lower_bound: float = -np.inf):
+        if substeps < 2:
+            raise ValueError(f"substeps must be at least 2 (an error estimate needs two columns), got {substeps}")
+        self.implicit_step, self.substeps, self.norm, self.tolerance = implicit_step, substeps, norm, tolerance
+        self.lower_bound = lower_bound
+        self.order, self.error_estimator_order = substeps, substeps - 1
+        self.evaluations = 0
+
+    def _implicit_solution(self, q: np.ndarray, h: float, count: int) -> np.ndarray:
+        for _ in range(count):
+            q = self.implicit_step(q, h / count)
+        self.evaluations += count
+        return q
+
+    def step(self, q: np.ndarray, h: float) -> tuple[np.ndarray, float]:
+        rows: list[list[np.ndarray]] = []
+        for j in range(1, self.substeps + 1):
+            row = [self._implicit_solution(q, h, j)]
+            for m in range(1, j):
+                row.append(row[m - 1] + (row[m - 1] - rows[-1][m - 1]) / (j / (j - m) - 1.0))
+            rows.append(row)
+        finest, kept, lower = rows[-1][0], rows[-1][-1], rows[-1][-2]
+        error = self.norm(kept - lower) / max(self.tolerance(q), self.tolerance(kept))
+        return self._bounded(finest, kept), error
+
+    def _bounded(self, finest: np.ndarray, kept: np.ndarray) -> np.ndarray:
+        """``finest + f (kept - finest)`` with the largest ``f`` in [0, 1] that keeps it above the bound."""
+        correction = kept - finest
+        falling = correction < 0
+        if not falling.any():
+            return kept
+        room = (finest[falling] - self.lower_bound) / -correction[falling]
+        factor = min(1.0, float(np.min(room)))
+        return kept if factor == 1.0 else finest + max(factor, 0.0) * correction

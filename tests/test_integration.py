@@ -1,0 +1,168 @@
+"""Time integration (meanfield.integration) against exact solutions, and one tableau in every solver."""
+
+import json
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.integration import (TABLEAUX, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau,
+                                   ExtrapolatedImplicitEuler, StepController)
+from meanfield.integration.controller import MAX_FACTOR, MIN_FACTOR
+from solvers import CircleFV, SphereSpectral
+from validation import orthogonal_token_inner_product
+
+MU, Q0 = 3.0, 0.5
+
+
+def bernoulli(t):
+    r"""Exact solution of :math:`q' = -\mu q + q^2`, :math:`q(0) = q_0` (1/q solves a linear ODE)."""
+    return 1.0 / (1.0 / MU + (1.0 / Q0 - 1.0 / MU) * np.exp(MU * t))
+
+
+def fixed_step_error(tableau, steps, integrating_factor):
+    decay = np.array([MU]) if integrating_factor else None
+    rhs = (lambda q: q * q) if integrating_factor else (lambda q: -MU * q + q * q)
+    stepper = ExplicitRungeKutta(tableau, rhs, decay=decay)
+    q, h = np.array([Q0]), 1.0 / steps
+    for _ in range(steps):
+        q = stepper.advance(q, h)[0]
+    return abs(q[0] - bernoulli(1.0))
+
+
+@pytest.mark.parametrize("name", list(TABLEAUX))
+def test_every_tableau_satisfies_its_order_conditions(name):
+    TABLEAUX[name].check_order_conditions()
+
+
+@pytest.mark.parametrize("integrating_factor", [False, True], ids=["plain", "lawson"])
+@pytest.mark.parametrize("name", list(TABLEAUX))
+def test_measured_order_against_an_exact_solution(name, integrating_factor):
+    tableau = TABLEAUX[name]
+    steps = [8, 16, 32, 64]
+    errors = [fixed_step_error(tableau, n, integrating_factor) for n in steps]
+    order = -np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert order >= tableau.order - 0.2, (errors, order)
+
+
+@pytest.mark.parametrize("name", [name for name, tableau in TABLEAUX.items() if tableau.adaptive])
+def test_the_error_estimate_has_the_declared_order(name):
+    """One step from q0: the estimate shrinks like h^(q+1), q the estimator's order."""
+    tableau = TABLEAUX[name]
+    sizes = np.array([0.1, 0.05, 0.025, 0.0125])
+    estimates = []
+    for h in sizes:
+        stepper = ExplicitRungeKutta(tableau, lambda q: -MU * q + q * q, norm=lambda e: float(np.abs(e).max()),
+                                     tolerance=lambda q: 1.0)
+        estimates.append(stepper.step(np.array([Q0]), h)[1])
+    slope = np.polyfit(np.log(sizes), np.log(estimates), 1)[0]
+    assert slope >= tableau.error_estimator_order + 1 - 0.2, (estimates, slope)
+
+
+@pytest.mark.parametrize("name, expected", [("rk4", 2 * np.sqrt(2)), ("bogacki_shampine", np.sqrt(3)),
+                                            ("merson", 2 * np.sqrt(3)), ("heun_euler", 0.0)])
+def test_imaginary_stability_of_known_polynomials(name, expected):
+    """sqrt(3) for every 3-stage third-order method, 2 sqrt(2) for 4-stage fourth order (and Merson's
+    1 + z + ... + z^4/24 + z^5/144: 2 sqrt(3)); Heun's |R(iy)|^2 = 1 + y^4/4 exceeds 1 at once."""
+    assert TABLEAUX[name].imaginary_stability == pytest.approx(expected, abs=2e-3)
+
+
+def test_stability_function_is_the_taylor_polynomial_for_rk4():
+    z = np.array([-2.0, 0.5j, -1 + 1j])
+    np.testing.assert_allclose(TABLEAUX["rk4"].stability_function(z), 1 + z + z ** 2 / 2 + z ** 3 / 6 + z ** 4 / 24,
+                               rtol=1e-14)
+
+
+def test_controller_follows_scipys_rules():
+    controller = StepController(error_estimator_order=4)
+    assert controller.accepted(0.0) == MAX_FACTOR
+    assert controller.accepted(1e-12) == MAX_FACTOR
+    assert controller.accepted(1.0) == pytest.approx(0.9)
+    assert controller.rejected(1e6) == MIN_FACTOR
+    assert controller.accepted(0.5) == 1.0  # no growth right after a rejection
+    assert controller.accepted(0.5) == pytest.approx(0.9 * 0.5 ** -0.2)  # then it grows again
+
+
+@pytest.mark.parametrize("substeps", [2, 3, 4])
+def test_extrapolated_implicit_euler_has_order_k(substeps):
+    """Linear test equation q' = lambda q, whose linearly implicit Euler step is q / (1 - lambda h)."""
+    lam = -2.0
+    stepper = ExtrapolatedImplicitEuler(lambda q, h: q / (1 - lam * h), substeps, norm=lambda e: float(abs(e[0])),
+                                        tolerance=lambda q: 1.0)
+    steps = [16, 32, 64, 128]
+    errors = []
+    for n in steps:
+        q = np.array([1.0])
+        for _ in range(n):
+            q = stepper.step(q, 1.0 / n)[0]
+        errors.append(abs(q[0] - np.exp(lam)))
+    order = -np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert order >= substeps - 0.2, (errors, order)
+    assert stepper.error_estimator_order == substeps - 1
+
+
+def test_extrapolation_is_blended_to_stay_above_the_bound():
+    """Stiff decay with a large step: 2 T21 - T11 undershoots zero; the kept state does not."""
+    lam = -50.0
+    stepper = ExtrapolatedImplicitEuler(lambda q, h: q / (1 - lam * h), 2, norm=lambda e: float(np.abs(e).max()),
+                                        tolerance=lambda q: 1.0, lower_bound=0.0)
+    q = np.array([1.0, 2.0])
+    z = lam * 1.0
+    unbounded = 2 / (1 - z / 2) ** 2 - 1 / (1 - z)
+    assert unbounded < 0
+    new, _ = stepper.step(q, 1.0)
+    assert new.min() >= 0.0
+    finest = q / (1 - z / 2) ** 2
+    factor = (new - finest) / (q * unbounded - finest)
+    np.testing.assert_allclose(factor, factor[0], rtol=1e-12)  # one factor for the whole state
+
+
+def test_adaptive_step_rejects_beyond_the_stability_bound_and_bounds_its_proposal():
+    stepper = ExplicitRungeKutta(TABLEAUX["bogacki_shampine"], lambda q: -q, norm=lambda e: float(abs(e[0])),
+                                 tolerance=lambda q: 1.0)
+    attempt = AdaptiveStep(stepper, stable_step=lambda q: 0.1)
+    new, proposal, reason = attempt(np.array([1.0]), 0.2)
+    assert new is None and reason == "stability" and proposal < 0.1
+    new, proposal, reason = attempt(np.array([1.0]), 0.05)
+    assert reason is None and proposal <= 0.1
+
+
+# Bogacki-Shampine 3(2), written here once (independently of meanfield.integration.tableaux): the
+# PDE solvers and the particle system all take it.
+WRITTEN_ONCE = ExplicitTableau(
+    name="bs32_test", c=(0.0, 0.5, 0.75), a=((), (0.5,), (0.0, 0.75)), b=(2 / 9, 1 / 3, 4 / 9), order=3,
+    error=tuple(float(Fraction(b) - Fraction(e)) for b, e in zip(("2/9", "1/3", "4/9", "0"),
+                                                                ("7/24", "1/4", "1/3", "1/8"))),
+    error_estimator_order=2)
+
+
+def deviation_error(run, reference):
+    deviation = np.abs(reference.rho.values[0] - reference.rho.values[0].mean()).max()
+    return np.abs(run.rho.values - reference.rho.values).max() / deviation
+
+
+@pytest.mark.parametrize("solver_class, rho0, settings", [
+    (CircleFV, lambda theta: 1 + 0.4 * np.cos(theta) + 0.2 * np.sin(3 * theta), {"cells": 128}),
+    (SphereSpectral, lambda x: np.exp(x[..., 2] + 0.5 * x[..., 0]), {"lmax": 15})], ids=["circle", "sphere"])
+def test_a_tableau_written_once_runs_in_both_pde_solvers(solver_class, rho0, settings):
+    model = mf.SelfAttention(2.0)
+    times = np.linspace(0.0, 1.0, 3)
+    rtol = 1e-7
+    run = solver_class(model, rtol=rtol, tableau=WRITTEN_ONCE, **settings).solve(rho0, times)
+    reference = solver_class(model, rtol=1e-11, tableau="dormand_prince", **settings).solve(rho0, times)
+    recorded = json.loads(run.attrs["settings"])
+    assert recorded["tableau"] == "bs32_test"
+    # Each step's local error is below rtol times the deviation: the global error below their sum.
+    assert deviation_error(run, reference) <= recorded["steps"] * rtol
+
+
+def test_a_tableau_written_once_runs_the_particles_against_the_exact_inner_product():
+    model = mf.SelfAttention(2.0)
+    times = np.linspace(0.0, 3.0, 7)
+    ds = mf.simulate_particles(model, np.eye(4)[:3], times, method=WRITTEN_ONCE, rtol=1e-10, atol=1e-12)
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["method"] == "bs32_test" and settings["steps"] > 0
+    x = ds.x.values
+    np.testing.assert_allclose(np.einsum("td,td->t", x[:, 0], x[:, 1]),
+                               orthogonal_token_inner_product(model, 3, times), atol=1e-8)
