@@ -1,7 +1,7 @@
 """Causal attention: the O(nK) circle scan against the direct O(n^2) causal sum, and the example's wall time.
 
 - Velocity of one prompt of ``n = 10^4`` tokens on the circle (causal USA, beta = 1,
-  lambda = 2, the paper's prefactor): :class:`meanfield.causal_series.CausalCircleSeries`
+  lambda = 2, the paper's prefactor): :class:`meanfield.engines.causal_series.CausalCircleSeries`
   against :meth:`meanfield.CausalAttention.drift` (row-blocked direct sum, the same
   numbers to 1e-12). Both timed whole, alternated.
 - ``--example``: the wall time of ``examples/lost_in_the_middle.py`` with its config.
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import meanfield as mf  # noqa: E402
 from common import compare  # noqa: E402
-from meanfield.causal_series import CausalCircleSeries  # noqa: E402
+from meanfield.engines.causal_series import CausalCircleSeries  # noqa: E402
 
 N = 10_000
 

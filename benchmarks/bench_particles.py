@@ -23,7 +23,7 @@ import numpy as np
 
 import meanfield as mf
 from common import compare
-from meanfield.kernels import select_kernel
+from meanfield.engines.kernels import select_kernel
 
 SYSTEMS, TOKENS, STEPS, BETA, STEP = 256, 32, 20, 4.0, 0.1
 

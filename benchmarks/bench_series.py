@@ -2,7 +2,7 @@
 
 - Velocity of one system of ``n = 10^5`` tokens on the circle (SA, beta = 5, the validation
   model) and on S^2 (USA, beta = 1): series against the row-blocked direct sum
-  (:class:`meanfield.kernels.NumpyKernel`). The direct sum's cost is linear in its query
+  (:class:`meanfield.engines.kernels.NumpyKernel`). The direct sum's cost is linear in its query
   rows (each row block is independent), so it is timed on 10^4 of the 10^5 rows against all
   10^5 keys and scaled by 10; the candidate is timed whole.
 - The crossover: the smallest power of two ``n`` where the series beats the best direct
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import meanfield as mf  # noqa: E402
 from common import compare  # noqa: E402
-from meanfield.kernels import NumpyKernel, select_kernel  # noqa: E402
-from meanfield.series import SeriesAttention  # noqa: E402
+from meanfield.engines.kernels import NumpyKernel, select_kernel  # noqa: E402
+from meanfield.engines.series import SeriesAttention  # noqa: E402
 
 LARGE = 100_000
 DIRECT_ROWS = 10_000

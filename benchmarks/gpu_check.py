@@ -24,7 +24,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 import meanfield as mf
-from meanfield.kernels import to_numpy
+from meanfield.engines.kernels import to_numpy
 
 
 def device_array(x: np.ndarray, library: str):

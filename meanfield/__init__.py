@@ -14,7 +14,8 @@ See ``MODEL.md`` for the equations. Public names::
 from .causal import CausalAttention, positional_cell_weights
 from .errors import StepSizeCollapse
 from .external import Perceptron, UserField
-from .models import SelfAttention, ZonalAggregation, model_from_dict
+from .descriptions import model_from_dict
+from .models import SelfAttention, ZonalAggregation
 from .particles import observe_particles, simulate_particles
 from .sampling import (in_common_hemisphere, sample_circle, sample_sphere, sample_uniform,
                        sample_von_mises_fisher)

@@ -8,7 +8,6 @@ solvers need (sec. 5).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -258,13 +257,18 @@ class SelfAttention:
         return sums / n
 
     # ------------------------------------------------------------------ energy
-    def log_energy(self, x: np.ndarray) -> np.ndarray:
-        r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``)."""
+    def log_energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``).
+
+        ``log_pair_sum``, if given, computes :math:`\log\sum_{i,j} e^{\beta\langle x_i,
+        x_j\rangle}` of the ``(systems, n, d)`` tokens in place of the direct pair sum (an
+        engine's faster sum: :func:`meanfield.engines.energy_pair_sum`; zonal models only).
+        """
         if self.external is not None:
             raise ValueError("log_energy has no external-field term (E + (1/2) int v can be negative); use energy(x)")
-        return self._log_attention_energy(x)
+        return self._log_attention_energy(x, log_pair_sum)
 
-    def _log_attention_energy(self, x: np.ndarray) -> np.ndarray:
+    def _log_attention_energy(self, x: np.ndarray, log_pair_sum=None) -> np.ndarray:
         x = check_points(x, "x")
         self._check_dimension(x)
         if self.beta == 0.0:
@@ -273,11 +277,13 @@ class SelfAttention:
         flat = _flatten_batch(x)
         n = flat.shape[-2]
         beta = self.beta
-        series = self._energy_series(flat)
-        if series is not None:
-            # The series' kernel is the scaled e^{beta (s - 1)} for SA (and time-rescaled USA, as wanted).
-            log_total = np.log(series.pair_totals(flat)) + (beta if self.normalized else 0.0)
-            return (log_total - np.log(2.0 * beta * n * n)).reshape(x.shape[:-2])
+        if log_pair_sum is not None:
+            if not self.is_zonal:
+                raise ValueError("log_pair_sum sums the zonal kernel e^{beta <x_i, x_j>}: the model has matrices or heads")
+            log_total = log_pair_sum(flat) - np.log(2.0 * beta * n * n)
+            if self.time_rescaled:
+                log_total = log_total - beta * self._bound
+            return log_total.reshape(x.shape[:-2])
         per_head = []
         for q, k, _ in self._head_matrices():
             def stable_exp(block: np.ndarray) -> np.ndarray:
@@ -296,16 +302,7 @@ class SelfAttention:
             log_total = log_total - beta * self._bound
         return log_total.reshape(x.shape[:-2])
 
-    def _energy_series(self, flat: np.ndarray):
-        """The kernel's series when it sums the pairs of ``flat`` faster than the pairs themselves."""
-        from .kernels import series_is_cheaper
-        from .series import SERIES_DIMENSIONS, SeriesAttention, series_harmonics
-        n, d = flat.shape[-2:]
-        if not (self.is_zonal and d in SERIES_DIMENSIONS and series_is_cheaper(n, series_harmonics(self, d))):
-            return None
-        return SeriesAttention(self, d)
-
-    def energy(self, x: np.ndarray) -> np.ndarray:
+    def energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         r"""Interaction energy of the empirical measure, shape ``(...,)``.
 
         .. math:: E = \frac{1}{2\beta n^2} \sum_h \sum_{i,j} e^{\beta \langle Q_h x_i, K_h x_j\rangle}
@@ -315,7 +312,8 @@ class SelfAttention:
         :math:`m = \frac1n\sum_i x_i`. Attractive (``V = I``) SA and USA runs without
         diffusion make it non-decreasing; the repulsive one (``V = -I``) non-increasing.
         Raises :class:`OverflowError` where the value exceeds double precision
-        (SA at ``beta`` beyond ~700): use :meth:`log_energy` there.
+        (SA at ``beta`` beyond ~700): use :meth:`log_energy` there. ``log_pair_sum``: as
+        for :meth:`log_energy`.
         """
         x = check_points(x, "x")
         external = potential_energy(self.external, x)
@@ -329,7 +327,7 @@ class SelfAttention:
                 keys = mean if k is None else mean @ k.T
                 total += 0.5 * np.sum(queries * keys, axis=-1)
             return total + external
-        log_e = self._log_attention_energy(x)
+        log_e = self._log_attention_energy(x, log_pair_sum)
         if np.max(log_e) > EXP_OVERFLOW:
             raise OverflowError(f"the energy at beta={self.beta} exceeds double precision "
                                 f"(log E = {np.max(log_e):.6g}); use log_energy(x)")
@@ -469,18 +467,3 @@ class ZonalAggregation:
 
     def to_dict(self) -> dict:
         return {"model": "ZonalAggregation", "name": self.name, "diffusion": self.diffusion}
-
-
-def model_from_dict(description: dict):
-    """Rebuild a :class:`SelfAttention` or a :class:`~meanfield.causal.CausalAttention` from its ``to_dict`` (or JSON)."""
-    if isinstance(description, str):
-        description = json.loads(description)
-    fields = dict(description)
-    kind = fields.pop("model", None)
-    if kind == "CausalAttention":
-        from .causal import CausalAttention  # it builds on this module
-        return CausalAttention(**fields)
-    if kind != "SelfAttention":
-        raise ValueError(f"description['model'] must be 'SelfAttention' or 'CausalAttention' to be rebuilt, "
-                         f"got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
-    return SelfAttention(**fields)

@@ -21,7 +21,7 @@ Three integrators, named by their scheme:
     the same ODE at order one, with different numbers during a transient, so a phase diagram
     made with it compares point by point with the paper's.
 
-The velocity comes from a kernel (:mod:`meanfield.kernels`): numba-fused passes for
+The velocity comes from a kernel (:mod:`meanfield.engines.kernels`): numba-fused passes for
 :class:`SelfAttention` up to 256 tokens, the model's numpy methods otherwise, the array API
 path for arrays of other libraries (CuPy, PyTorch, JAX: the run stays on their device).
 
@@ -47,7 +47,7 @@ from .checks import check_points, check_real, check_rtol, check_step, check_time
 from .errors import StepSizeCollapse
 from .integration import CLASSICAL_RK4, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau, StepCounts, integrate
 from .integration.tableaux import TABLEAUX, tableau_named
-from .kernels import is_numpy, select_kernel, to_numpy
+from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
@@ -119,7 +119,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         Progress bar; by default shown when stderr is a terminal. An open bar is advanced
         instead (one bar for a run made of several calls).
     kernel : {"auto", "fused", "numpy", "series"}
-        The velocity kernel for numpy arrays (:mod:`meanfield.kernels`): ``"series"`` sums the
+        The velocity kernel for numpy arrays (:mod:`meanfield.engines.kernels`): ``"series"`` sums the
         kernel's Fourier or harmonic series (zonal models on the circle and :math:`S^2`,
         ``O(n K)``), ``"fused"`` and ``"numpy"`` the pairs (``O(n^2)``); ``"auto"`` takes the
         cheapest. Recorded in the settings (with ``series_degree``, and the span dimension
@@ -333,11 +333,13 @@ def _project(frames: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
 
 
 def _energy_series(model, x: np.ndarray) -> tuple[np.ndarray, str]:
-    """Energies, or ``e^{-beta} E`` where ``E`` itself overflows (large-beta SA)."""
+    """Energies, or ``e^{-beta} E`` where ``E`` itself overflows (large-beta SA); through the series where it pays."""
+    log_pair_sum = energy_pair_sum(model, x)
+    faster = {} if log_pair_sum is None else {"log_pair_sum": log_pair_sum}
     try:
-        return model.energy(x), "E"
+        return model.energy(x, **faster), "E"
     except OverflowError:
-        return np.exp(model.log_energy(x) - model.beta), "exp(-beta) E (E overflows double precision)"
+        return np.exp(model.log_energy(x, **faster) - model.beta), "exp(-beta) E (E overflows double precision)"
 
 
 def _flat_rhs(drift, shape):

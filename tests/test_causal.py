@@ -6,7 +6,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import iv
 
 import meanfield as mf
-from meanfield.causal_series import CausalCircleSeries
+from meanfield.engines.causal_series import CausalCircleSeries
 from solvers import CausalCircleFV, CausalSphereSpectral, CircleFV, SphereSpectral
 from validation.causal import (binned_correlation_limit, correlation_limit, correlation_profile,
                                layered_moment_error, layered_moments, mode_rates, positional_kernel, retrieval_profile,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import meanfield as mf
-from meanfield.fused import MAX_TOKENS
-from meanfield.kernels import ArrayAPIKernel, NumpyKernel, select_kernel
+from meanfield.engines.fused import MAX_TOKENS
+from meanfield.engines.kernels import ArrayAPIKernel, NumpyKernel, select_kernel
 
 RNG = np.random.default_rng(7)
 GENERAL = dict(query=RNG.normal(size=(2, 3, 3)) / 2, key=RNG.normal(size=(2, 3, 3)) / 2,
@@ -56,7 +56,7 @@ def test_fused_numpy_and_array_api_paths_agree_after_100_steps(name, method):
 @pytest.mark.parametrize("method", ["euler", "layer", "rk4"])
 def test_fused_kernel_over_many_blocks_agrees_with_numpy(name, d, method):
     """Batches of several blocks with a ragged last one, on every path of the zonal kernel."""
-    from meanfield.fused import BLOCK_ELEMENTS, SMALL_DIMENSION, UNROLLED_DIMENSIONS
+    from meanfield.engines.fused import BLOCK_ELEMENTS, SMALL_DIMENSION, UNROLLED_DIMENSIONS
     model = mf.SelfAttention(**MODELS[name]) if d == 3 or name != "general USA" else mf.SelfAttention(
         beta=1.0, normalized=False, query=RNG.normal(size=(d, d)) / d, key=np.eye(d), value=np.eye(d))
     if method == "rk4" and model.diffusion > 0:
@@ -81,7 +81,7 @@ def test_fused_modes_agree_with_the_model_over_many_blocks(name, d, n):
     """Attention output and drift off the sphere, and a noisy step, against the model's numpy
     path and the step written out, for a batch of several blocks with a ragged last one."""
     from meanfield.checks import EXP_OVERFLOW
-    from meanfield.fused import BLOCK_ELEMENTS, FusedAttention
+    from meanfield.engines.fused import BLOCK_ELEMENTS, FusedAttention
     # e^beta overflows: the shift is needed
     params = {"SA beyond exp's range": dict(beta=EXP_OVERFLOW + 50.0)}.get(name) or MODELS[name]
     model = mf.SelfAttention(**params)
@@ -170,7 +170,7 @@ def test_array_api_observer_receives_the_namespace_arrays():
 def test_per_system_betas_follow_each_beta_own_run(name, method, namespace, monkeypatch):
     """One batch with a beta per system = the fused runs of each beta, to 1e-12 after 100 steps,
     also when the batch spans several blocks of the array API path (its per-system slices)."""
-    import meanfield.kernels as kernels
+    import meanfield.engines.kernels as kernels
     model = mf.SelfAttention(**MODELS[name])
     betas = np.array([0.0, 0.7, model.beta, 5.0])
     x0 = mf.sample_uniform(9, 3, 11, batch=3)
@@ -242,7 +242,7 @@ def test_bad_kernel_requests_are_refused(call, message):
 def test_fused_kernel_keeps_no_state_between_calls():
     """One FusedAttention serves a whole run (it keeps its [x, 1] work array): calls with other shapes,
     normalization or steps in between change nothing, and no returned array shares that work array."""
-    from meanfield.fused import FusedAttention
+    from meanfield.engines.fused import FusedAttention
     rng = np.random.default_rng(5)
     model = mf.SelfAttention(2.0, value=np.diag([1.0, 0.5, -0.3]), query=np.eye(3), key=np.eye(3))
     small, large = mf.sample_uniform(8, 3, rng, batch=3), mf.sample_uniform(16, 3, rng, batch=5)

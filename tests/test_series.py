@@ -1,4 +1,4 @@
-"""Fast summation through the kernel's series (meanfield.series) against the direct pair sums.
+"""Fast summation through the kernel's series (meanfield.engines.series) against the direct pair sums.
 
 The reference is the model's own numpy path (meanfield.interaction.pair_sums: every pair's
 exponential), which shares no code with the series. Tolerances: the series is exact up to a
@@ -13,10 +13,10 @@ import pytest
 from scipy.special import eval_legendre, ive
 
 import meanfield as mf
-from meanfield.kernels import NumpyKernel, select_kernel
+from meanfield.engines.kernels import NumpyKernel, energy_pair_sum, select_kernel
 from meanfield.records import dataset_settings
-from meanfield import series
-from meanfield.series import TAIL, SeriesAttention, circle_series_tabled, harmonic_sums, series_degree
+from meanfield.engines import series
+from meanfield.engines.series import TAIL, SeriesAttention, circle_series_tabled, harmonic_sums, series_degree
 
 BETAS = [0.0, 1.0, 9.0, 40.0]
 
@@ -156,11 +156,12 @@ def test_harmonic_sums_match_scipy_harmonics():
                                    mf.SelfAttention(40.0, normalized=False, time_rescaled=True)],
                          ids=["SA", "USA", "USA-rescaled"])
 def test_energy_through_the_series_equals_the_pair_sum(d, model):
-    """Large n takes the series (log_energy); the same tokens split in small systems take the pairs."""
+    """Large n takes the series (energy_pair_sum); the same tokens split in small systems take the pairs."""
     x = _tokens(d, 2000, 8, clustered=True)
-    assert model._energy_series(x) is not None and model._energy_series(x[:, :40]) is None
+    assert energy_pair_sum(model, x) is not None and energy_pair_sum(model, x[:, :40]) is None
     direct = model.log_energy(x[:, :40])
     series_small = np.log(SeriesAttention(model, d).pair_totals(x[:, :40])) + (model.beta if model.normalized else 0)
     np.testing.assert_allclose(series_small - np.log(2 * model.beta * 40 ** 2), direct, rtol=0, atol=1e-13)
     pairs = np.exp(model.beta * (x @ np.swapaxes(x, -1, -2) - (1.0 if model.time_rescaled else 0.0))).sum(axis=(-1, -2))
-    np.testing.assert_allclose(model.log_energy(x), np.log(pairs / (2 * model.beta * 2000 ** 2)), rtol=0, atol=1e-12)
+    through_series = model.log_energy(x, log_pair_sum=energy_pair_sum(model, x))
+    np.testing.assert_allclose(through_series, np.log(pairs / (2 * model.beta * 2000 ** 2)), rtol=0, atol=1e-12)

@@ -14,8 +14,8 @@ lower half) is reported next to it with the difference of the two slopes, the *s
 test*: a difference whose interval excludes 0 says that the small counts are still
 pre-asymptotic. Both slopes and the difference come from the same bootstrap resamples.
 
-Particles use :mod:`meanfield.kernels`' automatic choice: from a few hundred tokens on
-the kernel's series (:mod:`meanfield.series`, ``O(n K)``), which lets a default study
+Particles use :mod:`meanfield.engines.kernels`' automatic choice: from a few hundred tokens on
+the kernel's series (:mod:`meanfield.engines.series`, ``O(n K)``), which lets a default study
 reach ``n = 16384`` on the circle and ``8192`` on :math:`S^2` in minutes.
 """
 

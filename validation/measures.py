@@ -13,7 +13,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.records import CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry, dataset_kind, dataset_settings
-from meanfield.series import harmonic_sums
+from meanfield.engines.series import harmonic_sums
 from meanfield.sphere import circle_angles
 from solvers.sphere_grid import SphereGrid
 

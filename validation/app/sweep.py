@@ -52,7 +52,7 @@ from array_api_compat import array_namespace, device as device_of, is_numpy_arra
 from tqdm.auto import tqdm
 
 import meanfield as mf
-from meanfield.kernels import to_numpy
+from meanfield.engines.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
 from .builders import (build_model, build_solver, initial_density, initial_particles, output_times, particle_dimension,

@@ -39,8 +39,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .checks import EXP_OVERFLOW
-from .sphere import normalize
+from ..checks import EXP_OVERFLOW
+from ..sphere import normalize
 
 #: Doubles held at once per block of systems (tokens, weights, sums, keys, output): 2^17 = 1 MiB,
 #: half the L2 cache of the development machine.

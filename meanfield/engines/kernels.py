@@ -6,14 +6,14 @@ step :math:`x \leftarrow (x + h v + \sigma P_x \xi)/|\cdot|` with :math:`v = P_x
 (projected Euler) or :math:`v = a` (the Transformer layer):
 
 ``"fused"``
-    :class:`meanfield.fused.FusedAttention` (numba passes around batched BLAS products, in
+    :class:`meanfield.engines.fused.FusedAttention` (numba passes around batched BLAS products, in
     cache-sized blocks of systems): :class:`SelfAttention` with at most
-    :data:`meanfield.fused.MAX_TOKENS` tokens; the default there.
+    :data:`meanfield.engines.fused.MAX_TOKENS` tokens; the default there.
 ``"numpy"``
     The model's own methods (:func:`meanfield.interaction.pair_sums`' row blocks): any model,
     any ``n``; the fallback when numba is missing and the path for large systems.
 ``"series"``
-    :class:`meanfield.series.SeriesAttention`: the kernel's Fourier (circle) or harmonic
+    :class:`meanfield.engines.series.SeriesAttention`: the kernel's Fourier (circle) or harmonic
     (:math:`S^2`) series, exact to round-off, ``O(n K)`` per velocity for ``K`` harmonics
     instead of ``O(n^2)``: zonal :class:`SelfAttention` with ``d = 2`` or ``3``; the default
     there when its estimated cost (:func:`series_is_cheaper`) is below the direct sum's.
@@ -24,10 +24,16 @@ step :math:`x \leftarrow (x + h v + \sigma P_x \xi)/|\cdot|` with :math:`v = P_x
     (the same numbers on every path) and moved to the device.
 
 Causal models (:class:`meanfield.causal.CausalAttention`) take ``"numpy"`` (their direct
-causal sum) or, on the circle, ``"series"`` (:mod:`meanfield.causal_series`: the Fourier
+causal sum) or, on the circle, ``"series"`` (:mod:`meanfield.engines.causal_series`: the Fourier
 series with a causal scan over positions).
 
-All agree to round-off (tests: 1e-12 after 100 steps; the series to 1e-12 against the direct sum).
+All implement the model's reference drift and attention output (the model's own numpy
+methods, ``"numpy"`` here) and agree with it to round-off: :func:`meanfield.engines.check_consistency`
+compares them, and the tests run it for every engine and model.
+
+The numba engines (:mod:`.fused`, :mod:`.series`, :mod:`.causal_series`) are imported where
+a run chooses them, not at the top: importing them starts numba (about half a second), which
+PDE runs and the light start-up of sweep workers do not pay.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ import dataclasses
 import importlib.util
 
 import numpy as np
+from array_api_compat import array_namespace, device, is_cupy_array, is_torch_array
 
-from .sphere import normalize, project_tangent
+from ..models import SelfAttention
+from ..sphere import normalize, project_tangent
 
 KERNELS = ("auto", "fused", "numpy", "series")
 
@@ -46,7 +54,7 @@ KERNELS = ("auto", "fused", "numpy", "series")
 #: numpy sum. Only their ratios matter: they place the crossover of ``"auto"``.
 SERIES_COST, FUSED_PAIR_COST, NUMPY_PAIR_COST = 4e-9, 2e-9, 12e-9
 
-#: The circle's series with its power table (:data:`meanfield.series.TABLE_ELEMENTS`), in the
+#: The circle's series with its power table (:data:`meanfield.engines.series.TABLE_ELEMENTS`), in the
 #: same units: per point and harmonic, and per point (the finish of the step, the table's
 #: first rows). Measured at n = 16 to 128, beta 0.1 to 9, one core: 0.45 and 12 ns against the
 #: fused kernel's 1.35 ns per pair (FUSED_PAIR_COST here); at n = 32 the series is the faster
@@ -108,7 +116,6 @@ def _attention_kernel(model, x, kernel: str):
 
 def check_betas(model, betas, systems: int) -> np.ndarray:
     """Per-system inverse temperatures for ``model``: shape ``(systems,)``, each a valid ``model.beta``."""
-    from .models import SelfAttention
     if not isinstance(model, SelfAttention) or getattr(model, "external", None) is not None:
         raise ValueError(f"betas (one beta per system) take a SelfAttention model without external field, "
                          f"got {model!r}")
@@ -126,7 +133,7 @@ def check_betas(model, betas, systems: int) -> np.ndarray:
 def series_is_cheaper(n: int, harmonics: int, tabled: bool = False) -> bool:
     """Whether ``n`` tokens cost less through a series of ``harmonics`` terms than by the direct sum.
 
-    ``tabled``: the circle's series keeps its powers in a table (:func:`meanfield.series.circle_series_tabled`).
+    ``tabled``: the circle's series keeps its powers in a table (:func:`meanfield.engines.series.circle_series_tabled`).
     """
     pair_cost = FUSED_PAIR_COST if n <= _max_fused_tokens() else NUMPY_PAIR_COST
     series_cost = n * (harmonics * TABLED_SERIES_COST + TABLED_POINT_COST) if tabled else n * harmonics * SERIES_COST
@@ -134,7 +141,6 @@ def series_is_cheaper(n: int, harmonics: int, tabled: bool = False) -> bool:
 
 
 def _series_pays(model, x) -> bool:
-    from .models import SelfAttention
     from .series import SERIES_DIMENSIONS, circle_series_tabled, series_harmonics
     if not (isinstance(model, SelfAttention) and model.is_zonal and x.shape[-1] in SERIES_DIMENSIONS
             and _numba_available()):
@@ -144,8 +150,26 @@ def _series_pays(model, x) -> bool:
     return series_is_cheaper(n, harmonics, tabled=d == 2 and circle_series_tabled(n, harmonics))
 
 
+def energy_pair_sum(model, x):
+    r"""``log_pair_sum`` for ``model.energy(x, log_pair_sum=...)`` through the kernel's series, or ``None``.
+
+    :math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` per system, ``O(n K)``, for zonal
+    :class:`SelfAttention` on the circle and :math:`S^2` when the series costs less than the
+    pairs; ``None`` otherwise (the model then sums the pairs, its reference).
+    """
+    if not (isinstance(model, SelfAttention) and model.is_zonal and _numba_available()):
+        return None
+    from .series import SERIES_DIMENSIONS, SeriesAttention, series_harmonics
+    n, d = x.shape[-2:]
+    if d not in SERIES_DIMENSIONS or not series_is_cheaper(n, series_harmonics(model, d)):
+        return None
+    series = SeriesAttention(model, d)
+    # The series sums the scaled kernel e^{beta (s - 1)} for SA and time-rescaled USA.
+    shift = model.beta if (model.normalized or model.time_rescaled) else 0.0
+    return lambda flat: np.log(series.pair_totals(flat)) + shift
+
+
 def _series_kernel(model, x):
-    from .models import SelfAttention
     from .series import SERIES_DIMENSIONS, SeriesAttention
     d = x.shape[-1]
     if not (isinstance(model, SelfAttention) and model.is_zonal and d in SERIES_DIMENSIONS) or not _numba_available():
@@ -185,7 +209,6 @@ def _max_fused_tokens() -> int:
 
 
 def _fused_kernel(model):
-    from .models import SelfAttention
     if not isinstance(model, SelfAttention) or not _numba_available():
         return None
     from .fused import FusedAttention
@@ -239,9 +262,6 @@ class ArrayAPIKernel:
     name = "array_api"
 
     def __init__(self, model, like, betas=None) -> None:
-        from array_api_compat import array_namespace, device
-
-        from .models import SelfAttention
         if not isinstance(model, SelfAttention):
             raise TypeError(f"{type(model).__name__} evaluates numpy callables: pass numpy arrays "
                             f"(got {type(like).__module__} arrays)")
@@ -327,7 +347,6 @@ def to_numpy(x) -> np.ndarray:
     """A host numpy copy of an array of any array API namespace (GPU arrays are copied back)."""
     if is_numpy(x):
         return x
-    from array_api_compat import is_cupy_array, is_torch_array
     if is_torch_array(x):
         return x.detach().cpu().numpy()
     if is_cupy_array(x):

@@ -42,8 +42,8 @@ import numba
 import numpy as np
 
 from .fused import _FAST, _NO_NOISE, OUTPUT, STEP, VELOCITY, OutputKernel, _finish_rows, _finish_systems
-from .spectra import SERIES_TAIL, truncation_degree
-from .sphere import normalize
+from ..spectra import SERIES_TAIL, truncation_degree
+from ..sphere import normalize
 
 #: Relative bound on the discarded tail of the kernel's series (below double round-off).
 TAIL = SERIES_TAIL

@@ -1,0 +1,97 @@
+"""Every engine against the model's reference right-hand side (in the spirit of py-pde's ``check_rhs_consistency``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from array_api_compat import array_namespace
+
+from .kernels import NumpyKernel, is_numpy, select_kernel, to_numpy
+
+#: The engines for numpy arrays besides the reference itself (``"numpy"``: the model's own methods).
+NUMPY_ENGINES = ("fused", "series")
+
+#: Step size of the compared steps: large enough that the step differs from ``x`` in every digit.
+STEP = 0.1
+
+
+@dataclass(frozen=True)
+class Consistency:
+    """How far one engine is from the reference (relative to the attention output's scale; steps absolute)."""
+
+    engine: str
+    drift: float
+    attention_output: float
+    step: float
+
+    @property
+    def largest(self) -> float:
+        return max(self.drift, self.attention_output, self.step)
+
+
+def engines_for(model, x) -> dict:
+    """The engines, by name, that accept ``model`` on tokens like ``x`` (numpy, ``(systems, n, d)``).
+
+    An array of another namespace (``array_api_strict``, CuPy, ...) names its array API engine.
+    """
+    if not is_numpy(x):
+        return {"array_api": select_kernel(model, x)}
+    found = {}
+    for name in NUMPY_ENGINES:
+        try:
+            found[name] = select_kernel(model, x, name)
+        except ValueError:  # this engine does not implement this model
+            continue
+    return found
+
+
+def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consistency]:
+    r"""Compare every engine that accepts ``model`` with the model's reference on ``x``.
+
+    The reference is the model's own numpy methods (``drift``, ``attention_output``, and the
+    step :math:`\mathrm{normalize}(x + h v)` built from them); each engine's drift and
+    attention output must agree with it to ``rtol`` of the largest attention output (the
+    drift :math:`P_x a` cancels most of :math:`a`, not its round-off), and its steps (projected
+    and not) to ``rtol`` of the unit points: the round-off of sums of ``n`` terms.
+
+    Parameters
+    ----------
+    model
+        Any model the library accepts.
+    x : numpy.ndarray, shape (systems, n, d)
+        Unit vectors.
+    rtol : float
+    like : array, optional
+        An array of another namespace: compare that namespace's engine instead (``x`` is moved
+        into it).
+
+    Returns
+    -------
+    list of Consistency
+        One record per engine compared (empty when no engine besides the reference accepts the model).
+
+    Raises
+    ------
+    AssertionError
+        Naming the engine, the quantity and the discrepancy, when one exceeds ``rtol``.
+    """
+    reference = NumpyKernel(model)
+    expected = {"drift": reference.drift(x), "attention_output": reference.attention_output(x),
+                "step": reference.step(x, STEP, project=True), "layer": reference.step(x, STEP, project=False)}
+    output_scale = float(np.abs(expected["attention_output"]).max()) or 1.0
+    if like is not None:
+        x = array_namespace(like).asarray(x)
+    records = []
+    for name, engine in engines_for(model, x).items():
+        found = {"drift": engine.drift(x), "attention_output": engine.attention_output(x),
+                 "step": engine.step(x, STEP, project=True), "layer": engine.step(x, STEP, project=False)}
+        scale = {"drift": output_scale, "attention_output": output_scale, "step": 1.0, "layer": 1.0}
+        errors = {key: float(np.abs(to_numpy(found[key]) - expected[key]).max()) / scale[key] for key in expected}
+        for key, error in errors.items():
+            if not error <= rtol:
+                raise AssertionError(f"engine {name!r} ({type(engine).__name__}) is {error:.3g} (relative) from "
+                                     f"the reference {key} of {model!r} on x of shape {tuple(x.shape)} (rtol {rtol:g})")
+        records.append(Consistency(name, errors["drift"], errors["attention_output"], max(errors["step"], errors["layer"])))
+    return records
+

@@ -1,0 +1,79 @@
+"""Every particle engine against its model's reference right-hand side (meanfield.engines.check_consistency).
+
+The references themselves are tested against exact results elsewhere (test_models,
+test_particles, test_causal): here each engine is checked, for every model the library
+accepts, against the model's own numpy methods, and the check is shown to catch a wrong engine.
+"""
+
+import array_api_strict as xps
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.engines import check_consistency, engines_for
+from meanfield.engines.kernels import NumpyKernel
+
+
+def general_model(d):
+    rng = np.random.default_rng(7)
+    heads = 2
+    return mf.SelfAttention(1.5, query=np.eye(d) + 0.2 * rng.normal(size=(heads, d, d)),
+                            key=np.eye(d) + 0.2 * rng.normal(size=(heads, d, d)),
+                            value=np.eye(d) + 0.1 * rng.normal(size=(heads, d, d)))
+
+
+MODELS = {
+    "SA": lambda d: mf.SelfAttention(4.0),
+    "USA": lambda d: mf.SelfAttention(2.0, normalized=False),
+    "repulsive": lambda d: mf.SelfAttention(3.0, value=-1.0),
+    "USA-rescaled": lambda d: mf.SelfAttention(20.0, normalized=False, time_rescaled=True),
+    "Kuramoto": lambda d: mf.SelfAttention(0.0),
+    "large-beta-SA": lambda d: mf.SelfAttention(900.0),
+    "general-heads": general_model,
+    "perceptron": lambda d: mf.SelfAttention(1.0, external=mf.Perceptron([1.0, -0.5], np.eye(d)[:2])),
+    "zonal-aggregation": lambda d: mf.ZonalAggregation(np.exp, np.exp),
+    "causal-SA": lambda d: mf.CausalAttention(beta=2.0, normalized=True, alibi=0.5),
+    "causal-USA": lambda d: mf.CausalAttention(beta=1.0, normalized=False, alibi=2.0, include_self=False),
+}
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+@pytest.mark.parametrize("name", list(MODELS))
+@pytest.mark.parametrize("n", [24, 300], ids=["n24", "n300"])
+def test_every_engine_agrees_with_the_reference(name, d, n, rng):
+    model = MODELS[name](d)
+    x = mf.sample_uniform(n, d, rng, batch=3)
+    records = check_consistency(model, x)
+    compared = {record.engine for record in records}
+    # The engines a model must have (the fast paths the library promises for it).
+    if name in ("SA", "USA", "repulsive", "USA-rescaled", "Kuramoto") and d in (2, 3):
+        assert "series" in compared
+    if isinstance(model, mf.SelfAttention) and n <= 256:
+        assert "fused" in compared
+    if name.startswith("causal") and d == 2:
+        assert "series" in compared
+
+
+@pytest.mark.parametrize("name", [name for name in MODELS if not name.startswith(("causal", "zonal", "perceptron"))])
+def test_the_array_api_engine_agrees_with_the_reference(name, rng):
+    model = MODELS[name](3)
+    x = mf.sample_uniform(20, 3, rng, batch=2)
+    records = check_consistency(model, x, like=xps.asarray(np.zeros(1)))
+    assert [record.engine for record in records] == ["array_api"]
+
+
+def test_the_check_catches_an_engine_that_is_off(rng, monkeypatch):
+    """An engine whose drift is off by 1e-9 of its scale is named."""
+    model = mf.SelfAttention(2.0)
+    x = mf.sample_uniform(16, 3, rng, batch=2)
+    engine = engines_for(model, x)["fused"]
+    drift = engine.drift
+    monkeypatch.setattr(type(engine), "drift", lambda self, y: drift(y) * (1 + 1e-9))
+    with pytest.raises(AssertionError, match="engine 'fused'.*drift"):
+        check_consistency(model, x)
+
+
+def test_the_reference_is_the_models_own_methods(rng):
+    model = mf.SelfAttention(2.0, normalized=False)
+    x = mf.sample_uniform(10, 3, rng, batch=2)
+    np.testing.assert_array_equal(NumpyKernel(model).drift(x), model.drift(x))
