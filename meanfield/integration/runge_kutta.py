@@ -70,13 +70,24 @@ class ExplicitRungeKutta:
         def propagated(span: float) -> np.ndarray:
             return q if self.decay is None else damping(span) * q
 
+        def combination(weights, until: float) -> np.ndarray:
+            # h sum_i w_i exp(-mu (until - c_i) h) k_i, accumulated in place (one pass per term).
+            total = None
+            for i, weight in enumerate(weights):
+                if weight != 0.0:
+                    term = (h * weight) * damping(until - c[i]) * stages[i]
+                    if total is None:
+                        total = term
+                    else:
+                        total += term
+            return total
+
         first = self._cached[1] if self._cached is not None and self._cached[0] is q else self._evaluate(q)
         stages = [first]
         c = tableau.c
         for j in range(1, tableau.stages):
-            increment = sum(a * damping(c[j] - c[i]) * stages[i] for i, a in enumerate(tableau.a[j]) if a != 0.0)
-            stages.append(self._evaluate(propagated(c[j]) + h * increment))
-        new = propagated(1.0) + h * sum(b * damping(1.0 - c[i]) * stages[i] for i, b in enumerate(tableau.b) if b != 0.0)
+            stages.append(self._evaluate(propagated(c[j]) + combination(tableau.a[j], c[j])))
+        new = propagated(1.0) + combination(tableau.b, 1.0)
         return new, stages, damping
 
     def step(self, q: np.ndarray, h: float) -> tuple[np.ndarray, float]:
@@ -87,13 +98,9 @@ class ExplicitRungeKutta:
             stages.append(last)
             self._cached = (new, last)
         c = self.tableau.c + (1.0,)
-        error_vector = h * sum(e * damping(1.0 - c[i]) * stages[i] for i, e in enumerate(self.tableau.error) if e != 0.0)
+        error_vector = sum((h * e) * damping(1.0 - c[i]) * stages[i] for i, e in enumerate(self.tableau.error) if e != 0.0)
         scale = max(self.tolerance(q), self.tolerance(new))
         return new, self.norm(error_vector) / scale
-
-    def last_rhs(self, q: np.ndarray) -> np.ndarray | None:
-        """:math:`N(q)` if this stepper evaluated it last (first same as last), else ``None``."""
-        return self._cached[1] if self._cached is not None and self._cached[0] is q else None
 
 
 class ExtrapolatedImplicitEuler:

@@ -80,19 +80,22 @@ class ExplicitTableau:
         """Whether the estimate uses :math:`f` at the new solution (then the next step's first stage)."""
         return self.error is not None and len(self.error) == self.stages + 1
 
-    def stability_function(self, z: np.ndarray) -> np.ndarray:
-        r""":math:`R(z) = 1 + z\, b^T (I - zA)^{-1}\mathbf 1`: one step of :math:`\dot y = \lambda y` is :math:`y \mapsto R(h\lambda) y`."""
-        z = np.asarray(z, dtype=complex)
+    @cached_property
+    def stability_polynomial(self) -> np.ndarray:
+        r"""Coefficients :math:`\gamma_k = b^T A^{k-1}\mathbf 1` of :math:`R(z) = 1 + \sum_{k \ge 1}\gamma_k z^k`, lowest first."""
         a = np.zeros((self.stages, self.stages))
         for j, row in enumerate(self.a):
             a[j, :j] = row
-        b = np.array(self.b)
-        # Explicit: (I - zA)^{-1} 1 is a finite Neumann series in the nilpotent zA.
-        total, term = np.ones(z.shape + (self.stages,), complex), np.ones(z.shape + (self.stages,), complex)
-        for _ in range(self.stages - 1):
-            term = z[..., None] * (term @ a.T)
-            total = total + term
-        return 1.0 + z * (total @ b)
+        coefficients, power = [1.0], np.ones(self.stages)
+        for _ in range(self.stages):
+            coefficients.append(float(np.array(self.b) @ power))
+            power = a @ power
+        return np.array(coefficients)
+
+    def stability_function(self, z: np.ndarray) -> np.ndarray:
+        r""":math:`R(z) = 1 + z\, b^T (I - zA)^{-1}\mathbf 1` (a polynomial: :math:`A` is nilpotent): one step of
+        :math:`\dot y = \lambda y` is :math:`y \mapsto R(h\lambda) y`."""
+        return np.polynomial.polynomial.polyval(np.asarray(z, dtype=complex), self.stability_polynomial)
 
     @cached_property
     def imaginary_stability(self) -> float:
