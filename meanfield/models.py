@@ -21,7 +21,7 @@ from .sphere import normalize, project_tangent
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 
 
-def _as_head_matrices(matrix: object, name: str) -> np.ndarray | None:
+def _ashead_matrices(matrix: object, name: str) -> np.ndarray | None:
     """``None`` (identity), or a read-only array of shape ``(heads, d, d)``."""
     if matrix is None:
         return None
@@ -77,6 +77,13 @@ class SelfAttention:
         projection): the perceptron block :math:`\sum_j w_j \mathrm{ReLU}(a_j\cdot x) a_j`, or
         any field (:mod:`meanfield.external`). The energy then includes
         :math:`\frac12\int v\,d\mu` (the flow of USA without noise ascends it).
+
+    Attributes
+    ----------
+    logit_bound : float
+        :math:`\max_h\|Q_h^T K_h\|_2`, the bound of the logits :math:`\langle Q_h x, K_h y\rangle`
+        over unit vectors (1 without matrices): the model's bound, which sets the shifts that keep
+        the exponentials finite and the kernel degree a solver must resolve.
     """
 
     beta: float
@@ -87,7 +94,7 @@ class SelfAttention:
     value: float | np.ndarray = 1.0
     time_rescaled: bool = False
     external: object = None
-    _bound: float = field(init=False, repr=False)
+    logit_bound: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -95,12 +102,12 @@ class SelfAttention:
         set_(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
         if not isinstance(self.normalized, (bool, np.bool_)):
             raise TypeError(f"normalized must be True (SA) or False (USA), got {self.normalized!r}")
-        set_(self, "query", _as_head_matrices(self.query, "query"))
-        set_(self, "key", _as_head_matrices(self.key, "key"))
+        set_(self, "query", _ashead_matrices(self.query, "query"))
+        set_(self, "key", _ashead_matrices(self.key, "key"))
         if np.ndim(self.value) == 0:
             set_(self, "value", check_real(self.value, "value"))
         else:
-            set_(self, "value", _as_head_matrices(self.value, "value"))
+            set_(self, "value", _ashead_matrices(self.value, "value"))
         shapes = {name: m.shape for name, m in
                   (("query", self.query), ("key", self.key), ("value", self.value))
                   if isinstance(m, np.ndarray)}
@@ -116,11 +123,11 @@ class SelfAttention:
         if self.time_rescaled and self.normalized:
             raise ValueError("time_rescaled applies to USA (normalized=False) only: SA is "
                              "already invariant under rescaling the kernel")
-        set_(self, "_bound", self._logit_bound())
-        if not self.normalized and not self.time_rescaled and self.beta * self._bound > EXP_OVERFLOW:
+        set_(self, "logit_bound", self._logit_bound())
+        if not self.normalized and not self.time_rescaled and self.beta * self.logit_bound > EXP_OVERFLOW:
             raise ValueError(
                 f"USA with beta={self.beta}: the kernel exp(beta <Qx, Ky>) reaches "
-                f"exp({self.beta * self._bound:.4g}), which overflows double precision. "
+                f"exp({self.beta * self.logit_bound:.4g}), which overflows double precision. "
                 "Pass time_rescaled=True to use exp(beta (<Qx, Ky> - 1)) (time in units of exp(beta)).")
 
     # ------------------------------------------------------------------ structure
@@ -174,8 +181,8 @@ class SelfAttention:
         k = self.key if self.key is not None else np.broadcast_to(np.eye(d), (self.heads, d, d))
         return float(max(np.linalg.norm(qh.T @ kh, 2) for qh, kh in zip(q, k)))
 
-    def _head_matrices(self):
-        """Yield ``(Q, K, V)`` per head, ``None`` standing for the identity."""
+    def head_matrices(self):
+        """Yield ``(Q, K, V)`` per head, ``None`` standing for the identity (what engines and solvers read)."""
         for h in range(self.heads):
             q = None if self.query is None else self.query[h]
             k = None if self.key is None else self.key[h]
@@ -219,7 +226,7 @@ class SelfAttention:
     def _attention(self, flat: np.ndarray) -> np.ndarray:
         """:meth:`attention_output` of unit vectors of shape ``(batch, n, d)``."""
         total = np.zeros_like(flat)
-        for q, k, v in self._head_matrices():
+        for q, k, v in self.head_matrices():
             drive = self._head_drive(flat, q, k)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
         if self.external is not None:
@@ -245,7 +252,7 @@ class SelfAttention:
             values = np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
             sums, _ = pair_sums(queries, keys, values, softmax_weight)
             return sums[..., :d] / sums[..., d:]
-        shift = beta * self._bound if self.time_rescaled else 0.0
+        shift = beta * self.logit_bound if self.time_rescaled else 0.0
 
         def kernel_weight(block: np.ndarray) -> None:
             block *= beta
@@ -282,10 +289,10 @@ class SelfAttention:
                 raise ValueError("log_pair_sum sums the zonal kernel e^{beta <x_i, x_j>}: the model has matrices or heads")
             log_total = log_pair_sum(flat) - np.log(2.0 * beta * n * n)
             if self.time_rescaled:
-                log_total = log_total - beta * self._bound
+                log_total = log_total - beta * self.logit_bound
             return log_total.reshape(x.shape[:-2])
         per_head = []
-        for q, k, _ in self._head_matrices():
+        for q, k, _ in self.head_matrices():
             def stable_exp(block: np.ndarray) -> np.ndarray:
                 block *= beta
                 row_max = block.max(axis=-1, keepdims=True)
@@ -299,7 +306,7 @@ class SelfAttention:
             per_head.append(logsumexp(np.log(sums[..., 0]) + shifts[..., 0], axis=-1))
         log_total = logsumexp(np.stack(per_head), axis=0) - np.log(2.0 * beta * n * n)
         if self.time_rescaled:
-            log_total = log_total - beta * self._bound
+            log_total = log_total - beta * self.logit_bound
         return log_total.reshape(x.shape[:-2])
 
     def energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
@@ -322,7 +329,7 @@ class SelfAttention:
         if self.beta == 0.0:  # per head (1/2) m^T Q^T K m, the limit of E - 1/(2 beta)
             mean = x.mean(axis=-2)
             total = np.zeros(mean.shape[:-1])
-            for q, k, _ in self._head_matrices():
+            for q, k, _ in self.head_matrices():
                 queries = mean if q is None else mean @ q.T
                 keys = mean if k is None else mean @ k.T
                 total += 0.5 * np.sum(queries * keys, axis=-1)

@@ -148,7 +148,7 @@ def _energy_note(solver) -> str:
     """What the energy series holds: ``E``, or ``E`` times the kernel's scaling where it would overflow."""
     if not solver.energy_scaled:
         return "E"
-    bound = getattr(solver.model, "_bound", 1.0)
+    bound = getattr(solver.model, "logit_bound", 1.0)
     return "exp(-beta) E" if bound == 1.0 else f"exp(-beta B) E, B = max_h ||Q_h^T K_h||_2 = {bound:.6g}"
 
 

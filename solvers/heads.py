@@ -11,7 +11,7 @@ def head_matrices(model, d: int) -> list[tuple[np.ndarray, np.ndarray]]:
     """``(A_h, V_h)`` per head in ``R^{d x d}``: ``A = Q^T K`` (identity where omitted) and the value matrix."""
     eye = np.eye(d)
     return [((eye if q is None else q).T @ (eye if k is None else k), v * eye if np.ndim(v) == 0 else np.asarray(v))
-            for q, k, v in model._head_matrices()]
+            for q, k, v in model.head_matrices()]
 
 
 def is_gradient_flow(model, d: int) -> bool:
@@ -30,7 +30,7 @@ def kernel_shifts(model, d: int) -> list[float]:
     beta = model.beta
     if model.normalized:
         return [beta * float(np.linalg.norm(a, 2)) for a, _ in head_matrices(model, d)]
-    return [beta * model._bound if model.time_rescaled else 0.0] * model.heads
+    return [beta * model.logit_bound if model.time_rescaled else 0.0] * model.heads
 
 
 def energy_factors(model, d: int) -> tuple[np.ndarray, bool]:
@@ -41,8 +41,8 @@ def energy_factors(model, d: int) -> tuple[np.ndarray, bool]:
     time-rescaled or :math:`e^{\beta\max_h\|A_h\|}` would overflow; then
     :math:`s = \beta\max_h\|A_h\|_2` and the energy is reported scaled.
     """
-    scaled = bool(model.time_rescaled or model.beta * model._bound > EXP_OVERFLOW)
-    common = model.beta * model._bound if scaled else 0.0
+    scaled = bool(model.time_rescaled or model.beta * model.logit_bound > EXP_OVERFLOW)
+    common = model.beta * model.logit_bound if scaled else 0.0
     return np.exp(np.array(kernel_shifts(model, d)) - common), scaled
 
 
@@ -55,7 +55,7 @@ def takes_general_path(model, interaction: str, solver: str) -> bool:
     if interaction not in ("auto", "zonal", "general"):
         raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {interaction!r}")
     general = interaction == "general" or (interaction == "auto" and not model.is_zonal)
-    if general and not hasattr(model, "_head_matrices"):
+    if general and not hasattr(model, "head_matrices"):
         name = type(model).__name__
         hint = f" (causal attention: use Causal{solver})" if name == "CausalAttention" else ""
         raise ValueError(f"{solver} takes zonal models and SelfAttention with any query, key and value matrices; "

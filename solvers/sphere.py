@@ -98,8 +98,8 @@ class SphereSpectral(GridSolver):
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         self._set_external()
         if general:
-            # For fixed y the kernel is zonal in x with beta |A y| <= beta max_h ||A_h|| (model._bound): resolve that one.
-            self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * model._bound, lmax, 3, scaled=True))
+            # For fixed y the kernel is zonal in x with beta |A y| <= beta max_h ||A_h|| (model.logit_bound): resolve that one.
+            self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * model.logit_bound, lmax, 3, scaled=True))
             interaction = GeneralSphereInteraction(model, self.grid)
             object.__setattr__(self, "general", interaction)
             object.__setattr__(self, "energy_scaled", interaction.energy_scaled)

@@ -123,9 +123,9 @@ class GeneralSphereInteraction:
         set_ = object.__setattr__
         model, grid = self.model, self.grid
         heads = head_matrices(model, 3)
-        # The widest head sets the degree (model._bound = max_h ||A_h||), the solver's lmax bounds it
+        # The widest head sets the degree (model.logit_bound = max_h ||A_h||), the solver's lmax bounds it
         # (SphereSpectral has checked lmax resolves the kernel to 1e-8), and shtns needs at least 1.
-        degree = min(max(kernel_degree(model.beta * model._bound), 1), grid.lmax)
+        degree = min(max(kernel_degree(model.beta * model.logit_bound), 1), grid.lmax)
         set_(self, "degree", degree)
         set_(self, "linear", model.velocity_is_linear)
         inputs = min(degree + 2, grid.lmax)

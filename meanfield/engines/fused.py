@@ -337,7 +337,7 @@ class FusedAttention:
         if self.normalized:
             self.shift = model.beta  # with Q = K = I; otherwise the row maximum
         else:
-            self.shift = model.beta * model._bound if model.time_rescaled else 0.0
+            self.shift = model.beta * model.logit_bound if model.time_rescaled else 0.0
         # Zonal SA needs no shift while n e^beta stays finite: e^{-beta} cancels in the softmax.
         self.shifted = not (self.zonal and self.normalized and self.beta < UNSHIFTED_BETA) and self.shift != 0.0
         if self.zonal:
@@ -422,7 +422,7 @@ def _general_matrices(model) -> tuple[np.ndarray, np.ndarray]:
     """``M_h = Q_h^T K_h`` and ``V_h`` per head, shape ``(heads, d, d)`` each."""
     eye = np.eye(model.dimension)
     mixed, values = [], []
-    for q, k, v in model._head_matrices():
+    for q, k, v in model.head_matrices():
         mixed.append((eye if q is None else q).T @ (eye if k is None else k))
         values.append(v * eye if np.ndim(v) == 0 else v)
     return np.ascontiguousarray(mixed, dtype=float), np.ascontiguousarray(values, dtype=float)

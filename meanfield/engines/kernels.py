@@ -273,9 +273,9 @@ class ArrayAPIKernel:
         # A Python float, or one value per system broadcast over its (n, n) logits.
         self.beta = model.beta if betas is None else self._array(np.asarray(betas, dtype=float)[:, None, None])
         self.shift = self.beta if (self.normalized and self.identity) else (
-            0.0 if self.normalized or not model.time_rescaled else self.beta * model._bound)
+            0.0 if self.normalized or not model.time_rescaled else self.beta * model.logit_bound)
         self.heads = []
-        for q, k, v in model._head_matrices():
+        for q, k, v in model.head_matrices():
             mixed = None
             if not self.identity:
                 eye = np.eye(model.dimension)

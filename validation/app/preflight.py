@@ -93,7 +93,7 @@ def _attention_speed_bound(model) -> float:
     """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors."""
     if model.is_zonal:
         return abs(model.value_sign)
-    return float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in model._head_matrices()))
+    return float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in model.head_matrices()))
 
 
 def _check_duration(config: dict, solver, state: np.ndarray) -> None:
