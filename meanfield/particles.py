@@ -67,7 +67,7 @@ def _scheme(method: str | ExplicitTableau | None, diffusion: float, allowed: tup
     """The scheme a ``method`` argument names (default: DOP853 for the ODE, Euler-Maruyama for the SDE)."""
     if method is None:
         return "euler" if diffusion > 0 else allowed[0]
-    if isinstance(method, ExplicitTableau) and allowed is METHODS:
+    if isinstance(method, ExplicitTableau) and set(PAIRS) <= set(allowed):  # simulate_particles, not observe
         method = tableau_named(method)
         if diffusion > 0:
             raise ValueError(f"method={method.name!r} integrates the ODE (diffusion = 0); with "
@@ -105,7 +105,9 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         takes adaptive steps with the solvers' controller and driver, output times hit exactly.
     rtol, atol : float
         Tolerances of the adaptive method: each step's local error in every coordinate is
-        below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``).
+        below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``);
+        for the pairs of :mod:`meanfield.integration`, the RMS of the local error is below
+        ``atol + rtol rms(x)``.
         As for the PDE solvers, ``rtol`` is relative to what moves, here the positions
         themselves. Any ``rtol`` in ``[1e-12, 1e-3]`` is supported.
     dt : float, optional
@@ -147,14 +149,13 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     with bar:
         if isinstance(method, ExplicitTableau) or method in PAIRS:
             method = tableau_named(method)
+            _require_numpy(x0, method.name)
             rtol, atol = _tolerances(rtol, atol, settings)
             settings["method"] = method.name
             frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
             frames, drift = _project(frames)
         elif method == "dop853":
-            if not is_numpy(x0):
-                raise ValueError("method='dop853' integrates numpy arrays (scipy's DOP853); arrays of "
-                                 f"{type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
+            _require_numpy(x0, method)
             rtol, atol = _tolerances(rtol, atol, settings)
             frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel)
             frames, drift = _project(frames)
@@ -196,6 +197,12 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
                                             invariant=invariant, betas=betas)
     return observations
+
+
+def _require_numpy(x0, method: str) -> None:
+    if not is_numpy(x0):
+        raise ValueError(f"method={method!r} integrates numpy arrays (adaptive steps on the host); arrays of "
+                         f"{type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
 
 
 def _tolerances(rtol: float, atol: float | None, settings: dict) -> tuple[float, float]:

@@ -11,7 +11,6 @@ import pytest
 
 import meanfield as mf
 from meanfield.engines import check_consistency, engines_for
-from meanfield.engines.kernels import NumpyKernel
 
 
 def general_model(d):
@@ -72,8 +71,3 @@ def test_the_check_catches_an_engine_that_is_off(rng, monkeypatch):
     with pytest.raises(AssertionError, match="engine 'fused'.*drift"):
         check_consistency(model, x)
 
-
-def test_the_reference_is_the_models_own_methods(rng):
-    model = mf.SelfAttention(2.0, normalized=False)
-    x = mf.sample_uniform(10, 3, rng, batch=2)
-    np.testing.assert_array_equal(NumpyKernel(model).drift(x), model.drift(x))

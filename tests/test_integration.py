@@ -3,6 +3,7 @@
 import json
 from fractions import Fraction
 
+import array_api_strict as xps
 import numpy as np
 import pytest
 
@@ -60,12 +61,16 @@ def test_the_error_estimate_has_the_declared_order(name):
     assert slope >= tableau.error_estimator_order + 1 - 0.2, (estimates, slope)
 
 
-@pytest.mark.parametrize("name, expected", [("rk4", 2 * np.sqrt(2)), ("bogacki_shampine", np.sqrt(3)),
-                                            ("merson", 2 * np.sqrt(3)), ("heun_euler", 0.0)])
-def test_imaginary_stability_of_known_polynomials(name, expected):
+@pytest.mark.parametrize("name, expected, tolerance", [
+    ("rk4", 2 * np.sqrt(2), 1e-4), ("bogacki_shampine", np.sqrt(3), 1e-4), ("merson", 2 * np.sqrt(3), 1e-4),
+    ("heun_euler", 0.0, 2e-3)])
+def test_imaginary_stability_of_known_polynomials(name, expected, tolerance):
     """sqrt(3) for every 3-stage third-order method, 2 sqrt(2) for 4-stage fourth order (and Merson's
-    1 + z + ... + z^4/24 + z^5/144: 2 sqrt(3)); Heun's |R(iy)|^2 = 1 + y^4/4 exceeds 1 at once."""
-    assert TABLEAUX[name].imaginary_stability == pytest.approx(expected, abs=2e-3)
+    1 + z + ... + z^4/24 + z^5/144: 2 sqrt(3)); Heun's |R(iy)|^2 = 1 + y^4/4 exceeds 1 at once.
+
+    Tolerances: the scan's grid spacing (6e-5) for the others; for Heun the 1e-12 round-off
+    allowance of the scan, which |R(iy)| - 1 ~ y^4/8 only passes at y ~ 1.7e-3."""
+    assert TABLEAUX[name].imaginary_stability == pytest.approx(expected, abs=tolerance)
 
 
 def test_stability_function_is_the_taylor_polynomial_for_rk4():
@@ -166,3 +171,8 @@ def test_a_tableau_written_once_runs_the_particles_against_the_exact_inner_produ
     x = ds.x.values
     np.testing.assert_allclose(np.einsum("td,td->t", x[:, 0], x[:, 1]),
                                orthogonal_token_inner_product(model, 3, times), atol=1e-8)
+
+
+def test_a_pair_refuses_arrays_of_another_namespace():
+    with pytest.raises(ValueError, match="method='bogacki_shampine' integrates numpy arrays"):
+        mf.simulate_particles(mf.SelfAttention(1.0), xps.asarray(np.eye(3)[:2]), [0.0, 1.0], method="bogacki_shampine")

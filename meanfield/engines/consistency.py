@@ -25,10 +25,6 @@ class Consistency:
     attention_output: float
     step: float
 
-    @property
-    def largest(self) -> float:
-        return max(self.drift, self.attention_output, self.step)
-
 
 def engines_for(model, x) -> dict:
     """The engines, by name, that accept ``model`` on tokens like ``x`` (numpy, ``(systems, n, d)``).
