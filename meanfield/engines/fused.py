@@ -59,8 +59,8 @@ _FAST = {"reassoc", "contract", "nsz", "arcp"}
 
 #: Up to this dimension the zonal kernel takes numpy's batched products (one call per block,
 #: less overhead per system at small sizes); above it a numba loop over the systems calls
-#: BLAS itself and finishes each system in the L1 cache (measured at n = 32: the batched
-#: products are faster at d = 8 and 12, the loop from d = 16 on, 15 % at d = 24 and 32).
+#: BLAS itself and finishes each system in the L1 cache (the crossover is measured by
+#: ``benchmarks/bench_particles.py``).
 SMALL_DIMENSION = 12
 
 _NO_NOISE = np.empty((1, 0, 0))  # "no noise": one system of no tokens
@@ -193,9 +193,8 @@ def _finish_each(x, sums, d, weight, denominator, mode, h, project, noise, noise
 
 
 #: Dimensions whose zonal kernel runs as numba loops compiled for that number of components
-#: (:func:`_unrolled_logits`, :func:`_unrolled_finish`) instead of the batched products.
-#: Measured per system-step at n = 32 against the products: d = 2 1.54 vs 1.86 us, d = 3
-#: 1.68 vs 2.07 us (best of 150 alternating rounds).
+#: (:func:`_unrolled_logits`, :func:`_unrolled_finish`) instead of the batched products,
+#: which they beat at these dimensions.
 UNROLLED_DIMENSIONS = (2, 3)
 
 

@@ -1,6 +1,6 @@
 r"""The velocity kernels behind the particle integrators, and which one a run uses.
 
-Three implementations of the same three operations on batches ``(b, n, d)`` of tokens:
+Four implementations of the same three operations on batches ``(b, n, d)`` of tokens:
 the attention output :math:`a_i` and the drift :math:`P_{x_i} a_i` at ``x / |x|``, and one
 step :math:`x \leftarrow (x + h v + \sigma P_x \xi)/|\cdot|` with :math:`v = P_x a`
 (projected Euler) or :math:`v = a` (the Transformer layer):
@@ -32,8 +32,8 @@ methods, ``"numpy"`` here) and agree with it to round-off: :func:`meanfield.engi
 compares them, and the tests run it for every engine and model.
 
 The numba engines (:mod:`.fused`, :mod:`.series`, :mod:`.causal_series`) are imported where
-a run chooses them, not at the top: importing them starts numba (about half a second), which
-PDE runs and the light start-up of sweep workers do not pay.
+a run chooses them, not at the top: importing them starts numba, which PDE runs and the light
+start-up of sweep workers do not pay.
 """
 
 from __future__ import annotations
@@ -56,9 +56,7 @@ SERIES_COST, FUSED_PAIR_COST, NUMPY_PAIR_COST = 4e-9, 2e-9, 12e-9
 
 #: The circle's series with its power table (:data:`meanfield.engines.series.TABLE_ELEMENTS`), in the
 #: same units: per point and harmonic, and per point (the finish of the step, the table's
-#: first rows). Measured at n = 16 to 128, beta 0.1 to 9, one core: 0.45 and 12 ns against the
-#: fused kernel's 1.35 ns per pair (FUSED_PAIR_COST here); at n = 32 the series is the faster
-#: up to beta = 9 (0.47 to 0.93 of the fused step), at n = 16 only below beta = 1.
+#: first rows), from ``benchmarks/bench_series.py`` like the costs above.
 TABLED_SERIES_COST, TABLED_POINT_COST = 0.7e-9, 18e-9
 
 #: Pair entries per block of systems on the array API path (2^24 doubles = 128 MiB): large

@@ -53,8 +53,7 @@ POINT_BLOCK = 1024
 
 #: Largest power table of a system on the circle (modes x tokens, each of its real and
 #: imaginary parts: 512 KiB), kept from the analysis to the synthesis instead of forming the
-#: powers twice. Measured per token and harmonic on one core: 0.7-1.5 ns against 2-4 ns
-#: from n = 256 to 4096 (the whole table in the 2 MiB L2 cache still wins at n = 4096).
+#: powers twice (faster up to the largest table that fits the L2 cache; ``benchmarks/bench_series.py``).
 TABLE_ELEMENTS = 2**16
 
 #: Dimensions with a series: the circle (Fourier) and S^2 (spherical harmonics).
