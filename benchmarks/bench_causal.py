@@ -2,7 +2,7 @@
 
 - Velocity of one prompt of ``n = 10^4`` tokens on the circle (causal USA, beta = 1,
   lambda = 2, the paper's prefactor): :class:`meanfield.engines.causal_series.CausalCircleSeries`
-  against :meth:`meanfield.CausalAttention.drift` (row-blocked direct sum, the same
+  against :meth:`meanfield.CausalAttention.velocity_unchecked` (row-blocked direct sum, the same
   numbers to 1e-12). Both timed whole, alternated.
 - ``--example``: the wall time of ``examples/lost_in_the_middle.py`` with its config.
 
@@ -32,7 +32,7 @@ def velocity_rows() -> list[tuple[str, float, float, float]]:
     theta = np.random.default_rng(0).uniform(0, 2 * np.pi, (1, N))
     x = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
     scan = CausalCircleSeries(model)
-    ours, base, ratio = compare(lambda: scan.drift(x), lambda: model.drift(x), rounds=3, repeats=1)
+    ours, base, ratio = compare(lambda: scan.velocity_unchecked(x), lambda: model.velocity_unchecked(x), rounds=3, repeats=1)
     return [(f"causal velocity n=1e4 circle (M={scan.degree}): scan vs direct", ours, base, ratio)]
 
 

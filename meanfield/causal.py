@@ -33,15 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checks import EXP_OVERFLOW, check_points, check_real
-from .models import SelfAttention, _flatten_batch
-from .sphere import normalize, project_tangent
+from .models import SelfAttention, TangentVelocity
 
 #: Pair entries of the direct causal sum held at once (8 MiB).
 DIRECT_BLOCK_ELEMENTS = 2**20
 
 
 @dataclass(frozen=True, eq=False)
-class CausalAttention:
+class CausalAttention(TangentVelocity):
     r"""Causal SA or USA with ALiBi positional weights (module docstring for the equations).
 
     Parameters
@@ -76,9 +75,9 @@ class CausalAttention:
         set_(self, "alibi", check_real(self.alibi, "alibi", minimum=0.0))
         set_(self, "prefactor", check_real(self.prefactor, "prefactor"))
         set_(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
-        for name in ("normalized", "include_self"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        for name, value in (("normalized", self.normalized), ("include_self", self.include_self)):
+            if not isinstance(value, (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
         if not self.normalized and self.beta > EXP_OVERFLOW:
             raise ValueError(f"causal USA with beta={self.beta}: exp(beta <x, y>) overflows double "
                              f"precision beyond beta = {EXP_OVERFLOW:g}")
@@ -89,6 +88,16 @@ class CausalAttention:
     #: The velocity depends on the tokens' places as well as on their inner products.
     is_zonal = False
     causal = True
+    external = None
+    time_rescaled = False
+    logit_bound = 1.0
+    #: No interaction energy is known for causal attention.
+    has_energy = False
+
+    @property
+    def velocity_is_linear(self) -> bool:
+        """Whether the velocity is linear in the (mixed) density: that of :attr:`mixed_model`."""
+        return self.mixed_model.velocity_is_linear
 
     @property
     def mixed_model(self) -> SelfAttention:
@@ -108,16 +117,7 @@ class CausalAttention:
         x = check_points(x, "x")
         if x.shape[-2] < 2:
             raise ValueError(f"x must hold n >= 2 tokens along its second-to-last axis, got n={x.shape[-2]}")
-        return self.drift(x)
-
-    def drift(self, x: np.ndarray) -> np.ndarray:
-        """:meth:`velocity` without input checks, extended off the sphere as ``v(x / |x|)``."""
-        flat = normalize(_flatten_batch(x))
-        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
-
-    def attention_output(self, x: np.ndarray) -> np.ndarray:
-        r"""The causal attention output :math:`a_i` (the velocity before :math:`P_{x_i}`) at ``x / |x|``."""
-        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
+        return self.velocity_unchecked(x)
 
     def positional_totals(self, n: int) -> np.ndarray:
         r""":math:`Z_i = \sum_{j<i}\pi_{ij}` (or :math:`j \le i`), ``i = 1..n``, from the geometric sum."""

@@ -82,8 +82,7 @@ class UserField:
     dimension = None
 
     def __post_init__(self) -> None:
-        for name in ("function", "potential_function"):
-            value = getattr(self, name)
+        for name, value in (("function", self.function), ("potential_function", self.potential_function)):
             if value is not None and not callable(value):
                 raise TypeError(f"{name} must be a callable of points (..., d), got {value!r}")
 

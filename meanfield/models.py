@@ -38,11 +38,38 @@ def _ashead_matrices(matrix: object, name: str) -> np.ndarray | None:
 
 
 def _flatten_batch(x: np.ndarray) -> np.ndarray:
+    """``x`` of shape ``(..., n, d)`` as a batch ``(systems, n, d)`` (a view where it can be)."""
     return x.reshape((-1,) + x.shape[-2:])
 
 
+class TangentVelocity:
+    """A model's velocity from its attention output: the tangent projection, extended off the sphere.
+
+    A subclass defines ``_attention(flat)``: the output :math:`a_i` at unit vectors of shape
+    ``(batch, n, d)``.
+    """
+
+    def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
+        """The velocity :math:`P_{x_i} a_i` without input checks, for integrators.
+
+        Stage points of an integrator sit slightly off the sphere; the velocity is extended to
+        them as ``v(x / |x|)``, which is orthogonal to ``x``, so ``|x|`` is conserved by the
+        extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
+        repulsive case and the norm drifts away.)
+        """
+        flat = normalize(_flatten_batch(x))
+        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        """The attention layer's output :math:`a_i` before the tangent projection, at ``x / |x|``, shape ``(..., n, d)``."""
+        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
+
+    def _attention(self, flat: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True, eq=False)
-class SelfAttention:
+class SelfAttention(TangentVelocity):
     r"""Self-attention dynamics on the sphere: softmax (SA) or unnormalized (USA).
 
     .. math::
@@ -95,6 +122,7 @@ class SelfAttention:
     time_rescaled: bool = False
     external: object = None
     logit_bound: float = field(init=False, repr=False)
+    causal = False  # every token attends to every token
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -116,7 +144,7 @@ class SelfAttention:
         set_(self, "external", as_external(self.external))
         matrix_dimension = next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)),
                                 None)
-        field_dimension = getattr(self.external, "dimension", None)
+        field_dimension = None if self.external is None else self.external.dimension
         if None not in (matrix_dimension, field_dimension) and matrix_dimension != field_dimension:
             raise ValueError(f"the external field lives in R^{field_dimension} but the matrices are "
                              f"{matrix_dimension} x {matrix_dimension}")
@@ -144,7 +172,7 @@ class SelfAttention:
         for m in (self.query, self.key, self.value):
             if isinstance(m, np.ndarray):
                 return m.shape[-1]
-        return getattr(self.external, "dimension", None)
+        return None if self.external is None else self.external.dimension
 
     @property
     def is_zonal(self) -> bool:
@@ -166,10 +194,10 @@ class SelfAttention:
         return self.external is None or self.external.has_potential
 
     @property
-    def value_sign(self) -> float:
+    def value_scale(self) -> float:
         """The scalar ``c`` of ``V = c I`` for a zonal model (``-1`` for the repulsive case)."""
         if not self.is_zonal:
-            raise NotImplementedError("value_sign is defined for zonal models (V = c I) only")
+            raise NotImplementedError("value_scale is defined for zonal models (V = c I) only")
         return float(self.value)
 
     def _logit_bound(self) -> float:
@@ -199,32 +227,16 @@ class SelfAttention:
         """Tangent velocities, shape ``(..., n, d)``, of particles ``x`` of shape ``(..., n, d)``."""
         x = check_points(x, "x")
         self._check_dimension(x)
-        return self.drift(x)
+        return self.velocity_unchecked(x)
 
-    def drift(self, x: np.ndarray) -> np.ndarray:
-        """:meth:`velocity` without input checks, for integrators.
-
-        Stage points of an integrator sit slightly off the sphere; the velocity is extended to
-        them as ``v(x / |x|)``, which is orthogonal to ``x``, so ``|x|`` is conserved by the
-        extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
-        repulsive case and the norm drifts away.)
-        """
-        flat = normalize(_flatten_batch(x))
-        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
-
-    def attention_output(self, x: np.ndarray) -> np.ndarray:
-        r"""The attention layer's output before the tangent projection, at ``x / |x|``, shape ``(..., n, d)``.
+    def _attention(self, flat: np.ndarray) -> np.ndarray:
+        r""":meth:`attention_output` of unit vectors of shape ``(batch, n, d)``.
 
         .. math:: a_i = \sum_h V_h \sum_j w^h_{ij}\, x_j,
 
         with the softmax weights (SA) or :math:`e^{\beta\langle Q_h x_i, K_h x_j\rangle}/n` (USA);
-        :meth:`drift` is :math:`P_{x_i} a_i`, and the paper's discrete layer is
-        :math:`x \leftarrow (x + h a) / |x + h a|`.
+        the paper's discrete layer is :math:`x \leftarrow (x + h a) / |x + h a|`.
         """
-        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
-
-    def _attention(self, flat: np.ndarray) -> np.ndarray:
-        """:meth:`attention_output` of unit vectors of shape ``(batch, n, d)``."""
         total = np.zeros_like(flat)
         for q, k, v in self.head_matrices():
             drive = self._head_drive(flat, q, k)
@@ -362,7 +374,7 @@ class SelfAttention:
         self._require_zonal()
         if not self.velocity_is_linear:
             raise ValueError("SA with beta > 0 has a velocity nonlinear in rho; use kernel_spectrum")
-        return self.value_sign * attention_spectrum_over_beta(self.beta, max_degree, d, scaled=self.time_rescaled)
+        return self.value_scale * attention_spectrum_over_beta(self.beta, max_degree, d, scaled=self.time_rescaled)
 
     def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
         r"""Spectrum of :math:`\Psi` with :math:`E[\rho] = \tfrac12 \int \rho\, (\Psi * \rho)`: :math:`\lambda_l/\beta`.
@@ -390,7 +402,7 @@ class SelfAttention:
 
 
 @dataclass(frozen=True, eq=False)
-class ZonalAggregation:
+class ZonalAggregation(TangentVelocity):
     r"""Aggregation with a zonal potential :math:`W(\langle x, y\rangle)`.
 
     .. math:: \dot x_i = \nabla_S \Big(\frac1n\sum_j W(\langle x, x_j\rangle)\Big)\Big|_{x=x_i}
@@ -419,31 +431,29 @@ class ZonalAggregation:
     name: str = "W"
 
     def __post_init__(self) -> None:
-        for arg in ("potential", "derivative"):
-            if not callable(getattr(self, arg)):
-                raise TypeError(f"{arg} must be a callable of s = <x, y>, got {getattr(self, arg)!r}")
+        for arg, value in (("potential", self.potential), ("derivative", self.derivative)):
+            if not callable(value):
+                raise TypeError(f"{arg} must be a callable of s = <x, y>, got {value!r}")
         object.__setattr__(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
 
+    # The neutral values of the model protocol (meanfield.protocols.Model).
     is_zonal = True
     heads = 1
     dimension = None
+    causal = False
+    external = None
+    time_rescaled = False
+    logit_bound = 1.0
+    has_energy = True
     #: :math:`v = \nabla_S(W * \rho)`: always linear in :math:`\rho`.
     velocity_is_linear = True
 
     def velocity(self, x: np.ndarray) -> np.ndarray:
         """Tangent velocities, shape ``(..., n, d)``."""
-        return self.drift(check_points(x, "x"))
-
-    def drift(self, x: np.ndarray) -> np.ndarray:
-        """:meth:`velocity` without input checks; extended off the sphere as ``v(x / |x|)``."""
-        flat = normalize(_flatten_batch(x))
-        return project_tangent(flat, self._attention(flat)).reshape(x.shape)
-
-    def attention_output(self, x: np.ndarray) -> np.ndarray:
-        r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` at ``x / |x|`` (the velocity before projection)."""
-        return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
+        return self.velocity_unchecked(check_points(x, "x"))
 
     def _attention(self, flat: np.ndarray) -> np.ndarray:
+        r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` of unit vectors ``(batch, n, d)``."""
         derivative = self.derivative
 
         def weight(block: np.ndarray) -> None:

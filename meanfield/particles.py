@@ -227,9 +227,9 @@ def _checked_initial(model, x0):
     host = check_points(to_numpy(x0) if foreign else x0, "x0")
     if host.ndim > 3:
         raise ValueError(f"x0 must have shape (n, d) or (systems, n, d), got {host.shape}")
-    if getattr(model, "causal", False) and host.shape[-2] < 2:
+    if model.causal and host.shape[-2] < 2:
         raise ValueError(f"x0 must hold n >= 2 tokens of a prompt (axis -2) for causal attention, got n={host.shape[-2]}")
-    if getattr(model, "dimension", None) not in (None, host.shape[-1]):
+    if model.dimension not in (None, host.shape[-1]):
         raise ValueError(f"x0 has points in R^{host.shape[-1]} but the model is {model.dimension}-dimensional")
     if not foreign:
         return host
@@ -264,7 +264,7 @@ def _span_reduces(model, x, method: str) -> bool:
     """Whether the run can take place in the span of the initial tokens, and gains from it."""
     n, d = x.shape[-2:]
     return (is_numpy(x) and method in FIXED_STEP_METHODS and model.is_zonal and model.diffusion == 0 and d > n
-            and getattr(model, "external", None) is None)  # a field moves tokens out of their span
+            and model.external is None)  # a field moves tokens out of their span
 
 
 def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, settings, kernel="auto", *,
@@ -280,7 +280,7 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
         x = span.reduce(x)
         settings.update(span_dimension=x.shape[-1])
     engine = select_kernel(model, x, kernel, betas)
-    settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
+    settings.update(kernel=engine.name, **engine.settings)
 
     def emit(y):
         if span is not None and not invariant:
@@ -317,7 +317,7 @@ def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, setting
     variables = {"x": (dims, x),
                  "norm_error": (("time",), norm_error, {"long_name": "max | |x_i| - 1 | before projection"})}
     # causal attention has no interaction energy; nor has a model with an external field without potential
-    if hasattr(model, "energy") and getattr(model, "has_energy", True):
+    if model.has_energy:
         energy, energy_note = _energy_series(model, x)
         variables["energy"] = (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note})
     import xarray as xr  # here, not at the top: sweep workers never build a dataset (xarray is half their start-up)
@@ -360,10 +360,10 @@ def _flat_rhs(drift, shape):
 def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="auto"):
     frames = [x0.copy()]
     engine = select_kernel(model, x0, kernel)
-    settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
+    settings.update(kernel=engine.name, **engine.settings)
     from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (0.3 s to import)
 
-    solver = DOP853(_flat_rhs(engine.drift, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
+    solver = DOP853(_flat_rhs(engine.velocity_unchecked, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
     next_out = 1
     while next_out < times.size:
         message = solver.step()
@@ -390,9 +390,9 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
     """An embedded pair through the shared controller and driver; each step's local error is
     below ``atol + rtol * rms(x)`` in RMS over coordinates."""
     engine = select_kernel(model, x0, kernel)
-    settings.update(kernel=engine.name, **getattr(engine, "settings", {}))
+    settings.update(kernel=engine.name, **engine.settings)
     batch = x0 if x0.ndim == 3 else x0[None, ...]
-    stepper = ExplicitRungeKutta(tableau, engine.drift, norm=_rms, tolerance=lambda x: atol + rtol * _rms(x))
+    stepper = ExplicitRungeKutta(tableau, engine.velocity_unchecked, norm=_rms, tolerance=lambda x: atol + rtol * _rms(x))
     frames: list[np.ndarray] = []
     counts = StepCounts()
 
@@ -405,7 +405,7 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
         raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
                                partial=particle_dataset(model, projected, times, settings, drift))
 
-    speed = _rms(engine.drift(batch))
+    speed = _rms(engine.velocity_unchecked(batch))
     first = min(times[-1] - times[0], 0.01 * _rms(batch) / speed if speed > 0 else np.inf)
     integrate(batch, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
               observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts)
@@ -425,7 +425,7 @@ def _steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
 
 def _integrate_rk4(engine, x0, times, dt, bar, observe):
     x, frames = x0, [observe(x0)]
-    stepper = ExplicitRungeKutta(CLASSICAL_RK4, engine.drift)
+    stepper = ExplicitRungeKutta(CLASSICAL_RK4, engine.velocity_unchecked)
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = _steps(t0, t1, dt)
         for _ in range(count):

@@ -193,7 +193,7 @@ def in_common_hemisphere(x: np.ndarray) -> bool:
     True iff some :math:`w` has :math:`\langle w, x_i\rangle > 0` for all ``i``; decided by the
     linear program :math:`\max t` s.t. :math:`\langle w, x_i\rangle \ge t`, :math:`|w_k| \le 1`.
     """
-    from scipy.optimize import linprog
+    from scipy.optimize import linprog  # here: sweep workers import this module, never this function
 
     x = np.asarray(x, dtype=float)
     n, d = x.shape

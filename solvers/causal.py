@@ -36,11 +36,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import roots_legendre
 
-from meanfield.causal import positional_cell_weights
+from meanfield.causal import CausalAttention, positional_cell_weights
 from meanfield.checks import check_density, check_int
 
 from .circle import CircleFV
 from .circle_operators import CircleOperators
+from .grid_solver import Diagnosis
 from .resolution import sharpest_cluster_width
 from .sphere import SphereSpectral
 from .threads import single_threaded_blas
@@ -52,7 +53,7 @@ def layer_positions(layers: int) -> np.ndarray:
 
 
 def _require_causal(model, solver: str) -> None:
-    if not getattr(model, "causal", False):
+    if not isinstance(model, CausalAttention):
         raise TypeError(f"{solver} solves the layered equation of a CausalAttention model, got {model!r}")
 
 
@@ -93,14 +94,14 @@ class LayeredCircleOperators:
         r""":math:`(\sum_l \|\delta_l\|_{L^2}^2)^{1/2}` over all layers."""
         return float(np.sqrt(self.width * np.sum(deviation * deviation)))
 
-    def mass(self, rho: np.ndarray) -> np.ndarray:
-        """Mass of each layer."""
+    def layer_masses(self, rho: np.ndarray) -> np.ndarray:
+        """Mass of each layer, shape ``(layers,)``."""
         return self.width * rho.sum(axis=-1)
 
     @staticmethod
-    def lyapunov(rho: np.ndarray) -> None:
-        """None: the causal flow has no known Lyapunov functional (not a gradient flow)."""
-        return None
+    def lyapunov(rho: np.ndarray) -> float:
+        """NaN: the causal flow has no known Lyapunov functional (not a gradient flow)."""
+        return np.nan
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,26 +151,26 @@ class CausalCircleFV(CircleFV):
             return 0.5 * samples @ weights
 
         values = _layer_values(rho0, self.layers, cell_averages, (self.cells,), name)
-        return values / self.operators.mass(values)[:, None]
+        return values / self.operators.layer_masses(values)[:, None]
 
     def _initial_state(self, rho0, continued: bool):
         shape = (self.layers, self.cells)
         rho = check_density(rho0, shape, "rho0", evolved=True) if continued else self.initial_density(rho0)
         return rho - self.operators.uniform
 
-    def _diagnose(self, state, rho: np.ndarray):
-        mass = self.operators.mass(rho)
+    def diagnose(self, state, rho: np.ndarray):
+        mass = self.operators.layer_masses(rho)
         width = min(sharpest_cluster_width(layer) for layer in rho)
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
         values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
                   "cluster_width": width}
-        return values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})"
+        return Diagnosis(values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})")
 
-    def _coordinates(self) -> dict[str, np.ndarray]:
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"position": self.positions, "theta": self.theta}
 
-    def _settings(self) -> dict:
-        return {**super()._settings(), "layers": self.layers}
+    def recorded_settings(self) -> dict:
+        return {**super().recorded_settings(), "layers": self.layers}
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,7 +246,7 @@ class CausalSphereSpectral(SphereSpectral):
     def density(self, coefficients: np.ndarray) -> np.ndarray:
         return np.stack([self.grid.synthesise(layer) for layer in coefficients])
 
-    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         tail = max(self.spectral_tail(layer) for layer in coefficients)
         negative = rho.min() < -1e-8 * rho.max()
         resolved = bool(tail < self.tail_threshold and not negative)
@@ -254,10 +255,10 @@ class CausalSphereSpectral(SphereSpectral):
         mass = np.sqrt(4 * np.pi) * coefficients[:, 0].real
         values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
                   "spectral_tail": tail}
-        return values, resolved, reason
+        return Diagnosis(values, resolved, reason)
 
-    def _coordinates(self) -> dict[str, np.ndarray]:
-        return {"position": self.positions, **super()._coordinates()}
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"position": self.positions, **super().grid_coordinates()}
 
-    def _settings(self) -> dict:
-        return {**super()._settings(), "layers": self.layers}
+    def recorded_settings(self) -> dict:
+        return {**super().recorded_settings(), "layers": self.layers}

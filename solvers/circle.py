@@ -45,7 +45,7 @@ from .circle_operators import CircleOperators
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
-from .grid_solver import GridSolver
+from .grid_solver import Diagnosis, GridSolver
 from .resolution import sharpest_cluster_width
 from .tolerance import error_tolerance
 
@@ -114,7 +114,7 @@ class CircleFV(GridSolver):
 
     def __post_init__(self) -> None:
         self._check_time_settings()
-        if getattr(self.model, "dimension", None) not in (None, 2):
+        if self.model.dimension not in (None, 2):
             raise ValueError(f"CircleFV solves on the circle: the model's matrices are "
                              f"{self.model.dimension} x {self.model.dimension}, not 2 x 2")
         general = takes_general_path(self.model, self.interaction, self.name)
@@ -158,7 +158,7 @@ class CircleFV(GridSolver):
     default_max_steps = 10_000_000
 
     @property
-    def _advice(self) -> str:
+    def resolution_advice(self) -> str:
         return f"increase cells (now {self.cells}), add diffusion, or stop earlier"
 
     @property
@@ -188,20 +188,18 @@ class CircleFV(GridSolver):
         first = self._initial_step(discretisation.stable_step(deviation), times)
         return attempt, first, dict
 
-    def _diagnose(self, deviation: np.ndarray, rho: np.ndarray):
+    def diagnose(self, deviation: np.ndarray, rho: np.ndarray):
         ops = self.operators
         width = sharpest_cluster_width(rho)
-        functional = ops.lyapunov(rho)
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
-        values = {"mass": ops.mass(rho), "energy": ops.energy(rho),
-                  "lyapunov": np.nan if functional is None else functional,
+        values = {"mass": ops.mass(rho), "energy": ops.energy(rho), "lyapunov": ops.lyapunov(rho),
                   "min_density": rho.min(), "cluster_width": width}
-        return values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})"
+        return Diagnosis(values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})")
 
-    def _coordinates(self) -> dict[str, np.ndarray]:
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"theta": self.theta}
 
-    def _settings(self) -> dict:
+    def recorded_settings(self) -> dict:
         scheme = ({"implicit_substeps": self.implicit_substeps} if self.model.diffusion > 0
                   else {"tableau": self.tableau.name})
         return {"cells": self.cells, "rtol": self.rtol, "cfl": self.cfl, **scheme}
@@ -246,7 +244,7 @@ class _FiniteVolumes:
     def tolerance(self, deviation: np.ndarray) -> float:
         return self.solver._tolerance(deviation)
 
-    def functional(self, deviation: np.ndarray) -> float | None:
+    def functional(self, deviation: np.ndarray) -> float:
         if self._functional is None or self._functional[0] is not deviation:
             self._functional = (deviation, self.operators.lyapunov(self.operators.uniform + deviation))
         return self._functional[1]
@@ -259,6 +257,6 @@ class _FiniteVolumes:
             return None, "positivity"
         before, new = self.functional(old), repaired - ops.uniform
         after = self.functional(new)
-        if before is not None and after > before + LYAPUNOV_SLACK * (abs(before) + abs(after)):
+        if np.isfinite(before) and after > before + LYAPUNOV_SLACK * (abs(before) + abs(after)):
             return None, "lyapunov"
         return new, None

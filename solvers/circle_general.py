@@ -226,15 +226,15 @@ class GeneralCircleOperators(CircleOperators):
             total += factor * self.width * np.dot(rho, values) / (2.0 * beta)
         return float(total) + self.external_energy(rho)
 
-    def lyapunov(self, rho: np.ndarray) -> float | None:
-        """The zonal scheme's functional for a zonal model; for USA with every ``V_h = A_h`` symmetric, ``D int rho log rho - E``."""
+    def lyapunov(self, rho: np.ndarray) -> float:
+        """The zonal scheme's functional for a zonal model; for USA with every ``V_h = A_h`` symmetric, ``D int rho log rho - E``; NaN otherwise."""
         if self.zonal is not None:
             return self.zonal.lyapunov(rho)
         model = self.model
         if not self.linear or model.beta == 0 or not is_gradient_flow(model, 2):
-            return None
+            return np.nan
         if self.external_velocity is not None and self.external_potential is None:
-            return None
+            return np.nan
         diffusion = model.diffusion
         return (diffusion * self.entropy(rho) if diffusion else 0.0) - self.energy(rho)
 

@@ -113,7 +113,7 @@ class CircleOperators:
         set_(self, "gradient_symbol", gradient_symbol)
         try:
             set_(self, "energy_symbol", model.energy_spectrum(kmax, 2))
-            set_(self, "energy_scaled", bool(getattr(model, "time_rescaled", False)))
+            set_(self, "energy_scaled", model.time_rescaled)
         except OverflowError:
             set_(self, "energy_symbol", model.energy_spectrum(kmax, 2, scaled=True))
             set_(self, "energy_scaled", True)
@@ -129,7 +129,7 @@ class CircleOperators:
         :math:`(v_{j+1} - v_j)/(2h)`, which keeps the scheme's exact energy balance for
         :math:`E + \frac12\int v\rho`; a field without potential is taken at the faces.
         """
-        external = getattr(self.model, "external", None)
+        external = self.model.external
         velocity = potential = None
         if external is not None:
             centres = np.stack([np.cos(self.theta), np.sin(self.theta)], axis=-1)
@@ -166,7 +166,7 @@ class CircleOperators:
         if self.linear:
             phi = self.convolve(deviation, self.gradient_symbol)
             return self._with_external(_next(phi) - phi)
-        c, beta = self.model.value_sign, self.model.beta
+        c, beta = self.model.value_scale, self.model.beta
         ratio = self.convolve(deviation, self.gradient_symbol) / (self.potential_symbol[0] * self.uniform)
         log_relative = np.log1p(np.maximum(ratio, _LOG1P_RANGE))
         far = ratio < _LOG1P_RANGE
@@ -244,8 +244,8 @@ class CircleOperators:
         positive = rho[rho > 0]
         return float(self.width * np.dot(positive, np.log(positive)))
 
-    def lyapunov(self, rho: np.ndarray) -> float | None:
-        r"""A functional the exact flow does not increase, or ``None`` where none is known.
+    def lyapunov(self, rho: np.ndarray) -> float:
+        r"""A functional the exact flow does not increase, or NaN where none is known.
 
         Gradient flows (:math:`v = \partial_\theta(\Phi*\rho)`): the free energy
         :math:`F_h = D h\sum\rho\log\rho - \frac h2\sum\rho\,(\Phi*\rho)`, which is
@@ -253,12 +253,12 @@ class CircleOperators:
         SA with diffusion: none.
         """
         if self.external_velocity is not None and (self.external_potential is None or not self.linear):
-            return None  # no known functional: SA with a field, or a field without potential
+            return np.nan  # no known functional: SA with a field, or a field without potential
         if self.linear:
             potential = 0.5 * self.width * np.dot(rho, self.convolve(rho, self.potential_symbol))
             diffusion = self.model.diffusion
             # The entropy (a log per cell) is only needed with diffusion; this runs every step.
             return (diffusion * self.entropy(rho) if diffusion else 0.0) - float(potential) - self.external_energy(rho)
         if self.model.diffusion == 0:
-            return -self.model.value_sign * self.energy(rho)
-        return None
+            return -self.model.value_scale * self.energy(rho)
+        return np.nan

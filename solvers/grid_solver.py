@@ -10,6 +10,7 @@ everything computed so far.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Callable, NoReturn
 
 import numpy as np
@@ -32,6 +33,18 @@ DIAGNOSTIC_ATTRS = {
 }
 
 
+@dataclass(frozen=True)
+class Diagnosis:
+    """A solver's diagnostics at one output time."""
+
+    #: Named scalars (``mass``, ``energy``, ``lyapunov``: NaN where no functional is known, ...).
+    values: dict[str, float]
+    #: Whether the grid still resolves the solution.
+    resolved: bool
+    #: Why it does not (the warning's text), when it does not.
+    reason: str
+
+
 class GridSolver:
     """The template of a PDE solver on a grid; subclasses are frozen dataclasses holding a ``model``.
 
@@ -46,14 +59,14 @@ class GridSolver:
         and a callable returning per-run counters for the settings;
     ``density(state)``
         the density on the grid (what observers and the record receive);
-    ``_diagnose(state, rho)``
-        ``(values, resolved, reason)``: named scalar diagnostics at an output time, whether the
+    ``diagnose(state, rho)``
+        a :class:`Diagnosis`: named scalar diagnostics at an output time, whether the
         solution is resolved there, and why not;
-    ``_coordinates()``
+    ``grid_coordinates()``
         the grid's coordinates, in the order of the density's axes;
-    ``_settings()``
+    ``recorded_settings()``
         the solver's parameters, recorded in the dataset;
-    ``_advice``
+    ``resolution_advice``
         what a user can change when the run stops resolving its solution.
     """
 
@@ -132,23 +145,23 @@ class GridSolver:
     def density(self, state) -> np.ndarray:
         raise NotImplementedError
 
-    def _diagnose(self, state, rho: np.ndarray) -> tuple[dict[str, float], bool, str]:
+    def diagnose(self, state, rho: np.ndarray) -> Diagnosis:
         raise NotImplementedError
 
-    def _coordinates(self) -> dict[str, np.ndarray]:
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
-    def _settings(self) -> dict:
+    def recorded_settings(self) -> dict:
         raise NotImplementedError
 
-    _advice: str
+    resolution_advice: str
 
 
 def _energy_note(solver) -> str:
     """What the energy series holds: ``E``, or ``E`` times the kernel's scaling where it would overflow."""
     if not solver.energy_scaled:
         return "E"
-    bound = getattr(solver.model, "logit_bound", 1.0)
+    bound = solver.model.logit_bound
     return "exp(-beta) E" if bound == 1.0 else f"exp(-beta B) E, B = max_h ||Q_h^T K_h||_2 = {bound:.6g}"
 
 
@@ -157,21 +170,21 @@ class SolveRecord:
 
     def __init__(self, solver: GridSolver, times: np.ndarray, extra_settings: Callable[[], dict]):
         self.solver, self.times, self.extra_settings = solver, times, extra_settings
-        self.monitor = ResolutionMonitor(solver._advice)
+        self.monitor = ResolutionMonitor(solver.resolution_advice)
         self.frames: list[np.ndarray] = []
         self.diagnostics: list[dict[str, float]] = []
         self.counts = StepCounts()
 
     def record(self, t: float, state) -> None:
         rho = self.solver.density(state)
-        values, resolved, reason = self.solver._diagnose(state, rho)
-        self.monitor.record(t, resolved, reason)
+        diagnosis = self.solver.diagnose(state, rho)
+        self.monitor.record(t, diagnosis.resolved, diagnosis.reason)
         self.frames.append(np.array(rho, copy=True))
-        self.diagnostics.append({**values, "resolved": resolved})
+        self.diagnostics.append({**diagnosis.values, "resolved": diagnosis.resolved})
 
     def dataset(self) -> xr.Dataset:
         solver = self.solver
-        coordinates = solver._coordinates()
+        coordinates = solver.grid_coordinates()
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
         if "energy" in series:  # the layered causal equation has none
@@ -179,7 +192,7 @@ class SolveRecord:
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
                          **series},
                         coords={"time": self.times[:len(self.frames)], **coordinates})
-        settings = {"solver": solver.name, **solver._settings(), **self.extra_settings(), **self.counts.as_dict()}
+        settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
         return ds

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from meanfield.checks import EXP_OVERFLOW
+from meanfield.models import SelfAttention
 
 
 def head_matrices(model, d: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -55,7 +56,7 @@ def takes_general_path(model, interaction: str, solver: str) -> bool:
     if interaction not in ("auto", "zonal", "general"):
         raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {interaction!r}")
     general = interaction == "general" or (interaction == "auto" and not model.is_zonal)
-    if general and not hasattr(model, "head_matrices"):
+    if general and not isinstance(model, SelfAttention):
         name = type(model).__name__
         hint = f" (causal attention: use Causal{solver})" if name == "CausalAttention" else ""
         raise ValueError(f"{solver} takes zonal models and SelfAttention with any query, key and value matrices; "

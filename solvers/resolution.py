@@ -8,6 +8,10 @@ import warnings
 
 import numpy as np
 
+import meanfield
+
+#: Frames in these folders are the library's own (the warning points past them).
+LIBRARY_FOLDERS = tuple(os.path.dirname(path) + os.sep for path in (meanfield.__file__, __file__))
 
 class UnderResolvedWarning(RuntimeWarning):
     """The discrete solution no longer resolves the clusters; later values are untrustworthy."""
@@ -15,12 +19,8 @@ class UnderResolvedWarning(RuntimeWarning):
 
 def _caller_stacklevel() -> int:
     """Stack level of the first frame outside this library, so warnings point at the user's call."""
-    import meanfield
-    import solvers
-
-    packages = tuple(os.path.dirname(module.__file__) + os.sep for module in (meanfield, solvers))
     frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(packages):
+    while frame is not None and frame.f_code.co_filename.startswith(LIBRARY_FOLDERS):
         frame, level = frame.f_back, level + 1
     return level
 

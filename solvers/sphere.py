@@ -32,7 +32,7 @@ from meanfield.spectra import attention_spectrum
 
 from meanfield.integration import ExplicitTableau, explicit_adaptive_step, tableau_named
 
-from .grid_solver import GridSolver
+from .grid_solver import Diagnosis, GridSolver
 from .heads import takes_general_path
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
@@ -92,7 +92,7 @@ class SphereSpectral(GridSolver):
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.kernel_model
-        if getattr(model, "dimension", None) not in (None, 3):
+        if model.dimension not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
         general = takes_general_path(model, self.interaction, self.name)
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
@@ -109,7 +109,7 @@ class SphereSpectral(GridSolver):
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
         try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
             energy_spectrum = model.energy_spectrum(self.lmax, 3)
-            scaled = bool(getattr(model, "time_rescaled", False))
+            scaled = model.time_rescaled
         except OverflowError:
             energy_spectrum, scaled = model.energy_spectrum(self.lmax, 3, scaled=True), True
         object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
@@ -142,12 +142,12 @@ class SphereSpectral(GridSolver):
         return self.kernel_model.velocity_is_linear
 
     @property
-    def _advice(self) -> str:
+    def resolution_advice(self) -> str:
         return f"raise lmax (now {self.lmax}), add diffusion, or stop earlier"
 
     def _set_external(self) -> None:
         """The external field's grid components (colatitude, longitude) and potential, evaluated once (it is fixed)."""
-        external = getattr(self.model, "external", None)
+        external = self.model.external
         velocity = potential = None
         if external is not None:
             points = self.grid.points()
@@ -179,7 +179,7 @@ class SphereSpectral(GridSolver):
         symbol = self._symbol
         if self.linear:
             return self._with_external(*grid.gradient(symbol * coefficients))
-        c, beta = self.kernel_model.value_sign, self.kernel_model.beta
+        c, beta = self.kernel_model.value_scale, self.kernel_model.beta
         convolution = symbol * coefficients
         scale = (c / beta) / np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
         along_t, along_p = grid.gradient(convolution)
@@ -250,7 +250,7 @@ class SphereSpectral(GridSolver):
                 potential += 0.5 * self.grid.integrate(self.external_potential * self.grid.synthesise(coefficients))
             return self._free_energy(coefficients, potential)
         if self.model.diffusion == 0:
-            return -self.model.value_sign * self.energy(coefficients)
+            return -self.model.value_scale * self.energy(coefficients)
         return np.nan
 
     def _free_energy(self, coefficients: np.ndarray, potential: float) -> float:
@@ -296,7 +296,7 @@ class SphereSpectral(GridSolver):
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
-    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         tail = self.spectral_tail(coefficients)
         # Negative values beyond round-off mean the truncated series no longer represents rho.
         negative = rho.min() < -1e-8 * rho.max()
@@ -305,12 +305,12 @@ class SphereSpectral(GridSolver):
                   if tail >= self.tail_threshold else f"the density is negative ({rho.min():.3g})")
         values = {"mass": self.grid.mass(coefficients), "energy": self.energy(coefficients),
                   "lyapunov": self.lyapunov(coefficients), "min_density": rho.min(), "spectral_tail": tail}
-        return values, resolved, reason
+        return Diagnosis(values, resolved, reason)
 
-    def _coordinates(self) -> dict[str, np.ndarray]:
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
 
-    def _settings(self) -> dict:
+    def recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape), "tableau": self.tableau.name}
 
 

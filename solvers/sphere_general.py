@@ -34,9 +34,11 @@ and one gradient synthesis) this costs 2-3x at ``lmax = 63``, ``beta = 1.5``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
+from meanfield.models import SelfAttention
 from meanfield.spectra import attention_spectrum, truncation_degree
 from meanfield.sphere import sphere_points
 
@@ -100,24 +102,30 @@ def _kernel_matrix(a: np.ndarray, beta: float, shift: float, sh, outputs: np.nda
     return matrix.reshape(2 * outputs.size, -1)
 
 
+class _KernelTables(NamedTuple):
+    """What :class:`GeneralSphereInteraction` computes once: its transforms, the kernel's matrix, the heads' values."""
+
+    inputs: np.ndarray  # the grid's coefficients the quadrature's degrees read
+    outputs: np.ndarray  # the quadrature's coefficients of the kernel's degrees
+    quadrature: object  # shtns transform of the quadrature grid (exact for y_i rho)
+    low: object  # shtns transform up to the kernel's degree, on the solver's grid
+    directions: np.ndarray  # y_1, y_2, y_3 on the quadrature grid
+    matrix: np.ndarray  # the heads' kernels, stacked (heads x 2 nlm_out, 2 nlm_in)
+    values: np.ndarray  # V_h, (heads, 3, 3)
+    projected_values: np.ndarray  # the tangent frame seen through each V_h
+    energy_factors: np.ndarray  # per head
+
+
 @dataclass(frozen=True, eq=False)
 class GeneralSphereInteraction:
     """Attention velocity and energy on :math:`S^2` for any ``Q``, ``K``, ``V`` and heads (module docstring)."""
 
-    model: object
+    model: SelfAttention
     grid: SphereGrid
+    _tables: _KernelTables = field(init=False, repr=False)
     degree: int = field(init=False)
     linear: bool = field(init=False)
     energy_scaled: bool = field(init=False)
-    _inputs: np.ndarray = field(init=False, repr=False)
-    _outputs: np.ndarray = field(init=False, repr=False)
-    _quadrature: object = field(init=False, repr=False)
-    _directions: np.ndarray = field(init=False, repr=False)
-    _low: object = field(init=False, repr=False)
-    _matrix: np.ndarray = field(init=False, repr=False)
-    _values: np.ndarray = field(init=False, repr=False)
-    _projected_values: np.ndarray = field(init=False, repr=False)
-    _energy_factors: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -134,22 +142,20 @@ class GeneralSphereInteraction:
         quadrature = _sht(inputs, nlat, 2 * nlat)
         low = _sht(degree, *grid.shape)
         outputs = np.array([quadrature.idx(int(l), int(m)) for l, m in zip(low.l, low.m)])
-        set_(self, "_inputs", np.array([grid.transform.idx(int(l), int(m))
-                                        for l, m in zip(quadrature.l, quadrature.m)]))
-        set_(self, "_outputs", outputs)
-        set_(self, "_quadrature", quadrature)
-        set_(self, "_directions", np.moveaxis(_points(quadrature).reshape(nlat, 2 * nlat, 3), -1, 0).copy())
-        set_(self, "_low", low)
-        set_(self, "_matrix", np.concatenate([_kernel_matrix(a, model.beta, s, quadrature, outputs)
-                                              for (a, _), s in zip(heads, kernel_shifts(model, 3))]))
-        set_(self, "_values", np.stack([v for _, v in heads]))
         frame = grid.tangent_frame()
-        # e . V_h N = (V_h^T e) . N: the frame seen through each value matrix, (heads, 2, 3, nlat, nphi)
-        set_(self, "_projected_values", frame if self.linear else
-             np.stack([np.einsum("ji,fjab->fiab", v, frame) for _, v in heads]))
         factors, scaled = energy_factors(model, 3)
         set_(self, "energy_scaled", scaled)
-        set_(self, "_energy_factors", factors)
+        set_(self, "_tables", _KernelTables(
+            inputs=np.array([grid.transform.idx(int(l), int(m)) for l, m in zip(quadrature.l, quadrature.m)]),
+            outputs=outputs, quadrature=quadrature, low=low,
+            directions=np.moveaxis(_points(quadrature).reshape(nlat, 2 * nlat, 3), -1, 0).copy(),
+            matrix=np.concatenate([_kernel_matrix(a, model.beta, s, quadrature, outputs)
+                                   for (a, _), s in zip(heads, kernel_shifts(model, 3))]),
+            values=np.stack([v for _, v in heads]),
+            # e . V_h N = (V_h^T e) . N: the frame seen through each value matrix, (heads, 2, 3, nlat, nphi)
+            projected_values=frame if self.linear else np.stack([np.einsum("ji,fjab->fiab", v, frame)
+                                                                 for _, v in heads]),
+            energy_factors=factors))
 
     # ------------------------------------------------------------------ fields
     def _sums(self, coefficients: np.ndarray) -> np.ndarray:
@@ -158,24 +164,25 @@ class GeneralSphereInteraction:
         The kernel acts on ``rho`` and on :math:`y_i\rho` (formed on the quadrature grid, exact
         to the degrees the kernel sees): one product of the stacked heads' matrices with four columns.
         """
-        quadrature = self._quadrature
-        low_rho = np.ascontiguousarray(coefficients[self._inputs])
+        tables = self._tables
+        quadrature = tables.quadrature
+        low_rho = np.ascontiguousarray(coefficients[tables.inputs])
         values = quadrature.synth(low_rho)
-        moments = [low_rho] + [quadrature.analys(np.ascontiguousarray(values * y)) for y in self._directions]
+        moments = [low_rho] + [quadrature.analys(np.ascontiguousarray(values * y)) for y in tables.directions]
         packed = np.stack([np.concatenate([f.real, f.imag]) for f in moments], axis=-1)  # (2 nlm, 4)
-        result = (self._matrix @ packed).reshape(-1, 2, self._outputs.size, 4)
+        result = (tables.matrix @ packed).reshape(-1, 2, tables.outputs.size, 4)
         return np.moveaxis(result[:, 0] + 1j * result[:, 1], -1, 1)
 
     def _synthesise(self, fields: np.ndarray) -> np.ndarray:
-        return np.stack([self._low.synth(np.ascontiguousarray(f)) for f in fields])
+        return np.stack([self._tables.low.synth(np.ascontiguousarray(f)) for f in fields])
 
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Grid components (colatitude, longitude) of the attention velocity."""
         sums = self._sums(coefficients)
         if self.linear:
             # sum_h V_h N_h is linear: combine the coefficients, then three syntheses in all
-            output = self._synthesise(np.einsum("hce,hej->cj", self._values, sums[:, 1:]))
-            along = np.einsum("fiab,iab->fab", self._projected_values, output)
+            output = self._synthesise(np.einsum("hce,hej->cj", self._tables.values, sums[:, 1:]))
+            along = np.einsum("fiab,iab->fab", self._tables.projected_values, output)
             return along[0], along[1]
         fields = self._synthesise(sums.reshape(-1, sums.shape[-1])).reshape(*sums.shape[:2], *self.grid.shape)
         means = fields[:, 1:] / np.maximum(fields[:, :1], np.finfo(float).tiny)
@@ -183,7 +190,7 @@ class GeneralSphereInteraction:
         norms = np.sqrt(np.sum(means * means, axis=1, keepdims=True))
         if norms.max() > 1.0:
             means /= np.maximum(norms, 1.0)
-        along = np.einsum("hfiab,hiab->fab", self._projected_values, means)
+        along = np.einsum("hfiab,hiab->fab", self._tables.projected_values, means)
         return along[0], along[1]
 
     def energy(self, coefficients: np.ndarray) -> float:
@@ -197,10 +204,10 @@ class GeneralSphereInteraction:
             mean = np.array([grid.integrate(c * rho) for c in np.moveaxis(grid.points(), -1, 0)])
             return float(sum(0.5 * mean @ a @ mean for a, _ in head_matrices(model, 3)))
         potentials = self._sums(coefficients)[:, 0]
-        low_rho = coefficients[self._inputs[self._outputs]]
-        weight = np.where(self._low.m == 0, 1.0, 2.0)
+        low_rho = coefficients[self._tables.inputs[self._tables.outputs]]
+        weight = np.where(self._tables.low.m == 0, 1.0, 2.0)
         inner = np.sum(weight * (potentials.conj() * low_rho).real, axis=-1)
-        return float(np.dot(self._energy_factors, inner) / (2.0 * model.beta))
+        return float(np.dot(self._tables.energy_factors, inner) / (2.0 * model.beta))
 
     @property
     def gradient_flow(self) -> bool:

@@ -148,7 +148,7 @@ def test_relative_paths_are_taken_from_the_config_folder(tmp_path, monkeypatch):
                    .replace(f'output = "{tmp_path / "out"}"', 'output = "results"'))
     monkeypatch.chdir(tmp_path)
     loaded = load_config(config)
-    assert loaded["output"] == str(folder / "results") and loaded["initial"]["path"] == str(folder / "rho.npy")
+    assert loaded.output == str(folder / "results") and loaded.initial.path == str(folder / "rho.npy")
 
 
 def test_particles_from_a_file_take_any_number_of_cells(tmp_path):

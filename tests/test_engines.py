@@ -62,12 +62,12 @@ def test_the_array_api_engine_agrees_with_the_reference(name, rng):
 
 
 def test_the_check_catches_an_engine_that_is_off(rng, monkeypatch):
-    """An engine whose drift is off by 1e-9 of its scale is named."""
+    """An engine whose velocity is off by 1e-9 of its scale is named."""
     model = mf.SelfAttention(2.0)
     x = mf.sample_uniform(16, 3, rng, batch=2)
     engine = engines_for(model, x)["fused"]
-    drift = engine.drift
-    monkeypatch.setattr(type(engine), "drift", lambda self, y: drift(y) * (1 + 1e-9))
-    with pytest.raises(AssertionError, match="engine 'fused'.*drift"):
+    drift = engine.velocity_unchecked
+    monkeypatch.setattr(type(engine), "velocity_unchecked", lambda self, y: drift(y) * (1 + 1e-9))
+    with pytest.raises(AssertionError, match="engine 'fused'.*velocity_unchecked"):
         check_consistency(model, x)
 

@@ -13,6 +13,7 @@ import pytest
 import xarray as xr
 
 from validation.app import ConfigError, check_config, load_config
+from validation.app.config import ExperimentConfig
 from validation.app.experiment import run_experiment
 
 # sweep configs: tests/test_sweep.py; configs without [model] belong to their example script
@@ -30,9 +31,10 @@ def write_config(path: Path, text: str) -> Path:
     return path
 
 
-def short(config: dict, output: Path, stop: float = 0.5, count: int = 3) -> dict:
-    config = dict(config, output=str(output), times={"start": 0.0, "stop": stop, "count": count})
-    return check_config(config)
+def short(config: ExperimentConfig | dict, output: Path, stop: float = 0.5, count: int = 3) -> ExperimentConfig:
+    tables = config.to_dict() if isinstance(config, ExperimentConfig) else config
+    tables = dict(tables, output=str(output), times={"start": 0.0, "stop": stop, "count": count})
+    return check_config(tables)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
@@ -48,7 +50,7 @@ def test_config_round_trip_reruns_the_same_experiment(tmp_path):
     first = run_experiment(config, progress=False)
     reopened = xr.open_dataset(tmp_path / "first" / "dataset.nc")
     recovered = json.loads(reopened.attrs["config"])
-    assert recovered == json.loads(json.dumps(config))
+    assert recovered == json.loads(json.dumps(config.to_dict()))
     recovered["output"] = str(tmp_path / "second")
     second = run_experiment(check_config(recovered), progress=False)
     variable = "x" if "x" in first else "rho"

@@ -189,7 +189,7 @@ def interrupted_run(config: dict, monkeypatch) -> Path:
         patch.setattr(experiment, "write_atomically", interrupt_at_the_dataset)
         with pytest.raises(KeyboardInterrupt):
             experiment.run_experiment(config, progress=False)
-    return Path(config["output"]) / experiment.CHECKPOINTS
+    return Path(config.output) / experiment.CHECKPOINTS
 
 
 @pytest.mark.parametrize("make", [circle_config, noisy_particles_config], ids=["CircleFV", "noisy-particles"])

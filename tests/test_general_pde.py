@@ -119,7 +119,7 @@ def test_configs_take_matrices_and_a_perceptron(tmp_path):
     model = mf.model_from_dict(ds.attrs["model"])
     np.testing.assert_array_equal(model.query[0], QUERY[0])
     np.testing.assert_array_equal(model.external.weights, [1.0, -0.5])
-    assert load_config(config)["model"]["key"] == [[0.9, 0.0], [0.2, 1.0]]
+    assert load_config(config).model.key == ((0.9, 0.0), (0.2, 1.0))
 
 
 @pytest.mark.parametrize("geometry,key,method,message", [

@@ -92,7 +92,7 @@ def test_fused_modes_agree_with_the_model_over_many_blocks(name, d, n):
     a = model.attention_output(x)
     scale = np.abs(a).max()
     np.testing.assert_allclose(fused.attention_output(off), a, rtol=0, atol=1e-13 * scale)
-    np.testing.assert_allclose(fused.drift(off), model.drift(x), rtol=0, atol=1e-13 * scale)
+    np.testing.assert_allclose(fused.velocity_unchecked(off), model.velocity_unchecked(x), rtol=0, atol=1e-13 * scale)
     noise = np.random.default_rng(2).normal(size=x.shape)
     h, sigma = 0.1, 0.3
     radial = lambda v: np.sum(v * x, axis=-1, keepdims=True) * x  # noqa: E731
@@ -246,10 +246,10 @@ def test_fused_kernel_keeps_no_state_between_calls():
     rng = np.random.default_rng(5)
     model = mf.SelfAttention(2.0, value=np.diag([1.0, 0.5, -0.3]), query=np.eye(3), key=np.eye(3))
     small, large = mf.sample_uniform(8, 3, rng, batch=3), mf.sample_uniform(16, 3, rng, batch=5)
-    fresh = [FusedAttention(model).step(small, 0.1, project=True), FusedAttention(model).drift(2.0 * large),
+    fresh = [FusedAttention(model).step(small, 0.1, project=True), FusedAttention(model).velocity_unchecked(2.0 * large),
              FusedAttention(model).attention_output(small)]
     kept = FusedAttention(model)
-    results = [kept.step(small, 0.1, project=True), kept.drift(2.0 * large), kept.attention_output(small)]
+    results = [kept.step(small, 0.1, project=True), kept.velocity_unchecked(2.0 * large), kept.attention_output(small)]
     for got, expected in zip(results, fresh):
         np.testing.assert_array_equal(got, expected)
     assert not any(np.shares_memory(r, work) for work in kept._work

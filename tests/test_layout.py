@@ -115,7 +115,7 @@ def test_every_exception_and_warning_the_library_defines_is_exported(package):
 
 def test_importing_the_library_leaves_the_matplotlib_backend_alone():
     code = ("import matplotlib\nmatplotlib.use('svg')\n"
-            "import meanfield, solvers, validation, validation.figures, validation.app, validation.app.figures\n"
+            "import meanfield, solvers, validation, validation.figures, validation.app, validation.app.experiment_figures\n"
             "print(matplotlib.get_backend())")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "svg"

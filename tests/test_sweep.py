@@ -228,7 +228,7 @@ def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeyp
     import validation.app.sweep as sweep_module
 
     def fails_at_beta_4(tasks):
-        if any(task.config["model"]["beta"] == 4.0 for task in tasks):
+        if any(task.config.model.beta == 4.0 for task in tasks):
             raise FloatingPointError("injected failure")
         return chunks(tasks)
 
@@ -243,7 +243,7 @@ def test_a_failing_task_stops_the_sweep_keeping_finished_tasks(tmp_path, monkeyp
         with pytest.raises(sweep_module.SweepTaskError, match=message):
             run_sweep(sweep, scheduler=cluster.scheduler_address, progress=False)
     finished = {path.stem for path in (sweep.output / "parts").glob("*.npz")}
-    assert all(task.config["model"]["beta"] == 0.5 for task in plan_tasks(sweep) if task.key in finished)
+    assert all(task.config.model.beta == 0.5 for task in plan_tasks(sweep) if task.key in finished)
     assert finished or device != "numpy"  # a device batch holds both betas: nothing of this row finishes
 
 
@@ -311,7 +311,7 @@ def test_a_device_sweep_runs_each_row_of_betas_as_one_batch_with_the_numbers_of_
     for index, config in sweep.points():
         beta, d = sweep.grid["beta"][index[0]], sweep.grid["d"][index[1]]
         numpy_point = [point for numpy_index, point in numpy_sweep.points()
-                       if point["model"]["beta"] == beta and point["method"]["d"] == d]
+                       if point.model.beta == beta and point.method.d == d]
         if not numpy_point:  # beta = 9 is not in the numpy sweep's grid: its point alone on the device
             point = run_point(sweep, config)
         else:
@@ -373,7 +373,7 @@ def test_batches_of_a_sweep_without_method_d_take_the_geometry_dimension(tmp_pat
     path.write_text(path.read_text().replace("d = [2, 5]\n", "").replace(
         'file = "sweep.nc"', f'file = "sweep.nc"\ndevice = "{device}"'))
     tasks = plan_tasks(load_sweep_config(path))
-    assert all(task.config["method"]["d"] is None for task in tasks)
+    assert all(task.config.method.d is None for task in tasks)
     batches = plan_batches(tasks, workers=1)
     assert sorted(len(batch) for batch in batches) == ([1] * 6 if device == "numpy" else [2, 2, 2])  # 6 tasks: 1 each
 
@@ -471,7 +471,7 @@ def test_layer_scheme_phase_diagram_matches_an_independent_simple_implementation
     sweep = load_sweep_config(path)
     rng = np.random.default_rng(2024)
     for index, config in sweep.points():
-        beta = config["model"]["beta"]
+        beta = config.model.beta
         ours = run_point(sweep, config)["clustered_probability"][-1]
         angles = rng.uniform(0.0, 2.0 * np.pi, size=(realisations, n))
         x = np.stack([np.cos(angles), np.sin(angles)], axis=-1)

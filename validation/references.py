@@ -32,7 +32,7 @@ def growth_rate(model, degree: int, d: int) -> float:
         return 0.0
     if not model.velocity_is_linear:
         spectrum = model.kernel_spectrum(degree, d)
-        drive = model.value_sign * spectrum[degree] / (model.beta * spectrum[0])
+        drive = model.value_scale * spectrum[degree] / (model.beta * spectrum[0])
     else:
         drive = model.potential_spectrum(degree, d)[degree] / sphere_area(d)
     return float(eigen * (drive - model.diffusion))
@@ -76,7 +76,7 @@ def orthogonal_token_clustering_time(model, n: int, level: float, horizon: float
 
 
 def _orthogonal_token_rhs(model, n: int):
-    beta, c = model.beta, model.value_sign
+    beta, c = model.beta, model.value_scale
     if model.normalized:
         def rhs(t, r):
             return 2 * c * (1 - r) * (1 + (n - 1) * r) / (np.exp(beta * (1 - r)) + n - 1)
@@ -127,7 +127,7 @@ def circle_stationary_density(model, cells: int, start: np.ndarray, *, tol: floa
     for _ in range(max_iterations):
         convolution = np.fft.irfft(symbol * np.fft.rfft(rho), cells)
         if nonlinear:
-            phi = model.value_sign * np.log(convolution) / model.beta
+            phi = model.value_scale * np.log(convolution) / model.beta
         else:
             phi = convolution
         gibbs = np.exp((phi - phi.max()) / diffusion)

@@ -1,6 +1,6 @@
 """The particle engines: faster implementations of the models' reference right-hand sides.
 
-Each engine computes what a model's own numpy methods define (the reference: the drift
+Each engine computes what a model's own numpy methods define (the reference: the velocity
 :math:`P_x a` and the attention output :math:`a`, :mod:`meanfield.models`), on batches
 ``(systems, n, d)``; no model imports an engine. :func:`select_kernel` chooses one for a run,
 :func:`check_consistency` compares any engine with the reference.

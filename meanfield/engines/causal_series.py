@@ -29,7 +29,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .fused import _FAST, OutputKernel
+from .fused import FAST_MATH, OutputKernel
 from .series import series_degree
 
 #: Largest ``2 beta + alibi`` at which causal SA takes the series by default (see module docstring).
@@ -37,7 +37,7 @@ SA_SERIES_MAX_EXPONENT = 10.0
 
 
 class CausalCircleSeries(OutputKernel):
-    """Attention output, drift and step of a :class:`~meanfield.causal.CausalAttention` on the circle, ``O(n K)``."""
+    """Attention output, velocity and step of a :class:`~meanfield.causal.CausalAttention` on the circle, ``O(n K)``."""
 
     name = "series"
 
@@ -61,7 +61,7 @@ class CausalCircleSeries(OutputKernel):
         return out.reshape(unit.shape)
 
 
-@numba.njit(cache=True, fastmath=_FAST, parallel=True)
+@numba.njit(cache=True, fastmath=FAST_MATH, parallel=True)
 def _causal_circle(x, a, decay, normalized, include_self, value, totals, out):
     """``out_i = c N_i / D_i`` (SA) or ``c N_i / Z_i`` (USA); zero where nothing is seen (module docstring)."""
     b, n, _ = x.shape

@@ -21,7 +21,7 @@ class Consistency:
     """How far one engine is from the reference (relative to the attention output's scale; steps absolute)."""
 
     engine: str
-    drift: float
+    velocity: float
     attention_output: float
     step: float
 
@@ -45,10 +45,10 @@ def engines_for(model, x) -> dict:
 def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consistency]:
     r"""Compare every engine that accepts ``model`` with the model's reference on ``x``.
 
-    The reference is the model's own numpy methods (``drift``, ``attention_output``, and the
-    step :math:`\mathrm{normalize}(x + h v)` built from them); each engine's drift and
+    The reference is the model's own numpy methods (``velocity_unchecked``, ``attention_output``, and the
+    step :math:`\mathrm{normalize}(x + h v)` built from them); each engine's velocity and
     attention output must agree with it to ``rtol`` of the largest attention output (the
-    drift :math:`P_x a` cancels most of :math:`a`, not its round-off), and its steps (projected
+    velocity :math:`P_x a` cancels most of :math:`a`, not its round-off), and its steps (projected
     and not) to ``rtol`` of the unit points: the round-off of sums of ``n`` terms.
 
     Parameters
@@ -73,21 +73,21 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
         Naming the engine, the quantity and the discrepancy, when one exceeds ``rtol``.
     """
     reference = NumpyKernel(model)
-    expected = {"drift": reference.drift(x), "attention_output": reference.attention_output(x),
+    expected = {"velocity_unchecked": reference.velocity_unchecked(x), "attention_output": reference.attention_output(x),
                 "step": reference.step(x, STEP, project=True), "layer": reference.step(x, STEP, project=False)}
     output_scale = float(np.abs(expected["attention_output"]).max()) or 1.0
     if like is not None:
         x = array_namespace(like).asarray(x)
     records = []
     for name, engine in engines_for(model, x).items():
-        found = {"drift": engine.drift(x), "attention_output": engine.attention_output(x),
+        found = {"velocity_unchecked": engine.velocity_unchecked(x), "attention_output": engine.attention_output(x),
                  "step": engine.step(x, STEP, project=True), "layer": engine.step(x, STEP, project=False)}
-        scale = {"drift": output_scale, "attention_output": output_scale, "step": 1.0, "layer": 1.0}
+        scale = {"velocity_unchecked": output_scale, "attention_output": output_scale, "step": 1.0, "layer": 1.0}
         errors = {key: float(np.abs(to_numpy(found[key]) - expected[key]).max()) / scale[key] for key in expected}
         for key, error in errors.items():
             if not error <= rtol:
                 raise AssertionError(f"engine {name!r} ({type(engine).__name__}) is {error:.3g} (relative) from "
                                      f"the reference {key} of {model!r} on x of shape {tuple(x.shape)} (rtol {rtol:g})")
-        records.append(Consistency(name, errors["drift"], errors["attention_output"], max(errors["step"], errors["layer"])))
+        records.append(Consistency(name, errors["velocity_unchecked"], errors["attention_output"], max(errors["step"], errors["layer"])))
     return records
 

@@ -13,7 +13,7 @@ each block through all its passes while it is in the cache:
 4. the product of the weights with ``[u, 1]``, which gives the weighted sums and, in its
    last column, the softmax denominators,
 5. division, the value matrix, the tangent projection, the residual step, the noise and the
-   normalization in one numba pass over the tokens (:func:`_finish_rows`).
+   normalization in one numba pass over the tokens (:func:`finish_rows`).
 
 The products are BLAS calls per system: numpy's batched ``matmul`` up to
 :data:`SMALL_DIMENSION` and for general matrices; above it, for zonal models, a numba loop
@@ -30,7 +30,7 @@ it is :math:`\beta` (the self term, the largest logit of unit vectors), otherwis
 maximum. For USA it is the model's own (``0``, or :math:`\beta\|Q^TK\|` when
 time-rescaled), which is part of the kernel.
 
-The numbers equal :meth:`SelfAttention.drift` and the steps of :mod:`meanfield.particles`
+The numbers equal :meth:`SelfAttention.velocity_unchecked` and the steps of :mod:`meanfield.particles`
 on the numpy path up to round-off (sums in another order).
 """
 
@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from ..checks import EXP_OVERFLOW
+from ..protocols import NO_SETTINGS
 from ..sphere import normalize
 
 #: Doubles held at once per block of systems (tokens, weights, sums, keys, output): 2^17 = 1 MiB,
@@ -54,7 +55,7 @@ MAX_TOKENS = 256
 UNSHIFTED_BETA = EXP_OVERFLOW - 100.0
 
 # Reassociation lets LLVM vectorize the reductions; no flag that assumes finite values.
-_FAST = {"reassoc", "contract", "nsz", "arcp"}
+FAST_MATH = {"reassoc", "contract", "nsz", "arcp"}
 
 
 #: Up to this dimension the zonal kernel takes numpy's batched products (one call per block,
@@ -63,13 +64,13 @@ _FAST = {"reassoc", "contract", "nsz", "arcp"}
 #: ``benchmarks/bench_particles.py``).
 SMALL_DIMENSION = 12
 
-_NO_NOISE = np.empty((1, 0, 0))  # "no noise": one system of no tokens
+NO_NOISE = np.empty((1, 0, 0))  # "no noise": one system of no tokens
 
-# Passes of one system's rows (:func:`_finish_rows`): the attention output, the velocity, a step.
+# Passes of one system's rows (:func:`finish_rows`): the attention output, the velocity, a step.
 OUTPUT, VELOCITY, STEP = 0, 1, 2
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
 def _prepare_system(tokens, normalize, beta, ext, keys):
     r"""``ext = [u, 1]`` (``n x (d + 1)``) and ``keys[:d] = \beta u^T``, ``u = x / |x|`` or ``x``.
 
@@ -91,7 +92,7 @@ def _prepare_system(tokens, normalize, beta, ext, keys):
             keys[c, i] = beta * ext[i, c]
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _zonal_logits(x, start, normalize, beta, shift, extended, keys, logits):
     r"""For the systems ``x[start:start + len(logits)]``: prepare them (:func:`_prepare_system`)
     and write :math:`\beta\langle u_i, u_j\rangle - m` into ``logits``."""
@@ -106,19 +107,19 @@ def _zonal_logits(x, start, normalize, beta, shift, extended, keys, logits):
                     g[i, j] -= shift
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _zonal_finish(weights, extended, start, weight, denominator, mode, h, project, noise, noise_scale, sums,
                   out):
     """Per system: ``S = W [u, 1]`` into the scratch ``sums`` (``n x (d + 1)``), then its rows
-    (:func:`_finish_rows`) into ``out[start + s]``."""
+    (:func:`finish_rows`) into ``out[start + s]``."""
     for s in range(weights.shape[0]):
         np.dot(weights[s], extended[s], sums[0])
-        _finish_rows(extended, s, sums, 0, out.shape[2], weight, denominator, mode, h, project, noise, start + s,
+        finish_rows(extended, s, sums, 0, out.shape[2], weight, denominator, mode, h, project, noise, start + s,
                      noise_scale, out, start + s)
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
-def _finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise, ns, noise_scale, out, os):
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+def finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise, ns, noise_scale, out, os):
     r"""The rows of one system from its sums: ``a_i = w S_i / Z_i`` (``S = sums[ss, :, :d]``,
     ``Z`` the last column, or ``denominator`` if nonzero), then per ``mode``: ``out[os] = a``
     (OUTPUT), :math:`P_x a` (VELOCITY), or the step :math:`(x + h v + \sigma P_x \xi)/|\cdot|`
@@ -170,9 +171,9 @@ def _finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, nois
                 out[os, i, c] *= inverse
 
 
-@numba.njit(cache=True, fastmath=_FAST)
-def _finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise_scale, out):
-    """:func:`_finish_rows` for every system of ``(b, n, .)`` arrays (``noise`` as ``x``).
+@numba.njit(cache=True, fastmath=FAST_MATH)
+def finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise_scale, out):
+    """:func:`finish_rows` for every system of ``(b, n, .)`` arrays (``noise`` as ``x``).
 
     On the circle and S^2 with the number of components compiled in: at d = 2 the loops
     with ``d`` known only at run time took 0.47 us per system of 32 tokens, 2.5x the pass
@@ -186,10 +187,10 @@ def _finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise
         _finish_each(x, sums, out.shape[2], weight, denominator, mode, h, project, noise, noise_scale, out)
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
 def _finish_each(x, sums, d, weight, denominator, mode, h, project, noise, noise_scale, out):
     for s in range(out.shape[0]):
-        _finish_rows(x, s, sums, s, d, weight, denominator, mode, h, project, noise, s, noise_scale, out, s)
+        finish_rows(x, s, sums, s, d, weight, denominator, mode, h, project, noise, s, noise_scale, out, s)
 
 
 #: Dimensions whose zonal kernel runs as numba loops compiled for that number of components
@@ -198,7 +199,7 @@ def _finish_each(x, sums, d, weight, denominator, mode, h, project, noise, noise
 UNROLLED_DIMENSIONS = (2, 3)
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
 def _logits_of(x, start, d, normalize, beta, shift, extended, tokens, logits):
     r"""For the systems ``x[start:start + len(logits)]``: ``tokens[s, :d] = u^T``,
     ``extended[s] = [u, 1]`` if ``normalize`` (else ``u = x``, read from ``x``), and the logits
@@ -219,7 +220,7 @@ def _logits_of(x, start, d, normalize, beta, shift, extended, tokens, logits):
                 logits[s, i, j] = acc
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
 def _row_sums(weights, s, i, tokens, d, sums):
     """``sums[0, i] = (W u)_i, (W 1)_i`` in one pass along the row, the sums in scalars.
 
@@ -247,22 +248,22 @@ def _row_sums(weights, s, i, tokens, d, sums):
         sums[0, i, 0], sums[0, i, 1], sums[0, i, 2], sums[0, i, 3] = first, second, third, total
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
 def _finish_of(weights, x, start, d, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
                noise_scale, sums, out):
-    """Per system: the sums of each row (:func:`_row_sums`), then :func:`_finish_rows`, ``d`` a constant."""
+    """Per system: the sums of each row (:func:`_row_sums`), then :func:`finish_rows`, ``d`` a constant."""
     size, n, _ = weights.shape
     for s in range(size):
         for i in range(n):
             _row_sums(weights, s, i, tokens, d, sums)
         units, system = (extended, s) if normalize else (x, start + s)
-        _finish_rows(units, system, sums, 0, d, weight, denominator, mode, h, project, noise, start + s, noise_scale,
+        finish_rows(units, system, sums, 0, d, weight, denominator, mode, h, project, noise, start + s, noise_scale,
                      out, start + s)
 
 
 # One entry per pass; each branch is its own copy of the loops with d compiled in (LLVM
 # unrolls the components and vectorizes along the tokens).
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _unrolled_logits(x, start, normalize, beta, shift, extended, tokens, logits):
     if x.shape[2] == 2:
         _logits_of(x, start, 2, normalize, beta, shift, extended, tokens, logits)
@@ -270,7 +271,7 @@ def _unrolled_logits(x, start, normalize, beta, shift, extended, tokens, logits)
         _logits_of(x, start, 3, normalize, beta, shift, extended, tokens, logits)
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _unrolled_finish(weights, x, start, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
                      noise_scale, sums, out):
     if x.shape[2] == 2:
@@ -281,14 +282,14 @@ def _unrolled_finish(weights, x, start, normalize, extended, tokens, weight, den
                    noise_scale, sums, out)
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _prepare_into(x, start, normalize, beta, extended, keys):
     """:func:`_prepare_system` for the systems ``x[start:start + len(extended)]``."""
     for s in range(extended.shape[0]):
         _prepare_system(x[start + s], normalize, beta, extended[s], keys[s])
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _exponents(g, row_max, shift):
     """``g <- g - m_i`` in place (``g`` the logits), ``m_i`` the row maximum (``row_max``) or ``shift``."""
     b, n, m = g.shape
@@ -303,7 +304,7 @@ def _exponents(g, row_max, shift):
                 g[s, i, j] = g[s, i, j] - offset
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _add_head(sums, normalized, values, first, out):
     r"""``out_i (+)= V (S_i / Z_i)``: ``S = sums[..., :d]``, ``Z`` its last column (SA) or ``n`` (USA)."""
     b, n, d = out.shape
@@ -321,7 +322,7 @@ def _add_head(sums, normalized, values, first, out):
 
 
 class FusedAttention:
-    r"""The attention output, drift and Euler/layer step of a :class:`SelfAttention` on ``(b, n, d)`` arrays.
+    r"""The attention output, velocity and Euler/layer step of a :class:`SelfAttention` on ``(b, n, d)`` arrays.
 
     Parameters
     ----------
@@ -346,13 +347,14 @@ class FusedAttention:
         self._work: tuple[np.ndarray, ...] | None = None  # kept for the run: see _work_arrays
 
     name = "fused"
+    settings = NO_SETTINGS
     normalize = staticmethod(normalize)
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         """:math:`a_i` at ``x / |x|``, shape ``(b, n, d)``."""
         return self._run(x, OUTPUT, normalize=True)
 
-    def drift(self, x: np.ndarray) -> np.ndarray:
+    def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
         """:math:`P_{x_i} a_i` at ``x / |x|``: the velocity, extended off the sphere."""
         return self._run(x, VELOCITY, normalize=True)
 
@@ -360,7 +362,7 @@ class FusedAttention:
              noise_scale: float = 0.0) -> np.ndarray:
         r"""One step from unit vectors ``x``: :math:`(x + h v + \sigma P_x\xi)/|\cdot|`, :math:`v = P_x a` or :math:`a`."""
         return self._run(x, STEP, normalize=False, h=h, project=project,
-                         noise=_NO_NOISE if noise is None else noise, noise_scale=noise_scale)
+                         noise=NO_NOISE if noise is None else noise, noise_scale=noise_scale)
 
     def _work_arrays(self, block: int, n: int, d: int) -> tuple[np.ndarray, ...]:
         """Per block: ``[u, 1]``, ``beta u^T`` with a zero last row (``u^T`` for the unrolled loops), logits, sums.
@@ -376,7 +378,7 @@ class FusedAttention:
         return self._work
 
     def _run(self, x: np.ndarray, mode: int, *, normalize: bool, h: float = 0.0, project: bool = True,
-             noise: np.ndarray = _NO_NOISE, noise_scale: float = 0.0) -> np.ndarray:
+             noise: np.ndarray = NO_NOISE, noise_scale: float = 0.0) -> np.ndarray:
         """The attention output, the velocity or the next positions (``mode``), block by block:
         each block of systems goes through all passes while its arrays are in the L2 cache."""
         x = np.ascontiguousarray(x, dtype=float)
@@ -412,7 +414,7 @@ class FusedAttention:
                 np.matmul(g, ext, out=total)
                 if not self.zonal:
                     _add_head(total, self.normalized, self.values[head], head == 0, result)
-            _finish_systems(ext, total if self.zonal else result, weight, denominator, mode, h, project,
+            finish_systems(ext, total if self.zonal else result, weight, denominator, mode, h, project,
                             noise[start:start + size] if noise.shape[1] else noise, noise_scale, result)
         return out
 
@@ -428,7 +430,7 @@ def _general_matrices(model) -> tuple[np.ndarray, np.ndarray]:
 
 
 class OutputKernel:
-    """Attention output, drift and Euler/layer step of a kernel that defines ``_attention(unit)``.
+    """Attention output, velocity and Euler/layer step of a kernel that defines ``_attention(unit)``.
 
     ``_attention`` maps unit vectors ``(b, n, d)`` (or ``(n, d)``) to the attention output of
     the same shape; the projection, the step, the noise and the normalization are the fused
@@ -436,21 +438,22 @@ class OutputKernel:
     """
 
     normalize = staticmethod(normalize)
+    settings = NO_SETTINGS
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         return self._attention(normalize(x))
 
-    def drift(self, x: np.ndarray) -> np.ndarray:
+    def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
         unit = np.ascontiguousarray(normalize(x)).reshape((-1,) + x.shape[-2:])
         a = self._attention(unit)
-        _finish_systems(unit, a, 1.0, 1.0, VELOCITY, 0.0, True, _NO_NOISE, 0.0, a)
+        finish_systems(unit, a, 1.0, 1.0, VELOCITY, 0.0, True, NO_NOISE, 0.0, a)
         return a.reshape(x.shape)
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
              noise_scale: float = 0.0) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=float)
         a = self._attention(x)
-        _finish_systems(x, a, 1.0, 1.0, STEP, h, project, _NO_NOISE if noise is None else noise, noise_scale, a)
+        finish_systems(x, a, 1.0, 1.0, STEP, h, project, NO_NOISE if noise is None else noise, noise_scale, a)
         return a
 
     def _attention(self, unit: np.ndarray) -> np.ndarray:

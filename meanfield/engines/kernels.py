@@ -1,7 +1,7 @@
 r"""The velocity kernels behind the particle integrators, and which one a run uses.
 
 Four implementations of the same three operations on batches ``(b, n, d)`` of tokens:
-the attention output :math:`a_i` and the drift :math:`P_{x_i} a_i` at ``x / |x|``, and one
+the attention output :math:`a_i` and the velocity :math:`P_{x_i} a_i` at ``x / |x|``, and one
 step :math:`x \leftarrow (x + h v + \sigma P_x \xi)/|\cdot|` with :math:`v = P_x a`
 (projected Euler) or :math:`v = a` (the Transformer layer):
 
@@ -27,7 +27,7 @@ Causal models (:class:`meanfield.causal.CausalAttention`) take ``"numpy"`` (thei
 causal sum) or, on the circle, ``"series"`` (:mod:`meanfield.engines.causal_series`: the Fourier
 series with a causal scan over positions).
 
-All implement the model's reference drift and attention output (the model's own numpy
+All implement the model's reference velocity and attention output (the model's own numpy
 methods, ``"numpy"`` here) and agree with it to round-off: :func:`meanfield.engines.check_consistency`
 compares them, and the tests run it for every engine and model.
 
@@ -45,6 +45,7 @@ import numpy as np
 from array_api_compat import array_namespace, device, is_cupy_array, is_torch_array
 
 from ..models import SelfAttention
+from ..protocols import NO_SETTINGS
 from ..sphere import normalize, project_tangent
 
 KERNELS = ("auto", "fused", "numpy", "series")
@@ -81,9 +82,9 @@ def select_kernel(model, x, kernel: str = "auto", betas=None):
         if kernel != "auto":
             raise ValueError(f"betas run on the array API kernel: pass kernel='auto', got {kernel!r}")
         return ArrayAPIKernel(model, x, check_betas(model, betas, x.shape[0]))
-    if getattr(model, "causal", False):
+    if model.causal:
         return _causal_kernel(model, x, kernel)
-    external = getattr(model, "external", None)
+    external = model.external
     if external is not None:
         if not is_numpy(x):
             raise ValueError("an external field (perceptron) is evaluated on numpy arrays; arrays of "
@@ -114,7 +115,7 @@ def _attention_kernel(model, x, kernel: str):
 
 def check_betas(model, betas, systems: int) -> np.ndarray:
     """Per-system inverse temperatures for ``model``: shape ``(systems,)``, each a valid ``model.beta``."""
-    if not isinstance(model, SelfAttention) or getattr(model, "external", None) is not None:
+    if not isinstance(model, SelfAttention) or model.external is not None:
         raise ValueError(f"betas (one beta per system) take a SelfAttention model without external field, "
                          f"got {model!r}")
     values = np.asarray(to_numpy(betas), dtype=float)
@@ -217,16 +218,17 @@ class NumpyKernel:
     """The model's own numpy methods (any model, any number of tokens)."""
 
     name = "numpy"
+    settings = NO_SETTINGS
 
     normalize = staticmethod(normalize)
 
     def __init__(self, model) -> None:
-        self.drift = model.drift
+        self.velocity_unchecked = model.velocity_unchecked
         self.attention_output = model.attention_output
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
              noise_scale: float = 0.0) -> np.ndarray:
-        step = h * (self.drift(x) if project else self.attention_output(x))
+        step = h * (self.velocity_unchecked(x) if project else self.attention_output(x))
         if noise is not None:
             step += noise_scale * project_tangent(x, noise)
         return normalize(x + step)
@@ -238,12 +240,12 @@ class ExternalFieldKernel(NumpyKernel):
     def __init__(self, inner, external) -> None:
         self.inner, self.external = inner, external
         self.name = inner.name
-        self.settings = getattr(inner, "settings", {})
+        self.settings = inner.settings
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         return self.inner.attention_output(x) + self.external.field(normalize(x))
 
-    def drift(self, x: np.ndarray) -> np.ndarray:
+    def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
         return project_tangent(normalize(x), self.attention_output(x))
 
 
@@ -258,6 +260,7 @@ class ArrayAPIKernel:
     """
 
     name = "array_api"
+    settings = NO_SETTINGS
 
     def __init__(self, model, like, betas=None) -> None:
         if not isinstance(model, SelfAttention):
@@ -291,7 +294,7 @@ class ArrayAPIKernel:
     def attention_output(self, x):
         return self._attention(self.normalize(x))
 
-    def drift(self, x):
+    def velocity_unchecked(self, x):
         unit = self.normalize(x)
         return self._project(unit, self._attention(unit))
 

@@ -41,7 +41,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .fused import _FAST, _NO_NOISE, OUTPUT, STEP, VELOCITY, OutputKernel, _finish_rows, _finish_systems
+from .fused import FAST_MATH, NO_NOISE, OUTPUT, STEP, VELOCITY, OutputKernel, finish_rows, finish_systems
+from ..models import SelfAttention
 from ..spectra import SERIES_TAIL, truncation_degree
 from ..sphere import normalize
 
@@ -87,7 +88,7 @@ def circle_series_tabled(n: int, harmonics: int) -> bool:
 
 
 class SeriesAttention(OutputKernel):
-    r"""Attention output, drift and step of a zonal :class:`SelfAttention` by its kernel's series.
+    r"""Attention output, velocity and step of a zonal :class:`SelfAttention` by its kernel's series.
 
     Parameters
     ----------
@@ -100,7 +101,7 @@ class SeriesAttention(OutputKernel):
     name = "series"
 
     def __init__(self, model, d: int) -> None:
-        if not getattr(model, "is_zonal", False) or not hasattr(model, "kernel_spectrum"):
+        if not (isinstance(model, SelfAttention) and model.is_zonal):
             raise ValueError(f"the series summation needs a zonal SelfAttention, got {model!r}")
         if d not in SERIES_DIMENSIONS:
             raise ValueError(f"the series summation is implemented for d in {SERIES_DIMENSIONS}, got d={d}")
@@ -137,16 +138,16 @@ class SeriesAttention(OutputKernel):
     def _attention(self, unit: np.ndarray) -> np.ndarray:
         return self._summed(unit, OUTPUT)
 
-    def drift(self, x: np.ndarray) -> np.ndarray:
+    def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
         return self._summed(normalize(x), VELOCITY)
 
     def step(self, x: np.ndarray, h: float, *, project: bool, noise: np.ndarray | None = None,
              noise_scale: float = 0.0) -> np.ndarray:
-        return self._summed(x, STEP, h, project, _NO_NOISE if noise is None else noise, noise_scale)
+        return self._summed(x, STEP, h, project, NO_NOISE if noise is None else noise, noise_scale)
 
     def _summed(self, unit: np.ndarray, mode: int, h: float = 0.0, project: bool = True,
-                noise: np.ndarray = _NO_NOISE, noise_scale: float = 0.0) -> np.ndarray:
-        """The attention output, the velocity or the step (``mode``, :func:`meanfield.fused._finish_rows`)."""
+                noise: np.ndarray = NO_NOISE, noise_scale: float = 0.0) -> np.ndarray:
+        """The attention output, the velocity or the step (``mode``, :func:`meanfield.engines.fused.finish_rows`)."""
         x = self._flat(unit)
         noise = noise.reshape(x.shape) if noise.shape[1] else noise
         out = np.empty_like(x)
@@ -157,12 +158,12 @@ class SeriesAttention(OutputKernel):
         summation = _circle_streamed if self.d == 2 else _sphere_attention
         summation(x, self.weights, self.normalized, self.value, out)
         if mode != OUTPUT:
-            _finish_systems(x, out, 1.0, 1.0, mode, h, project, noise, noise_scale, out)
+            finish_systems(x, out, 1.0, 1.0, mode, h, project, noise, noise_scale, out)
         return out.reshape(unit.shape)
 
 
 # --------------------------------------------------------------------------- circle
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _power_sums(x, s, fr, fi, pr, pi):
     """``fr + i fi = F_m = sum_j z_j^m``, ``m = 0 .. fr.size - 1``, for system ``s`` (``pr``, ``pi``: scratch)."""
     n = x.shape[1]
@@ -203,7 +204,7 @@ def _circle_pair_totals(x, a, out):
         out[s] = total
 
 
-@numba.njit(cache=True, fastmath=_FAST, parallel=True)
+@numba.njit(cache=True, fastmath=FAST_MATH, parallel=True)
 def _circle_streamed(x, a, normalized, value, out):
     r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA), :math:`k_{ij} = \sum_{|m| \le M} a_m z_i^m \bar z_j^m`.
 
@@ -246,11 +247,11 @@ def _circle_streamed(x, a, normalized, value, out):
                 out[s, start + i, 1] = si[i] * scale
 
 
-@numba.njit(cache=True, fastmath=_FAST, parallel=True)
+@numba.njit(cache=True, fastmath=FAST_MATH, parallel=True)
 def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, noise, noise_scale):
     """:func:`_circle_streamed` with each system's powers kept in a table (:func:`_power_table`) from
     the sums to the synthesis; ``mode`` other than OUTPUT: each system's output then goes
-    through :func:`meanfield.fused._finish_rows` (the velocity, or the step with ``h``,
+    through :func:`meanfield.engines.fused.finish_rows` (the velocity, or the step with ``h``,
     ``noise``, ...) while it is in the L1 cache. Scratch arrays are allocated once per thread.
 
     The synthesis is written out in the parallel loop's body: in a function of its own it ran
@@ -279,10 +280,10 @@ def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, nois
                 out[s, i, 0] = sr[i] * scale
                 out[s, i, 1] = si[i] * scale
             if mode != OUTPUT:
-                _finish_rows(x, s, out, s, 2, 1.0, 1.0, mode, h, project, noise, s, noise_scale, out, s)
+                finish_rows(x, s, out, s, 2, 1.0, 1.0, mode, h, project, noise, s, noise_scale, out, s)
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _power_table(x, s, pr, pi, fr, fi):
     """``pr[m] + i pi[m] = z_j^m`` for the ``n`` points of system ``s`` and ``fr + i fi = F_m``, ``m < len(pr)``.
 
@@ -310,7 +311,7 @@ def _power_table(x, s, pr, pi, fr, fi):
         fr[m], fi[m] = total_r, total_i
 
 
-@numba.njit(cache=True, fastmath=_FAST, inline="always")
+@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
 def _mode_coefficients(a, fr, fi, m):
     """What mode ``m`` adds to ``Z_i`` per ``(Re, Im) z_i^m``, then to ``Re S_i`` and ``Im S_i`` (:func:`_circle_streamed`)."""
     return (2.0 * a[m] * fr[m], 2.0 * a[m] * fi[m], a[m] * (fr[m - 1] + fr[m + 1]), a[m] * (fi[m - 1] + fi[m + 1]),
@@ -338,7 +339,7 @@ def _recurrence_coefficients(degree):
     return diagonal, alpha, gamma
 
 
-@numba.njit(cache=True, fastmath=_FAST)
+@numba.njit(cache=True, fastmath=FAST_MATH)
 def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_im, weights, acc):
     r"""One pass over the harmonics ``l <= degree`` for points ``start .. start + count`` of system ``s``.
 

@@ -1,56 +1,75 @@
 """From a checked config to the objects that run it: output times, model, solver, initial measure.
 
 Shared by the experiment runner, the sweep and the sweep's up-front checks, so that a config
-is checked by building exactly what will run.
+is checked by building exactly what will run; :func:`build_run` builds them once for a run.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from scipy.special import eval_legendre
 
 import meanfield as mf
+from meanfield.protocols import Model
 
+from .config import ExperimentConfig
 from .errors import ConfigError
 
-
-def output_times(config: dict) -> np.ndarray:
-    times = config["times"]
-    if isinstance(times, dict):
-        return np.linspace(times["start"], times["stop"], times["count"])
-    return np.asarray(times, dtype=float)
+if TYPE_CHECKING:
+    from solvers.grid_solver import GridSolver
 
 
-def build_model(config: dict) -> mf.SelfAttention | mf.CausalAttention:
-    fields = dict(config["model"])
-    causal, alibi, include_self = fields.pop("causal", False), fields.pop("alibi", 0.0), fields.pop("include_self", False)
-    perceptron = fields.pop("perceptron", None)
-    if perceptron is not None:
-        fields["external"] = mf.Perceptron(**perceptron)
+@dataclass(frozen=True, eq=False)
+class RunObjects:
+    """What one run of a config uses, built once: preflight checks these very objects, the run uses them."""
+
+    config: ExperimentConfig
+    times: np.ndarray
+    model: Model
+    solver: GridSolver | None  # None: particles
+    initial: Callable | np.ndarray
+
+
+def build_run(config: ExperimentConfig) -> RunObjects:
+    """The output times, model, solver and initial density of ``config``."""
+    model = build_model(config)
+    return RunObjects(config, config.times.array(), model, build_solver(config, model), initial_density(config))
+
+
+def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttention:
+    spec = config.model
     try:
-        if causal:
-            return mf.CausalAttention(fields["beta"], normalized=fields["normalized"], alibi=alibi,
-                                      prefactor=fields["value"], include_self=include_self,
-                                      diffusion=fields["diffusion"])
-        return mf.SelfAttention(**fields)
+        if spec.causal:
+            return mf.CausalAttention(spec.beta, normalized=spec.normalized, alibi=spec.alibi,
+                                      prefactor=spec.value, include_self=spec.include_self,
+                                      diffusion=spec.diffusion)
+        perceptron = spec.perceptron
+        external = None if perceptron is None else mf.Perceptron(perceptron.weights, perceptron.directions)
+        matrices = {key: (value if value is None or np.ndim(value) == 0 else np.asarray(value, dtype=float))
+                    for key, value in (("query", spec.query), ("key", spec.key), ("value", spec.value))}
+        return mf.SelfAttention(spec.beta, normalized=spec.normalized, diffusion=spec.diffusion,
+                                time_rescaled=spec.time_rescaled, external=external, **matrices)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"model: {error}") from None
 
 
-def initial_density(config: dict):
+def initial_density(config: ExperimentConfig):
     """A callable (of angles or of points) or an array of grid values, as the config says."""
-    initial, circle = config["initial"], config["geometry"] == "circle"
-    if initial["kind"] == "uniform":
+    initial, circle = config.initial, config.geometry == "circle"
+    if initial.kind == "uniform":
         return (lambda theta: np.ones_like(theta)) if circle else (lambda points: np.ones(points.shape[:-1]))
-    if initial["kind"] == "file":
-        return load_initial_file(initial["path"])
-    if initial["kind"] == "perturbed_uniform":
-        a, k = initial["amplitude"], initial["mode"]
+    if initial.kind == "file":
+        return load_initial_file(initial.path)
+    if initial.kind == "perturbed_uniform":
+        a, k = initial.amplitude, initial.mode
         if circle:
             return lambda theta: 1 + a * np.cos(k * theta)
         return lambda points: 1 + a * eval_legendre(k, points[..., 2])
-    means = [np.asarray(m, float) / np.linalg.norm(m) for m in initial["means"]]
-    kappa = initial["kappa"]
+    means = [np.asarray(m, float) / np.linalg.norm(m) for m in initial.means]
+    kappa = initial.kappa
 
     def mixture(points):
         return sum(np.exp(kappa * (points @ mu - 1.0)) for mu in means)
@@ -71,49 +90,45 @@ def load_initial_file(path: str) -> np.ndarray:
     return values.astype(float)
 
 
-def build_solver(config: dict, model):
+def build_solver(config: ExperimentConfig, model):
     """The PDE solver the config names, or None for particles."""
     from solvers import CircleFV, SphereSpectral  # here: particle sweep workers start without solvers/xarray
 
-    method = config["method"]
-    extra = {} if method.get("rtol") is None else {"rtol": method["rtol"]}
+    method = config.method
+    extra = {} if method.rtol is None else {"rtol": method.rtol}
     try:
-        if method["kind"] == "CircleFV":
-            return CircleFV(model, cells=method["cells"], **extra)
-        if method["kind"] == "SphereSpectral":
-            return SphereSpectral(model, lmax=method["lmax"], **extra)
+        if method.kind == "CircleFV":
+            return CircleFV(model, cells=method.cells, **extra)
+        if method.kind == "SphereSpectral":
+            return SphereSpectral(model, lmax=method.lmax, **extra)
     except (ValueError, NotImplementedError) as error:
         raise ConfigError(f"method: {error}") from None
     return None
 
 
-def particle_dimension(config: dict) -> int:
-    """The particles' ``d``: ``method.d``, or the geometry's own (2 on the circle, 3 on the sphere)."""
-    return config["method"].get("d") or (2 if config["geometry"] == "circle" else 3)
-
-
-def initial_particles(config: dict, rho0, generator: np.random.Generator, systems: int | None = None) -> np.ndarray:
+def initial_particles(config: ExperimentConfig, rho0, generator: np.random.Generator,
+                      systems: int | None = None) -> np.ndarray:
     """``n`` particles drawn from the initial density, shape ``(n, d)`` (``(systems, n, d)`` if given)."""
-    n = config["method"]["n"]
-    if config["initial"]["kind"] == "uniform":
-        return mf.sample_uniform(n, particle_dimension(config), generator, batch=systems)
-    if config["geometry"] == "sphere" and not callable(rho0):
+    n = config.method.n
+    if config.initial.kind == "uniform":
+        return mf.sample_uniform(n, config.dimension, generator, batch=systems)
+    if config.geometry == "sphere" and not callable(rho0):
         raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere")
 
     def draw():
-        if config["geometry"] == "circle":
+        if config.geometry == "circle":
             return mf.sample_circle(n, rho0, generator)
         return mf.sample_sphere(n, rho0, 3, generator)
 
     return draw() if systems is None else np.stack([draw() for _ in range(systems)])
 
 
-def particle_method(config: dict) -> str:
+def particle_method(config: ExperimentConfig) -> str:
     """The fixed-step scheme of :func:`meanfield.simulate_particles` the config names.
 
     With diffusion ``rk4`` becomes Euler-Maruyama (RK4 integrates the ODE only).
     """
-    scheme = config["method"]["scheme"]
-    if scheme == "rk4" and config["model"]["diffusion"] > 0:
+    scheme = config.method.scheme
+    if scheme == "rk4" and config.model.diffusion > 0:
         return "euler"
     return scheme

@@ -1,4 +1,10 @@
-"""The ``meanfield`` command line."""
+"""The ``meanfield`` command line.
+
+Each command imports its own modules (solvers, figures, the sweep) when it runs, not here:
+the sweep's Dask workers are spawned processes that re-import the console script's main
+module, and importing every command here would add the solvers and matplotlib to each
+worker's start-up.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +13,24 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from .errors import Terminated
+import meanfield as mf
+from meanfield.errors import StepSizeCollapse
+from meanfield.records import package_version
+
+from .errors import SweepTaskError, Terminated
 from .files import check_output_folder
 
 
 def _demo(args: argparse.Namespace) -> int:
     """A short particle run on the circle: clusters form, energy rises."""
-    import meanfield as mf
-    from validation.figures import subplots
+    from validation.figures import subplots  # this command's own module (module docstring)
 
     check_output_folder(args.output, "--output")  # before computing: a bad folder must not cost the run
     model = mf.SelfAttention(args.beta)
@@ -69,7 +80,7 @@ def _positive_int(text: str) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     """The main job: mean-field convergence on the circle and the sphere, with report and figures."""
-    from .validate import default_specs, run_validation
+    from .validate import default_specs, run_validation  # this command's own module (module docstring)
 
     check_output_folder(args.output, "--output")
     specs = default_specs(beta_circle=args.beta_circle, beta_sphere=args.beta_sphere,
@@ -87,24 +98,24 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     """An experiment from a TOML config: dataset, figures, animation; resumable."""
-    import warnings
-
+    # this command's own modules (module docstring)
     from solvers import UnderResolvedWarning
 
     from .experiment import prepare, run_experiment, write_report
-    from .figures import experiment_figures
+    from .experiment_figures import experiment_figures
 
-    config = prepare(args.config)
+    run = prepare(args.config)
+    config = run.config
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UnderResolvedWarning)
         try:
-            ds = run_experiment(config, resume=args.resume, progress=False if args.quiet else None)
+            ds = run_experiment(run, resume=args.resume, progress=False if args.quiet else None)
         except KeyboardInterrupt:
-            args.kept = (f"the checkpoints written so far are kept in {config['output']}/checkpoint: "
+            args.kept = (f"the checkpoints written so far are kept in {config.output}/checkpoint: "
                          "continue with --resume")
             raise
-    output = Path(config["output"])
-    paths = experiment_figures(ds, output, config["geometry"], animation=not args.no_animation,
+    output = Path(config.output)
+    paths = experiment_figures(ds, output, config.geometry, animation=not args.no_animation,
                                progress=False if args.quiet else None)
     untrustworthy = None if ds.attrs["trustworthy"] else (
         f"stopped before the last output time: {ds.attrs['stopped']}" if ds.attrs["stopped"] else
@@ -121,14 +132,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _sweep(args: argparse.Namespace) -> int:
     """A parameter grid from a TOML config, run on Dask; resumable."""
-    from dataclasses import replace
-
+    # this command's own modules (module docstring)
     from .sweep import PARTS, run_sweep
     from .sweep_config import check_device, load_sweep_config
 
     sweep = load_sweep_config(args.config)
     if args.device is not None:
-        sweep = replace(sweep, settings={**sweep.settings, "device": check_device(args.device, "--device")})
+        sweep = replace(sweep, settings=replace(sweep.settings, device=check_device(args.device, "--device")))
     try:
         ds = run_sweep(sweep, scheduler=args.scheduler, workers=args.workers, resume=args.resume,
                        progress=False if args.quiet else None)
@@ -136,7 +146,7 @@ def _sweep(args: argparse.Namespace) -> int:
         kept = len(list((sweep.output / PARTS).glob("*.npz")))
         args.kept = f"{kept} finished tasks are kept in {sweep.output / PARTS}: continue with --resume"
         raise
-    path = sweep.output / sweep.settings["file"]
+    path = sweep.output / sweep.settings.file
     grid = " x ".join(f"{name} ({size})" for name, size in zip(sweep.grid, sweep.shape))
     if not args.quiet:
         print(f"sweep: {path} over {grid}; {ds.attrs['tasks_computed']} of {ds.attrs['tasks']} tasks computed "
@@ -163,13 +173,12 @@ def _config_command(commands, name: str, handler, *, help: str, description: str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from meanfield.records import package_version
-
     parser = argparse.ArgumentParser(
         prog="meanfield", formatter_class=HELP_FORMAT,
         description="Mean-field PDEs and particle systems of self-attention: the default validation run, "
                     "experiments and parameter sweeps from TOML configs.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.set_defaults(kept=None)  # what an interrupted command leaves behind, set as it runs
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser(
         "validate", formatter_class=HELP_FORMAT, help="default mean-field validation run (report, NetCDF, figures)",
@@ -252,10 +261,6 @@ def main(argv: list[str] | None = None) -> int:
     ``sweep``); 130 / 143 interrupted by SIGINT / SIGTERM (finished work kept). Anything
     else is a bug in the library: its traceback is printed, followed by a line saying so.
     """
-    from meanfield.errors import StepSizeCollapse
-
-    from .errors import SweepTaskError
-
     parser = build_parser()
     args = parser.parse_args(argv)
     name = f"meanfield {args.command}"
@@ -264,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             return args.handler(args)
     except KeyboardInterrupt as interrupt:
         print(f"{name}: {'terminated' if isinstance(interrupt, Terminated) else 'interrupted'}; "
-              f"{getattr(args, 'kept', None) or 'nothing was written'}", file=sys.stderr)
+              f"{args.kept or 'nothing was written'}", file=sys.stderr)
         return INTERRUPTED[isinstance(interrupt, Terminated)]
     except SweepTaskError as error:
         print(f"{name}: error: {error}", file=sys.stderr)
@@ -286,8 +291,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _version() -> str:
-    from meanfield.records import package_version
-
     return package_version()
 
 

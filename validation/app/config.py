@@ -38,10 +38,12 @@ Example (see ``examples/``)::
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import numbers
 import sys
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -50,67 +52,215 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from .builders import particle_dimension
 from .errors import ConfigError
 
 
 NUMBER = (numbers.Real,)
 
-# key: (types, required, default, check description or None)
-SCHEMA = {
-    "": {
-        "geometry": (str, True, None, ("circle", "sphere")),
-        "output": (str, True, None, None),
-        "times": ((dict, list), True, None, None),
-        "checkpoint_every": (int, False, 0, ">= 0"),
-        "max_hours": (NUMBER, False, 24.0, "> 0"),
-        "model": (dict, True, None, None),
-        "method": (dict, True, None, None),
-        "initial": (dict, True, None, None),
-    },
-    "model": {
-        "beta": (NUMBER, True, None, ">= 0"),
-        "normalized": (bool, False, True, None),
-        "diffusion": (NUMBER, False, 0.0, ">= 0"),
-        "value": (NUMBER + (list, str), False, 1.0, None),
-        "query": ((list, str), False, None, None),
-        "key": ((list, str), False, None, None),
-        "perceptron": (dict, False, None, None),
-        "time_rescaled": (bool, False, False, None),
-        "causal": (bool, False, False, None),
-        "alibi": (NUMBER, False, 0.0, ">= 0"),
-        "include_self": (bool, False, False, None),
-    },
-    "times": {
-        "start": (NUMBER, False, 0.0, None),
-        "stop": (NUMBER, True, None, None),
-        "count": (int, True, None, ">= 2"),
-    },
-    "method": {
-        "kind": (str, True, None, ("CircleFV", "SphereSpectral", "particles")),
-        "cells": (int, False, 1024, ">= 8"),
-        "lmax": (int, False, 63, ">= 2"),
-        "rtol": (NUMBER, False, None, "> 0"),
-        "n": (int, False, 512, ">= 1"),
-        "seed": (int, False, 0, ">= 0"),
-        "dt": (NUMBER, False, 0.01, "> 0"),
-        "scheme": (str, False, "rk4", ("rk4", "euler", "layer")),
-        "d": (int, False, None, ">= 2"),
-    },
-    "initial": {
-        "kind": (str, True, None, ("perturbed_uniform", "von_mises_fisher", "file", "uniform")),
-        "amplitude": (NUMBER, False, 0.01, ">= 0"),
-        "mode": (int, False, 4, ">= 1"),
-        "means": (list, False, None, None),
-        "kappa": (NUMBER, False, 10.0, "> 0"),
-        "path": (str, False, None, None),
-    },
-}
 
-METHOD_KEYS = {"CircleFV": {"kind", "cells", "rtol"}, "SphereSpectral": {"kind", "lmax", "rtol"},
-               "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
-INITIAL_KEYS = {"perturbed_uniform": {"kind", "amplitude", "mode"}, "von_mises_fisher": {"kind", "means", "kappa"},
-                "file": {"kind", "path"}, "uniform": {"kind"}}
+def option(default: Any = MISSING, *, types: type | tuple, minimum: float | None = None, strict: bool = False,
+           choices: tuple[str, ...] | None = None, help: str = "") -> Any:
+    """A config key: its TOML types, its default (none: required), its range or choices, what it means.
+
+    The key's checks are data (``metadata``) read by :func:`check_fields` and by the TOML
+    reference of the documentation, so that the two cannot disagree.
+    """
+    metadata = {"types": types, "minimum": minimum, "strict": strict, "choices": choices, "help": help}
+    return field(default=default, metadata=metadata)
+
+
+def check_fields(record: Any) -> None:
+    """Type, range and choices of every key of a config section (the section's ``PREFIX`` names them)."""
+    for spec in dataclasses.fields(record):
+        value, rule, name = getattr(record, spec.name), spec.metadata, record.PREFIX + spec.name
+        if value is None and spec.default is None:  # an optional key left unset
+            continue
+        types = rule["types"]
+        if (isinstance(value, bool) and types is not bool) or not isinstance(value, types):
+            expected = types.__name__ if isinstance(types, type) else " or ".join(
+                t.__name__ if t is not numbers.Real else "number" for t in types)
+            raise ConfigError(f"{name} must be a {expected}, got {value!r}")
+        if rule["choices"] is not None and value not in rule["choices"]:
+            raise ConfigError(f"{name} must be one of {', '.join(rule['choices'])}; got {value!r}")
+        minimum = rule["minimum"]
+        if minimum is not None and not (value > minimum if rule["strict"] else value >= minimum):
+            raise ConfigError(f"{name} must be {'>' if rule['strict'] else '>='} {minimum:g}, got {value!r}")
+
+
+def section_from_table(cls: type, table: Any, name: str) -> Any:
+    """A section record from its TOML table: unknown and missing keys named, defaults filled in, keys checked."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{name} must be a dict, got {table!r}")
+    specs = dataclasses.fields(cls)
+    unknown = sorted(set(table) - {spec.name for spec in specs})
+    if unknown:
+        raise ConfigError(f"unknown key {cls.PREFIX}{unknown[0]}; allowed keys: "
+                          f"{', '.join(cls.PREFIX + spec.name for spec in specs)}")
+    for spec in specs:
+        if spec.name not in table and spec.default is MISSING:
+            raise ConfigError(f"missing key {cls.PREFIX}{spec.name}")
+    return cls(**table)
+
+
+def table_of(record: Any) -> dict:
+    """The TOML table of a section record (tuples as lists): what :func:`section_from_table` reads back."""
+    return {spec.name: _plain(getattr(record, spec.name)) for spec in dataclasses.fields(record)}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
+    if dataclasses.is_dataclass(value):
+        return table_of(value)
+    return value
+
+
+class ConfigSection:
+    """A table of the config: its keys are the dataclass fields (:func:`option`), checked on construction."""
+
+    PREFIX: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True)
+class PerceptronConfig:
+    """``[model.perceptron]``: the weights ``w_j`` and the directions ``a_j`` (one ``d``-vector each)."""
+
+    weights: tuple
+    directions: tuple
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig(ConfigSection):
+    """``[model]``: the :class:`~meanfield.SelfAttention` (or causal attention) to run."""
+
+    PREFIX: ClassVar[str] = "model."
+    beta: float = option(types=NUMBER, minimum=0, help="inverse temperature")
+    normalized: bool = option(True, types=bool, help="SA (true) or USA (false)")
+    diffusion: float = option(0.0, types=NUMBER, minimum=0, help="diffusion coefficient D")
+    value: Any = option(1.0, types=NUMBER + (list, str, tuple),
+                        help="V = value I, or a (d, d) / (heads, d, d) matrix, inline or a .npy path")
+    query: Any = option(None, types=(list, str, tuple), help="Q: a (d, d) / (heads, d, d) matrix or a .npy path")
+    key: Any = option(None, types=(list, str, tuple), help="K: a (d, d) / (heads, d, d) matrix or a .npy path")
+    perceptron: Any = option(None, types=(dict, PerceptronConfig),
+                             help="the perceptron block: weights (J numbers), directions (J d-vectors)")
+    time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
+    causal: bool = option(False, types=bool, help="causal attention (particles only)")
+    alibi: float = option(0.0, types=NUMBER, minimum=0, help="ALiBi slope of causal attention")
+    include_self: bool = option(False, types=bool, help="causal attention sums over j <= i")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MethodConfig(ConfigSection):
+    """``[method]``: the PDE solver or the particle system, and its resolution."""
+
+    PREFIX: ClassVar[str] = "method."
+    KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol"}, "SphereSpectral": {"kind", "lmax", "rtol"},
+                            "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
+    kind: str = option(types=str, choices=("CircleFV", "SphereSpectral", "particles"))
+    cells: int = option(1024, types=int, minimum=8, help="CircleFV: cells")
+    lmax: int = option(63, types=int, minimum=2, help="SphereSpectral: highest degree")
+    rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
+                         help="PDE: local error per step relative to the deviation from uniform (< 1)")
+    n: int = option(512, types=int, minimum=1, help="particles: tokens")
+    seed: int = option(0, types=int, minimum=0, help="particles: random seed")
+    dt: float = option(0.01, types=NUMBER, minimum=0, strict=True, help="particles: step")
+    scheme: str = option("rk4", types=str, choices=("rk4", "euler", "layer"), help="particles: scheme")
+    d: int = option(None, types=int, minimum=2, help="particles: dimension (with initial.kind = 'uniform')")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InitialConfig(ConfigSection):
+    """``[initial]``: the initial measure."""
+
+    PREFIX: ClassVar[str] = "initial."
+    KEYS: ClassVar[dict] = {"perturbed_uniform": {"kind", "amplitude", "mode"},
+                            "von_mises_fisher": {"kind", "means", "kappa"}, "file": {"kind", "path"},
+                            "uniform": {"kind"}}
+    kind: str = option(types=str, choices=("perturbed_uniform", "von_mises_fisher", "file", "uniform"))
+    amplitude: float = option(0.01, types=NUMBER, minimum=0, help="perturbed_uniform: amplitude")
+    mode: int = option(4, types=int, minimum=1, help="perturbed_uniform: circle mode / sphere degree")
+    means: Any = option(None, types=(list, tuple), help="von_mises_fisher: the mixture's mean directions")
+    kappa: float = option(10.0, types=NUMBER, minimum=0, strict=True, help="von_mises_fisher: concentration")
+    path: str = option(None, types=str, help="file: a .npy file of density values on the grid")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimesConfig(ConfigSection):
+    """``times``: ``{start, stop, count}`` (evenly spaced) or an explicit increasing list (``listed``)."""
+
+    PREFIX: ClassVar[str] = "times."
+    start: float = option(0.0, types=NUMBER)
+    stop: float = option(types=NUMBER)
+    count: int = option(types=int, minimum=2)
+    listed: tuple | None = option(None, types=tuple, help="the explicit list, when one was given")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.listed is None and self.stop <= self.start:
+            raise ConfigError(f"times.stop must be > times.start, got {self.toml()}")
+
+    @classmethod
+    def from_toml(cls, times: Any) -> TimesConfig:
+        if isinstance(times, dict):
+            if "listed" in times:
+                raise ConfigError("unknown key times.listed; allowed keys: times.start, times.stop, times.count")
+            return section_from_table(cls, times, "times")
+        if not isinstance(times, (list, tuple)) or len(times) < 2 or not all(
+                isinstance(t, NUMBER) and not isinstance(t, bool) for t in times) \
+                or any(b <= a for a, b in zip(times, times[1:])):
+            raise ConfigError(f"times must be a strictly increasing list of at least two numbers, got {times}")
+        return cls(start=times[0], stop=times[-1], count=len(times), listed=tuple(times))
+
+    def toml(self) -> dict | list:
+        """The form the config gave: the list, or ``{start, stop, count}``."""
+        if self.listed is not None:
+            return list(self.listed)
+        return {"start": self.start, "stop": self.stop, "count": self.count}
+
+    def array(self) -> np.ndarray:
+        """The output times."""
+        if self.listed is not None:
+            return np.asarray(self.listed, dtype=float)
+        return np.linspace(self.start, self.stop, self.count)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExperimentConfig(ConfigSection):
+    """A checked experiment (``meanfield run``): what :func:`check_config` returns, frozen.
+
+    Build one with :func:`check_config` or :func:`load_config` (they also check the keys
+    against each other and resolve paths); :meth:`to_dict` gives the TOML tables back.
+    """
+
+    PREFIX: ClassVar[str] = ""
+    geometry: str = option(types=str, choices=("circle", "sphere"))
+    output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
+    times: TimesConfig = option(types=TimesConfig, help="output times")
+    checkpoint_every: int = option(0, types=int, minimum=0, help="output intervals between checkpoints (0: none)")
+    max_hours: float = option(24.0, types=NUMBER, minimum=0, strict=True, help="refuse a run estimated longer")
+    model: ModelConfig = option(types=ModelConfig)
+    method: MethodConfig = option(types=MethodConfig)
+    initial: InitialConfig = option(types=InitialConfig)
+
+    @property
+    def particles(self) -> bool:
+        return self.method.kind == "particles"
+
+    @property
+    def dimension(self) -> int:
+        """The particles' ``d``: ``method.d``, or the geometry's own (2 on the circle, 3 on the sphere)."""
+        return self.method.d or (2 if self.geometry == "circle" else 3)
+
+    def to_dict(self) -> dict:
+        """The config as TOML tables (JSON-serializable); :func:`check_config` reads it back unchanged."""
+        return {**table_of(self), "times": self.times.toml()}
+
+
+#: The sections of an experiment config, by table name.
+SECTIONS = {"model": ModelConfig, "method": MethodConfig, "initial": InitialConfig}
 
 
 def read_toml(path: Path) -> dict:
@@ -129,116 +279,85 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
 
 
-def load_config(path: str | Path) -> dict:
+def load_config(path: str | Path) -> ExperimentConfig:
     """Read and check a TOML experiment file; returns the complete config (defaults filled in)."""
     path = Path(path)
     return check_config(read_toml(path), base=path.parent)
 
 
-def check_config(raw: dict, base: Path = Path(".")) -> dict:
-    """Check every key of ``raw`` (unknown, missing, type, range) and fill in defaults."""
+def check_config(raw: dict, base: Path = Path(".")) -> ExperimentConfig:
+    """Check every key of ``raw`` (unknown, missing, type, range, and against each other) and fill in defaults.
+
+    Paths (``output``, ``initial.path``, matrix files) are taken from ``base`` and resolved;
+    matrices are read and stored as nested tuples, so the result holds everything the run needs.
+    """
+    if not isinstance(raw, dict):
+        raise ConfigError(f"a config is a table of keys, got {type(raw).__name__}")
     if "script" in raw:  # an example script's settings (examples/lost_in_the_middle.toml)
         raise ConfigError(f"this file holds the settings of the example script {raw['script']!r}, not a run or "
                           f"sweep config: run python examples/{raw['script']} --config FILE")
-    config = check_table(raw, SCHEMA[""], "")
-    for section in ("model", "method", "initial"):
-        config[section] = check_table(config[section], SCHEMA[section], f"{section}.")
-    if isinstance(config["times"], dict):
-        config["times"] = check_table(config["times"], SCHEMA["times"], "times.")
-        if config["times"]["stop"] <= config["times"]["start"]:
-            raise ConfigError(f"times.stop must be > times.start, got {config['times']}")
-    else:
-        times = config["times"]
-        if len(times) < 2 or not all(isinstance(t, NUMBER) and not isinstance(t, bool) for t in times) \
-                or any(b <= a for a, b in zip(times, times[1:])):
-            raise ConfigError(f"times must be a strictly increasing list of at least two numbers, got {times}")
-    _check_combination(config, base)
-    return config
+    tables = dict(raw)
+    if "times" in tables:
+        tables["times"] = TimesConfig.from_toml(tables["times"])
+    for name, cls in SECTIONS.items():
+        if name in tables:
+            tables[name] = section_from_table(cls, tables[name], name)
+    config = section_from_table(ExperimentConfig, tables, "config")
+    return _checked_combination(config, base)
 
 
-def check_table(table: dict, schema: dict, prefix: str) -> dict:
-    """Check a table's keys against ``schema`` (see ``SCHEMA``); keys are named with ``prefix``."""
-    unknown = sorted(set(table) - set(schema))
-    if unknown:
-        raise ConfigError(f"unknown key {prefix}{unknown[0]}; allowed keys: {', '.join(prefix + k for k in schema)}")
-    result = {}
-    for key, (types, required, default, check) in schema.items():
-        name = prefix + key
-        if key not in table:
-            if required:
-                raise ConfigError(f"missing key {name}")
-            result[key] = copy.deepcopy(default)
-            continue
-        value = table[key]
-        if value is None and default is None and not required:  # an optional key left unset
-            result[key] = None
-            continue
-        wrong_bool = isinstance(value, bool) and types is not bool
-        if wrong_bool or not isinstance(value, types):
-            expected = types.__name__ if isinstance(types, type) else " or ".join(
-                t.__name__ if t is not numbers.Real else "number" for t in types)
-            raise ConfigError(f"{name} must be a {expected}, got {value!r}")
-        if isinstance(check, tuple) and value not in check:
-            raise ConfigError(f"{name} must be one of {', '.join(check)}; got {value!r}")
-        if isinstance(check, str):
-            operator, bound = check.split()
-            ok = value >= float(bound) if operator == ">=" else value > float(bound)
-            if not ok:
-                raise ConfigError(f"{name} must be {check}, got {value!r}")
-        result[key] = value
-    return result
-
-
-def _check_combination(config: dict, base: Path) -> None:
-    geometry, method, initial = config["geometry"], config["method"], config["initial"]
-    if not config["output"].strip():
+def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConfig:
+    """The checks across keys; returns the config with its paths resolved and its matrices read."""
+    geometry, method, initial = config.geometry, config.method, config.initial
+    if not config.output.strip():
         raise ConfigError("output must name a folder (relative paths are taken from the config's folder), got ''")
     try:
-        config["output"] = str((base / config["output"]).resolve())
+        output = str((base / config.output).resolve())
     except RuntimeError:  # pathlib's loop detection (Python < 3.13)
-        raise ConfigError(f"output: {config['output']!r} cannot be resolved (a symbolic link loop)") from None
+        raise ConfigError(f"output: {config.output!r} cannot be resolved (a symbolic link loop)") from None
     except OSError as error:
-        raise ConfigError(f"output: {config['output']!r} cannot be resolved ({error.strerror})") from None
-    if method.get("rtol") is not None and method["rtol"] >= 1:
+        raise ConfigError(f"output: {config.output!r} cannot be resolved ({error.strerror})") from None
+    if method.rtol is not None and method.rtol >= 1:
         raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
-                          f"density; the default is 1e-6), got {method['rtol']!r}")
+                          f"density; the default is 1e-6), got {method.rtol!r}")
     _check_mode_resolved(config)
-    _check_matrices(config, base)
+    model = _read_matrices(config, base)
     _check_causal(config)
     expected = {"circle": "CircleFV", "sphere": "SphereSpectral"}[geometry]
-    if method["kind"] not in (expected, "particles"):
-        raise ConfigError(f"method.kind {method['kind']!r} does not solve on the {geometry}; "
+    if method.kind not in (expected, "particles"):
+        raise ConfigError(f"method.kind {method.kind!r} does not solve on the {geometry}; "
                           f"use {expected!r} or 'particles'")
-    _no_foreign_keys(method, METHOD_KEYS[method["kind"]], "method", SCHEMA["method"])
-    _no_foreign_keys(initial, INITIAL_KEYS[initial["kind"]], "initial", SCHEMA["initial"])
-    d, native = method.get("d"), 2 if geometry == "circle" else 3
+    _no_foreign_keys(method, MethodConfig.KEYS[method.kind])
+    _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
+    d, native = method.d, 2 if geometry == "circle" else 3
     if d is not None and (d < native or (geometry == "circle" and d != 2)):
         raise ConfigError(f"method.d = {d} does not fit geometry = {geometry!r} (use 'circle' for d = 2, "
                           f"'sphere' for d >= 3)")
-    if d is not None and d != native and initial["kind"] != "uniform":
+    if d is not None and d != native and initial.kind != "uniform":
         raise ConfigError(f"method.d = {d} needs initial.kind = 'uniform' (the other initial "
                           f"measures live on the {geometry} in R^{native})")
-    if initial["kind"] == "von_mises_fisher":
-        d = 2 if geometry == "circle" else 3
-        means = initial["means"]
-        if not means or not all(isinstance(m, list) and len(m) == d and all(isinstance(c, NUMBER) for c in m)
-                                and any(c != 0 for c in m) for m in means):
-            raise ConfigError(f"initial.means must be a non-empty list of nonzero {d}-vectors, got {means!r}")
-    if initial["kind"] == "file":
-        if initial["path"] is None:
+    if initial.kind == "von_mises_fisher":
+        means = initial.means
+        if not means or not all(isinstance(m, (list, tuple)) and len(m) == native
+                                and all(isinstance(c, NUMBER) for c in m) and any(c != 0 for c in m) for m in means):
+            raise ConfigError(f"initial.means must be a non-empty list of nonzero {native}-vectors, got {means!r}")
+        initial = dataclasses.replace(initial, means=tuple(tuple(m) for m in means))
+    if initial.kind == "file":
+        if initial.path is None:
             raise ConfigError("missing key initial.path (a .npy file of density values on the grid)")
-        path = (base / initial["path"]).resolve()
+        path = (base / initial.path).resolve()
         if not path.is_file():
             raise ConfigError(f"initial.path: no file {str(path)!r}")
-        initial["path"] = str(path)
+        initial = dataclasses.replace(initial, path=str(path))
+    return dataclasses.replace(config, output=output, model=model, initial=initial)
 
 
-def _check_matrices(config: dict, base: Path) -> None:
+def _read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
     """Query, key and value matrices (inline lists or ``.npy`` paths) and the perceptron's weights, read and shaped."""
-    model = config["model"]
-    d = particle_dimension(config)
+    model, d = config.model, config.dimension
+    matrices = {}
     for key in ("query", "key", "value"):
-        given = model[key]
+        given = getattr(model, key)
         if given is None or isinstance(given, NUMBER):
             continue
         if isinstance(given, str):
@@ -255,12 +374,11 @@ def _check_matrices(config: dict, base: Path) -> None:
             raise ConfigError(f"model.{key} must be numbers in a (d, d) or (heads, d, d) array, got {given!r}") from None
         if array.ndim not in (2, 3) or array.shape[-2:] != (d, d):
             raise ConfigError(f"model.{key} must have shape ({d}, {d}) or (heads, {d}, {d}) for "
-                              f"geometry = {config['geometry']!r}, got shape {array.shape}")
-        model[key] = array.tolist()
-    perceptron = model["perceptron"]
-    if perceptron is not None:
-        unknown = sorted(set(perceptron) - {"weights", "directions"})
-        if unknown or set(perceptron) != {"weights", "directions"}:
+                              f"geometry = {config.geometry!r}, got shape {array.shape}")
+        matrices[key] = _nested_tuple(array.tolist())
+    perceptron = model.perceptron
+    if isinstance(perceptron, dict):
+        if set(perceptron) != {"weights", "directions"}:
             raise ConfigError(f"model.perceptron takes exactly weights (J numbers) and directions (J vectors of "
                               f"length {d}), got keys {sorted(perceptron)}")
         try:
@@ -271,44 +389,55 @@ def _check_matrices(config: dict, base: Path) -> None:
         if weights.ndim != 1 or directions.shape != (weights.size, d):
             raise ConfigError(f"model.perceptron: weights must have shape (J,) and directions (J, {d}), got "
                               f"{weights.shape} and {directions.shape}")
+        matrices["perceptron"] = PerceptronConfig(_nested_tuple(perceptron["weights"]),
+                                                  _nested_tuple(perceptron["directions"]))
+    return dataclasses.replace(model, **matrices)
 
 
-def _check_causal(config: dict) -> None:
+def _nested_tuple(values: Any) -> Any:
+    return tuple(_nested_tuple(v) for v in values) if isinstance(values, (list, tuple)) else values
+
+
+def _check_causal(config: ExperimentConfig) -> None:
     """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles here."""
-    model = config["model"]
-    if not model["causal"]:
+    model = config.model
+    if not model.causal:
         for key in ("alibi", "include_self"):
-            if model[key] != SCHEMA["model"][key][2]:
+            if getattr(model, key) != _default(ModelConfig, key):
                 raise ConfigError(f"model.{key} applies to causal attention only (model.causal = true)")
         return
     for key in ("time_rescaled", "query", "key", "perceptron"):
-        if model[key] not in (None, False):
+        if getattr(model, key) not in (None, False):
             raise ConfigError(f"model.{key} does not apply to causal attention (model.causal = true)")
-    if not isinstance(model["value"], NUMBER):
+    if not isinstance(model.value, NUMBER):
         raise ConfigError("model.value of causal attention is its prefactor c, a number")
-    if config["method"]["kind"] != "particles":
+    if config.method.kind != "particles":
         raise ConfigError(f"model.causal = true runs with method.kind = 'particles'; the layered mean-field "
                           f"equation is solvers.CausalCircleFV / CausalSphereSpectral from Python "
-                          f"(got method.kind = {config['method']['kind']!r})")
+                          f"(got method.kind = {config.method.kind!r})")
 
 
-def _check_mode_resolved(config: dict) -> None:
+def _check_mode_resolved(config: ExperimentConfig) -> None:
     """A perturbation mode beyond the grid's highest mode would alias into a lower one."""
-    method, initial = config["method"], config["initial"]
-    if initial["kind"] != "perturbed_uniform" or method["kind"] == "particles":
+    method, initial = config.method, config.initial
+    if initial.kind != "perturbed_uniform" or method.kind == "particles":
         return
-    if method["kind"] == "CircleFV":
-        highest, grid = method["cells"] // 2, f"method.cells = {method['cells']} holds Fourier modes up to"
+    if method.kind == "CircleFV":
+        highest, grid = method.cells // 2, f"method.cells = {method.cells} holds Fourier modes up to"
     else:
-        highest, grid = method["lmax"], f"method.lmax = {method['lmax']} holds degrees up to"
-    if initial["mode"] > highest:
-        raise ConfigError(f"initial.mode = {initial['mode']} is not resolved: {grid} {highest}; "
+        highest, grid = method.lmax, f"method.lmax = {method.lmax} holds degrees up to"
+    if initial.mode > highest:
+        raise ConfigError(f"initial.mode = {initial.mode} is not resolved: {grid} {highest}; "
                           "raise the resolution or lower the mode")
 
 
-def _no_foreign_keys(table: dict, allowed: set, section: str, schema: dict) -> None:
+def _default(cls: type, key: str) -> Any:
+    return next(spec.default for spec in dataclasses.fields(cls) if spec.name == key)
+
+
+def _no_foreign_keys(section: MethodConfig | InitialConfig, allowed: set) -> None:
     """Keys that belong to another kind were given explicitly: refuse them instead of ignoring them."""
-    for key, value in table.items():
-        if key not in allowed and value != schema[key][2]:
-            raise ConfigError(f"{section}.{key} does not apply to {section}.kind = {table['kind']!r}; "
-                              f"allowed: {', '.join(sorted(allowed))}")
+    for spec in dataclasses.fields(section):
+        if spec.name not in allowed and getattr(section, spec.name) != spec.default:
+            raise ConfigError(f"{section.PREFIX[:-1]}.{spec.name} does not apply to {section.PREFIX}kind = "
+                              f"{section.kind!r}; allowed: {', '.join(sorted(allowed))}")

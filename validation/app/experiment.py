@@ -25,8 +25,8 @@ from meanfield.errors import StepSizeCollapse
 from solvers import UnderResolvedWarning
 from meanfield.integration import Pace
 
-from .builders import build_model, build_solver, initial_density, initial_particles, output_times, particle_method
-from .config import check_config, load_config
+from .builders import RunObjects, initial_particles, particle_method
+from .config import ExperimentConfig, check_config, load_config
 from .errors import ConfigError, DamagedFile
 from .files import check_output_folder, locked_output, write_atomically, write_text
 from .preflight import check_particle_duration, preflight
@@ -38,21 +38,31 @@ DATASET = "dataset.nc"
 CHECKPOINT_ATTRS = ("config", "checkpoint_segment", "next_step", "rng_state", "wall_time")
 
 
-def prepare(config: dict | str | Path) -> dict:
-    """Check the config, what it builds and the output folder; everything that can fail before computing fails here."""
-    config = load_config(config) if isinstance(config, (str, Path)) else check_config(config)
-    if (config["method"].get("d") or 3) > 3:
-        raise ConfigError(f"method.d = {config['method']['d']}: meanfield run draws particles on S^2 "
+def prepare(config: ExperimentConfig | dict | str | Path) -> RunObjects:
+    """Check the config, what it builds and the output folder; everything that can fail before computing fails here.
+
+    ``config`` is a checked config, a table to check or a TOML file's path; returns what the
+    run uses, built once (:func:`~validation.app.preflight.preflight`).
+    """
+    if isinstance(config, (str, Path)):
+        config = load_config(config)
+    elif not isinstance(config, ExperimentConfig):
+        config = check_config(config)
+    if config.method.d is not None and config.method.d > 3:
+        raise ConfigError(f"method.d = {config.method.d}: meanfield run draws particles on S^2 "
                           f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
-    preflight(config)
-    if config["method"]["kind"] == "particles":
-        check_particle_duration(config)
-    check_output_folder(Path(config["output"]))
-    return config
+    run = preflight(config)
+    if config.particles:
+        check_particle_duration(run)
+    check_output_folder(Path(config.output))
+    return run
 
 
-def run_experiment(config: dict | str | Path, *, resume: bool = False, progress: bool | None = None) -> xr.Dataset:
+def run_experiment(config: RunObjects | ExperimentConfig | dict | str | Path, *, resume: bool = False,
+                   progress: bool | None = None) -> xr.Dataset:
     """Run an experiment; returns the dataset also written to ``output/dataset.nc``.
+
+    ``config``: what :func:`prepare` returned (used as it is), or anything :func:`prepare` takes.
 
     The output folder is locked for the run (:func:`~validation.app.files.locked_output`).
     With ``resume``, every stored checkpoint segment is checked as it is read: a good one is
@@ -66,27 +76,24 @@ def run_experiment(config: dict | str | Path, *, resume: bool = False, progress:
         interrupted run without ``resume`` (they would be lost); ``resume`` with no checkpoint
         or with checkpoints of another config.
     """
-    config = prepare(config)
-    output = Path(config["output"])
+    run = config if isinstance(config, RunObjects) else prepare(config)
+    output = Path(run.config.output)
     with locked_output(output, "meanfield run"):
-        return _run_locked(config, output, resume, progress)
+        return _run_locked(run, output, resume, progress)
 
 
-def _run_locked(config: dict, output: Path, resume: bool, progress: bool | None) -> xr.Dataset:
-    times = output_times(config)
-    model = build_model(config)
-    rho0 = initial_density(config)
-    solver = build_solver(config, model)
-    every = config["checkpoint_every"] or times.size
+def _run_locked(run: RunObjects, output: Path, resume: bool, progress: bool | None) -> xr.Dataset:
+    config, times, model, solver, rho0 = run.config, run.times, run.model, run.solver, run.initial
+    every = config.checkpoint_every or times.size
     boundaries = list(range(0, times.size - 1, every)) + [times.size - 1]
-    generator = np.random.default_rng(config["method"]["seed"])
+    generator = np.random.default_rng(config.method.seed)
     # Drawn before any segment: a recomputed first segment finds the generator where the run left it.
     state = rho0 if solver is not None else initial_particles(config, rho0, generator)
     stored = _stored_segments(output, config, boundaries, times, resume)
     started = time.perf_counter()
     elapsed = max((float(part.attrs["wall_time"]) for part in stored.values()), default=0.0)
     parts, next_step, continued, stopped = [], None, False, None
-    pace = Pace.hours(float(times[-1]), max(config["max_hours"] - elapsed / 3600, 0.0))
+    pace = Pace.hours(float(times[-1]), max(config.max_hours - elapsed / 3600, 0.0))
 
     # One bar for the whole run, advanced by every segment (stored segments count as done).
     with warnings.catch_warnings(), time_progress(times[0], times[-1], progress, "run") as bar:
@@ -140,7 +147,7 @@ def _continue_after(part: xr.Dataset, generator: np.random.Generator) -> float |
 def _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step, continued, pace):
     if solver is None:
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
-                                     dt=config["method"]["dt"], rng=generator, progress=bar)
+                                     dt=config.method.dt, rng=generator, progress=bar)
     return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace)
 
 
@@ -148,23 +155,23 @@ def _trustworthy(parts: list[xr.Dataset]) -> bool:
     return not any(np.isfinite(p.attrs.get("underresolved_since", np.nan)) for p in parts)
 
 
-def _combine(parts: list[xr.Dataset], config: dict, wall_time: float, stopped: str | None = None) -> xr.Dataset:
+def _combine(parts: list[xr.Dataset], config: ExperimentConfig, wall_time: float, stopped: str | None = None) -> xr.Dataset:
     """The run's dataset from its segments; ``stopped``: why it ended before its last output time."""
     ds = xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override",
                    combine_attrs="override")
     ds.attrs = dict(parts[-1].attrs)
     since = [p.attrs.get("underresolved_since", np.nan) for p in parts]
     since = [s for s in since if np.isfinite(s)]
-    ds.attrs.update(config=json.dumps(config), version=package_version(), wall_time=wall_time,
+    ds.attrs.update(config=json.dumps(config.to_dict()), version=package_version(), wall_time=wall_time,
                     underresolved_since=min(since) if since else np.nan,
                     trustworthy=int(not since and not stopped), segments=len(parts), stopped=stopped or "")
     return ds
 
 
-def _write_checkpoint(output: Path, config: dict, part: xr.Dataset, next_step, generator, segment, elapsed) -> None:
+def _write_checkpoint(output: Path, config: ExperimentConfig, part: xr.Dataset, next_step, generator, segment, elapsed) -> None:
     """The newest segment only, with what continuing after it needs."""
     ds = part.copy()
-    ds.attrs.update(config=json.dumps(config), checkpoint_segment=segment, wall_time=elapsed,
+    ds.attrs.update(config=json.dumps(config.to_dict()), checkpoint_segment=segment, wall_time=elapsed,
                     next_step=np.nan if next_step is None else next_step,
                     rng_state=json.dumps(generator.bit_generator.state))
     folder = output / CHECKPOINTS
@@ -172,7 +179,7 @@ def _write_checkpoint(output: Path, config: dict, part: xr.Dataset, next_step, g
     write_atomically(folder / f"segment_{segment:06d}.nc", ds.to_netcdf)
 
 
-def _stored_segments(output: Path, config: dict, boundaries: list[int], times: np.ndarray,
+def _stored_segments(output: Path, config: ExperimentConfig, boundaries: list[int], times: np.ndarray,
                      resume: bool) -> dict[int, xr.Dataset]:
     """The good checkpoint segments by number; damaged ones are named on stderr, removed and recomputed."""
     folder = output / CHECKPOINTS
@@ -197,7 +204,7 @@ def _stored_segments(output: Path, config: dict, boundaries: list[int], times: n
     return stored
 
 
-def _read_segment(path: Path, config: dict, boundaries: list[int], times: np.ndarray) -> tuple[int, xr.Dataset]:
+def _read_segment(path: Path, config: ExperimentConfig, boundaries: list[int], times: np.ndarray) -> tuple[int, xr.Dataset]:
     """A checkpoint segment, checked; raises :class:`DamagedFile` saying what is wrong with it."""
     try:
         number = int(path.stem.removeprefix("segment_"))
@@ -216,7 +223,7 @@ def _read_segment(path: Path, config: dict, boundaries: list[int], times: np.nda
         json.loads(part.attrs["rng_state"])
     except (TypeError, ValueError):
         raise DamagedFile("its attributes are not valid JSON") from None
-    if written_by != json.loads(json.dumps(config)):
+    if written_by != json.loads(json.dumps(config.to_dict())):
         raise ConfigError(f"--resume: {path} was written by a different config; delete {path.parent} to "
                           f"start over with this one")
     if not 1 <= number < len(boundaries) - 1 or int(part.attrs["checkpoint_segment"]) != number:
@@ -230,12 +237,13 @@ def _read_segment(path: Path, config: dict, boundaries: list[int], times: np.nda
     return number, part
 
 
-def write_report(ds: xr.Dataset, config: dict, output: Path, figures: list[Path], untrustworthy: str | None) -> Path:
+def write_report(ds: xr.Dataset, config: ExperimentConfig, output: Path, figures: list[Path], untrustworthy: str | None) -> Path:
     """A Markdown record of the run: config, trust, figures."""
     status = f"**UNTRUSTWORTHY**: {untrustworthy}" if untrustworthy else "Resolved throughout (trustworthy)."
+    tables = config.to_dict()
     lines = ["# Experiment report", "", status, "",
-             f"- geometry: {config['geometry']}, method: `{json.dumps(config['method'])}`",
-             f"- model: `{json.dumps(config['model'])}`", f"- initial: `{json.dumps(config['initial'])}`",
+             f"- geometry: {config.geometry}, method: `{json.dumps(tables['method'])}`",
+             f"- model: `{json.dumps(tables['model'])}`", f"- initial: `{json.dumps(tables['initial'])}`",
              f"- output times: {ds.sizes['time']} from {float(ds.time[0]):g} to {float(ds.time[-1]):g}",
              f"- wall time: {ds.attrs['wall_time']:.1f} s, package version {ds.attrs['version']}",
              f"- solver settings (last segment): `{ds.attrs.get('settings', '')}`", "",

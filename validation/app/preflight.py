@@ -22,7 +22,8 @@ from solvers import CircleFV
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
-from .builders import build_model, build_solver, initial_density, output_times, particle_dimension, particle_method
+from .builders import RunObjects, build_run, particle_method
+from .config import ExperimentConfig
 from .errors import ConfigError
 
 #: A run may use at most this fraction of the machine's memory.
@@ -33,24 +34,26 @@ MEMORY_FRACTION = 0.5
 WORKING_FIELDS = {"CircleFV": 16, "SphereSpectral": 48}
 
 
-def preflight(config: dict) -> None:
-    """Refuse, with a :class:`ConfigError` naming the key, a checked config that cannot run well."""
+def preflight(config: ExperimentConfig) -> RunObjects:
+    """Refuse, with a :class:`ConfigError` naming the key, a checked config that cannot run well.
+
+    Returns what the run uses (model, solver, initial density), built once and checked here.
+    """
     _check_memory(config)  # first: building a solver at an absurd resolution takes minutes
-    model = build_model(config)
-    solver = build_solver(config, model)
-    initial = initial_density(config)
-    if solver is None:
-        _check_particle_initial(config, initial)
+    run = build_run(config)
+    if run.solver is None:
+        _check_particle_initial(config, run.initial)
         _check_particle_steps(config)
     else:
-        state = _check_pde_initial(config, solver, initial)
-        _check_duration(config, solver, state)
+        state = _check_pde_initial(run.solver, run.initial)
+        _check_duration(config, run.solver, state)
+    return run
 
 
-def _check_particle_initial(config: dict, initial) -> None:
+def _check_particle_initial(config: ExperimentConfig, initial) -> None:
     if callable(initial):
         return
-    if config["geometry"] != "circle":
+    if config.geometry != "circle":
         raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere "
                           "(give a callable density from Python, or use a PDE method)")
     if initial.ndim != 1 or initial.size < 1:
@@ -59,7 +62,7 @@ def _check_particle_initial(config: dict, initial) -> None:
     _check_values(initial)
 
 
-def _check_pde_initial(config: dict, solver, initial) -> np.ndarray:
+def _check_pde_initial(solver, initial) -> np.ndarray:
     """The initial cell values (circle) or coefficients (sphere), once checked."""
     if not callable(initial):
         shape = (solver.cells,) if isinstance(solver, CircleFV) else solver.grid.shape
@@ -92,11 +95,11 @@ def _check_pde_initial(config: dict, solver, initial) -> np.ndarray:
 def _attention_speed_bound(model) -> float:
     """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors."""
     if model.is_zonal:
-        return abs(model.value_sign)
+        return abs(model.value_scale)
     return float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in model.head_matrices()))
 
 
-def _check_duration(config: dict, solver, state: np.ndarray) -> None:
+def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None:
     """Refuse a PDE run whose estimated duration exceeds ``max_hours``.
 
     The estimate counts the steps the stability limit allows at least (advection at the
@@ -104,8 +107,7 @@ def _check_duration(config: dict, solver, state: np.ndarray) -> None:
     and times one right-hand side here. The implicit scheme (circle, ``D > 0``) has no such
     limit and is not estimated.
     """
-    times = output_times(config)
-    span = float(times[-1] - times[0])
+    span = float(config.times.stop - config.times.start)
     model = solver.model
     speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
     if isinstance(solver, CircleFV):
@@ -126,51 +128,51 @@ def _check_duration(config: dict, solver, state: np.ndarray) -> None:
         steps = span / solver.stable_step(max(speed, speed_bound))
         resolution = f"method.lmax = {solver.lmax}"
     hours = steps * per_step / 3600
-    if hours > config["max_hours"]:
+    if hours > config.max_hours:
         raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
                           f"at least, from its stability limit): lower {resolution} or the final time, or raise "
-                          f"max_hours (now {config['max_hours']:g}) to run it anyway")
+                          f"max_hours (now {config.max_hours:g}) to run it anyway")
 
 
-def _check_particle_steps(config: dict) -> int:
+def _check_particle_steps(config: ExperimentConfig) -> int:
     """The fixed steps of a particle run; refused when ``method.dt`` is negligible against the interval."""
-    times = output_times(config)
+    times = config.times.array()
     try:
-        check_step(config["method"]["dt"], times, "method.dt")
+        check_step(config.method.dt, times, "method.dt")
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    return fixed_step_count(times, config["method"]["dt"])
+    return fixed_step_count(times, config.method.dt)
 
 
 #: Tokens of the timed probe step of :func:`check_particle_duration` (the cost is scaled up from it).
 PROBE_TOKENS = 2048
 
 
-def check_particle_duration(config: dict) -> None:
+def check_particle_duration(run: RunObjects) -> None:
     """Refuse a particle run whose estimated duration exceeds ``max_hours``.
 
     A step of the run's scheme is timed on at most :data:`PROBE_TOKENS` tokens (the difference
     of a 3-step and a 1-step run, after a first call that pays for compilation) and scaled by
     the pairs, ``(n / probe)^2``: an upper bound where a series kernel (cost ``O(n K)``) takes over.
     """
+    config, model = run.config, run.model
     steps = _check_particle_steps(config)
-    method = config["method"]
-    probe = min(method["n"], PROBE_TOKENS)
-    model = build_model(config)
-    x = mf.sample_uniform(probe, particle_dimension(config), 0)
+    method = config.method
+    probe = min(method.n, PROBE_TOKENS)
+    x = mf.sample_uniform(probe, config.dimension, 0)
     _timed_steps(model, x, config, 1)  # compiles and fills the caches
     per_step = max(0.0, _timed_steps(model, x, config, 3) - _timed_steps(model, x, config, 1)) / 2
-    per_step *= max(1.0, method["n"] / probe) ** 2
+    per_step *= max(1.0, method.n / probe) ** 2
     hours = steps * per_step / 3600
-    if hours > config["max_hours"]:
+    if hours > config.max_hours:
         raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
-                          f"for method.n = {method['n']}): raise method.dt, lower method.n or the final time, or "
-                          f"raise max_hours (now {config['max_hours']:g}) to run it anyway")
+                          f"for method.n = {method.n}): raise method.dt, lower method.n or the final time, or "
+                          f"raise max_hours (now {config.max_hours:g}) to run it anyway")
 
 
-def _timed_steps(model, x: np.ndarray, config: dict, steps: int) -> float:
+def _timed_steps(model, x: np.ndarray, config: ExperimentConfig, steps: int) -> float:
     """Seconds of a run of ``steps`` steps (the difference of two such runs leaves out the call's overhead)."""
-    dt = config["method"]["dt"]
+    dt = config.method.dt
     started = time.perf_counter()
     mf.simulate_particles(model, x, [0.0, steps * dt], method=particle_method(config), dt=dt, rng=0, progress=False)
     return time.perf_counter() - started
@@ -186,20 +188,18 @@ def _check_values(values: np.ndarray) -> None:
         raise ConfigError("initial.path holds only zeros: a density needs positive mass")
 
 
-def _check_memory(config: dict) -> None:
-    times = config["times"]  # counted, not built: a billion output times must not be allocated to be refused
-    count = times["count"] if isinstance(times, dict) else len(times)
-    method = config["method"]
-    if method["kind"] == "particles":
-        d = particle_dimension(config)
+def _check_memory(config: ExperimentConfig) -> None:
+    count = config.times.count  # counted, not built: a billion output times must not be allocated to be refused
+    method = config.method
+    if method.kind == "particles":
         # frames, integrator stages and copies (~16 arrays of the tokens), the pair sums' bounded blocks
-        needed = 8 * (count + 16) * method["n"] * d + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
-        what = f"method.n = {method['n']} particles at times.count = {count} outputs"
+        needed = 8 * (count + 16) * method.n * config.dimension + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
+        what = f"method.n = {method.n} particles at times.count = {count} outputs"
     else:
-        circle = method["kind"] == "CircleFV"
-        points = method["cells"] if circle else int(np.prod(grid_shape(method["lmax"])))
-        needed = 8 * points * (count + WORKING_FIELDS[method["kind"]])
-        key = f"method.cells = {method['cells']}" if circle else f"method.lmax = {method['lmax']}"
+        circle = method.kind == "CircleFV"
+        points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
+        needed = 8 * points * (count + WORKING_FIELDS[method.kind])
+        key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
         what = f"{key} ({points} grid points) at times.count = {count} outputs"
     available = _physical_memory()
     if needed > MEMORY_FRACTION * available:

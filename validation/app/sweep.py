@@ -41,6 +41,7 @@ import threading
 import time
 import warnings
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -55,8 +56,8 @@ import meanfield as mf
 from meanfield.engines.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
-from .builders import (build_model, build_solver, initial_density, initial_particles, output_times, particle_dimension,
-                       particle_method)
+from .builders import build_model, build_run, initial_density, initial_particles, particle_method
+from .config import ExperimentConfig
 from .errors import ConfigError, SweepTaskError
 from .files import locked_output, signals_deferred, write_atomically
 from .sweep_config import SweepConfig, load_sweep_config
@@ -75,7 +76,7 @@ class Task:
     """One unit of work: a chunk of ``systems`` particle systems of a point, or a whole PDE run."""
 
     index: tuple[int, ...]
-    config: dict
+    config: ExperimentConfig
     chunk: int
     systems: int
     tolerance: float
@@ -84,7 +85,7 @@ class Task:
     @property
     def key(self) -> str:
         """Hash of everything the result depends on (not of where it is written)."""
-        computed = {name: value for name, value in self.config.items() if name != "output"}
+        computed = {name: value for name, value in self.config.to_dict().items() if name != "output"}
         # Another device gives the same numbers up to round-off: its parts are kept apart.
         on_device = [] if self.device == "numpy" else [self.device]
         text = json.dumps([computed, self.chunk, self.systems, self.tolerance] + on_device, sort_keys=True)
@@ -94,15 +95,15 @@ class Task:
 def plan_tasks(sweep: SweepConfig) -> list[Task]:
     """All tasks of the sweep, point by point (C order of the grid), chunk by chunk."""
     tasks = []
-    realisations, batch = sweep.settings["realisations"], sweep.settings["batch"]
+    realisations, batch = sweep.settings.realisations, sweep.settings.batch
     for index, config in sweep.points():
         if sweep.particles:
             for chunk, start in enumerate(range(0, realisations, batch)):
                 systems = min(batch, realisations - start)
-                tasks.append(Task(index, config, chunk, systems, sweep.settings["cluster_tolerance"],
-                                  sweep.settings["device"]))
+                tasks.append(Task(index, config, chunk, systems, sweep.settings.cluster_tolerance,
+                                  sweep.settings.device))
         else:
-            tasks.append(Task(index, config, 0, 0, sweep.settings["cluster_tolerance"]))
+            tasks.append(Task(index, config, 0, 0, sweep.settings.cluster_tolerance))
     return tasks
 
 
@@ -160,12 +161,12 @@ def _joins(batch: list[Task], task: Task, most: int) -> bool:
     first = batch[0]
     if task.device != "numpy" or not task.systems or task.index != first.index or task.systems != first.systems:
         return False
-    return len(batch) < min(most, CPU_BATCH_ELEMENTS // _coordinates(task)) and build_model(task.config).diffusion == 0
+    return len(batch) < min(most, CPU_BATCH_ELEMENTS // _coordinates(task)) and task.config.model.diffusion == 0
 
 
 def _coordinates(task: Task) -> int:
     """The token coordinates of a task's systems (what a batch's size is bounded by)."""
-    return task.systems * task.config["method"]["n"] * particle_dimension(task.config)
+    return task.systems * task.config.method.n * task.config.dimension
 
 
 def _row_key(task: Task) -> str | None:
@@ -175,7 +176,8 @@ def _row_key(task: Task) -> str | None:
     model = build_model(task.config)
     if not isinstance(model, mf.SelfAttention) or model.external is not None or model.diffusion > 0:
         return None
-    config = {**task.config, "model": {**task.config["model"], "beta": None}}
+    config = task.config.to_dict()
+    config["model"]["beta"] = None
     return json.dumps([config, task.chunk, task.systems, task.tolerance, task.device], sort_keys=True, default=str)
 
 
@@ -206,7 +208,7 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     task = tasks[0]
     config = task.config
     model = build_model(config)
-    generators = [np.random.default_rng([config["method"]["seed"], other.chunk]) for other in tasks]
+    generators = [np.random.default_rng([config.method.seed, other.chunk]) for other in tasks]
     density = initial_density(config)
     x0 = np.concatenate([initial_particles(config, density, generator, systems=task.systems)
                          for generator in generators])
@@ -230,8 +232,8 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
         return [xp.sum(xp.astype(inner >= 1.0 - task.tolerance, xp.float64), axis=1), xp.sum(inner, axis=1),
                 xp.sum(order, axis=1)]
 
-    frames = mf.observe_particles(model, x0, output_times(config), observe, method=particle_method(config),
-                                  dt=config["method"]["dt"], rng=generators[0], invariant=True, betas=betas)
+    frames = mf.observe_particles(model, x0, config.times.array(), observe, method=particle_method(config),
+                                  dt=config.method.dt, rng=generators[0], invariant=True, betas=betas)
     sums = np.array([[to_numpy(value) for value in frame] for frame in frames])  # (time, 3, task)
     return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
 
@@ -295,11 +297,11 @@ def on_device(x: np.ndarray, device: str):
     return jax.device_put(x, jax.devices(where)[0] if where else None)
 
 
-def _pde_point(config: dict) -> dict[str, np.ndarray]:
-    solver = build_solver(config, build_model(config))
+def _pde_point(config: ExperimentConfig) -> dict[str, np.ndarray]:
+    run = build_run(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # recorded as `trustworthy`; a sweep must not flood stderr
-        ds = solver.solve(initial_density(config), output_times(config), progress=False)
+        ds = run.solver.solve(run.initial, run.times, progress=False)
     series = {name: var.values for name, var in ds.data_vars.items() if var.dims == ("time",)}
     series["trustworthy"] = np.array(float(not np.isfinite(ds.attrs.get("underresolved_since", np.nan))))
     return series
@@ -315,12 +317,12 @@ def combine_point(results: list[dict[str, np.ndarray]], realisations: int) -> di
             "order_parameter": totals["order_parameter"] / realisations}
 
 
-def run_point(sweep: SweepConfig, config: dict) -> dict[str, np.ndarray]:
+def run_point(sweep: SweepConfig, config: ExperimentConfig) -> dict[str, np.ndarray]:
     """One grid point computed here, serially, without Dask (the reference for a sweep's numbers)."""
     tasks = [task for task in plan_tasks(sweep) if task.config == config]
     if not tasks:
         raise ValueError("config is not a point of this sweep")
-    return combine_point([run_task(task) for task in tasks], sweep.settings["realisations"])
+    return combine_point([run_task(task) for task in tasks], sweep.settings.realisations)
 
 
 def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, workers: int | None = None,
@@ -367,7 +369,7 @@ def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, 
         ds = gather(sweep, tasks, computed)
         ds.attrs.update(wall_time=time.perf_counter() - started, tasks=len(tasks), tasks_computed=len(todo),
                         workers=used, scheduler=scheduler or "local")
-        write_dataset(ds, sweep.output / sweep.settings["file"])
+        write_dataset(ds, sweep.output / sweep.settings.file)
     return ds
 
 
@@ -402,7 +404,7 @@ def _check_result(task: Task, result: dict[str, np.ndarray]) -> None:
     (diagnostics may be infinite or NaN: an unbounded cluster width, no Lyapunov functional)
     and the scalar ``trustworthy``.
     """
-    count = output_times(task.config).size
+    count = task.config.times.count
     required = {"clustered", "inner_product", "order_parameter"} if task.systems else {"mass", "trustworthy"}
     if not required <= set(result) or (task.systems and set(result) != required):
         raise ValueError(f"arrays {sorted(result)}, expected {sorted(required)}{'' if task.systems else ' and more'}")
@@ -560,7 +562,7 @@ def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) 
             raise ConfigError(f"the result of ({sweep.describe(task.index)}), chunk {task.chunk} is neither "
                               f"computed nor stored in {sweep.output / PARTS}: run the sweep with --resume")
         by_point.setdefault(task.index, []).append(computed[task.key])
-    points = {index: combine_point(results, sweep.settings["realisations"]) for index, results in by_point.items()}
+    points = {index: combine_point(results, sweep.settings.realisations) for index, results in by_point.items()}
     first = next(iter(points.values()))
     dims = tuple(sweep.grid)
     data = {}
@@ -569,14 +571,15 @@ def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) 
         for index, values in points.items():
             array[index] = values[name]
         data[name] = (dims + ("time",) * sample.ndim, array)  # time series, or a scalar (`trustworthy`)
-    ds = xr.Dataset(data, coords={**sweep.grid, "time": output_times(sweep.base)})
+    ds = xr.Dataset(data, coords={**sweep.grid, "time": sweep.base.times.array()})
     if sweep.particles:
         ds["clustered_probability"].attrs["long_name"] = (
-            f"P(<x_1, x_2> >= 1 - {sweep.settings['cluster_tolerance']:g})")
+            f"P(<x_1, x_2> >= 1 - {sweep.settings.cluster_tolerance:g})")
         ds["inner_product"].attrs["long_name"] = "mean <x_1, x_2>"
         ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i x_i|"
-    ds.attrs.update(kind=SWEEP, method=sweep.base["method"]["kind"], config=json.dumps(sweep.base),
-                    grid=json.dumps(sweep.grid), settings=json.dumps(sweep.settings), version=package_version())
+    ds.attrs.update(kind=SWEEP, method=sweep.base.method.kind, config=json.dumps(sweep.base.to_dict()),
+                    grid=json.dumps(sweep.grid), settings=json.dumps(dataclasses.asdict(sweep.settings)),
+                    version=package_version())
     return ds
 
 

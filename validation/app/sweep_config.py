@@ -37,25 +37,34 @@ dotted form ``model.beta`` works too. Sweeping ``d`` sets the geometry of each p
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import importlib.util
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from .config import NUMBER, SCHEMA, check_config, check_table, read_toml
+from .config import NUMBER, SECTIONS, ExperimentConfig, check_config, check_fields, option, read_toml, \
+    section_from_table
 from .errors import ConfigError
 
-SWEEP_SCHEMA = {
-    "realisations": (int, False, 256, ">= 1"),
-    "batch": (int, False, 256, ">= 1"),
-    "cluster_tolerance": (NUMBER, False, 1e-3, "> 0"),
-    "file": (str, False, "sweep.nc", None),
-    "device": (str, False, "numpy", None),
-    "grid": (dict, True, None, None),
-}
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings:
+    """``[sweep]`` without its grid: how the points are run and stored."""
+
+    PREFIX: ClassVar[str] = "sweep."
+    realisations: int = option(256, types=int, minimum=1, help="particle systems per grid point")
+    batch: int = option(256, types=int, minimum=1, help="systems per task")
+    cluster_tolerance: float = option(1e-3, types=NUMBER, minimum=0, strict=True,
+                                      help='"clustered" means <x_1, x_2> >= 1 - cluster_tolerance')
+    file: str = option("sweep.nc", types=str, help="the sweep's file in the output folder (.nc or .zarr)")
+    device: str = option("numpy", types=str, help='"numpy", or "LIBRARY[:DEVICE]" (torch, cupy, jax)')
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 #: Array libraries a particle sweep can compute with (``device = "LIBRARY[:DEVICE]"``);
 #: ``array_api_strict`` (CPU) runs the device path where no GPU is, for tests.
@@ -65,25 +74,25 @@ ARRAY_LIBRARIES = ("numpy", "torch", "cupy", "jax", "array_api_strict")
 MAX_POINTS = 100_000
 
 ALIASES = {"D": "diffusion"}
-PARAMETERS = {key: (section, key) for section in ("model", "method", "initial")
-              for key in SCHEMA[section] if key != "kind"}
+PARAMETERS = {spec.name: (section, spec) for section, cls in SECTIONS.items()
+              for spec in dataclasses.fields(cls) if spec.name != "kind"}
 
 
 @dataclass(frozen=True)
 class SweepConfig:
     """A checked sweep: the base experiment, the grid (name -> values, in order) and the settings."""
 
-    base: dict
+    base: ExperimentConfig
     grid: dict[str, list]
-    settings: dict
+    settings: SweepSettings
 
     @property
     def particles(self) -> bool:
-        return self.base["method"]["kind"] == "particles"
+        return self.base.particles
 
     @property
     def output(self) -> Path:
-        return Path(self.base["output"])
+        return Path(self.base.output)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -93,7 +102,7 @@ class SweepConfig:
         """``"beta = 4.0, d = 2"`` for the point at ``index``."""
         return ", ".join(f"{name} = {values[i]!r}" for (name, values), i in zip(self.grid.items(), index))
 
-    def points(self) -> list[tuple[tuple[int, ...], dict]]:
+    def points(self) -> list[tuple[tuple[int, ...], ExperimentConfig]]:
         """Every grid point as ``(index, experiment config)``, in C order."""
         names = list(self.grid)
         result = []
@@ -115,22 +124,22 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     # module with the sweep's, never need; their start-up is a serial cost of every sweep.
     from .preflight import preflight
 
-    raw = copy.deepcopy(raw)
-    if "sweep" not in raw:
-        raise ConfigError("missing table [sweep] (with sweep.grid: the parameters to vary)")
-    settings = check_table(raw.pop("sweep"), SWEEP_SCHEMA, "sweep.")
-    if not settings["file"].endswith((".nc", ".zarr")):
-        raise ConfigError(f"sweep.file must end in .nc (NetCDF) or .zarr, got {settings['file']!r}")
-    if Path(settings["file"]).name != settings["file"] or settings["file"].startswith("."):
+    raw = dict(raw)
+    table = _pop_table(raw, "sweep", "sweep", "missing table [sweep] (with sweep.grid: the parameters to vary)")
+    grid_table = _pop_table(table, "grid", "sweep.grid", "missing key sweep.grid")
+    settings = section_from_table(SweepSettings, table, "sweep")
+    if not settings.file.endswith((".nc", ".zarr")):
+        raise ConfigError(f"sweep.file must end in .nc (NetCDF) or .zarr, got {settings.file!r}")
+    if Path(settings.file).name != settings.file or settings.file.startswith("."):
         raise ConfigError(f"sweep.file must be a file name in the output folder (no folders, not hidden), "
-                          f"got {settings['file']!r}")
-    check_device(settings["device"])
+                          f"got {settings.file!r}")
+    check_device(settings.device)
     grid = {}
-    for name, values in _flatten_sections(settings.pop("grid")).items():
+    for name, values in _flatten_sections(grid_table).items():
         key = _parameter_name(name)
         if key in grid:
             raise ConfigError(f"sweep.grid names {key!r} twice (as {name!r} and another spelling); keep one")
-        grid[key] = _grid_values(name, values, SCHEMA[PARAMETERS[key][0]][key][0])
+        grid[key] = _grid_values(name, values, PARAMETERS[key][1].metadata["types"])
     if not grid:
         raise ConfigError("sweep.grid is empty: name at least one parameter to vary")
     points = int(np.prod([len(values) for values in grid.values()], dtype=float))
@@ -140,13 +149,23 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
     config = SweepConfig(check_config(raw, base), grid, settings)
     for index, point in config.points():  # every point is checked as a run would be, before anything runs
         try:
-            if config.particles and point["method"]["n"] < 2:
+            if config.particles and point.method.n < 2:
                 raise ConfigError(f"method.n must be >= 2 (a sweep observes the pair <x_1, x_2>), "
-                                  f"got {point['method']['n']}")
+                                  f"got {point.method.n}")
             preflight(point)
         except ConfigError as error:
             raise ConfigError(f"sweep.grid point ({config.describe(index)}): {error}") from None
     return config
+
+
+def _pop_table(tables: dict, key: str, name: str, missing: str) -> dict:
+    """A copy of the table ``tables[key]`` (called ``name``), removed from ``tables``; ``missing``: the error without one."""
+    if key not in tables:
+        raise ConfigError(missing)
+    table = tables.pop(key)
+    if not isinstance(table, dict):
+        raise ConfigError(f"{name} must be a table, got {table!r}")
+    return dict(table)
 
 
 def check_device(device: str, name: str = "sweep.device") -> str:
@@ -160,13 +179,13 @@ def check_device(device: str, name: str = "sweep.device") -> str:
     return device
 
 
-def point_config(base: dict, values: dict) -> dict:
+def point_config(base: ExperimentConfig, values: dict) -> ExperimentConfig:
     """The experiment config of one grid point, checked; errors name the grid parameter."""
-    raw = copy.deepcopy(base)
+    raw = base.to_dict()
     for name, value in values.items():
-        section, key = PARAMETERS[name]
-        raw[section][key] = value
-        if key == "d":
+        section, _ = PARAMETERS[name]
+        raw[section][name] = value
+        if name == "d":
             raw["geometry"] = "circle" if value == 2 else "sphere"
     try:
         return check_config(raw)
