@@ -161,6 +161,10 @@ class CausalAttention(TangentVelocity):
                 block[seen] = self.prefactor * sums[seen] / denominators[seen][:, None]
         return out
 
+    def energy(self, x: np.ndarray) -> np.ndarray:
+        """Not defined: no interaction energy is known for causal attention (``has_energy`` is False)."""
+        raise NotImplementedError("causal attention has no known interaction energy (has_energy is False)")
+
     # ------------------------------------------------------------------ records
     def to_dict(self) -> dict:
         """A JSON-serializable description; :func:`meanfield.model_from_dict` rebuilds the model."""

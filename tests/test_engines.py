@@ -11,6 +11,7 @@ import pytest
 
 import meanfield as mf
 from meanfield.engines import check_consistency, engines_for
+from meanfield.protocols import Model, ParticleEngine, ZonalModel
 
 
 def general_model(d):
@@ -71,3 +72,31 @@ def test_the_check_catches_an_engine_that_is_off(rng, monkeypatch):
     with pytest.raises(AssertionError, match="engine 'fused'.*velocity_unchecked"):
         check_consistency(model, x)
 
+
+
+def protocol_members(protocol) -> set[str]:
+    """The attributes and methods a protocol declares (its own and its bases')."""
+    members = set()
+    for cls in protocol.__mro__:
+        if cls.__module__ == protocol.__module__:
+            members |= set(vars(cls).get("__annotations__", {}))
+            members |= {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+    return members
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_model_provides_the_model_protocol(name):
+    """What integrators, engines and solvers read of a model is there on every model (no hasattr probing)."""
+    model = MODELS[name](3)
+    members = protocol_members(ZonalModel if model.is_zonal else Model)
+    assert {"velocity", "energy", "logit_bound", "causal"} <= members  # the protocol is read, not empty
+    assert [member for member in sorted(members) if not hasattr(model, member)] == []
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_every_engine_provides_the_engine_protocol(name, rng):
+    model = MODELS[name](3)
+    x = mf.sample_uniform(8, 3, rng, batch=2)
+    members = protocol_members(ParticleEngine)
+    for engine_name, engine in engines_for(model, x).items():
+        assert [member for member in sorted(members) if not hasattr(engine, member)] == [], engine_name
