@@ -5,16 +5,19 @@ Baselines, timed in the same run and interleaved with the candidate (``common.co
 - the peer's step (the paper's code, re-implemented in numpy): batched matmul, softmax,
   matmul, add, normalize; the candidate is ``meanfield.observe_particles`` with the paper's
   layer scheme (the kernel ``"auto"`` picks: the circle's series at d = 2, the fused kernel
-  with span reduction where ``d > n``), on one thread like the peer. Target: ratio <= 1/3.
+  with span reduction where ``d > n``), on one thread like the peer, at d = 2, 32, 128 and
+  256, 512, 2048 systems. Targets: ratio <= 1/3, and the cost per system-step the same at
+  every batch size.
 - the same sweep task (256 systems of the phase diagram) in this process; the candidate is
   that task inside a one-worker Dask ``LocalCluster`` as ``meanfield sweep`` starts it,
   timed inside the worker. Target: ratio <= 1.2.
 
-    python benchmarks/bench_particles.py
+    python benchmarks/bench_particles.py [--systems 256,512] [--dimensions 32] [--steps-only]
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -25,7 +28,8 @@ import meanfield as mf
 from common import compare
 from meanfield.engines.kernels import select_kernel
 
-SYSTEMS, TOKENS, STEPS, BETA, STEP = 256, 32, 20, 4.0, 0.1
+SYSTEMS, TOKENS, STEPS, BETA, STEP = (256, 512, 2048), 32, 20, 4.0, 0.1
+DIMENSIONS = (2, 32, 128)
 
 
 def peer_step(x: np.ndarray, beta: float, h: float) -> np.ndarray:
@@ -48,19 +52,21 @@ def library_run(x: np.ndarray, kernel: str = "auto") -> list:
                                 kernel=kernel, invariant=True)
 
 
-def per_system_step(seconds: float) -> float:
-    return seconds / (SYSTEMS * STEPS) * 1e6
+def per_system_step(seconds: float, systems: int) -> float:
+    return seconds / (systems * STEPS) * 1e6
 
 
-def step_rows() -> list[tuple[str, float, float, float]]:
+def step_rows(systems: tuple[int, ...] = SYSTEMS, dimensions: tuple[int, ...] = DIMENSIONS,
+              ) -> list[tuple[str, float, float, float]]:
     rows = []
-    for d in (2, 32, 128):
-        x = mf.sample_uniform(TOKENS, d, 0, batch=SYSTEMS)
-        for kernel in ("auto", "numpy"):
-            ours, base, ratio = compare(lambda: library_run(x, kernel), lambda: peer_run(x))
-            name = select_kernel(mf.SelfAttention(BETA), x, kernel).name
-            rows.append((f"us/system-step d={d} n={TOKENS} {name} kernel vs peer", per_system_step(ours),
-                         per_system_step(base), ratio))
+    for d in dimensions:
+        for count in systems:
+            x = mf.sample_uniform(TOKENS, d, 0, batch=count)
+            for kernel in ("auto", "numpy"):
+                ours, base, ratio = compare(lambda: library_run(x, kernel), lambda: peer_run(x))
+                name = select_kernel(mf.SelfAttention(BETA), x, kernel).name
+                rows.append((f"us/system-step d={d} n={TOKENS} {count} systems {name} kernel vs peer",
+                             per_system_step(ours, count), per_system_step(base, count), ratio))
     return rows
 
 
@@ -102,17 +108,27 @@ def sweep_task_rows() -> list[tuple[str, float, float, float]]:
     return rows
 
 
-def run() -> list[tuple[str, float, float, float]]:
+def run(systems: tuple[int, ...] = SYSTEMS, dimensions: tuple[int, ...] = DIMENSIONS,
+        steps_only: bool = False) -> list[tuple[str, float, float, float]]:
     # Per core, as the peer's step and the sweep's workers: the circle's series would otherwise
     # run its parallel loops on every core of this process.
     numba.set_num_threads(1)
-    return step_rows() + sweep_task_rows()
+    return step_rows(systems, dimensions) + ([] if steps_only else sweep_task_rows())
 
 
 def main(argv: list[str]) -> None:
-    print(f"{'benchmark':58} {'ours':>12} {'baseline':>14} {'ratio':>9}")
-    for label, ours, base, ratio in run():
-        print(f"{label:58} {ours:12.4g} {base:14.4g} {ratio:9.3g}")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--systems", type=_sizes, default=SYSTEMS, help="batch sizes, comma-separated")
+    parser.add_argument("--dimensions", type=_sizes, default=DIMENSIONS, help="d, comma-separated")
+    parser.add_argument("--steps-only", action="store_true", help="leave out the Dask sweep-task rows")
+    args = parser.parse_args(argv)
+    print(f"{'benchmark':66} {'ours':>12} {'baseline':>14} {'ratio':>9}")
+    for label, ours, base, ratio in run(args.systems, args.dimensions, args.steps_only):
+        print(f"{label:66} {ours:12.4g} {base:14.4g} {ratio:9.3g}")
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(","))
 
 
 if __name__ == "__main__":
