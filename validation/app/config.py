@@ -62,8 +62,8 @@ def option(default: Any = MISSING, *, types: type | tuple, minimum: float | None
            choices: tuple[str, ...] | None = None, help: str = "") -> Any:
     """A config key: its TOML types, its default (none: required), its range or choices, what it means.
 
-    The key's checks are data (``metadata``) read by :func:`check_fields` and by the TOML
-    reference of the documentation, so that the two cannot disagree.
+    The key's checks are data (``metadata``) read by :func:`check_fields`, so that a reference
+    of the keys can be generated from the same source as the checks.
     """
     metadata = {"types": types, "minimum": minimum, "strict": strict, "choices": choices, "help": help}
     return field(default=default, metadata=metadata)
@@ -71,8 +71,9 @@ def option(default: Any = MISSING, *, types: type | tuple, minimum: float | None
 
 def check_fields(record: Any) -> None:
     """Type, range and choices of every key of a config section (the section's ``PREFIX`` names them)."""
+    values = values_of(record)
     for spec in dataclasses.fields(record):
-        value, rule, name = getattr(record, spec.name), spec.metadata, record.PREFIX + spec.name
+        value, rule, name = values[spec.name], spec.metadata, record.PREFIX + spec.name
         if value is None and spec.default is None:  # an optional key left unset
             continue
         types = rule["types"]
@@ -102,9 +103,14 @@ def section_from_table(cls: type, table: Any, name: str) -> Any:
     return cls(**table)
 
 
+def values_of(record: Any) -> dict:
+    """A section record's keys and values (not recursive, unlike :func:`dataclasses.asdict`)."""
+    return {spec.name: getattr(record, spec.name) for spec in dataclasses.fields(record)}
+
+
 def table_of(record: Any) -> dict:
     """The TOML table of a section record (tuples as lists): what :func:`section_from_table` reads back."""
-    return {spec.name: _plain(getattr(record, spec.name)) for spec in dataclasses.fields(record)}
+    return {name: _plain(value) for name, value in values_of(record).items()}
 
 
 def _plain(value: Any) -> Any:
@@ -356,8 +362,7 @@ def _read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
     """Query, key and value matrices (inline lists or ``.npy`` paths) and the perceptron's weights, read and shaped."""
     model, d = config.model, config.dimension
     matrices = {}
-    for key in ("query", "key", "value"):
-        given = getattr(model, key)
+    for key, given in (("query", model.query), ("key", model.key), ("value", model.value)):
         if given is None or isinstance(given, NUMBER):
             continue
         if isinstance(given, str):
@@ -400,14 +405,14 @@ def _nested_tuple(values: Any) -> Any:
 
 def _check_causal(config: ExperimentConfig) -> None:
     """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles here."""
-    model = config.model
+    model, values = config.model, values_of(config.model)
     if not model.causal:
         for key in ("alibi", "include_self"):
-            if getattr(model, key) != _default(ModelConfig, key):
+            if values[key] != _default(ModelConfig, key):
                 raise ConfigError(f"model.{key} applies to causal attention only (model.causal = true)")
         return
     for key in ("time_rescaled", "query", "key", "perceptron"):
-        if getattr(model, key) not in (None, False):
+        if values[key] not in (None, False):
             raise ConfigError(f"model.{key} does not apply to causal attention (model.causal = true)")
     if not isinstance(model.value, NUMBER):
         raise ConfigError("model.value of causal attention is its prefactor c, a number")
@@ -437,7 +442,8 @@ def _default(cls: type, key: str) -> Any:
 
 def _no_foreign_keys(section: MethodConfig | InitialConfig, allowed: set) -> None:
     """Keys that belong to another kind were given explicitly: refuse them instead of ignoring them."""
+    values = values_of(section)
     for spec in dataclasses.fields(section):
-        if spec.name not in allowed and getattr(section, spec.name) != spec.default:
+        if spec.name not in allowed and values[spec.name] != spec.default:
             raise ConfigError(f"{section.PREFIX[:-1]}.{spec.name} does not apply to {section.PREFIX}kind = "
                               f"{section.kind!r}; allowed: {', '.join(sorted(allowed))}")
