@@ -61,7 +61,7 @@ def kernel_degree(kappa: float) -> int:
 
 
 def _sht(lmax: int, nlat: int, nphi: int):
-    # One thread: at these low degrees OpenMP's start-up costs more than it saves (41 vs 54 us a synthesis).
+    # One thread: at these low degrees OpenMP's start-up costs more than it saves.
     sh = shtns.sht(lmax, lmax, nthreads=1)
     sh.set_grid(nlat=nlat, nphi=nphi, flags=shtns.sht_gauss, polar_opt=0.0)
     return sh

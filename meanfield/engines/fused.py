@@ -74,8 +74,8 @@ OUTPUT, VELOCITY, STEP = 0, 1, 2
 def _prepare_system(tokens, normalize, beta, ext, keys):
     r"""``ext = [u, 1]`` (``n x (d + 1)``) and ``keys[:d] = \beta u^T``, ``u = x / |x|`` or ``x``.
 
-    The transpose is written contiguously in a loop of its own (3x faster at d = 32 than one
-    loop writing both; numpy's strided copy cost more than the product it feeds).
+    The transpose is written contiguously in a loop of its own (faster than one loop writing
+    both; numpy's strided copy cost more than the product it feeds).
     """
     n, d = tokens.shape
     for i in range(n):
@@ -128,12 +128,12 @@ def finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise
     ``x`` and ``sums`` may carry more columns than ``out`` (``[x, 1]``, the sums with their
     denominators): only the first ``d`` are read. ``noise[ns]`` is the system's noise; ``noise``
     of no tokens stands for none. ``out`` may be ``sums``. Systems are indices into 3-d arrays,
-    not 2-d views: the views made this pass 30 % slower at d = 2. ``d`` is the number of
+    not 2-d views, which made this pass slower. ``d`` is the number of
     components of ``out``, a parameter so that a caller passing a constant gets its loops
     compiled for that size (:func:`_finish_of`).
     """
     n = out.shape[1]
-    # one loop per mode: a branch on the mode inside the loop made the step pass 30 % slower
+    # one loop per mode: a branch on the mode inside the loop made the step pass slower
     if mode == OUTPUT:
         for i in range(n):
             scale = weight / (sums[ss, i, d] if denominator == 0.0 else denominator)
@@ -175,9 +175,8 @@ def finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise
 def finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise_scale, out):
     """:func:`finish_rows` for every system of ``(b, n, .)`` arrays (``noise`` as ``x``).
 
-    On the circle and S^2 with the number of components compiled in: at d = 2 the loops
-    with ``d`` known only at run time took 0.47 us per system of 32 tokens, 2.5x the pass
-    of the unrolled kernel.
+    On the circle and S^2 with the number of components compiled in: loops with ``d`` known
+    only at run time cost several times the unrolled pass there.
     """
     if out.shape[2] == 2:
         _finish_each(x, sums, 2, weight, denominator, mode, h, project, noise, noise_scale, out)
@@ -225,8 +224,8 @@ def _row_sums(weights, s, i, tokens, d, sums):
     """``sums[0, i] = (W u)_i, (W 1)_i`` in one pass along the row, the sums in scalars.
 
     A branch per dimension of :data:`UNROLLED_DIMENSIONS` (``d`` is a constant, so one stays):
-    the same loop over an accumulator array keeps it in memory, 2.21 vs 1.56 us per
-    system-step at d = 2, and one pass per component loses a third of the gain.
+    the same loop over an accumulator array keeps it in memory, and one pass per component
+    loses part of the gain (``benchmarks/bench_particles.py``).
     """
     n = weights.shape[2]
     if d == 2:

@@ -255,7 +255,7 @@ def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, nois
     ``noise``, ...) while it is in the L1 cache. Scratch arrays are allocated once per thread.
 
     The synthesis is written out in the parallel loop's body: in a function of its own it ran
-    15-18 % slower at n = 32 (so did the streamed sums, 45 % at n = 10^5).
+    slower (so did the streamed sums; ``benchmarks/bench_series.py``).
     """
     b, n, _ = x.shape
     modes = a.size - 1
@@ -470,7 +470,7 @@ def harmonic_sums(x: np.ndarray, degree: int) -> np.ndarray:
 
     ``x`` of shape ``(n, 3)`` or ``(b, n, 3)`` (unit vectors); returns a complex array
     ``(..., degree + 1, degree + 1)`` indexed ``[l, m]`` (zero above the diagonal), with the
-    Condon-Shortley phase of :func:`scipy.special.sph_harm_y` (which is 100 times slower here).
+    Condon-Shortley phase of :func:`scipy.special.sph_harm_y` (far slower for this use).
     """
     x = np.asarray(x, dtype=float)
     flat = np.ascontiguousarray(x.reshape((-1,) + x.shape[-2:]))

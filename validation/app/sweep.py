@@ -111,10 +111,8 @@ def plan_tasks(sweep: SweepConfig) -> list[Task]:
 DEVICE_BATCH_ELEMENTS = 2**26
 
 #: Token coordinates in one batch of CPU tasks at most (2^17 doubles, 1 MiB: the state of a
-#: step stays in half the L2 cache). The paper's phase diagram at d = 2 on 2 workers (720
-#: chunks of 256 systems): 48.7 s in batches of 2048 systems, 53.3 s of 1024, 63.9 s one
-#: chunk at a time; the scheduler and the client's process used 3.3, 4.5 and 9.6 s of CPU.
-#: Batches of 2048 systems at d = 128 (16 MiB per state) took 366 s against 279 s.
+#: step stays in half the L2 cache). Larger batches leave the scheduler less to do at d = 2
+#: and make a step at d = 128 leave the cache (``benchmarks/bench_sweep.py`` times both).
 CPU_BATCH_ELEMENTS = 2**17
 
 #: Batches per worker at least where chunks are grouped on the CPU: no worker idles at the end.
@@ -185,8 +183,8 @@ def run_tasks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     """Compute a batch of :func:`plan_batches` (on a worker): one result per task, in order.
 
     numba's parallel loops (the circle's series) run on this thread alone: the sweep runs a
-    worker per core, and with every core in each of 2 workers the paper's sweep took 47-58 s
-    instead of 15 s at 256 systems per beta. (Not ``NUMBA_NUM_THREADS`` in the workers'
+    worker per core, and workers whose threads each took every core ran several times slower.
+    (Not ``NUMBA_NUM_THREADS`` in the workers'
     environment: Dask sets that environment in the calling process too, where numba then
     refuses to compile once its threads run.)
     """
@@ -243,8 +241,8 @@ def _observed_sums(x, tolerance, sums):
     r"""Per task (``sums.shape[1]`` equal groups of systems): the sums of :math:`[\langle x_1, x_2\rangle
     \ge 1 - \text{tolerance}]`, :math:`\langle x_1, x_2\rangle` and :math:`|\frac1n \sum_i x_i|` over its systems.
 
-    One pass per system for numpy arrays: the observer's array API expressions took 0.1 us
-    per system-step at n = 32, d = 2, about 8 % of a step of the circle's series.
+    One pass per system for numpy arrays: the observer's array API expressions cost a
+    noticeable part of a step of the circle's series there.
     """
     b, n, k = x.shape
     systems = b // sums.shape[1]
@@ -267,7 +265,7 @@ def _observed_sums(x, tolerance, sums):
 def token_mean(x, xp, averages: dict):
     """``mean(x, axis=1)`` of ``(b, n, k)`` tokens as one matrix product.
 
-    numpy reduces a middle axis with a short last axis element by element (30x slower at
+    numpy reduces a middle axis with a short last axis element by element (far slower at
     ``k = 2``); ``averages`` keeps the ``(n k, k)`` averaging matrix per shape.
     """
     b, n, k = x.shape
@@ -491,11 +489,9 @@ PRESPAWN = "distributed.nanny.pre-spawn-environ"
 #: Dask settings of the local cluster a sweep starts: no statistical profiler in the workers
 #: (it samples the task's stack every 10 ms), the system and memory monitors at 5 s and 1 s
 #: instead of 0.5 s and 0.1 s, event-loop health checks every 0.5 s instead of 20 ms. With a
-#: worker per core this background work takes the tasks' cores: on the paper's sweep
-#: (30 betas, 2 workers, 2 cores) the worker processes spent 2.2-2.6 s of CPU outside their
-#: tasks and the tasks waited 2.5-3.7 s for a core; with these settings 1.0-1.1 s and
-#: 0.6-1.2 s, and the client and scheduler's process 0.35 instead of 0.9 s. Only the
-#: dashboard's profile and its system plots lose detail. A cluster given by address keeps its own.
+#: worker per core this background work takes the tasks' cores (``benchmarks/bench_sweep.py``).
+#: Only the dashboard's profile and its system plots lose detail. A cluster given by address
+#: keeps its own.
 QUIET_LOCAL_CLUSTER = {"distributed.worker.profile.enabled": False,
                        "distributed.admin.system-monitor.interval": "5s",
                        "distributed.worker.memory.monitor-interval": "1s",
@@ -507,7 +503,8 @@ def worker_environment() -> dict:
 
     Any explicit malloc threshold turns off glibc's dynamic mmap threshold, so every
     temporary above 128 KiB (a block of weights) is mapped and unmapped at each step: millions
-    of page faults, a task 1.8x slower than in a plain process. glibc's own behaviour keeps
+    of page faults, a task much slower than in a plain process (``benchmarks/bench_particles.py``
+    times both). glibc's own behaviour keeps
     them on the heap once freed. The single-thread BLAS/OpenMP settings stay.
     """
     from distributed.config import defaults  # importing it also puts distributed's defaults in dask's config
