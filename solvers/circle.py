@@ -223,7 +223,7 @@ class _FiniteVolumes:
         self.solver, self.operators = solver, solver.operators
         self.decay = None
         self._velocity: tuple[np.ndarray, np.ndarray] | None = None
-        self._functional: tuple[np.ndarray, float | None] | None = None
+        self._functional: tuple[np.ndarray, float] | None = None
 
     def velocity(self, deviation: np.ndarray) -> np.ndarray:
         if self._velocity is None or self._velocity[0] is not deviation:
