@@ -1,9 +1,10 @@
-"""solvers: discretizations of the mean-field PDE (finite volume on the circle, spectral on S^2),
-and of the layered equation of causal attention on both."""
+"""solvers: discretizations of the mean-field PDE (finite volumes and Fourier on the circle,
+spherical harmonics on S^2), and of the layered equation of causal attention on both."""
 
 from .causal import CausalCircleFV, CausalSphereSpectral
 from .circle import CircleFV
+from .circle_spectral import CircleSpectral
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "UnderResolvedWarning"]

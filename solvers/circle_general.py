@@ -178,7 +178,8 @@ class GeneralCircleOperators(CircleOperators):
         velocity = (self._linear_face_velocity if self.linear else self._quotient_face_velocity)(spectrum, first)
         return velocity if self.external_velocity is None else velocity + self.external_velocity
 
-    def _linear_face_velocity(self, spectrum, first) -> np.ndarray:
+    def _linear_velocity_series(self, spectrum, first) -> tuple[np.ndarray, int]:
+        """Fourier coefficients of the velocity of a linear model (the sum over heads), and the first mode."""
         total, low = None, None
         for head in self.heads:
             numerator, p0 = self._series(head, spectrum, first, 1)  # linear models need no denominator
@@ -187,21 +188,37 @@ class GeneralCircleOperators(CircleOperators):
             f = head.mu * numerator + head.nu * np.conj(numerator[::-1])
             total, low = _accumulate(total, low, f, p0 - 1)
         total, low = _symmetric(total, low)
-        # Im F: coefficient (F(r) - conj F(-r)) / 2i; the dual-cell average multiplies mode r by sinc(r h / 2)
-        r = np.arange(total.size) + low
-        velocity = (total - np.conj(total[::-1])) / 2j * np.sinc(r * self.width / (2 * np.pi))
-        return self._evaluate(velocity, low, self.width)[0].real
+        # Im F: coefficient (F(r) - conj F(-r)) / 2i
+        return (total - np.conj(total[::-1])) / 2j, low
+
+    def _linear_face_velocity(self, spectrum, first) -> np.ndarray:
+        velocity, low = self._linear_velocity_series(spectrum, first)
+        # the dual-cell average multiplies mode r by sinc(r h / 2)
+        r = np.arange(velocity.size) + low
+        return self._evaluate(velocity * np.sinc(r * self.width / (2 * np.pi)), low, self.width)[0].real
+
+    def _quotient_at(self, head: _Head, spectrum, first, offsets, rotations) -> np.ndarray:
+        r"""One head's SA velocity :math:`\mathrm{Im}(e^{-i\theta}(\mu\tilde N + \nu\bar{\tilde N}))/D` at ``offsets + jh``."""
+        d, numerator, p0 = self._head_sums(head, spectrum, first)
+        # D and N at every point of every offset: one batch of inverse FFTs
+        denominator, mean = self._evaluate(np.stack([d, numerator]), p0, offsets)
+        rotated = rotations * (head.mu * mean + head.nu * np.conj(mean))
+        return rotated.imag / np.maximum(denominator.real, np.finfo(float).tiny)
 
     def _quotient_face_velocity(self, spectrum, first) -> np.ndarray:
-        velocity = np.zeros(self.cells)
-        for head in self.heads:
-            d, numerator, p0 = self._head_sums(head, spectrum, first)
-            # D and N at every Gauss node of every dual cell: one batch of inverse FFTs
-            denominator, mean = self._evaluate(np.stack([d, numerator]), p0, self.offsets)
-            rotated = self.rotations * (head.mu * mean + head.nu * np.conj(mean))
-            quotient = rotated.imag / np.maximum(denominator.real, np.finfo(float).tiny)
-            velocity += self.weights @ quotient
-        return velocity
+        return sum(self.weights @ self._quotient_at(head, spectrum, first, self.offsets, self.rotations)
+                   for head in self.heads)
+
+    def point_velocity(self, spectrum: np.ndarray, first: int) -> np.ndarray:
+        r"""The velocity at the points :math:`\theta_j = jh` from the density's coefficients :math:`\hat\rho(q)`, ``q >= first``.
+
+        Without the external field (the spectral solver adds its own, pointwise).
+        """
+        if self.linear:
+            velocity, low = self._linear_velocity_series(spectrum, first)
+            return self._evaluate(velocity, low, 0.0)[0].real
+        rotations = np.exp(-1j * self.width * np.arange(self.cells))[None, :]
+        return sum(self._quotient_at(head, spectrum, first, 0.0, rotations)[0] for head in self.heads)
 
     def potential_jumps(self, deviation: np.ndarray) -> np.ndarray:
         """``h`` times the face velocity: the jumps the Scharfetter-Gummel step needs (a potential's, when there is one)."""

@@ -1,0 +1,365 @@
+r"""Fourier pseudo-spectral solver for the mean-field equation on the circle.
+
+.. math:: \partial_t\rho + \partial_\theta(\rho\, v[\rho]) = D\,\partial_\theta^2\rho
+
+The density is carried by its Fourier coefficients, :math:`\rho(\theta) = \sum_{|k| < N/2}
+\hat\rho_k e^{ik\theta}` (``N = cells``; the state holds :math:`k \ge 0`, the Nyquist mode is
+not kept). The potential is diagonal in this basis (the kernel's Funk-Hecke spectrum from
+:mod:`meanfield`): :math:`v = \partial_\theta(\Phi*\rho)` for USA, Kuramoto and zonal
+aggregation, :math:`v = \frac{c}{\beta}\,\partial_\theta(K*\rho)/(K*\rho)` for SA (any query,
+key and value matrices and heads through the coefficient matrices of
+:mod:`solvers.circle_general`). The flux :math:`\rho v` is formed on :math:`M \ge 3N/2`
+points (the 3/2 rule: a quadratic product of modes :math:`|k| < N/2` has no alias among
+them) and its derivative taken exactly in coefficient space.
+
+Time: the diffusion :math:`-Dk^2` is integrated exactly (integrating factor, Lawson form)
+and the transport by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by
+default) with the error control of :mod:`solvers.tolerance` (``rtol`` relative to the
+deviation from the uniform density) and a stability bound: mode :math:`k` advected by
+:math:`v` has a nearly imaginary frequency up to :math:`k\max|v|`, so the step stays within
+:math:`\Delta t\,(N/2)\max|v| \le y_I`, the pair's imaginary stability (as on :math:`S^2`,
+:mod:`solvers.sphere`).
+
+The method is exact in mass and spectrally accurate while the density is smooth; it does not
+preserve positivity. Its resolution diagnostic is the tail of the spectrum: the fraction of
+the deviation's spectral energy in the top 10 % of modes (``spectral_tail``, as on
+:math:`S^2`) and a negative density beyond round-off.
+
+What it records is the same object as :class:`~solvers.CircleFV`: the averages of the
+density over the ``N`` cells :math:`[jh, (j+1)h)`, computed exactly from the coefficients
+(mode :math:`k` times :math:`e^{ik(j+1/2)h}\,\mathrm{sinc}(kh/2)`), so distances, cumulative
+distributions and comparisons with a finite-volume run need no interpolation. An array
+``rho0`` is read the same way (cell averages), a callable as point values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.fft import next_fast_len
+
+from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.integration import ExplicitTableau, explicit_adaptive_step, tableau_named
+from meanfield.records import CIRCLE
+
+from .circle_general import GeneralCircleOperators
+from .grid_solver import Diagnosis, GridSolver
+from .heads import takes_general_path
+from .tolerance import error_tolerance
+
+#: Modes of the kernel beyond the grid must be below this fraction of the largest.
+KERNEL_TOLERANCE = 1e-8
+
+
+@dataclass(frozen=True, eq=False)
+class CircleSpectral(GridSolver):
+    r"""Fourier pseudo-spectral solver on the circle (dealiased, diffusion exact, adaptive steps).
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        SA or USA with any query, key and value matrices (2 x 2) and heads, or a zonal
+        aggregation; any diffusion, external field and time rescaling.
+    cells : int
+        ``N`` (even, at least 8): Fourier modes :math:`|k| < N/2`, and the ``N`` cells whose
+        averages are recorded. The kernel's modes from ``N/2`` on must be negligible
+        (:data:`KERNEL_TOLERANCE`).
+    rtol : float
+        Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
+        from the uniform density (:mod:`solvers.tolerance`).
+    tail_threshold : float
+        The solution counts as resolved while the top 10 % of modes hold less than this
+        fraction of the spectral energy of :math:`\rho - \bar\rho`.
+    interaction : {"auto", "zonal", "general"}
+        As for :class:`~solvers.CircleFV`.
+    tableau : str or ExplicitTableau
+        The embedded Runge-Kutta pair (:data:`meanfield.integration.TABLEAUX`), in
+        integrating-factor form with diffusion; held within its imaginary stability.
+    """
+
+    model: object
+    cells: int = 256
+    rtol: float = 1e-6
+    tail_threshold: float = 1e-10
+    interaction: str = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
+    points: int = field(init=False)
+    wavenumber: np.ndarray = field(init=False, repr=False)
+    general: GeneralCircleOperators | None = field(init=False, repr=False)
+    _symbol: np.ndarray = field(init=False, repr=False)
+    _energy_symbol: np.ndarray = field(init=False, repr=False)
+    energy_scaled: bool = field(init=False, repr=False)
+    external_velocity: np.ndarray | None = field(init=False, repr=False)
+    external_potential: np.ndarray | None = field(init=False, repr=False)
+
+    name = "CircleSpectral"
+    geometry = CIRCLE
+    default_max_steps = 1_000_000
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        check_int(self.cells, "cells", minimum=8)
+        if self.cells % 2:
+            raise ValueError(f"cells must be even (modes |k| < cells/2), got {self.cells}")
+        check_rtol(self.rtol)
+        check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        set_(self, "tableau", tableau_named(self.tableau))
+        model = self.model
+        if model.dimension not in (None, 2):
+            raise ValueError(f"CircleSpectral solves on the circle: the model's matrices are "
+                             f"{model.dimension} x {model.dimension}, not 2 x 2")
+        modes = self.cells // 2
+        set_(self, "points", next_fast_len(3 * modes, real=True))
+        set_(self, "wavenumber", np.arange(modes, dtype=float))
+        self._set_external()
+        if takes_general_path(model, self.interaction, self.name):
+            general = GeneralCircleOperators(model, self.points)
+            self._check_kernel_resolved(max(h.matrix.shape[0] for h in general.heads) // 2,
+                                        "its coefficient matrices reach")
+            set_(self, "general", general)
+            set_(self, "energy_scaled", general.energy_scaled)
+            return
+        set_(self, "general", None)
+        spectrum = model.potential_spectrum if model.velocity_is_linear else model.kernel_spectrum
+        symbol = spectrum(modes, 2)
+        largest = np.abs(symbol).max()
+        if abs(symbol[-1]) > KERNEL_TOLERANCE * largest:
+            reach = next((k for k in range(modes, 8 * modes + 64)
+                          if abs(spectrum(k, 2)[-1]) <= KERNEL_TOLERANCE * largest), 8 * modes + 64)
+            self._check_kernel_resolved(reach, f"its modes are above {KERNEL_TOLERANCE:g} of the largest up to")
+        set_(self, "_symbol", symbol[:modes])
+        try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
+            energy, scaled = model.energy_spectrum(modes - 1, 2), model.time_rescaled
+        except OverflowError:
+            energy, scaled = model.energy_spectrum(modes - 1, 2, scaled=True), True
+        set_(self, "_energy_symbol", energy)
+        set_(self, "energy_scaled", scaled)
+
+    def _check_kernel_resolved(self, reach: int, what: str) -> None:
+        if reach >= self.cells // 2:
+            raise ValueError(f"cells={self.cells} does not resolve the kernel: {what} mode {reach} "
+                             f"(use cells >= {2 * reach + 2})")
+
+    def _set_external(self) -> None:
+        """The external field's tangential component and potential on the flux grid (it is fixed)."""
+        external = self.model.external
+        velocity = potential = None
+        if external is not None:
+            theta = self.flux_grid
+            points = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+            tangent = np.stack([-np.sin(theta), np.cos(theta)], axis=-1)
+            velocity = np.sum(external.field(points) * tangent, axis=-1)
+            potential = external.potential(points)
+        object.__setattr__(self, "external_velocity", velocity)
+        object.__setattr__(self, "external_potential", potential)
+
+    @property
+    def theta(self) -> np.ndarray:
+        """Centres of the recorded cells, shape ``(cells,)``."""
+        return (np.arange(self.cells) + 0.5) * (2 * np.pi / self.cells)
+
+    @property
+    def flux_grid(self) -> np.ndarray:
+        """The ``M`` points :math:`2\\pi j/M` where the flux is formed."""
+        return np.arange(self.points) * (2 * np.pi / self.points)
+
+    @property
+    def resolution_advice(self) -> str:
+        return f"increase cells (now {self.cells}), add diffusion, stop earlier, or use CircleFV"
+
+    # ------------------------------------------------------------------ transforms
+    def values(self, coefficients: np.ndarray, derivative: bool = False) -> np.ndarray:
+        """The series (or its derivative) at the flux grid's ``M`` points."""
+        if derivative:
+            coefficients = 1j * self.wavenumber * coefficients
+        return np.fft.irfft(coefficients, self.points) * self.points
+
+    def analyse(self, values: np.ndarray) -> np.ndarray:
+        """Coefficients of modes :math:`0 \\le k < N/2` of values at the flux grid's points."""
+        return np.fft.rfft(values)[: self.cells // 2] / self.points
+
+    def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
+        """The averages over the ``N`` cells, exactly (the recorded density)."""
+        k = self.wavenumber
+        n = self.cells
+        return np.fft.irfft(coefficients * np.exp(1j * np.pi * k / n) * np.sinc(k / n), n) * n
+
+    def _from_cell_averages(self, averages: np.ndarray) -> np.ndarray:
+        k = self.wavenumber
+        n = self.cells
+        return np.fft.rfft(averages)[: n // 2] / n / (np.exp(1j * np.pi * k / n) * np.sinc(k / n))
+
+    # ------------------------------------------------------------------ velocity and transport
+    def velocity(self, coefficients: np.ndarray) -> np.ndarray:
+        """The velocity :math:`v[\\rho]` at the flux grid's points."""
+        if self.general is not None:
+            modes = self.cells // 2
+            # rho_hat(q) = int e^{-iq phi} rho = 2 pi c_q, q = -(modes - 1) .. modes - 1, as the general operators take them
+            spectrum = 2 * np.pi * np.concatenate([np.conj(coefficients[:0:-1]), coefficients])
+            velocity = self.general.point_velocity(spectrum, -(modes - 1))
+        elif self.model.velocity_is_linear:
+            velocity = self.values(self._symbol * coefficients, derivative=True)
+        else:
+            c, beta = self.model.value_scale, self.model.beta
+            convolution = self._symbol * coefficients
+            velocity = (c / beta) * self.values(convolution, derivative=True) / np.maximum(
+                self.values(convolution), np.finfo(float).tiny)
+            # |d/dth log K*rho| <= beta for the exact kernel: the bound removes round-off noise
+            # where K*rho is below machine precision of its maximum.
+            np.clip(velocity, -abs(c), abs(c), out=velocity)
+        return velocity if self.external_velocity is None else velocity + self.external_velocity
+
+    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+        r"""Coefficients of :math:`-\partial_\theta(\rho v[\rho])` and :math:`\max|v|` on the flux grid."""
+        velocity = self.velocity(coefficients)
+        flux = self.analyse(self.values(coefficients) * velocity)
+        return -1j * self.wavenumber * flux, float(np.abs(velocity).max())
+
+    def stable_step(self, speed: float) -> float:
+        """Largest step at which the explicit pair damps the advection of every mode (at this speed)."""
+        return self.tableau.imaginary_stability / max((self.cells // 2) * speed, 1e-300)
+
+    # ------------------------------------------------------------------ norms and functionals
+    def deviation_norm(self, coefficients: np.ndarray) -> float:
+        r""":math:`\|\rho - \bar\rho\|_{L^2}` (Parseval over modes :math:`k \ne 0`)."""
+        deviation = coefficients[1:]
+        return float(np.sqrt(4 * np.pi * np.vdot(deviation, deviation).real))
+
+    def norm(self, coefficients: np.ndarray) -> float:
+        """:math:`L^2` norm of the series."""
+        return float(np.sqrt(2 * np.pi * (abs(coefficients[0]) ** 2 + 2 * np.vdot(coefficients[1:], coefficients[1:]).real)))
+
+    def _tolerance(self, coefficients: np.ndarray) -> float:
+        uniform_norm = abs(coefficients[0]) * np.sqrt(2 * np.pi)
+        return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
+
+    def _quadratic(self, coefficients: np.ndarray, symbol: np.ndarray) -> float:
+        r""":math:`\frac12\int\rho\,(S*\rho) = \pi\sum_k S_k|\hat\rho_k|^2` over all :math:`k` (both signs)."""
+        power = np.abs(coefficients) ** 2
+        return float(np.pi * (symbol[0] * power[0] + 2 * np.dot(symbol[1:], power[1:])))
+
+    def _external_energy(self, rho: np.ndarray) -> float:
+        if self.external_potential is None:
+            return 0.0
+        return float(np.pi / self.points * np.dot(rho, self.external_potential))
+
+    def _centred_values(self, coefficients: np.ndarray) -> np.ndarray:
+        """Point values at the centres of the flux grid's cells (what the general operators take)."""
+        return self.values(coefficients * np.exp(1j * np.pi * self.wavenumber / self.points))
+
+    def energy(self, coefficients: np.ndarray) -> float:
+        r""":math:`E = \frac12\int\rho\,(\Psi*\rho)` (times :math:`e^{-\beta}` where it would overflow), plus :math:`\frac12\int w\rho` of an external potential."""
+        if self.general is not None:
+            return self.general.energy(self._centred_values(coefficients))
+        return self._quadratic(coefficients, self._energy_symbol) + self._external_energy(self.values(coefficients))
+
+    def lyapunov(self, coefficients: np.ndarray) -> float:
+        """Free energy (gradient flows), ``-cE`` (SA, ``D = 0``), NaN where none is known or ``rho`` is not positive."""
+        if self.general is not None:
+            rho = self._centred_values(coefficients)
+            return np.nan if self.model.diffusion > 0 and rho.min() <= 0 else self.general.lyapunov(rho)
+        if self.external_velocity is not None and (self.external_potential is None or not self.model.velocity_is_linear):
+            return np.nan  # no known functional: SA with a field, or a field without potential
+        if not self.model.velocity_is_linear:
+            return -self.model.value_scale * self.energy(coefficients) if self.model.diffusion == 0 else np.nan
+        rho = self.values(coefficients)
+        potential = self._quadratic(coefficients, self._symbol) + self._external_energy(rho)
+        diffusion = self.model.diffusion
+        if diffusion == 0:
+            return -potential
+        if rho.min() <= 0:
+            return np.nan
+        return diffusion * 2 * np.pi / self.points * float(np.dot(rho, np.log(rho))) - potential
+
+    def spectral_tail(self, coefficients: np.ndarray) -> float:
+        """Fraction of the spectral energy of ``rho - rho_bar`` held by the top 10 % of modes."""
+        power = np.abs(coefficients[1:]) ** 2
+        total = power.sum()
+        if total == 0:
+            return 0.0
+        return float(power[self.wavenumber[1:] > 0.9 * (self.cells // 2 - 1)].sum() / total)
+
+    # ------------------------------------------------------------------ solve
+    def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
+                             name: str = "rho0") -> np.ndarray:
+        """Coefficients of ``rho0``, mass one: a callable of :math:`\\theta` (point values) or ``cells`` cell averages."""
+        if callable(rho0):
+            samples = 4 * self.cells  # modes up to 4N fold onto none of the kept ones
+            theta = np.arange(samples) * (2 * np.pi / samples)
+            values = check_density(np.asarray(rho0(theta), dtype=float), (samples,), name)
+            coefficients = np.fft.rfft(values)[: self.cells // 2] / samples
+        else:
+            coefficients = self._from_cell_averages(check_density(rho0, (self.cells,), name))
+        coefficients[0] = coefficients[0].real
+        return coefficients / (2 * np.pi * coefficients[0].real)
+
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if continued:
+            return self._from_cell_averages(check_density(rho0, (self.cells,), "rho0", evolved=True))
+        return self.initial_coefficients(rho0)
+
+    def density(self, coefficients: np.ndarray) -> np.ndarray:
+        """The averages over the ``cells`` cells of the density with these coefficients."""
+        return self.cell_averages(coefficients)
+
+    def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
+        discretisation = _Transport(self)
+        attempt = explicit_adaptive_step(discretisation, self.tableau)
+        first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
+        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
+
+    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        tail = self.spectral_tail(coefficients)
+        pointwise = self.values(coefficients)
+        lowest = float(pointwise.min())
+        negative = lowest < -1e-8 * pointwise.max()
+        resolved = bool(tail < self.tail_threshold and not negative)
+        reason = (f"the top 10% of modes hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
+                  if tail >= self.tail_threshold else f"the density is negative ({lowest:.3g})")
+        values = {"mass": float(2 * np.pi * coefficients[0].real), "energy": self.energy(coefficients),
+                  "lyapunov": self.lyapunov(coefficients), "min_density": lowest, "spectral_tail": tail}
+        return Diagnosis(values, resolved, reason)
+
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"theta": self.theta}
+
+    def recorded_settings(self) -> dict:
+        return {"cells": self.cells, "rtol": self.rtol, "flux_points": self.points, "tableau": self.tableau.name}
+
+
+class _Transport:
+    """The solver as a :class:`~meanfield.integration.protocols.Discretisation`: transport, diffusion, bound.
+
+    It remembers the speed of the state it last evaluated (first same as last: the bound of
+    the next step is known after an accepted one without another velocity).
+    """
+
+    def __init__(self, solver: CircleSpectral):
+        self.solver = solver
+        diffusion = solver.model.diffusion
+        self.decay = diffusion * solver.wavenumber ** 2 if diffusion > 0 else None
+        self._last: tuple[np.ndarray, float] | None = None
+
+    def rhs(self, coefficients: np.ndarray) -> np.ndarray:
+        result, speed = self.solver.transport_and_speed(coefficients)
+        self._last = (coefficients, speed)
+        return result
+
+    def stable_step(self, coefficients: np.ndarray) -> float:
+        if self._last is not None and self._last[0] is coefficients:
+            speed = self._last[1]
+        else:
+            speed = float(np.abs(self.solver.velocity(coefficients)).max())
+        return self.solver.stable_step(speed)
+
+    def norm(self, coefficients: np.ndarray) -> float:
+        return self.solver.norm(coefficients)
+
+    def tolerance(self, coefficients: np.ndarray) -> float:
+        return self.solver._tolerance(coefficients)
+
+    @staticmethod
+    def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
+        return new, None

@@ -1,0 +1,224 @@
+"""CircleSpectral against exact solutions, its own convergence orders and CircleFV.
+
+The independent references: the Kuramoto equation without noise keeps a Poisson kernel a
+Poisson kernel (the Ott-Antonsen manifold of identical oscillators; its cell averages from
+the kernel's closed-form antiderivative), the self-consistent stationary state with
+diffusion (:func:`validation.references.circle_stationary_density`), and CircleFV with its
+Richardson error estimate.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.external import UserField
+from solvers import CircleFV, CircleSpectral, UnderResolvedWarning
+from validation.references import circle_stationary_density
+
+
+def bumpy(theta):
+    return 1 + 0.3 * np.cos(theta) + 0.2 * np.sin(2 * theta + 0.4)
+
+
+def poisson_cell_averages(r: float, phase: float, cells: int) -> np.ndarray:
+    r"""Cell averages of :math:`\frac{1}{2\pi}\frac{1 - r^2}{1 - 2r\cos(\theta - \psi) + r^2}` over ``[jh, (j+1)h)``.
+
+    From its antiderivative :math:`F(\theta) = \frac{\theta}{2\pi} + \frac1\pi\arctan\frac{r\sin\theta}{1 - r\cos\theta}`
+    (continuous for ``r < 1``).
+    """
+    edges = np.arange(cells + 1) * 2 * np.pi / cells - phase
+    antiderivative = edges / (2 * np.pi) + np.arctan(r * np.sin(edges) / (1 - r * np.cos(edges))) / np.pi
+    return np.diff(antiderivative) * cells / (2 * np.pi)
+
+
+def kuramoto_radius(r0: float, t: float) -> float:
+    r"""Noiseless Kuramoto (SA at ``beta = 0``, :math:`v = \mathrm{Im}(e^{-i\theta} m)`) on the Poisson family:
+    :math:`\dot r = \frac12 r (1 - r^2)`, so :math:`r^2 = r_0^2 e^t / (1 - r_0^2 + r_0^2 e^t)`."""
+    growth = r0 ** 2 * np.exp(t)
+    return float(np.sqrt(growth / (1 - r0 ** 2 + growth)))
+
+
+def test_poisson_kernel_reference_is_the_kuramoto_solution():
+    """The reference itself: its cell averages have mass one and the ODE's radius is the first moment's."""
+    averages = poisson_cell_averages(0.4, 1.0, 4096)
+    h = 2 * np.pi / 4096
+    assert h * averages.sum() == pytest.approx(1.0, abs=1e-14)
+    centres = (np.arange(4096) + 0.5) * h
+    # first moment of the Poisson kernel: r e^{i psi}; the cell averages reproduce it to O(h^2)
+    moment = h * np.sum(averages * np.exp(1j * centres)) / np.sinc(1 / 4096)
+    assert moment == pytest.approx(0.4 * np.exp(1j), abs=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")  # the coarse grids, on purpose
+def test_spectral_convergence_on_the_exact_kuramoto_solution():
+    """Error against N falls geometrically (like r(t)^{N/2}): each refinement gains more digits than the last power law."""
+    r0, phase, t = 0.3, 1.0, 1.0
+    model = mf.SelfAttention(0.0)
+    start = lambda th: (1 - r0 ** 2) / (1 - 2 * r0 * np.cos(th - phase) + r0 ** 2)  # noqa: E731
+    sizes = [8, 16, 24, 32]
+    errors = []
+    for n in sizes:
+        ds = CircleSpectral(model, cells=n, rtol=1e-13).solve(start, [0.0, t], progress=False)
+        exact = poisson_cell_averages(kuramoto_radius(r0, t), phase, n)
+        errors.append(np.abs(ds.rho.values[-1] - exact).max())
+    orders = np.diff(-np.log(errors)) / np.diff(np.log(sizes))
+    assert np.all(np.diff(orders) > 1.0), (errors, orders)  # the algebraic order keeps rising
+    # the truncation error of the exact solution itself: modes k >= N/2 of size r^k / (2 pi)
+    r = kuramoto_radius(r0, t)
+    for n, error in zip(sizes, errors):
+        assert error < 10 * r ** (n // 2), (n, error, r ** (n // 2))
+
+
+# The order of the semi-discrete system in time: its few modes under-resolve the density on purpose.
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")
+@pytest.mark.parametrize("model, cells, sizes", [
+    (mf.SelfAttention(0.0), 8, (12, 24, 48, 96)),
+    (mf.SelfAttention(1.0, diffusion=0.1), 20, (24, 48, 96, 192)),
+    (mf.SelfAttention(1.0, normalized=False, diffusion=0.1), 20, (96, 192, 384))], ids=["Kuramoto", "SA-D0.1", "USA-D0.1"])
+def test_fifth_order_in_time(model, cells, sizes):
+    """Fixed steps (the tolerance never rejects them): Dormand-Prince's order 5, diffusion integrated exactly.
+
+    Few modes, so that the stability bound (steps below 1/(N/2 max|v|)) admits steps whose
+    error stands well above round-off; the step counts are those in the asymptotic range.
+    """
+    solver = CircleSpectral(model, cells=cells, rtol=1e6)
+    start = lambda th: 1 + 0.6 * np.cos(th) + 0.3 * np.sin(2 * th)  # noqa: E731
+    finals = {}
+    for steps in (*sizes, 8 * sizes[-1]):
+        ds = solver.solve(start, np.linspace(0.0, 3.0, steps + 1), first_step=3.0 / steps, progress=False)
+        settings = json.loads(ds.attrs["settings"])
+        assert (settings["steps"], settings["rejected_steps"]) == (steps, 0)
+        finals[steps] = ds.rho.values[-1]
+    errors = [np.abs(finals[n] - finals[8 * sizes[-1]]).max() for n in sizes]
+    assert min(errors) > 1e-13, errors  # measured well above round-off (1e-16 of a density of order 1)
+    order = -np.polyfit(np.log(sizes), np.log(errors), 1)[0]
+    assert order >= solver.tableau.order - 0.3, (errors, order)
+
+
+#: A smooth external field with a potential: P_x (1/2, 0) = (1/2) grad_S x_1.
+TILT = UserField(lambda x: np.broadcast_to(np.array([0.5, 0.0]), x.shape).copy(), lambda x: x[..., 0], name="tilt")
+
+ZONAL_MODELS = {
+    "SA": mf.SelfAttention(4.0),
+    "USA": mf.SelfAttention(2.0, normalized=False),
+    "Kuramoto": mf.SelfAttention(0.0),
+    "repulsive-USA": mf.SelfAttention(2.0, normalized=False, value=-1.0),
+    "zonal": mf.ZonalAggregation(lambda s: s + 0.5 * s**2, lambda s: 1 + s),
+    "general-SA": mf.SelfAttention(2.0, query=np.array([[1.0, 0.3], [0.0, 0.8]]), value=np.array([[1.0, 0.2], [-0.1, 0.9]])),
+    "two-heads-USA": mf.SelfAttention(1.0, normalized=False, query=np.stack([np.eye(2), np.diag([1.0, 0.5])]),
+                                      value=np.stack([np.eye(2), np.eye(2)])),
+    "tilted-USA": mf.SelfAttention(1.0, normalized=False, external=TILT),
+    "tilted-SA": mf.SelfAttention(2.0, external=TILT),
+}
+
+
+def with_diffusion(model, diffusion):
+    if isinstance(model, mf.SelfAttention):
+        return mf.SelfAttention(model.beta, normalized=model.normalized, diffusion=diffusion, query=model.query,
+                                key=model.key, value=model.value, external=model.external)
+    return mf.ZonalAggregation(model.potential, model.derivative, diffusion)
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.05], ids=["D0", "D0.05"])
+@pytest.mark.parametrize("name", list(ZONAL_MODELS))
+def test_equals_circle_fv_within_the_combined_error_estimates(name, diffusion):
+    """Smooth runs: |spectral - FV| within FV's Richardson estimate (second order) plus the spectral one."""
+    model = with_diffusion(ZONAL_MODELS[name], diffusion)
+    times = [0.0, 0.25, 0.5]
+    fine, coarse = (CircleFV(model, cells=n, rtol=1e-9).solve(bumpy, times, progress=False).rho.values
+                    for n in (512, 256))
+    on_32 = lambda rho: rho.reshape(3, 32, -1).mean(axis=-1)  # noqa: E731  (cell averages of 32 cells)
+    fv_estimate = np.abs(on_32(coarse) - on_32(fine)).max() / 3
+    spectral = CircleSpectral(model, cells=128, rtol=1e-10).solve(bumpy, times, progress=False).rho.values
+    rougher = CircleSpectral(model, cells=96, rtol=1e-10).solve(bumpy, times, progress=False).rho.values
+    spectral_estimate = np.abs(on_32(spectral) - on_32(rougher)).max()  # against a run with fewer modes
+    difference = np.abs(on_32(spectral) - on_32(fine)).max()
+    assert difference <= 1.5 * fv_estimate + spectral_estimate + 1e-12, (difference, fv_estimate, spectral_estimate)
+
+
+@pytest.mark.parametrize("name", ["SA", "USA", "Kuramoto", "repulsive-USA", "zonal", "general-SA"])
+def test_mass_is_exact_and_the_lyapunov_functional_never_rises(name):
+    model = with_diffusion(ZONAL_MODELS[name], 0.05)
+    ds = CircleSpectral(model, cells=128).solve(bumpy, np.linspace(0.0, 3.0, 31), progress=False)
+    np.testing.assert_allclose(ds.mass.values, 1.0, rtol=0, atol=1e-14)
+    np.testing.assert_allclose(2 * np.pi / 128 * ds.rho.values.sum(axis=1), 1.0, rtol=0, atol=1e-13)
+    functional = ds.lyapunov.values
+    if np.isfinite(functional).all():
+        assert np.all(np.diff(functional) <= 1e-12 * np.abs(functional[:-1])), np.diff(functional)
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(2.0, diffusion=0.2),
+                                   mf.SelfAttention(1.0, normalized=False, diffusion=0.3)], ids=["SA", "USA"])
+def test_long_time_state_is_the_self_consistent_stationary_state(model):
+    """Spectral accuracy where FV gets (kh)^2: 64 cells reach 1e-9 of the fixed-point reference."""
+    start = lambda th: 1 + 0.5 * np.cos(th)  # noqa: E731
+    ds = CircleSpectral(model, cells=64, rtol=1e-10).solve(start, [0.0, 100.0, 150.0], progress=False)
+    rho = ds.rho.values
+    assert np.abs(rho[-1] - rho[-2]).max() < 1e-10
+    fine = 4096
+    reference = circle_stationary_density(model, fine, start((np.arange(fine) + 0.5) * 2 * np.pi / fine))
+    coarser = circle_stationary_density(model, fine // 2, start((np.arange(fine // 2) + 0.5) * 4 * np.pi / fine))
+    # cell averages by the midpoint rule on both references, Richardson-extrapolated past its O(h_fine^2) error
+    averages = (4 * reference.reshape(64, -1).mean(axis=1) - coarser.reshape(64, -1).mean(axis=1)) / 3
+    assert np.abs(rho[-1] - averages).max() < 1e-9 * reference.max()
+
+
+def test_under_resolution_warns_once_and_is_recorded():
+    solver = CircleSpectral(mf.SelfAttention(9.0), cells=64)
+    with pytest.warns(UnderResolvedWarning, match="increase cells") as record:
+        ds = solver.solve(lambda th: 1 + 0.1 * np.cos(4 * th), np.linspace(0, 8, 9), progress=False)
+    assert len([w for w in record if issubclass(w.category, UnderResolvedWarning)]) == 1
+    since = ds.attrs["underresolved_since"]
+    assert 0 < since <= 8
+    np.testing.assert_array_equal(ds.resolved.values, ds.time.values < since)
+    assert ds.spectral_tail.values[ds.time.values >= since].min() >= solver.tail_threshold or \
+        ds.min_density.values[ds.time.values >= since].min() < 0
+
+
+def test_dataset_contract_and_continuation():
+    model = mf.SelfAttention(1.0, diffusion=0.1)
+    solver = CircleSpectral(model, cells=64)
+    ds = solver.solve(bumpy, [0.0, 0.5, 1.0], progress=False)
+    assert ds.rho.dims == ("time", "theta")
+    for name in ("mass", "energy", "lyapunov", "min_density", "spectral_tail", "resolved"):
+        assert ds[name].dims == ("time",)
+    np.testing.assert_allclose(ds.theta.values, (np.arange(64) + 0.5) * 2 * np.pi / 64)
+    assert json.loads(ds.attrs["settings"])["solver"] == "CircleSpectral"
+    # cell averages in, cell averages out: a run continued from its last output takes the same path
+    first = solver.solve(bumpy, [0.0, 0.5], progress=False)
+    settings = json.loads(first.attrs["settings"])
+    second = solver.solve(first.rho.values[-1], [0.5, 1.0], continued=True, first_step=settings["next_step"],
+                          progress=False)
+    np.testing.assert_allclose(second.rho.values[-1], ds.rho.values[-1], rtol=0, atol=1e-13)
+
+
+def test_array_initial_density_is_read_as_cell_averages():
+    """The cell averages of the FV grid give back the same coefficients: a FV state converts exactly."""
+    solver = CircleSpectral(mf.SelfAttention(1.0), cells=32)
+    averages = CircleFV(mf.SelfAttention(1.0), cells=32).initial_density(bumpy)
+    ds = solver.solve(averages, [0.0, 0.1], progress=False)
+    np.testing.assert_allclose(ds.rho.values[0], averages, rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"cells": 33}, ValueError, "even"),
+    ({"cells": 4}, ValueError, "cells"),
+    ({"cells": 64.0}, TypeError, "cells"),
+    ({"rtol": 0.0}, ValueError, "rtol"),
+    ({"tableau": "rk4"}, ValueError, "error estimate"),
+    ({"interaction": "fast"}, ValueError, "interaction must be"),
+])
+def test_bad_arguments_are_named(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        CircleSpectral(mf.SelfAttention(1.0), **kwargs)
+
+
+def test_an_unresolved_kernel_is_refused_with_the_cells_it_needs():
+    with pytest.raises(ValueError, match=r"does not resolve the kernel.*use cells >= (\d+)") as info:
+        CircleSpectral(mf.SelfAttention(400.0), cells=64)
+    needed = int(str(info.value).rsplit(">= ", 1)[1].rstrip(")"))
+    CircleSpectral(mf.SelfAttention(400.0), cells=needed)  # accepted
+    with pytest.raises(ValueError, match="2 x 2"):
+        CircleSpectral(mf.SelfAttention(1.0, query=np.eye(3)))
