@@ -3,8 +3,9 @@ spherical harmonics on S^2), and of the layered equation of causal attention on 
 
 from .causal import CausalCircleFV, CausalSphereSpectral
 from .circle import CircleFV
+from .circle_auto import CircleAuto
 from .circle_spectral import CircleSpectral
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "CircleSpectral", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "UnderResolvedWarning"]

@@ -77,6 +77,9 @@ class CircleSpectral(GridSolver):
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair (:data:`meanfield.integration.TABLEAUX`), in
         integrating-factor form with diffusion; held within its imaginary stability.
+    record_cells : int, optional
+        Cells of the recorded averages (and of an array ``rho0``): a multiple of ``cells``
+        (default ``cells``), e.g. the grid of a finite-volume run to compare with or hand over to.
     """
 
     model: object
@@ -85,6 +88,7 @@ class CircleSpectral(GridSolver):
     tail_threshold: float = 1e-10
     interaction: str = "auto"
     tableau: str | ExplicitTableau = "dormand_prince"
+    record_cells: int | None = None
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)
     general: GeneralCircleOperators | None = field(init=False, repr=False)
@@ -105,6 +109,10 @@ class CircleSpectral(GridSolver):
             raise ValueError(f"cells must be even (modes |k| < cells/2), got {self.cells}")
         check_rtol(self.rtol)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        if self.record_cells is None:
+            set_(self, "record_cells", self.cells)
+        elif check_int(self.record_cells, "record_cells", minimum=self.cells) % self.cells:
+            raise ValueError(f"record_cells must be a multiple of cells={self.cells}, got {self.record_cells}")
         set_(self, "tableau", tableau_named(self.tableau))
         model = self.model
         if model.dimension not in (None, 2):
@@ -157,8 +165,8 @@ class CircleSpectral(GridSolver):
 
     @property
     def theta(self) -> np.ndarray:
-        """Centres of the recorded cells, shape ``(cells,)``."""
-        return (np.arange(self.cells) + 0.5) * (2 * np.pi / self.cells)
+        """Centres of the recorded cells, shape ``(record_cells,)``."""
+        return (np.arange(self.record_cells) + 0.5) * (2 * np.pi / self.record_cells)
 
     @property
     def flux_grid(self) -> np.ndarray:
@@ -181,15 +189,16 @@ class CircleSpectral(GridSolver):
         return np.fft.rfft(values)[: self.cells // 2] / self.points
 
     def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
-        """The averages over the ``N`` cells, exactly (the recorded density)."""
+        """The averages over the ``record_cells`` cells, exactly (the recorded density)."""
         k = self.wavenumber
-        n = self.cells
+        n = self.record_cells
         return np.fft.irfft(coefficients * np.exp(1j * np.pi * k / n) * np.sinc(k / n), n) * n
 
     def _from_cell_averages(self, averages: np.ndarray) -> np.ndarray:
+        """Coefficients of the modes kept from ``record_cells`` cell averages (exact for such a series)."""
         k = self.wavenumber
-        n = self.cells
-        return np.fft.rfft(averages)[: n // 2] / n / (np.exp(1j * np.pi * k / n) * np.sinc(k / n))
+        n = self.record_cells
+        return np.fft.rfft(averages)[: self.cells // 2] / n / (np.exp(1j * np.pi * k / n) * np.sinc(k / n))
 
     # ------------------------------------------------------------------ velocity and transport
     def velocity(self, coefficients: np.ndarray) -> np.ndarray:
@@ -284,24 +293,24 @@ class CircleSpectral(GridSolver):
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
                              name: str = "rho0") -> np.ndarray:
-        """Coefficients of ``rho0``, mass one: a callable of :math:`\\theta` (point values) or ``cells`` cell averages."""
+        """Coefficients of ``rho0``, mass one: a callable of :math:`\\theta` (point values) or ``record_cells`` cell averages."""
         if callable(rho0):
             samples = 4 * self.cells  # modes up to 4N fold onto none of the kept ones
             theta = np.arange(samples) * (2 * np.pi / samples)
             values = check_density(np.asarray(rho0(theta), dtype=float), (samples,), name)
             coefficients = np.fft.rfft(values)[: self.cells // 2] / samples
         else:
-            coefficients = self._from_cell_averages(check_density(rho0, (self.cells,), name))
+            coefficients = self._from_cell_averages(check_density(rho0, (self.record_cells,), name))
         coefficients[0] = coefficients[0].real
         return coefficients / (2 * np.pi * coefficients[0].real)
 
     def _initial_state(self, rho0, continued: bool) -> np.ndarray:
         if continued:
-            return self._from_cell_averages(check_density(rho0, (self.cells,), "rho0", evolved=True))
+            return self._from_cell_averages(check_density(rho0, (self.record_cells,), "rho0", evolved=True))
         return self.initial_coefficients(rho0)
 
     def density(self, coefficients: np.ndarray) -> np.ndarray:
-        """The averages over the ``cells`` cells of the density with these coefficients."""
+        """The averages over the ``record_cells`` cells of the density with these coefficients."""
         return self.cell_averages(coefficients)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
@@ -310,12 +319,18 @@ class CircleSpectral(GridSolver):
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def resolves(self, coefficients: np.ndarray) -> bool:
+        """Whether the spectral tail is below ``tail_threshold`` and the density nowhere negative beyond round-off."""
+        return self._resolution(coefficients)[0]
+
+    def _resolution(self, coefficients: np.ndarray) -> tuple[bool, float, float]:
         tail = self.spectral_tail(coefficients)
         pointwise = self.values(coefficients)
         lowest = float(pointwise.min())
-        negative = lowest < -1e-8 * pointwise.max()
-        resolved = bool(tail < self.tail_threshold and not negative)
+        return bool(tail < self.tail_threshold and lowest >= -1e-8 * pointwise.max()), tail, lowest
+
+    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        resolved, tail, lowest = self._resolution(coefficients)
         reason = (f"the top 10% of modes hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
                   if tail >= self.tail_threshold else f"the density is negative ({lowest:.3g})")
         values = {"mass": float(2 * np.pi * coefficients[0].real), "energy": self.energy(coefficients),
@@ -326,7 +341,8 @@ class CircleSpectral(GridSolver):
         return {"theta": self.theta}
 
     def recorded_settings(self) -> dict:
-        return {"cells": self.cells, "rtol": self.rtol, "flux_points": self.points, "tableau": self.tableau.name}
+        return {"cells": self.cells, "record_cells": self.record_cells, "rtol": self.rtol, "flux_points": self.points,
+                "tableau": self.tableau.name}
 
 
 class _Transport:

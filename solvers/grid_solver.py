@@ -45,6 +45,20 @@ class Diagnosis:
     reason: str
 
 
+@dataclass(frozen=True)
+class Interrupted:
+    """What :meth:`GridSolver.solve_until` reached."""
+
+    #: The outputs recorded (every output time before ``time``).
+    dataset: xr.Dataset
+    #: The time reached.
+    time: float
+    #: The density there, on the solver's grid.
+    density: np.ndarray
+    #: The step the run would have taken next.
+    next_step: float
+
+
 class GridSolver:
     """The template of a PDE solver on a grid; subclasses are frozen dataclasses holding a ``model``.
 
@@ -119,17 +133,32 @@ class GridSolver:
         StepSizeCollapse
             With the time reached and the reason; ``partial`` holds the outputs so far.
         """
+        return self.solve_until(rho0, times, None, progress=progress, observer=observer, max_steps=max_steps,
+                                first_step=first_step, continued=continued, pace=pace).dataset
+
+    def solve_until(self, rho0, times, stop: Callable[[Any], bool] | None, *, progress: bool | None = None,
+                    observer: Callable[[float, np.ndarray], None] | None = None, max_steps: int | None = None,
+                    first_step: float | None = None, continued: bool = False,
+                    pace: Pace | None = None) -> "Interrupted":
+        """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
+
+        Returns an :class:`Interrupted`: the outputs recorded before that step's output time,
+        the time reached and the density there (all of ``times`` when ``stop`` never holds, or
+        is ``None``).
+        """
         times = check_times(times)
         state = self._initial_state(rho0, continued)
         attempt, first, extra_settings = self._stepper(state, times)
         record = SolveRecord(self, times, extra_settings)
         watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
+        until = None if stop is None else (lambda t, s: stop(s))
         with self._threads():
-            integrate(state, times, attempt, first_step=first_step or first, record=record.record,
-                      collapse=record.collapse, observer=watch, progress=progress, name=self.name,
-                      max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts,
-                      pace=pace)
-        return record.dataset()
+            reached, state = integrate(
+                state, times, attempt, first_step=first_step or first, record=record.record,
+                collapse=record.collapse, observer=watch, progress=progress, name=self.name,
+                max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts,
+                pace=pace, stop=until)
+        return Interrupted(record.dataset(), float(reached), self.density(state), record.counts.next_step)
 
     def _threads(self) -> AbstractContextManager:
         """Context the steps run in (:mod:`solvers.threads`); none by default."""

@@ -4,7 +4,8 @@ A solver supplies ``attempt(state, dt) -> (new_state, proposed_dt, rejection_rea
 (usually :class:`~meanfield.integration.controller.AdaptiveStep`); the driver hits every
 output time exactly, retries rejected steps with the proposed step, calls the observer after
 each accepted step, advances the progress bar, and declares a collapse (with the reason)
-when the step becomes negligible or the step budget is spent.
+when the step becomes negligible or the step budget is spent. A ``stop`` condition ends the
+run after the first accepted step that meets it (a solver handing over to another).
 """
 
 from __future__ import annotations
@@ -58,8 +59,13 @@ class StepCounts:
 def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
               record: Callable[[float, Any], None], collapse: Callable[[float, str], NoReturn],
               observer: Callable[[float, Any], None] | None, progress: bool | None, name: str,
-              max_steps: int, counts: StepCounts, pace: Pace | None = None) -> Any:
-    """Advance ``state`` from ``times[0]`` through every output time; returns the final state."""
+              max_steps: int, counts: StepCounts, pace: Pace | None = None,
+              stop: Callable[[float, Any], bool] | None = None) -> tuple[float, Any]:
+    """Advance ``state`` from ``times[0]`` through every output time, or until ``stop(t, state)``.
+
+    Returns the time and state reached: ``times[-1]``, or the first accepted step's (before its
+    output time is recorded) at which ``stop`` holds.
+    """
     t, dt = times[0], first_step
     started = time.monotonic()
     record(t, state)
@@ -87,9 +93,12 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
                     _check_pace(pace, times[0], t, started, collapse)
                 # A step shortened to land on an output time says nothing about the step size.
                 dt = proposal if trial == dt else max(proposal, dt)
+                if stop is not None and stop(t, state):
+                    counts.next_step = dt
+                    return t, state
             counts.next_step = dt
             record(target, state)
-    return state
+    return t, state
 
 
 def _check_pace(pace: Pace, start: float, t: float, started: float, collapse) -> None:

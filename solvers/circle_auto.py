@@ -1,0 +1,167 @@
+r"""The circle's automatic choice: Fourier while the density is smooth, finite volumes after.
+
+:class:`CircleAuto` runs :class:`~solvers.CircleSpectral` (spectral accuracy at a fraction of
+the cost on smooth solutions) and, after the first accepted step at which its spectral tail
+passes ``tail_threshold`` or its density turns negative (clusters too sharp for its modes),
+continues from there with :class:`~solvers.CircleFV` (positive, exact mass and energy balance
+on sharp clusters): one call, one dataset on the finite volumes' grid. Both solvers record
+the same object (cell averages of the ``cells`` cells), so the outputs join without
+interpolation. The hand-over time and each output's solver are recorded.
+
+At the hand-over the spectral density's cell averages are taken as the finite volumes'
+initial state; cell averages below zero (at most the spectral error, which the tail bounds)
+are set to zero and the mass restored, and the mass so moved is recorded
+(``handover_clipped``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+
+from meanfield.checks import check_density, check_int, check_times
+from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
+
+from .circle import CircleFV
+from .circle_spectral import CircleSpectral
+
+
+@dataclass(frozen=True, eq=False)
+class CircleAuto:
+    r"""Fourier pseudo-spectral on the circle while it resolves the density, then finite volumes.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        Any model both :class:`~solvers.CircleSpectral` and :class:`~solvers.CircleFV` take.
+    cells : int
+        Cells of the finite volumes and of the recorded averages.
+    spectral_cells : int, optional
+        ``N`` of the spectral solver (modes :math:`|k| < N/2`), a divisor of ``cells``; by
+        default the smallest of ``cells/4``, ``cells/2``, ``cells`` that resolves the kernel
+        (none: the finite volumes from the start).
+    rtol : float
+        Both solvers' ``rtol`` (:mod:`solvers.tolerance`).
+    tail_threshold : float
+        The spectral solver's resolution threshold (:class:`~solvers.CircleSpectral`): the hand-over.
+    interaction : {"auto", "zonal", "general"}
+    """
+
+    model: object
+    cells: int = 1024
+    spectral_cells: int | None = None
+    rtol: float = 1e-6
+    tail_threshold: float = 1e-10
+    interaction: str = "auto"
+    spectral: CircleSpectral | None = field(init=False, repr=False)
+    finite_volumes: CircleFV = field(init=False, repr=False)
+
+    name = "CircleAuto"
+    geometry = CIRCLE
+
+    def __post_init__(self) -> None:
+        check_int(self.cells, "cells", minimum=8)
+        finite = CircleFV(self.model, cells=self.cells, rtol=self.rtol, interaction=self.interaction)
+        object.__setattr__(self, "finite_volumes", finite)
+        object.__setattr__(self, "spectral", self._spectral_solver())
+
+    def _spectral_solver(self) -> CircleSpectral | None:
+        settings = dict(rtol=self.rtol, tail_threshold=self.tail_threshold, interaction=self.interaction,
+                        record_cells=self.cells)
+        if self.spectral_cells is not None:
+            check_int(self.spectral_cells, "spectral_cells", minimum=8)
+            if self.cells % self.spectral_cells:
+                raise ValueError(f"spectral_cells must divide cells={self.cells}, got {self.spectral_cells}")
+            return CircleSpectral(self.model, cells=self.spectral_cells, **settings)
+        for divisor in (4, 2, 1):
+            size = self.cells // divisor
+            if self.cells % divisor or size % 2 or size < 8:
+                continue
+            try:
+                return CircleSpectral(self.model, cells=size, **settings)
+            except ValueError as error:
+                if "does not resolve the kernel" not in str(error):
+                    raise
+        return None
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.finite_volumes.theta
+
+    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """Cell averages of ``rho0`` on the ``cells`` cells, mass one (as :meth:`CircleFV.initial_density`)."""
+        return self.finite_volumes.initial_density(rho0, name=name)
+
+    def _spectrally_smooth(self, averages: np.ndarray) -> bool:
+        """Whether the spectral solver resolves these cell averages: its tail criterion over all ``cells`` modes."""
+        spectral = self.spectral
+        if spectral is None:
+            return False
+        n = self.cells
+        k = np.arange(n // 2)
+        coefficients = np.fft.rfft(averages)[: n // 2] / n / (np.exp(1j * np.pi * k / n) * np.sinc(k / n))
+        power = np.abs(coefficients[1:]) ** 2
+        total = power.sum()
+        beyond = power[k[1:] > 0.9 * (spectral.cells // 2 - 1)].sum()
+        return bool(total == 0 or beyond < spectral.tail_threshold * total)
+
+    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
+              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
+        """As :meth:`CircleFV.solve`; the dataset also holds ``spectral`` (per time: which solver) and the hand-over.
+
+        ``attrs["settings"]`` records ``handover_time`` (NaN: none, the spectral solver
+        covered every output; ``times[0]``: the finite volumes from the start) and both
+        solvers' settings and step counts.
+        """
+        times = check_times(times)
+        averages = (check_density(rho0, (self.cells,), "rho0", evolved=True) if continued
+                    else self.initial_density(rho0))
+        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
+        if not self._spectrally_smooth(averages):
+            return self._annotated(self.finite_volumes.solve(averages, times, continued=True, first_step=first_step,
+                                                             **common), None, float(times[0]), 0.0)
+        spectral = self.spectral
+        part = spectral.solve_until(averages, times, lambda c: not spectral.resolves(c), first_step=first_step,
+                                    continued=True, **common)
+        recorded = part.dataset.sizes["time"]
+        if recorded == times.size:
+            return self._annotated(None, part.dataset, np.nan, 0.0)
+        handed, clipped = _clip_negative(part.density, self.finite_volumes.operators.width)
+        later = times[times > part.time]
+        finite = self.finite_volumes.solve(handed, np.concatenate([[part.time], later]), continued=True,
+                                           first_step=part.next_step, **common)
+        if part.time not in times:
+            finite = finite.isel(time=slice(1, None))
+        return self._annotated(finite, part.dataset, part.time, clipped)
+
+    def _annotated(self, finite: xr.Dataset | None, spectral: xr.Dataset | None, handover: float,
+                   clipped: float) -> xr.Dataset:
+        parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
+        names = set().union(*(part.data_vars for part, _ in parts))
+        filled = []
+        for part, flag in parts:
+            missing = {name: ("time", np.full(part.sizes["time"], np.nan)) for name in names - set(part.data_vars)}
+            filled.append(part.assign(spectral=("time", np.full(part.sizes["time"], flag)), **missing))
+        ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
+        ds["spectral"].attrs["long_name"] = "whether CircleSpectral computed this output (else CircleFV)"
+        runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
+        settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
+                    "handover_clipped": clipped, "runs": runs,
+                    "steps": sum(run["steps"] for run in runs.values()),
+                    "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
+                    "next_step": dataset_settings(parts[-1][0])["next_step"]}
+        since = [part.attrs["underresolved_since"] for part, _ in parts if np.isfinite(part.attrs["underresolved_since"])]
+        ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
+        ds.attrs["underresolved_since"] = min(since) if since else np.nan
+        return ds
+
+
+def _clip_negative(averages: np.ndarray, width: float) -> tuple[np.ndarray, float]:
+    """Cell averages with negatives set to zero and the mass restored, and the mass moved."""
+    if averages.min() >= 0:
+        return averages, 0.0
+    clipped = np.maximum(averages, 0.0)
+    moved = float(width * (clipped - averages).sum())
+    return clipped * (averages.sum() / clipped.sum()), moved

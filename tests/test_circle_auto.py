@@ -1,0 +1,57 @@
+"""CircleAuto: the spectral solver while it resolves the density, the finite volumes after, in one call."""
+
+import json
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from solvers import CircleAuto, CircleFV
+
+
+def clustering_start(theta):
+    return 1 + 0.1 * np.cos(4 * theta) + 0.05 * np.sin(3 * theta + 0.3)
+
+
+def test_a_clustering_run_hands_over_before_any_negative_density_and_matches_circle_fv():
+    """SA beta = 9, D = 0: the hand-over comes before a negative value is stored; until the finite
+    volumes stop resolving the clusters, the result equals CircleFV from the start within
+    CircleFV's Richardson estimate (second order; the spectral part is far more accurate)."""
+    model = mf.SelfAttention(9.0)
+    times = np.linspace(0.0, 6.0, 13)
+    auto = CircleAuto(model, cells=1024).solve(clustering_start, times, progress=False)
+    settings = json.loads(auto.attrs["settings"])
+    handover = settings["handover_time"]
+    assert times[0] < handover < times[-1]
+    np.testing.assert_array_equal(auto.spectral.values, times < handover)
+    assert auto.min_density.values.min() >= 0 and auto.rho.values.min() >= 0
+    assert settings["handover_clipped"] == 0.0
+    assert set(settings["runs"]) == {"CircleSpectral", "CircleFV"}
+    fine, coarse = (CircleFV(model, cells=n).solve(clustering_start, times, progress=False).rho.values
+                    for n in (1024, 512))
+    estimate = np.abs(fine.reshape(times.size, 512, 2).mean(axis=-1) - coarse).max(axis=1) / 3
+    difference = np.abs(auto.rho.values - fine).max(axis=1)
+    assert np.all(difference <= 1.5 * estimate + 1e-12), np.c_[times, difference, estimate]
+
+
+def test_a_smooth_run_stays_spectral_and_a_sharp_start_takes_the_finite_volumes():
+    smooth = CircleAuto(mf.SelfAttention(3.0, diffusion=0.1), cells=256).solve(
+        lambda th: 1 + 0.3 * np.cos(th), [0.0, 1.0, 2.0], progress=False)
+    assert smooth.spectral.values.all() and np.isnan(json.loads(smooth.attrs["settings"])["handover_time"])
+    assert set(json.loads(smooth.attrs["settings"])["runs"]) == {"CircleSpectral"}
+    step = lambda th: np.where(np.abs(th - np.pi) < 0.5, 1.0, 0.0)  # noqa: E731  (discontinuous)
+    sharp = CircleAuto(mf.SelfAttention(3.0, diffusion=0.1), cells=256).solve(step, [0.0, 0.1], progress=False)
+    assert not sharp.spectral.values.any() and json.loads(sharp.attrs["settings"])["handover_time"] == 0.0
+
+
+def test_a_kernel_the_spectral_grid_cannot_resolve_leaves_the_finite_volumes():
+    solver = CircleAuto(mf.SelfAttention(400.0), cells=64)
+    assert solver.spectral is None
+    ds = solver.solve(lambda th: 1 + 0.1 * np.cos(th), [0.0, 0.01], progress=False)
+    assert not ds.spectral.values.any()
+
+
+def test_spectral_cells_must_divide_cells():
+    with pytest.raises(ValueError, match="spectral_cells must divide cells=256"):
+        CircleAuto(mf.SelfAttention(1.0), cells=256, spectral_cells=96)
+    assert CircleAuto(mf.SelfAttention(1.0), cells=256).spectral.cells == 64
