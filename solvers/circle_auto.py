@@ -139,7 +139,8 @@ class CircleAuto:
     def _annotated(self, finite: xr.Dataset | None, spectral: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
-        names = set().union(*(part.data_vars for part, _ in parts))
+        # both solvers' diagnostics in every dataset (NaN where the other solver ran): segments of one run concatenate
+        names = set().union(*(part.data_vars for part, _ in parts), {"spectral_tail", "cluster_width"})
         filled = []
         for part, flag in parts:
             missing = {name: ("time", np.full(part.sizes["time"], np.nan)) for name in names - set(part.data_vars)}

@@ -92,13 +92,15 @@ def load_initial_file(path: str) -> np.ndarray:
 
 def build_solver(config: ExperimentConfig, model):
     """The PDE solver the config names, or None for particles."""
-    from solvers import CircleFV, SphereSpectral  # here: particle sweep workers start without solvers/xarray
+    # here: particle sweep workers start without solvers/xarray
+    from solvers import CircleAuto, CircleFV, CircleSpectral, SphereSpectral
 
     method = config.method
     extra = {} if method.rtol is None else {"rtol": method.rtol}
+    circle = {"CircleFV": CircleFV, "CircleSpectral": CircleSpectral, "CircleAuto": CircleAuto}
     try:
-        if method.kind == "CircleFV":
-            return CircleFV(model, cells=method.cells, **extra)
+        if method.kind in circle:
+            return circle[method.kind](model, cells=method.cells, **extra)
         if method.kind == "SphereSpectral":
             return SphereSpectral(model, lmax=method.lmax, **extra)
     except (ValueError, NotImplementedError) as error:

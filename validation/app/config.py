@@ -23,8 +23,8 @@ Example (see ``examples/``)::
     # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
 
     [method]
-    kind = "CircleFV"                   # "CircleFV" | "SphereSpectral" | "particles"
-    cells = 1024                        # CircleFV;  lmax = 63 for SphereSpectral
+    kind = "CircleFV"                   # "CircleFV" | "CircleSpectral" | "CircleAuto" | "SphereSpectral" | "particles"
+    cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
                                         # particles: n = 512, seed = 0, dt = 0.01,
                                         # scheme = "rk4" | "euler" | "layer" (the paper's
                                         # normalize(x + h a); with diffusion "rk4" becomes
@@ -130,6 +130,9 @@ class ConfigSection:
         check_fields(self)
 
 
+#: The PDE solvers of ``method.kind`` on the circle (``solvers``).
+CIRCLE_SOLVERS = ("CircleFV", "CircleSpectral", "CircleAuto")
+
 @dataclass(frozen=True)
 class PerceptronConfig:
     """``[model.perceptron]``: the weights ``w_j`` and the directions ``a_j`` (one ``d``-vector each)."""
@@ -163,10 +166,13 @@ class MethodConfig(ConfigSection):
     """``[method]``: the PDE solver or the particle system, and its resolution."""
 
     PREFIX: ClassVar[str] = "method."
-    KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol"}, "SphereSpectral": {"kind", "lmax", "rtol"},
+    KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol"}, "CircleSpectral": {"kind", "cells", "rtol"},
+                            "CircleAuto": {"kind", "cells", "rtol"}, "SphereSpectral": {"kind", "lmax", "rtol"},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
-    kind: str = option(types=str, choices=("CircleFV", "SphereSpectral", "particles"))
-    cells: int = option(1024, types=int, minimum=8, help="CircleFV: cells")
+    kind: str = option(types=str, choices=CIRCLE_SOLVERS + ("SphereSpectral", "particles"))
+    cells: int = option(1024, types=int, minimum=8,
+                        help="the circle's solvers: cells (CircleSpectral: modes |k| < cells/2; CircleAuto: "
+                             "those of its finite volumes)")
     lmax: int = option(63, types=int, minimum=2, help="SphereSpectral: highest degree")
     rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
                          help="PDE: local error per step relative to the deviation from uniform (< 1)")
@@ -329,10 +335,10 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     _check_mode_resolved(config)
     model = _read_matrices(config, base)
     _check_causal(config)
-    expected = {"circle": "CircleFV", "sphere": "SphereSpectral"}[geometry]
-    if method.kind not in (expected, "particles"):
+    expected = {"circle": CIRCLE_SOLVERS, "sphere": ("SphereSpectral",)}[geometry]
+    if method.kind not in (*expected, "particles"):
         raise ConfigError(f"method.kind {method.kind!r} does not solve on the {geometry}; "
-                          f"use {expected!r} or 'particles'")
+                          f"use {' or '.join(map(repr, expected))} or 'particles'")
     _no_foreign_keys(method, MethodConfig.KEYS[method.kind])
     _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
     d, native = method.d, 2 if geometry == "circle" else 3
@@ -427,7 +433,7 @@ def _check_mode_resolved(config: ExperimentConfig) -> None:
     method, initial = config.method, config.initial
     if initial.kind != "perturbed_uniform" or method.kind == "particles":
         return
-    if method.kind == "CircleFV":
+    if method.kind in CIRCLE_SOLVERS:
         highest, grid = method.cells // 2, f"method.cells = {method.cells} holds Fourier modes up to"
     else:
         highest, grid = method.lmax, f"method.lmax = {method.lmax} holds degrees up to"

@@ -18,7 +18,8 @@ from meanfield.checks import check_step
 from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.particles import fixed_step_count
 
-from solvers import CircleFV
+from meanfield.records import CIRCLE
+from solvers import CircleAuto, CircleSpectral
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
@@ -31,7 +32,7 @@ MEMORY_FRACTION = 0.5
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
-WORKING_FIELDS = {"CircleFV": 16, "SphereSpectral": 48}
+WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "SphereSpectral": 48}
 
 
 def preflight(config: ExperimentConfig) -> RunObjects:
@@ -64,31 +65,34 @@ def _check_particle_initial(config: ExperimentConfig, initial) -> None:
 
 def _check_pde_initial(solver, initial) -> np.ndarray:
     """The initial cell values (circle) or coefficients (sphere), once checked."""
+    circle = solver.geometry == CIRCLE
     if not callable(initial):
-        shape = (solver.cells,) if isinstance(solver, CircleFV) else solver.grid.shape
+        shape = (solver.cells,) if circle else solver.grid.shape
         if initial.shape != shape:
-            where = (f"method.cells = {solver.cells} cell values" if isinstance(solver, CircleFV) else
+            where = (f"method.cells = {solver.cells} cell values" if circle else
                      f"values on the Gauss grid of method.lmax = {solver.lmax}: {shape[0]} colatitudes "
                      f"(solver.grid.colatitude) x {shape[1]} longitudes")
             raise ConfigError(f"initial.path holds shape {initial.shape}; the run needs {where}, shape {shape}")
         _check_values(initial)
-    circle = isinstance(solver, CircleFV)
+    spectral = not circle or isinstance(solver, CircleSpectral)
     try:
-        state = (solver.initial_density if circle else solver.initial_coefficients)(initial, name="the initial density")
+        state = (solver.initial_coefficients if spectral else solver.initial_density)(initial, name="the initial density")
     except ValueError as error:  # a density that vanishes or is negative on the grid
         raise ConfigError(f"initial: {error}") from None
-    if circle:
+    if not spectral:  # finite volumes, or CircleAuto (which takes them where the spectral solver cannot)
+        finite = solver.finite_volumes if isinstance(solver, CircleAuto) else solver
         width = sharpest_cluster_width(state)
-        if width < solver.min_cluster_cells:
+        if width < finite.min_cluster_cells:
             raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
-                              f"its sharpest peak spans {width:.3g} cells (< {solver.min_cluster_cells:g}); "
+                              f"its sharpest peak spans {width:.3g} cells (< {finite.min_cluster_cells:g}); "
                               "raise method.cells or widen the peak")
         return state
     tail = solver.spectral_tail(state)
     if tail >= solver.tail_threshold:
-        raise ConfigError(f"initial: the initial density is not resolved by method.lmax = {solver.lmax}: "
-                          f"the top 10% of degrees hold {tail:.2g} of its spectral energy "
-                          f"(> {solver.tail_threshold:g}); raise method.lmax or widen the peaks")
+        key, what = (f"method.cells = {solver.cells}", "modes") if circle else (f"method.lmax = {solver.lmax}", "degrees")
+        raise ConfigError(f"initial: the initial density is not resolved by {key}: the top 10% of {what} hold "
+                          f"{tail:.2g} of its spectral energy (> {solver.tail_threshold:g}); raise "
+                          f"{key.split(' =')[0]} or widen the peaks")
     return state
 
 
@@ -105,12 +109,15 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
     The estimate counts the steps the stability limit allows at least (advection at the
     initial speed, or at the model's bound ``|v| <= |c|`` for SA, which clustering reaches)
     and times one right-hand side here. The implicit scheme (circle, ``D > 0``) has no such
-    limit and is not estimated.
+    limit and is not estimated; ``CircleAuto`` is estimated by its finite volumes (the
+    spectral part takes fewer steps: its bound is ``N/4`` modes against ``N`` cells).
     """
     span = float(config.times.stop - config.times.start)
     model = solver.model
     speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
-    if isinstance(solver, CircleFV):
+    if isinstance(solver, CircleAuto):
+        solver = solver.finite_volumes
+    if solver.geometry == CIRCLE and not isinstance(solver, CircleSpectral):
         if model.diffusion > 0:
             return
         ops = solver.operators
@@ -126,7 +133,7 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
         _, speed = solver.transport_and_speed(state)
         per_step = solver.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
         steps = span / solver.stable_step(max(speed, speed_bound))
-        resolution = f"method.lmax = {solver.lmax}"
+        resolution = f"method.cells = {solver.cells}" if solver.geometry == CIRCLE else f"method.lmax = {solver.lmax}"
     hours = steps * per_step / 3600
     if hours > config.max_hours:
         raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
@@ -196,7 +203,7 @@ def _check_memory(config: ExperimentConfig) -> None:
         needed = 8 * (count + 16) * method.n * config.dimension + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method.n} particles at times.count = {count} outputs"
     else:
-        circle = method.kind == "CircleFV"
+        circle = method.kind != "SphereSpectral"
         points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
         needed = 8 * points * (count + WORKING_FIELDS[method.kind])
         key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
