@@ -19,6 +19,8 @@ Readers go through :func:`dataset_kind`, :func:`dataset_geometry`, :func:`datase
 
 from __future__ import annotations
 
+import functools
+
 import json
 from importlib.metadata import PackageNotFoundError, version
 
@@ -35,8 +37,12 @@ SPHERE = "sphere"
 _OLD_GEOMETRY_NAMES = {"S^1": CIRCLE, "S^2": SPHERE}
 
 
+@functools.cache
 def package_version() -> str:
-    """The installed version of the package (``"unknown"`` in a source tree that is not installed)."""
+    """The installed version of the package (``"unknown"`` in a source tree that is not installed).
+
+    Read once per process: the metadata lookup parses the package's files, a cost every run's record paid.
+    """
     try:
         return version("meanfield-attention")
     except PackageNotFoundError:

@@ -1,0 +1,149 @@
+"""The circle's PDE path for smooth solutions against a plain Fourier pseudo-spectral code, at equal error.
+
+Issue target: at L1 errors 1e-4, 1e-6 and 1e-8 (against a converged reference), on SA
+``beta = 5`` with ``D = 0.05`` and with ``D = 0`` before clusters form, the library's
+circle path (``CircleAuto``: ``CircleSpectral`` while it resolves the density) costs at most
+2x the baseline, one thread.
+
+The baseline (:func:`plain_spectral`) is the textbook method in a few lines of its own:
+FFTs with 3/2 padding, the kernel's Bessel coefficients, Lawson RK4 with fixed steps. For
+each code the error and time of every setting of a grid (modes and ``rtol``, or modes and
+the step) are measured once; for each target the cheapest setting that reaches it is then
+timed against the other code's, alternately. The reference is the baseline itself with 256
+modes and a step of 1e-3 (RK4 error ~1e-12). Also printed: ``CircleFV`` at its cheapest
+setting for 1e-4 (one run; what the circle path was before).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+from scipy.special import ive
+
+import meanfield as mf
+from common import compare
+from solvers import CircleAuto, CircleFV
+
+BETA = 5.0
+CASES = {"D=0.05": (0.05, 5.0), "D=0": (0.0, 4.5)}  # diffusion, final time (D = 0: before clusters)
+TARGETS = (1e-4, 1e-6, 1e-8)
+SPECTRAL_CELLS = (40, 48, 64, 96, 128)
+RTOLS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11)
+BASELINE_STEPS = (0.5, 0.25, 0.2, 0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125)
+FV_CELLS = (512, 1024, 2048, 4096)
+
+
+def initial(theta):
+    return 1 + 0.1 * np.cos(theta) + 0.05 * np.sin(3 * theta + 0.4)
+
+
+def plain_spectral(diffusion: float, n: int, dt: float, t_end: float) -> np.ndarray:
+    """Fourier coefficients c_k (k = 0..n/2, rho = sum c_k e^{ik theta}) of SA at t_end: dealiased, Lawson RK4."""
+    k = np.arange(n // 2 + 1, dtype=float)
+    kernel = ive(k, BETA)  # e^{beta cos} has Fourier coefficients I_k(beta): the scale cancels in SA
+    kernel[-1] = 0.0       # no Nyquist mode
+    m = 3 * n // 2
+    theta = 2 * np.pi * np.arange(n) / n
+    c = np.fft.rfft(initial(theta)) / n
+    c[-1] = 0.0
+    c /= 2 * np.pi * c[0].real
+
+    def grid(coefficients):
+        padded = np.zeros(m // 2 + 1, dtype=complex)
+        padded[: coefficients.size] = coefficients
+        return np.fft.irfft(padded, m) * m
+
+    def rhs(c):
+        convolution = kernel * c
+        velocity = grid(1j * k * convolution) / grid(convolution) / BETA
+        return -1j * k * (np.fft.rfft(grid(c) * velocity)[: k.size] / m)
+
+    steps = int(round(t_end / dt))
+    half = np.exp(-diffusion * k ** 2 * dt / 2)
+    for _ in range(steps):
+        k1 = rhs(c)
+        k2 = rhs(half * (c + dt / 2 * k1))
+        k3 = rhs(half * c + dt / 2 * k2)
+        k4 = rhs(half * half * c + dt * half * k3)
+        c = half * half * c + dt / 6 * (half * half * k1 + 2 * half * (k2 + k3) + k4)
+    return c
+
+
+def cell_averages(c: np.ndarray, cells: int) -> np.ndarray:
+    """Exact cell averages over ``cells`` cells of the series with coefficients c_k, k >= 0."""
+    k = np.arange(c.size)
+    factor = np.exp(1j * np.pi * k / cells) * np.sinc(k / cells)
+    padded = np.zeros(cells // 2 + 1, dtype=complex)
+    padded[: min(c.size, padded.size)] = (c * factor)[: padded.size]
+    return np.fft.irfft(padded, cells) * cells
+
+
+def l1_error(averages: np.ndarray, reference: np.ndarray) -> float:
+    return float(2 * np.pi / averages.size * np.abs(averages - cell_averages(reference, averages.size)).sum())
+
+
+def measured(settings, run, error) -> list[tuple[object, float, float]]:
+    """``(setting, seconds, error)`` of one run per setting."""
+    rows = []
+    for setting in settings:
+        started = time.perf_counter()
+        result = run(setting)
+        rows.append((setting, time.perf_counter() - started, error(result)))
+    return rows
+
+
+def cheapest(rows, target):
+    """The fastest setting whose error is at most ``target``, or None."""
+    reaching = [(seconds, setting) for setting, seconds, error in rows if error <= target]
+    return min(reaching, key=lambda pair: pair[0])[1] if reaching else None
+
+
+def run(targets=TARGETS, cases=CASES):
+    rows = []
+    for name, (diffusion, t_end) in cases.items():
+        model = mf.SelfAttention(BETA, diffusion=diffusion)
+        reference = plain_spectral(diffusion, 256, 1e-3, t_end)
+
+        def library(setting):
+            cells, rtol = setting
+            solver = CircleAuto(model, cells=4 * cells, spectral_cells=cells, rtol=rtol)
+            return solver.solve(initial, [0.0, t_end], progress=False)
+
+        def library_error(ds):
+            # a setting whose run hands over to the finite volumes is not a spectral setting for this error
+            return l1_error(ds.rho.values[-1], reference) if bool(ds.spectral.values.all()) else np.inf
+
+        def baseline_error(c):
+            return l1_error(cell_averages(c, 512), reference)
+
+        ours_rows = measured([(cells, rtol) for cells in SPECTRAL_CELLS for rtol in RTOLS], library, library_error)
+        theirs_rows = measured([(n, dt) for n in SPECTRAL_CELLS for dt in BASELINE_STEPS],
+                               lambda s: plain_spectral(diffusion, s[0], s[1], t_end), baseline_error)
+        for target in targets:
+            ours, theirs = cheapest(ours_rows, target), cheapest(theirs_rows, target)
+            if ours is None or theirs is None:
+                rows.append((f"circle {name} L1 {target:g}: unreached (ours {ours}, baseline {theirs})",
+                             float("nan"), float("nan"), float("nan")))
+                continue
+            seconds, base, ratio = compare(lambda: library(ours), lambda: plain_spectral(diffusion, *theirs, t_end),
+                                           rounds=3, repeats=2)
+            rows.append((f"circle {name} L1 {target:g}: CircleAuto {ours} vs plain {theirs}", seconds, base, ratio))
+        fv_rows = measured(FV_CELLS, lambda cells: CircleFV(model, cells=cells, rtol=1e-8).solve(
+            initial, [0.0, t_end], progress=False), lambda ds: l1_error(ds.rho.values[-1], reference))
+        fv = cheapest(fv_rows, 1e-4)
+        if fv is not None:
+            seconds = next(seconds for setting, seconds, _ in fv_rows if setting == fv)
+            rows.append((f"circle {name} L1 1e-4: CircleFV {fv} cells, rtol 1e-8 (one run)", seconds,
+                         float("nan"), float("nan")))
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--targets", type=float, nargs="+", default=list(TARGETS))
+    arguments = parser.parse_args()
+    for label, ours, base, ratio in run(tuple(arguments.targets)):
+        print(json.dumps({"case": label, "ours_s": ours, "baseline_s": base, "ratio": ratio}))
