@@ -46,6 +46,7 @@ from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
 from .grid_solver import Diagnosis, GridSolver
+from .spectral_transport import SpectralTransport
 from .heads import takes_general_path
 from .tolerance import error_tolerance
 
@@ -226,6 +227,10 @@ class CircleSpectral(GridSolver):
         flux = self.analyse(self.values(coefficients) * velocity)
         return -1j * self.wavenumber * flux, float(np.abs(velocity).max())
 
+    def largest_speed(self, coefficients: np.ndarray) -> float:
+        r""":math:`\max|v|` on the flux grid."""
+        return float(np.abs(self.velocity(coefficients)).max())
+
     def stable_step(self, speed: float) -> float:
         """Largest step at which the explicit pair damps the advection of every mode (at this speed)."""
         return self.tableau.imaginary_stability / max((self.cells // 2) * speed, 1e-300)
@@ -240,7 +245,8 @@ class CircleSpectral(GridSolver):
         """:math:`L^2` norm of the series."""
         return float(np.sqrt(2 * np.pi * (abs(coefficients[0]) ** 2 + 2 * np.vdot(coefficients[1:], coefficients[1:]).real)))
 
-    def _tolerance(self, coefficients: np.ndarray) -> float:
+    def local_tolerance(self, coefficients: np.ndarray) -> float:
+        """The largest accepted local error of a step from these coefficients (:mod:`solvers.tolerance`)."""
         uniform_norm = abs(coefficients[0]) * np.sqrt(2 * np.pi)
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
 
@@ -314,7 +320,8 @@ class CircleSpectral(GridSolver):
         return self.cell_averages(coefficients)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
-        discretisation = _Transport(self)
+        decay = self.model.diffusion * self.wavenumber ** 2 if self.model.diffusion > 0 else None
+        discretisation = SpectralTransport(self, decay, self.norm)
         attempt = explicit_adaptive_step(discretisation, self.tableau)
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
@@ -343,39 +350,3 @@ class CircleSpectral(GridSolver):
     def recorded_settings(self) -> dict:
         return {"cells": self.cells, "record_cells": self.record_cells, "rtol": self.rtol, "flux_points": self.points,
                 "tableau": self.tableau.name}
-
-
-class _Transport:
-    """The solver as a :class:`~meanfield.integration.protocols.Discretisation`: transport, diffusion, bound.
-
-    It remembers the speed of the state it last evaluated (first same as last: the bound of
-    the next step is known after an accepted one without another velocity).
-    """
-
-    def __init__(self, solver: CircleSpectral):
-        self.solver = solver
-        diffusion = solver.model.diffusion
-        self.decay = diffusion * solver.wavenumber ** 2 if diffusion > 0 else None
-        self._last: tuple[np.ndarray, float] | None = None
-
-    def rhs(self, coefficients: np.ndarray) -> np.ndarray:
-        result, speed = self.solver.transport_and_speed(coefficients)
-        self._last = (coefficients, speed)
-        return result
-
-    def stable_step(self, coefficients: np.ndarray) -> float:
-        if self._last is not None and self._last[0] is coefficients:
-            speed = self._last[1]
-        else:
-            speed = float(np.abs(self.solver.velocity(coefficients)).max())
-        return self.solver.stable_step(speed)
-
-    def norm(self, coefficients: np.ndarray) -> float:
-        return self.solver.norm(coefficients)
-
-    def tolerance(self, coefficients: np.ndarray) -> float:
-        return self.solver._tolerance(coefficients)
-
-    @staticmethod
-    def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
-        return new, None

@@ -33,6 +33,7 @@ from meanfield.spectra import attention_spectrum
 from meanfield.integration import ExplicitTableau, explicit_adaptive_step, tableau_named
 
 from .grid_solver import Diagnosis, GridSolver
+from .spectral_transport import SpectralTransport
 from .heads import takes_general_path
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
@@ -212,6 +213,10 @@ class SphereSpectral(GridSolver):
         along_p *= rho
         return self.grid.divergence(along_t, along_p, sign=-1.0), speed
 
+    def largest_speed(self, coefficients: np.ndarray) -> float:
+        r""":math:`\max|v|` on the grid."""
+        return _largest_speed(*self.velocity(coefficients))
+
     def stable_step(self, speed: float) -> float:
         """Largest step at which the explicit pair damps the advection of every degree (at this speed)."""
         return self.tableau.imaginary_stability / max((self.lmax + 1) * speed, 1e-300)
@@ -220,7 +225,8 @@ class SphereSpectral(GridSolver):
         r""":math:`\|\rho - \bar\rho\|_{L^2}` (Parseval over degrees :math:`\ge 1`)."""
         return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
 
-    def _tolerance(self, coefficients: np.ndarray) -> float:
+    def local_tolerance(self, coefficients: np.ndarray) -> float:
+        """The largest accepted local error of a step from these coefficients (:mod:`solvers.tolerance`)."""
         # The uniform part's norm (one coefficient per layer when the state holds several layers).
         uniform_norm = float(np.sqrt(np.sum(coefficients[..., 0].real ** 2)))
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
@@ -291,7 +297,8 @@ class SphereSpectral(GridSolver):
         return self.grid.synthesise(coefficients)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
-        discretisation = _Transport(self)
+        decay = self.model.diffusion * self.grid.laplacian_eigenvalue if self.model.diffusion > 0 else None
+        discretisation = SpectralTransport(self, decay, lambda c: float(np.sqrt(self.grid.inner(c, c))))
         attempt = explicit_adaptive_step(discretisation, self.tableau)
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
@@ -316,41 +323,3 @@ class SphereSpectral(GridSolver):
 
 def _largest_speed(along_t: np.ndarray, along_p: np.ndarray) -> float:
     return float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
-
-
-class _Transport:
-    """The solver as a :class:`~meanfield.integration.protocols.Discretisation`: transport, decay, bound.
-
-    It remembers the speed of the state it last evaluated: a first-same-as-last pair evaluates
-    the new state last, so after an accepted step the speed that bounds the next one is known
-    without another velocity synthesis.
-    """
-
-    def __init__(self, solver: SphereSpectral):
-        self.solver = solver
-        diffusion = solver.model.diffusion
-        self.decay = diffusion * solver.grid.laplacian_eigenvalue if diffusion > 0 else None
-        self._last: tuple[np.ndarray, float] | None = None
-
-    def rhs(self, coefficients: np.ndarray) -> np.ndarray:
-        result, speed = self.solver.transport_and_speed(coefficients)
-        self._last = (coefficients, speed)
-        return result
-
-    def speed(self, coefficients: np.ndarray) -> float:
-        if self._last is not None and self._last[0] is coefficients:
-            return self._last[1]
-        return _largest_speed(*self.solver.velocity(coefficients))
-
-    def stable_step(self, coefficients: np.ndarray) -> float:
-        return self.solver.stable_step(self.speed(coefficients))
-
-    def norm(self, coefficients: np.ndarray) -> float:
-        return float(np.sqrt(self.solver.grid.inner(coefficients, coefficients)))
-
-    def tolerance(self, coefficients: np.ndarray) -> float:
-        return self.solver._tolerance(coefficients)
-
-    @staticmethod
-    def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
-        return new, None

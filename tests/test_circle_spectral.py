@@ -17,6 +17,8 @@ from meanfield.external import UserField
 from solvers import CircleFV, CircleSpectral, UnderResolvedWarning
 from validation.references import circle_stationary_density
 
+from test_circle_fv import MODELS
+
 
 def bumpy(theta):
     return 1 + 0.3 * np.cos(theta) + 0.2 * np.sin(2 * theta + 0.4)
@@ -101,11 +103,7 @@ def test_fifth_order_in_time(model, cells, sizes):
 TILT = UserField(lambda x: np.broadcast_to(np.array([0.5, 0.0]), x.shape).copy(), lambda x: x[..., 0], name="tilt")
 
 ZONAL_MODELS = {
-    "SA": mf.SelfAttention(4.0),
-    "USA": mf.SelfAttention(2.0, normalized=False),
-    "Kuramoto": mf.SelfAttention(0.0),
-    "repulsive-USA": mf.SelfAttention(2.0, normalized=False, value=-1.0),
-    "zonal": mf.ZonalAggregation(lambda s: s + 0.5 * s**2, lambda s: 1 + s),
+    **{name: MODELS[name] for name in ("SA", "USA", "Kuramoto", "repulsive-USA", "zonal")},
     "general-SA": mf.SelfAttention(2.0, query=np.array([[1.0, 0.3], [0.0, 0.8]]), value=np.array([[1.0, 0.2], [-0.1, 0.9]])),
     "two-heads-USA": mf.SelfAttention(1.0, normalized=False, query=np.stack([np.eye(2), np.diag([1.0, 0.5])]),
                                       value=np.stack([np.eye(2), np.eye(2)])),
