@@ -20,7 +20,6 @@ Readers go through :func:`dataset_kind`, :func:`dataset_geometry`, :func:`datase
 from __future__ import annotations
 
 import functools
-
 import json
 from importlib.metadata import PackageNotFoundError, version
 

@@ -25,7 +25,7 @@ from meanfield.checks import check_density, check_int, check_times
 from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
 
 from .circle import CircleFV
-from .circle_spectral import CircleSpectral
+from .circle_spectral import CircleSpectral, tail_fraction
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,13 +99,8 @@ class CircleAuto:
         spectral = self.spectral
         if spectral is None:
             return False
-        n = self.cells
-        k = np.arange(n // 2)
-        coefficients = np.fft.rfft(averages)[: n // 2] / n / (np.exp(1j * np.pi * k / n) * np.sinc(k / n))
-        power = np.abs(coefficients[1:]) ** 2
-        total = power.sum()
-        beyond = power[k[1:] > 0.9 * (spectral.cells // 2 - 1)].sum()
-        return bool(total == 0 or beyond < spectral.tail_threshold * total)
+        coefficients = spectral.coefficients_of_averages(averages, self.cells // 2)
+        return tail_fraction(coefficients, spectral.cells // 2 - 1) < spectral.tail_threshold
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
               first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:

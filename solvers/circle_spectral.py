@@ -20,8 +20,11 @@ deviation from the uniform density) and a stability bound: mode :math:`k` advect
 :math:`\Delta t\,(N/2)\max|v| \le y_I`, the pair's imaginary stability (as on :math:`S^2`,
 :mod:`solvers.sphere`).
 
-The method is exact in mass and spectrally accurate while the density is smooth; it does not
-preserve positivity. Its resolution diagnostic is the tail of the spectrum: the fraction of
+It is a second discretisation of the equation whose reference is the flux form of
+:class:`~solvers.CircleFV` (same kernel spectra, same velocity laws); the tests check the two
+against each other within their error estimates, and this one against exact solutions
+(``tests/test_circle_spectral.py``). The method is exact in mass and spectrally accurate while
+the density is smooth; it does not preserve positivity. Its resolution diagnostic is the tail of the spectrum: the fraction of
 the deviation's spectral energy in the top 10 % of modes (``spectral_tail``, as on
 :math:`S^2`) and a negative density beyond round-off.
 
@@ -92,6 +95,7 @@ class CircleSpectral(GridSolver):
     record_cells: int | None = None
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)
+    _derivative: np.ndarray = field(init=False, repr=False)
     general: GeneralCircleOperators | None = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
@@ -122,6 +126,7 @@ class CircleSpectral(GridSolver):
         modes = self.cells // 2
         set_(self, "points", next_fast_len(3 * modes, real=True))
         set_(self, "wavenumber", np.arange(modes, dtype=float))
+        set_(self, "_derivative", 1j * self.wavenumber)
         self._set_external()
         if takes_general_path(model, self.interaction, self.name):
             general = GeneralCircleOperators(model, self.points)
@@ -182,7 +187,7 @@ class CircleSpectral(GridSolver):
     def values(self, coefficients: np.ndarray, derivative: bool = False) -> np.ndarray:
         """The series (or its derivative) at the flux grid's ``M`` points."""
         if derivative:
-            coefficients = 1j * self.wavenumber * coefficients
+            coefficients = self._derivative * coefficients
         return np.fft.irfft(coefficients, self.points) * self.points
 
     def analyse(self, values: np.ndarray) -> np.ndarray:
@@ -191,15 +196,17 @@ class CircleSpectral(GridSolver):
 
     def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
         """The averages over the ``record_cells`` cells, exactly (the recorded density)."""
-        k = self.wavenumber
         n = self.record_cells
-        return np.fft.irfft(coefficients * np.exp(1j * np.pi * k / n) * np.sinc(k / n), n) * n
+        return np.fft.irfft(coefficients * _averaging(self.cells // 2, n), n) * n
 
-    def _from_cell_averages(self, averages: np.ndarray) -> np.ndarray:
-        """Coefficients of the modes kept from ``record_cells`` cell averages (exact for such a series)."""
-        k = self.wavenumber
+    def coefficients_of_averages(self, averages: np.ndarray, modes: int | None = None) -> np.ndarray:
+        """Coefficients of modes ``0 .. modes - 1`` (default: the kept ones) of ``record_cells`` cell averages.
+
+        Exact for a series of modes below ``record_cells / 2``; ``modes`` up to ``record_cells / 2``.
+        """
         n = self.record_cells
-        return np.fft.rfft(averages)[: self.cells // 2] / n / (np.exp(1j * np.pi * k / n) * np.sinc(k / n))
+        modes = self.cells // 2 if modes is None else modes
+        return np.fft.rfft(averages)[:modes] / n / _averaging(modes, n)
 
     # ------------------------------------------------------------------ velocity and transport
     def velocity(self, coefficients: np.ndarray) -> np.ndarray:
@@ -225,7 +232,7 @@ class CircleSpectral(GridSolver):
         r"""Coefficients of :math:`-\partial_\theta(\rho v[\rho])` and :math:`\max|v|` on the flux grid."""
         velocity = self.velocity(coefficients)
         flux = self.analyse(self.values(coefficients) * velocity)
-        return -1j * self.wavenumber * flux, float(np.abs(velocity).max())
+        return -self._derivative * flux, float(np.abs(velocity).max())
 
     def largest_speed(self, coefficients: np.ndarray) -> float:
         r""":math:`\max|v|` on the flux grid."""
@@ -242,8 +249,8 @@ class CircleSpectral(GridSolver):
         return float(np.sqrt(4 * np.pi * np.vdot(deviation, deviation).real))
 
     def norm(self, coefficients: np.ndarray) -> float:
-        """:math:`L^2` norm of the series."""
-        return float(np.sqrt(2 * np.pi * (abs(coefficients[0]) ** 2 + 2 * np.vdot(coefficients[1:], coefficients[1:]).real)))
+        """:math:`L^2` norm of the series (its mean's part and its deviation's)."""
+        return float(np.hypot(np.sqrt(2 * np.pi) * abs(coefficients[0]), self.deviation_norm(coefficients)))
 
     def local_tolerance(self, coefficients: np.ndarray) -> float:
         """The largest accepted local error of a step from these coefficients (:mod:`solvers.tolerance`)."""
@@ -290,11 +297,7 @@ class CircleSpectral(GridSolver):
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
         """Fraction of the spectral energy of ``rho - rho_bar`` held by the top 10 % of modes."""
-        power = np.abs(coefficients[1:]) ** 2
-        total = power.sum()
-        if total == 0:
-            return 0.0
-        return float(power[self.wavenumber[1:] > 0.9 * (self.cells // 2 - 1)].sum() / total)
+        return tail_fraction(coefficients, self.cells // 2 - 1)
 
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
@@ -306,13 +309,13 @@ class CircleSpectral(GridSolver):
             values = check_density(np.asarray(rho0(theta), dtype=float), (samples,), name)
             coefficients = np.fft.rfft(values)[: self.cells // 2] / samples
         else:
-            coefficients = self._from_cell_averages(check_density(rho0, (self.record_cells,), name))
+            coefficients = self.coefficients_of_averages(check_density(rho0, (self.record_cells,), name))
         coefficients[0] = coefficients[0].real
         return coefficients / (2 * np.pi * coefficients[0].real)
 
     def _initial_state(self, rho0, continued: bool) -> np.ndarray:
         if continued:
-            return self._from_cell_averages(check_density(rho0, (self.record_cells,), "rho0", evolved=True))
+            return self.coefficients_of_averages(check_density(rho0, (self.record_cells,), "rho0", evolved=True))
         return self.initial_coefficients(rho0)
 
     def density(self, coefficients: np.ndarray) -> np.ndarray:
@@ -350,3 +353,19 @@ class CircleSpectral(GridSolver):
     def recorded_settings(self) -> dict:
         return {"cells": self.cells, "record_cells": self.record_cells, "rtol": self.rtol, "flux_points": self.points,
                 "tableau": self.tableau.name}
+
+
+def _averaging(modes: int, cells: int) -> np.ndarray:
+    r"""Mode :math:`k`'s factor from point values to averages over ``cells`` cells :math:`[jh, (j+1)h)`:
+    :math:`e^{ikh/2}\,\mathrm{sinc}(kh/2)`, ``k = 0 .. modes - 1``."""
+    k = np.arange(modes)
+    return np.exp(1j * np.pi * k / cells) * np.sinc(k / cells)
+
+
+def tail_fraction(coefficients: np.ndarray, highest: int) -> float:
+    """Fraction of the spectral energy of modes ``1 ..`` held by those above ``0.9 highest`` (0 for a constant)."""
+    power = np.abs(coefficients[1:]) ** 2
+    total = power.sum()
+    if total == 0:
+        return 0.0
+    return float(power[np.arange(1, coefficients.size) > 0.9 * highest].sum() / total)

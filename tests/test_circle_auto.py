@@ -16,7 +16,8 @@ def clustering_start(theta):
 def test_a_clustering_run_hands_over_before_any_negative_density_and_matches_circle_fv():
     """SA beta = 9, D = 0: the hand-over comes before a negative value is stored; until the finite
     volumes stop resolving the clusters, the result equals CircleFV from the start within
-    CircleFV's Richardson estimate (second order; the spectral part is far more accurate)."""
+    CircleFV's Richardson estimate (second order; the spectral part is far more accurate), with
+    10 % for the estimate's higher-order remainder."""
     model = mf.SelfAttention(9.0)
     times = np.linspace(0.0, 6.0, 13)
     auto = CircleAuto(model, cells=1024).solve(clustering_start, times, progress=False)
@@ -31,7 +32,7 @@ def test_a_clustering_run_hands_over_before_any_negative_density_and_matches_cir
                     for n in (1024, 512))
     estimate = np.abs(fine.reshape(times.size, 512, 2).mean(axis=-1) - coarse).max(axis=1) / 3
     difference = np.abs(auto.rho.values - fine).max(axis=1)
-    assert np.all(difference <= 1.5 * estimate + 1e-12), np.c_[times, difference, estimate]
+    assert np.all(difference <= 1.1 * estimate + 1e-12), np.c_[times, difference, estimate]
 
 
 def test_a_smooth_run_stays_spectral_and_a_sharp_start_takes_the_finite_volumes():
@@ -69,5 +70,6 @@ def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     assert ds.spectral.values[0] and not ds.spectral.values[-1]
     rho0 = lambda th: 1 + 0.1 * np.cos(4 * th)  # noqa: E731  (perturbed_uniform, mode 4)
     direct = CircleAuto(mf.SelfAttention(9.0), cells=512).solve(rho0, ds.time.values, progress=False)
-    np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-9 * direct.rho.values.max())
+    # the segments' boundaries round-trip cell averages through coefficients: round-off only
+    np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-12 * direct.rho.values.max())
     np.testing.assert_array_equal(ds.spectral.values, direct.spectral.values)

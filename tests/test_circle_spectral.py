@@ -48,7 +48,8 @@ def test_poisson_kernel_reference_is_the_kuramoto_solution():
     h = 2 * np.pi / 4096
     assert h * averages.sum() == pytest.approx(1.0, abs=1e-14)
     centres = (np.arange(4096) + 0.5) * h
-    # first moment of the Poisson kernel: r e^{i psi}; the cell averages reproduce it to O(h^2)
+    # first moment of the Poisson kernel: r e^{i psi}; from cell averages it is exact once divided by the
+    # averaging factor sinc(h/2) (aliases of mode 1 are modes 1 - 4096 k, of size r^4095)
     moment = h * np.sum(averages * np.exp(1j * centres)) / np.sinc(1 / 4096)
     assert moment == pytest.approx(0.4 * np.exp(1j), abs=1e-12)
 
@@ -67,10 +68,10 @@ def test_spectral_convergence_on_the_exact_kuramoto_solution():
         errors.append(np.abs(ds.rho.values[-1] - exact).max())
     orders = np.diff(-np.log(errors)) / np.diff(np.log(sizes))
     assert np.all(np.diff(orders) > 1.0), (errors, orders)  # the algebraic order keeps rising
-    # the truncation error of the exact solution itself: modes k >= N/2 of size r^k / (2 pi)
+    # bounded by the modes the grid cannot hold: 2 sum_{k >= N/2} r^k / (2 pi) = r^{N/2} / (pi (1 - r))
     r = kuramoto_radius(r0, t)
     for n, error in zip(sizes, errors):
-        assert error < 10 * r ** (n // 2), (n, error, r ** (n // 2))
+        assert error < r ** (n // 2) / (np.pi * (1 - r)), (n, error, r ** (n // 2))
 
 
 # The order of the semi-discrete system in time: its few modes under-resolve the density on purpose.
@@ -122,7 +123,10 @@ def with_diffusion(model, diffusion):
 @pytest.mark.parametrize("diffusion", [0.0, 0.05], ids=["D0", "D0.05"])
 @pytest.mark.parametrize("name", list(ZONAL_MODELS))
 def test_equals_circle_fv_within_the_combined_error_estimates(name, diffusion):
-    """Smooth runs: |spectral - FV| within FV's Richardson estimate (second order) plus the spectral one."""
+    """Smooth runs: |spectral - FV| within FV's Richardson estimate (second order) plus the spectral one.
+
+    The Richardson estimate is the FV error up to its higher-order remainder: a 10 % margin for it.
+    """
     model = with_diffusion(ZONAL_MODELS[name], diffusion)
     times = [0.0, 0.25, 0.5]
     fine, coarse = (CircleFV(model, cells=n, rtol=1e-9).solve(bumpy, times, progress=False).rho.values
@@ -133,24 +137,33 @@ def test_equals_circle_fv_within_the_combined_error_estimates(name, diffusion):
     rougher = CircleSpectral(model, cells=96, rtol=1e-10).solve(bumpy, times, progress=False).rho.values
     spectral_estimate = np.abs(on_32(spectral) - on_32(rougher)).max()  # against a run with fewer modes
     difference = np.abs(on_32(spectral) - on_32(fine)).max()
-    assert difference <= 1.5 * fv_estimate + spectral_estimate + 1e-12, (difference, fv_estimate, spectral_estimate)
+    assert difference <= 1.1 * fv_estimate + spectral_estimate + 1e-12, (difference, fv_estimate, spectral_estimate)
 
 
-@pytest.mark.parametrize("name", ["SA", "USA", "Kuramoto", "repulsive-USA", "zonal", "general-SA"])
-def test_mass_is_exact_and_the_lyapunov_functional_never_rises(name):
+#: With diffusion, a free energy is known for the gradient flows, none for SA (lyapunov NaN).
+@pytest.mark.parametrize("name, functional", [("SA", False), ("USA", True), ("Kuramoto", True),
+                                              ("repulsive-USA", True), ("zonal", True), ("general-SA", False)])
+def test_mass_is_exact_and_the_lyapunov_functional_never_rises(name, functional):
     model = with_diffusion(ZONAL_MODELS[name], 0.05)
     ds = CircleSpectral(model, cells=128).solve(bumpy, np.linspace(0.0, 3.0, 31), progress=False)
     np.testing.assert_allclose(ds.mass.values, 1.0, rtol=0, atol=1e-14)
     np.testing.assert_allclose(2 * np.pi / 128 * ds.rho.values.sum(axis=1), 1.0, rtol=0, atol=1e-13)
-    functional = ds.lyapunov.values
-    if np.isfinite(functional).all():
-        assert np.all(np.diff(functional) <= 1e-12 * np.abs(functional[:-1])), np.diff(functional)
+    values = ds.lyapunov.values
+    if not functional:
+        assert np.isnan(values).all()
+        return
+    assert np.isfinite(values).all()
+    assert np.all(np.diff(values) <= 1e-12 * np.abs(values[:-1])), np.diff(values)
 
 
 @pytest.mark.parametrize("model", [mf.SelfAttention(2.0, diffusion=0.2),
                                    mf.SelfAttention(1.0, normalized=False, diffusion=0.3)], ids=["SA", "USA"])
 def test_long_time_state_is_the_self_consistent_stationary_state(model):
-    """Spectral accuracy where FV gets (kh)^2: 64 cells reach 1e-9 of the fixed-point reference."""
+    """Spectral accuracy where FV gets (kh)^2: 64 cells reach the reference's own floor.
+
+    The floor is the reference's: its cell averages are Richardson-extrapolated midpoint sums,
+    off by O(h_fine^4) ~ 5e-12 of max rho.
+    """
     start = lambda th: 1 + 0.5 * np.cos(th)  # noqa: E731
     ds = CircleSpectral(model, cells=64, rtol=1e-10).solve(start, [0.0, 100.0, 150.0], progress=False)
     rho = ds.rho.values
@@ -160,7 +173,7 @@ def test_long_time_state_is_the_self_consistent_stationary_state(model):
     coarser = circle_stationary_density(model, fine // 2, start((np.arange(fine // 2) + 0.5) * 4 * np.pi / fine))
     # cell averages by the midpoint rule on both references, Richardson-extrapolated past its O(h_fine^2) error
     averages = (4 * reference.reshape(64, -1).mean(axis=1) - coarser.reshape(64, -1).mean(axis=1)) / 3
-    assert np.abs(rho[-1] - averages).max() < 1e-9 * reference.max()
+    assert np.abs(rho[-1] - averages).max() < 1e-10 * reference.max()
 
 
 def test_under_resolution_warns_once_and_is_recorded():
