@@ -4,6 +4,7 @@ See ``MODEL.md`` for the equations. Public names::
 
     SelfAttention, ZonalAggregation      models (velocity, energy, spectra)
     CausalAttention                      causal (decoder) attention with ALiBi weights
+    PureAttention                        self-attention in R^d without layer normalization, hardmax
     Perceptron, UserField                external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
     observe_particles                    the same, keeping only observations (large ensembles)
@@ -13,6 +14,7 @@ See ``MODEL.md`` for the equations. Public names::
 
 from .causal import CausalAttention, positional_cell_weights
 from .errors import StepSizeCollapse
+from .euclidean import PureAttention
 from .external import Perceptron, UserField
 from .descriptions import model_from_dict
 from .models import SelfAttention, ZonalAggregation
@@ -23,7 +25,7 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "CausalAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
+    "SelfAttention", "ZonalAggregation", "CausalAttention", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "Perceptron", "UserField",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",

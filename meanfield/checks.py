@@ -63,7 +63,8 @@ def check_points(x: object, name: str = "x", *, tolerance: float = SPHERE_TOLERA
     worst = float(deviation.max())
     if worst > tolerance:
         raise ValueError(f"{name} must lie on the unit sphere (|x| = 1); the largest "
-                         f"deviation | |x| - 1 | is {worst:.3g} > {tolerance:g}")
+                         f"deviation | |x| - 1 | is {worst:.3g} > {tolerance:g} (tokens in R^d without layer "
+                         "normalization are meanfield.PureAttention's)")
     return array
 
 

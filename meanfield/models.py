@@ -49,6 +49,9 @@ class TangentVelocity:
     ``(batch, n, d)``.
     """
 
+    #: Tokens live on the unit sphere (layer normalization); :class:`meanfield.PureAttention` has ``False``.
+    on_sphere = True
+
     def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
         """The velocity :math:`P_{x_i} a_i` without input checks, for integrators.
 

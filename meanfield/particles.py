@@ -38,7 +38,7 @@ extracts from each output frame, for ensembles too large to store whole (sweeps)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NoReturn
 
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
@@ -46,7 +46,9 @@ from array_api_compat import array_namespace, is_array_api_obj
 from .checks import check_points, check_real, check_rtol, check_step, check_times
 from .errors import StepSizeCollapse
 from .integration import CLASSICAL_RK4, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau, StepCounts, integrate
+from .integration.fixed import dop853_frames, equal_steps
 from .integration.tableaux import TABLEAUX, tableau_named
+from . import euclidean_particles as euclidean
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
@@ -84,14 +86,18 @@ def _scheme(method: str | ExplicitTableau | None, diffusion: float, allowed: tup
 def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = None,
                        rtol: float = 1e-10, atol: float | None = None, dt: float | None = None,
                        rng: int | np.random.Generator | None = None,
-                       progress: bool | None = None, kernel: str = "auto") -> xr.Dataset:
+                       progress: bool | None = None, kernel: str = "auto", attention: bool = False) -> xr.Dataset:
     r"""Evolve particles under ``model`` and record them at ``times``.
 
     Parameters
     ----------
-    model : SelfAttention or ZonalAggregation
+    model : SelfAttention, ZonalAggregation, CausalAttention or PureAttention
+        A :class:`~meanfield.PureAttention` model runs tokens in :math:`\mathbb{R}^d`
+        (:mod:`meanfield.euclidean_particles`: the same schemes without the projection, no
+        noise, numpy arrays; ``"layer"`` is the paper's discrete Transformer).
     x0 : array, shape (n, d) or (systems, n, d)
-        Initial points on the unit sphere; a leading axis runs independent systems at once.
+        Initial points on the unit sphere (any finite points of :math:`\mathbb{R}^d` for
+        ``PureAttention``); a leading axis runs independent systems at once.
         A numpy array, or an array of any array API namespace (CuPy, PyTorch, JAX), in
         which the fixed-step schemes then compute, in float64, on its device.
     times : array_like, shape (T,)
@@ -126,6 +132,9 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         ``O(n K)``), ``"fused"`` and ``"numpy"`` the pairs (``O(n^2)``); ``"auto"`` takes the
         cheapest. Recorded in the settings (with ``series_degree``, and the span dimension
         when the run used the span reduction).
+    attention : bool
+        ``PureAttention`` only: also record the attention matrices :math:`P^h(t)` as
+        ``attention`` (..., time, head, particle, key).
 
     Returns
     -------
@@ -141,6 +150,11 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     StepSizeCollapse
         When the adaptive step collapses; its ``partial`` holds the output times reached.
     """
+    if not model.on_sphere:
+        return _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kernel, attention)
+    if attention:
+        raise ValueError("attention=True records the attention matrices of PureAttention runs; "
+                         f"got a {type(model).__name__} model")
     x0 = _checked_initial(model, x0)
     times = _run_times(times)
     method = _scheme(method, model.diffusion, METHODS)
@@ -188,6 +202,19 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     ``dataclasses.replace(model, beta=betas[s])`` to round-off (noise, if any, is drawn for
     the whole batch).
     """
+    if not model.on_sphere:
+        if betas is not None or invariant or kernel != "auto":
+            raise ValueError("PureAttention runs take neither betas, invariant nor a kernel choice")
+        x0, times = euclidean.checked_tokens(model, x0), _run_times(times)
+        method = _scheme(method, 0.0, FIXED_STEP_METHODS)
+        dt = check_step(0.01 if dt is None else dt, times)
+        flow = euclidean.EuclideanFlow(model, x0.shape[-1])
+        model.check_interval(x0, times[0], times[-1])
+        single = x0.ndim == 2
+        observations, _ = euclidean.fixed_step(flow, x0[None] if single else x0, times, method, dt,
+                                               time_progress(times[0], times[-1], False, "particles"),
+                                               lambda y: observe(y[0] if single else y), {})
+        return observations
     x0 = _checked_initial(model, x0)
     method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
     times = _run_times(times)
@@ -197,6 +224,23 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
                                             invariant=invariant, betas=betas)
     return observations
+
+
+def _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kernel, attention):
+    """:func:`simulate_particles` for tokens in :math:`\\mathbb{R}^d` (:mod:`meanfield.euclidean_particles`)."""
+    if kernel != "auto":
+        raise ValueError(f"PureAttention has one kernel (its numpy pair sums): pass kernel='auto', got {kernel!r}")
+    x0, times = euclidean.checked_tokens(model, x0), _run_times(times)
+    method = _scheme(method, 0.0, METHODS)
+    settings: dict = {"method": method if isinstance(method, str) else method.name}
+    if method == "dop853" or isinstance(method, ExplicitTableau) or method in PAIRS:
+        rtol, atol = _tolerances(rtol, atol, settings)
+        method = method if method == "dop853" else tableau_named(method)
+    else:
+        dt = check_step(0.01 if dt is None else dt, times)
+        settings.update(dt=dt)
+    with time_progress(times[0], times[-1], progress, "particles") as bar:
+        return euclidean.simulate(model, x0, times, method, rtol, atol, dt, bar, settings, attention)
 
 
 def _require_numpy(x0, method: str) -> None:
@@ -271,7 +315,7 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
                           invariant=False, betas=None):
     dt = check_step(0.01 if dt is None else dt, times)
     # Each output interval is split into equal steps no larger than dt: record the step taken.
-    largest = max(((t1 - t0) / _steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
+    largest = max(((t1 - t0) / equal_steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:])), default=0.0)
     settings.update(dt=dt, largest_step=largest)
     shape = x0.shape
     x = x0 if len(shape) == 3 else x0[None, ...]
@@ -358,28 +402,16 @@ def _flat_rhs(drift, shape):
 
 
 def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="auto"):
-    frames = [x0.copy()]
     engine = select_kernel(model, x0, kernel)
     settings.update(kernel=engine.name, **engine.settings)
-    from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (0.3 s to import)
 
-    solver = DOP853(_flat_rhs(engine.velocity_unchecked, x0.shape), times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
-    next_out = 1
-    while next_out < times.size:
-        message = solver.step()
-        if solver.status == "failed":
-            settings["failure"] = message
-            projected, drift = _project(frames)
-            partial = particle_dataset(model, projected, times, settings, drift)
-            raise StepSizeCollapse(f"adaptive integration failed at t={solver.t:.6g}: {message}",
-                                   time=solver.t, partial=partial)
-        bar.update(solver.t - solver.t_old)
-        if solver.t >= times[next_out]:
-            dense = solver.dense_output()
-            while next_out < times.size and times[next_out] <= solver.t:
-                frames.append(dense(times[next_out]).reshape(x0.shape))
-                next_out += 1
-    return frames, solver.nfev
+    def fail(t: float, message: str, frames: list) -> NoReturn:
+        settings["failure"] = message
+        projected, drift = _project(frames)
+        partial = particle_dataset(model, projected, times, settings, drift)
+        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {message}", time=t, partial=partial)
+
+    return dop853_frames(_flat_rhs(engine.velocity_unchecked, x0.shape), x0, times, rtol, atol, bar, fail)
 
 
 def _rms(x: np.ndarray) -> float:
@@ -413,21 +445,11 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
     return frames, stepper.evaluations
 
 
-def fixed_step_count(times: np.ndarray, dt: float) -> int:
-    """Steps a fixed-step run takes through ``times`` (each interval in equal steps no larger than ``dt``)."""
-    return sum(_steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:]))
-
-
-def _steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
-    count = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
-    return count, float(t1 - t0) / count  # a Python float: numpy scalars would turn other arrays into numpy
-
-
 def _integrate_rk4(engine, x0, times, dt, bar, observe):
     x, frames = x0, [observe(x0)]
     stepper = ExplicitRungeKutta(CLASSICAL_RK4, engine.velocity_unchecked)
     for t0, t1 in zip(times[:-1], times[1:]):
-        count, h = _steps(t0, t1, dt)
+        count, h = equal_steps(t0, t1, dt)
         for _ in range(count):
             x = engine.normalize(stepper.advance(x, h)[0])
         frames.append(observe(x))
@@ -440,7 +462,7 @@ def _integrate_euler(engine, diffusion, x0, times, dt, gen, bar, observe, projec
     with a generator ``gen`` the noise of Euler-Maruyama is added."""
     x, frames, evaluations = x0, [observe(x0)], 0
     for t0, t1 in zip(times[:-1], times[1:]):
-        count, h = _steps(t0, t1, dt)
+        count, h = equal_steps(t0, t1, dt)
         noise_scale = float(np.sqrt(2.0 * diffusion * h))
         for _ in range(count):
             noise = None if gen is None else gen.standard_normal(tuple(x.shape))

@@ -44,6 +44,8 @@ class Model(Protocol):
 
     #: Diffusion coefficient ``D >= 0`` (the noise :math:`\sqrt{2D}\,dB` on the sphere).
     diffusion: float
+    #: ``True``: tokens on :math:`S^{d-1}`. ``False`` is a :class:`EuclideanModel` (tokens in :math:`\mathbb{R}^d`).
+    on_sphere: bool
     #: Number of attention heads.
     heads: int
     #: Ambient dimension fixed by the model's matrices or field, ``None`` for any ``d``.
@@ -77,6 +79,41 @@ class Model(Protocol):
 
     def to_dict(self) -> dict:
         """A JSON-serializable description (:func:`meanfield.model_from_dict` rebuilds it)."""
+
+
+class EuclideanModel(Protocol):
+    r"""A particle model in :math:`\mathbb{R}^d` (``on_sphere = False``, :class:`meanfield.PureAttention`).
+
+    Its velocity may depend on time through a rescaling matrix :math:`M(t)` (the logits are
+    taken at :math:`M(t)x`); :meth:`velocity_at` is the reference right-hand side every
+    scheme of :mod:`meanfield.euclidean_particles` evaluates.
+    """
+
+    on_sphere: bool
+    heads: int
+    dimension: int | None
+    rescaled: bool
+    diffusion: float
+    causal: bool
+    external: None
+    has_energy: bool
+
+    def velocity_at(self, x: np.ndarray, rescaling: np.ndarray) -> np.ndarray:
+        """The velocity of tokens ``(..., n, d)`` with the logits at ``rescaling @ x``."""
+
+    def rescaling(self, t: float, d: int) -> np.ndarray:
+        """:math:`M(t)`, shape ``(d, d)`` (the identity for original variables)."""
+
+    def linear_part(self, d: int) -> np.ndarray:
+        """The matrix whose exponential is :math:`M(t)`."""
+
+    def attention_matrix(self, x: np.ndarray, rescaling: np.ndarray | None = None) -> np.ndarray:
+        """:math:`P^h`, shape ``(..., heads, n, n)``."""
+
+    def check_interval(self, x0: np.ndarray, start: float, end: float) -> None:
+        """Refuse a run that overflows on ``[start, end]``."""
+
+    def to_dict(self) -> dict: ...
 
 
 class ZonalModel(Model, Protocol):

@@ -6,7 +6,8 @@ Every dataset the library returns records, in ``attrs``,
     :data:`PARTICLES` (:func:`meanfield.simulate_particles`), :data:`PDE` (the solvers),
     :data:`STUDY` (a mean-field convergence study) or :data:`SWEEP` (a parameter grid);
 ``geometry``
-    :data:`CIRCLE`, :data:`SPHERE` (:math:`S^2`) or ``"S^{d-1}"`` for ``d >= 4``;
+    :data:`CIRCLE`, :data:`SPHERE` (:math:`S^2`) or ``"S^{d-1}"`` for ``d >= 4``; ``"R^d"`` for
+    tokens without layer normalization (:class:`meanfield.PureAttention`);
 ``model``, ``settings``
     the model's :meth:`to_dict` and the solver or integrator settings, as JSON text
     (NetCDF attributes hold only numbers and text);
@@ -53,16 +54,28 @@ def geometry_name(dimension: int) -> str:
     return {2: CIRCLE, 3: SPHERE}.get(dimension, f"S^{dimension - 1}")
 
 
+def euclidean_name(dimension: int) -> str:
+    """The name of :math:`\\mathbb{R}^d`: ``"R^d"``."""
+    return f"R^{dimension}"
+
+
+def is_euclidean(geometry: str) -> bool:
+    """Whether a geometry name is a Euclidean space ``"R^d"`` rather than a sphere."""
+    return geometry.startswith("R^")
+
+
 def geometry_dimension(geometry: str) -> int:
-    """The ambient dimension ``d`` of a geometry name (inverse of :func:`geometry_name`)."""
+    """The ambient dimension ``d`` of a geometry name (inverse of :func:`geometry_name` and :func:`euclidean_name`)."""
     geometry = _OLD_GEOMETRY_NAMES.get(geometry, geometry)
+    if is_euclidean(geometry) and geometry[2:].isdigit() and int(geometry[2:]) >= 1:
+        return int(geometry[2:])
     if geometry == CIRCLE:
         return 2
     if geometry == SPHERE:
         return 3
     if geometry.startswith("S^") and geometry[2:].isdigit() and int(geometry[2:]) >= 1:
         return int(geometry[2:]) + 1
-    raise ValueError(f"geometry must be 'circle', 'sphere' or 'S^k' (k >= 1), got {geometry!r}")
+    raise ValueError(f"geometry must be 'circle', 'sphere', 'S^k' (k >= 1) or 'R^d' (d >= 1), got {geometry!r}")
 
 
 def record_attrs(kind: str, geometry: str, model, settings: dict) -> dict:
@@ -90,7 +103,7 @@ def dataset_kind(ds) -> str:
 
 
 def dataset_geometry(ds) -> str:
-    """The geometry of a dataset, ``"circle"``, ``"sphere"`` or ``"S^{d-1}"`` (older ``"S^2"`` read as ``"sphere"``)."""
+    """The geometry of a dataset, ``"circle"``, ``"sphere"``, ``"S^{d-1}"`` or ``"R^d"`` (older ``"S^2"`` read as ``"sphere"``)."""
     geometry = ds.attrs.get("geometry")
     if not isinstance(geometry, str):
         raise ValueError(f"the dataset records no geometry (attrs['geometry'] is {geometry!r})")

@@ -1,0 +1,275 @@
+r"""Pure self-attention in :math:`\mathbb{R}^d`: tokens without layer normalization, and its hardmax limit.
+
+The system of Geshkovski, Letrouit, Polyanskiy and Rigollet, "The emergence of clusters in
+self-attention dynamics" (eq. (1) there), with ``H`` heads:
+
+.. math::
+    \dot x_i = \sum_{h=1}^H V_h \sum_{j=1}^n P^h_{ij}(t)\, x_j, \qquad
+    P^h_{ij} = \frac{e^{\beta\langle Q_h x_i, K_h x_j\rangle}}{\sum_l e^{\beta\langle Q_h x_i, K_h x_l\rangle}}.
+
+The tokens typically grow like :math:`e^{tV}`; the paper's theorems are stated for the
+rescaled tokens :math:`z_i = e^{-tV}x_i` (one value matrix ``V`` shared by the heads; with
+``H`` heads the rescaling is :math:`e^{-tHV}`, the linear part of the flow), which solve
+(eq. (4) there)
+
+.. math::
+    \dot z_i = V \sum_h \sum_j P^h_{ij}(t)\,(z_j - z_i), \qquad
+    P^h_{ij} = \mathrm{softmax}_j\big(\beta\langle Q_h M(t) z_i, K_h M(t) z_j\rangle\big),
+    \quad M(t) = e^{tHV},
+
+the same attention matrix as the original tokens at the same time. :math:`M(t)` is
+:func:`scipy.linalg.expm`. In the paper's discrete layer :math:`x^{[k+1]} = x^{[k]} + \Delta t
+\sum_h V P^h x^{[k]}` the rescaling is :math:`z^{[k]} = R^{-k}x^{[k]}`, :math:`R = I + \Delta t\,HV`
+(its Remark 4): :math:`z^{[k+1]} = z^{[k]} + \Delta t\, R^{-1}V\sum_h (P^h z^{[k]} - z^{[k]})`, with
+the logits taken at :math:`M = R^k`.
+
+``beta = inf`` is the hardmax limit ("A mathematical perspective on Transformers", sec. 9.3,
+eqs. (9.5)-(9.6)): each token moves toward the average of the tokens that maximise
+:math:`\langle Q x_i, K x_j\rangle`. The argmax set is taken with a relative tolerance
+(``tie_tolerance``), so that ties that the dynamics keeps exactly (Example 9.3 there) are
+recognised despite round-off; its solutions need not be unique (Filippov), and the one
+computed here is the time discretisation that averages over ties.
+
+The time ``t`` of :math:`M(t)` is the absolute time of the run (the paper's runs start at
+``t = 0``); a dataset of rescaled tokens records :math:`M(t)` at every output time
+(``rescaling``), so that :math:`x = M z` is exact whatever the scheme.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg import expm
+
+from .checks import check_real
+from .interaction import pair_sums
+
+#: Largest logit magnitude a run may reach: beyond it ``exp`` of logit differences loses every digit.
+LOGIT_OVERFLOW = 1e300
+
+
+def _as_matrices(matrix: object, name: str, *, scalar: bool) -> np.ndarray | float | None:
+    """``None`` (identity), a number ``c`` (``c I``, when ``scalar``), or a read-only ``(heads, d, d)`` stack."""
+    if matrix is None:
+        return None
+    if scalar and np.ndim(matrix) == 0:
+        return check_real(matrix, name)
+    array = np.asarray(matrix, dtype=float)
+    if array.ndim == 2:
+        array = array[None]
+    if array.ndim != 3 or array.shape[-1] != array.shape[-2] or array.shape[-1] < 1:
+        raise ValueError(f"{name} must be a (d, d) matrix or a (heads, d, d) stack"
+                         f"{' or a number c (c I)' if scalar else ''}, got shape {np.shape(matrix)}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite entries")
+    array.setflags(write=False)
+    return array
+
+
+def check_tokens(x: object, name: str = "x", dimension: int | None = None) -> np.ndarray:
+    """Return ``x`` as a finite float array of tokens in :math:`\\mathbb{R}^d`, shape ``(..., n, d)``, ``d >= 1``."""
+    array = np.asarray(x, dtype=float)
+    if array.ndim < 2 or array.shape[-1] < 1 or array.shape[-2] < 1:
+        raise ValueError(f"{name} must have shape (..., n, d) with n >= 1 and d >= 1, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if dimension is not None and array.shape[-1] != dimension:
+        raise ValueError(f"{name} has tokens in R^{array.shape[-1]} but the model's matrices are "
+                         f"{dimension} x {dimension}")
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class PureAttention:
+    r"""Self-attention without layer normalization, tokens in :math:`\mathbb{R}^d` (module docstring).
+
+    Parameters
+    ----------
+    query, key : array_like, shape (d, d) or (heads, d, d), optional
+        Query and key matrices; identity when omitted (``beta`` is the paper's scale absorbed in them).
+    value : float or array_like, shape (d, d) or (heads, d, d)
+        Value matrix; a number ``c`` means ``c I``. The rescaled variables need one ``V``
+        shared by every head.
+    beta : float
+        Inverse temperature ``> 0``; ``math.inf`` is the hardmax limit.
+    rescaled : bool
+        Evolve the rescaled tokens :math:`z = M(t)^{-1}x` (eq. (4) of the paper) instead of ``x``.
+    tie_tolerance : float
+        Hardmax only: token ``j`` is in the argmax set of row ``i`` when its logit is within
+        ``tie_tolerance * max(1, max_l |logit_il|)`` of the row's largest.
+
+    The model has no diffusion, no energy and no sphere: its tokens are any finite points of
+    :math:`\mathbb{R}^d` (``d >= 1``).
+    """
+
+    query: np.ndarray | None = None
+    key: np.ndarray | None = None
+    value: float | np.ndarray = 1.0
+    beta: float = 1.0
+    rescaled: bool = False
+    tie_tolerance: float = 1e-9
+    logit_bound: float = field(init=False, repr=False)
+
+    # The model protocol's neutral values (meanfield.protocols.EuclideanModel).
+    on_sphere = False
+    diffusion = 0.0
+    causal = False
+    external = None
+    has_energy = False
+    is_zonal = False
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        beta = self.beta
+        if not (isinstance(beta, (int, float, np.floating)) and not isinstance(beta, bool)) or not beta > 0:
+            raise ValueError(f"beta must be a number > 0 (math.inf: hardmax), got {beta!r}")
+        set_(self, "beta", float(beta))
+        set_(self, "query", _as_matrices(self.query, "query", scalar=False))
+        set_(self, "key", _as_matrices(self.key, "key", scalar=False))
+        set_(self, "value", _as_matrices(self.value, "value", scalar=True))
+        shapes = {name: m.shape for name, m in (("query", self.query), ("key", self.key), ("value", self.value))
+                  if isinstance(m, np.ndarray)}
+        if len({s[-1] for s in shapes.values()}) > 1 or len({s[0] for s in shapes.values()} - {1}) > 1:
+            raise ValueError(f"query, key and value must be d x d matrices or stacks of the same number of heads, "
+                             f"got shapes {shapes}")
+        if not isinstance(self.rescaled, (bool, np.bool_)):
+            raise TypeError(f"rescaled must be True or False, got {self.rescaled!r}")
+        if self.rescaled and isinstance(self.value, np.ndarray) and self.value.shape[0] > 1 and \
+                not np.all(self.value == self.value[:1]):
+            raise ValueError("rescaled=True needs one value matrix shared by every head (the rescaling "
+                             "e^{-tHV}); the heads' value matrices differ")
+        set_(self, "tie_tolerance", check_real(self.tie_tolerance, "tie_tolerance", minimum=0.0))
+        set_(self, "logit_bound", self._logit_bound())
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def hardmax(self) -> bool:
+        """Whether this is the hardmax limit (``beta = inf``)."""
+        return math.isinf(self.beta)
+
+    @property
+    def heads(self) -> int:
+        return max((m.shape[0] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)), default=1)
+
+    @property
+    def dimension(self) -> int | None:
+        """The ``d`` fixed by the matrices, or ``None`` (any)."""
+        return next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)), None)
+
+    def head_matrices(self, d: int):
+        """``(Q, K, V)`` per head as ``d x d`` arrays."""
+        eye = np.eye(d)
+
+        def of(m, h):
+            if m is None:
+                return eye
+            if isinstance(m, float):
+                return m * eye
+            return m[h if m.shape[0] > 1 else 0]
+        return [(of(self.query, h), of(self.key, h), of(self.value, h)) for h in range(self.heads)]
+
+    def linear_part(self, d: int) -> np.ndarray:
+        r"""The matrix :math:`HV` whose exponential rescales the tokens (``rescaled`` needs one shared ``V``)."""
+        return self.heads * self.head_matrices(d)[0][2]
+
+    def rescaling(self, t: float, d: int) -> np.ndarray:
+        r""":math:`M(t) = e^{tHV}` (:func:`scipy.linalg.expm`), shape ``(d, d)``; the identity for original variables.
+
+        Raises :class:`OverflowError` naming ``t`` when an entry overflows.
+        """
+        if not self.rescaled:
+            return np.eye(d)
+        with np.errstate(over="ignore", invalid="ignore"):
+            matrix = expm(t * self.linear_part(d))
+        if not np.all(np.isfinite(matrix)):
+            raise OverflowError(f"e^(t H V) overflows double precision at t = {t:g}: the rescaled variables "
+                                "cannot be mapped back there; shorten the interval")
+        return matrix
+
+    def _logit_bound(self) -> float:
+        r""":math:`\max_h\|Q_h^T K_h\|_2`: the logits are at most this times :math:`|Mx_i||Mx_j|`."""
+        if self.query is None and self.key is None:
+            return 1.0
+        d = self.dimension
+        return float(max(np.linalg.norm(q.T @ k, 2) for q, k, _ in self.head_matrices(d)))
+
+    # ------------------------------------------------------------------ velocity
+    def velocity(self, x: np.ndarray, t: float = 0.0) -> np.ndarray:
+        """The velocity of tokens ``x`` of shape ``(..., n, d)`` at time ``t`` (``t`` matters for rescaled tokens)."""
+        x = check_tokens(x, "x", self.dimension)
+        t = check_real(t, "t")
+        return self.velocity_at(x, self.rescaling(t, x.shape[-1]))
+
+    def velocity_at(self, x: np.ndarray, rescaling: np.ndarray) -> np.ndarray:
+        r"""The velocity, unchecked, with the logits taken at :math:`M x` (``rescaling`` = ``M``).
+
+        Original variables: :math:`\sum_h V_h P^h x`; rescaled: :math:`V\sum_h (P^h z - z)`.
+        """
+        flat = x.reshape((-1,) + x.shape[-2:])
+        d = flat.shape[-1]
+        total = np.zeros_like(flat)
+        for q, k, v in self.head_matrices(d):
+            average = self._attention_average(flat, q @ rescaling, k @ rescaling)
+            if self.rescaled:
+                average -= flat
+            total += average @ v.T
+        return total.reshape(x.shape)
+
+    def _attention_average(self, x: np.ndarray, query: np.ndarray, key: np.ndarray) -> np.ndarray:
+        r""":math:`\sum_j P_{ij} x_j` with logits :math:`\langle q x_i, k x_j\rangle`, blocked (:func:`pair_sums`)."""
+        d = x.shape[-1]
+        values = np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
+        sums, _ = pair_sums(x @ query.T, x @ key.T, values, self._weight)
+        return sums[..., :d] / sums[..., d:]
+
+    def _weight(self, block: np.ndarray) -> None:
+        """Logits to unnormalised attention weights in place: softmax numerators, or the argmax indicator."""
+        row_max = block.max(axis=-1, keepdims=True)
+        if self.hardmax:
+            scale = np.maximum(1.0, np.abs(block).max(axis=-1, keepdims=True))
+            block[...] = block >= row_max - self.tie_tolerance * scale
+            return
+        block -= row_max
+        block *= self.beta
+        np.exp(block, out=block)
+
+    def attention_matrix(self, x: np.ndarray, rescaling: np.ndarray | None = None) -> np.ndarray:
+        r"""The attention matrices :math:`P^h(t)`, shape ``(..., heads, n, n)``, rows summing to one.
+
+        ``rescaling``: the recorded :math:`M(t)` of rescaled tokens (shape ``(d, d)`` or one
+        per leading index of ``x``); omitted, the tokens are taken as original variables.
+        """
+        x = check_tokens(x, "x", self.dimension)
+        d = x.shape[-1]
+        m = np.eye(d) if rescaling is None else np.asarray(rescaling, dtype=float)
+        mapped = x @ np.swapaxes(m, -1, -2)[..., None, :, :] if m.ndim > 2 else x @ m.T
+        heads = []
+        for q, k, _ in self.head_matrices(d):
+            logits = (mapped @ q.T) @ np.swapaxes(mapped @ k.T, -1, -2)
+            self._weight(logits)
+            heads.append(logits / logits.sum(axis=-1, keepdims=True))
+        return np.stack(heads, axis=-3)
+
+    def check_interval(self, x0: np.ndarray, start: float, end: float) -> None:
+        r"""Refuse a run whose rescaling or logits overflow on ``[start, end]`` (checked at both ends)."""
+        d = x0.shape[-1]
+        radius = float(np.abs(x0).max()) * math.sqrt(d)
+        for t in (start, end):
+            try:
+                m = self.rescaling(t, d)
+            except OverflowError as error:
+                raise ValueError(f"times: {error}") from None
+            log_bound = math.log(self.logit_bound or 1.0) + 2.0 * math.log(float(np.linalg.norm(m, 2)) * radius or 1.0)
+            if not log_bound < math.log(LOGIT_OVERFLOW):
+                raise ValueError(f"times: the logits <Q M(t) z_i, K M(t) z_j> reach 10^{log_bound / math.log(10):.4g} at t = {t:g} "
+                                 f"(M(t) = e^(t H V), |x0| up to {radius:.3g}), beyond double precision; "
+                                 "shorten the interval")
+
+    def to_dict(self) -> dict:
+        def plain(m):
+            return m.tolist() if isinstance(m, np.ndarray) else m
+        return {"model": "PureAttention", "query": plain(self.query), "key": plain(self.key),
+                "value": plain(self.value), "beta": "inf" if self.hardmax else self.beta,
+                "rescaled": bool(self.rescaled), "tie_tolerance": self.tie_tolerance}
