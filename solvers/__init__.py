@@ -1,11 +1,13 @@
 """solvers: discretizations of the mean-field PDE (finite volumes and Fourier on the circle,
-spherical harmonics on S^2), and of the layered equation of causal attention on both."""
+spherical harmonics on S^2), of the layered equation of causal attention on both, and of pure
+attention on the line (d = 1, rescaled tokens)."""
 
 from .causal import CausalCircleFV, CausalSphereSpectral
 from .circle import CircleFV
 from .circle_auto import CircleAuto
 from .circle_spectral import CircleSpectral
+from .line import LineFV
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]

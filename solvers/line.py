@@ -1,0 +1,218 @@
+r"""The mean-field equation of pure self-attention on the line (``d = 1``), in rescaled variables.
+
+As the number of tokens of :class:`meanfield.PureAttention` with ``d = 1`` (one head, scalars
+``q``, ``k``, ``v``) grows, the empirical measure of the rescaled tokens :math:`z = e^{-tv}x`
+follows the continuity equation
+
+.. math::
+    \partial_t\rho + \partial_z(\rho\,u) = 0, \qquad
+    u(t, z) = v\Big(\frac{\int w\, e^{s(t) z w}\rho(t, w)\,dw}{\int e^{s(t) z w}\rho(t, w)\,dw} - z\Big),
+    \qquad s(t) = \beta q k\, e^{2vt},
+
+the particle system's velocity (eq. (4) of "The emergence of clusters in self-attention
+dynamics") with the sums over tokens replaced by integrals against :math:`\rho`. For
+``v > 0`` the velocity is ``v`` times a convex combination minus the point, so it points
+inward at the ends of the support: an interval that holds the support at the start holds it
+forever (the paper's Prop. C.2), and the measure collapses toward the two ends of its
+support (Thm 2.1 in mean field). :class:`LineFV` solves it by finite volumes on such an
+interval: cell masses, first-order upwind fluxes with the face velocities from the midpoint
+rule over the cells (``O(N^2)`` per evaluation, the exponent with the log of the masses shifted by
+its row maximum, so that the weights stay finite however large :math:`s(t)` grows),
+zero flux through the ends, and the library's adaptive Bogacki-Shampine pair within the CFL
+bound, a step that would make a mass negative retried with half of it. Mass is conserved to
+round-off; the error is first order in the cell width (the measure becomes two atoms, held
+in the end cells); the time ``t`` enters through :math:`s(t)` and is the state's first
+coordinate.
+
+The velocity at large :math:`s(t)` is set by the extreme points of the support: any mass,
+however small, captures the attention of the faces beyond it once :math:`s\,\Delta z` passes
+:math:`-\log(\text{mass})`. The upwind scheme's numerical diffusion leaves exponentially small
+tails ahead of every front, so at late times those tails, not the solution, would steer the
+flow. Each output therefore records ``ghost_attention``: the largest share of attention weight
+held by cells of mass below :data:`GHOST_MASS`, over the faces next to a cell with more and the
+steps since the previous output; past :data:`GHOST_SHARE` the
+run warns (:class:`~solvers.resolution.UnderResolvedWarning`) and its later outputs are not
+the mean-field solution (a Lagrangian solver in mass coordinates has no such tails).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from meanfield.checks import check_int, check_real, check_rtol, check_times
+from meanfield.errors import StepSizeCollapse
+from meanfield.euclidean import PureAttention
+from meanfield.integration import BOGACKI_SHAMPINE, StepCounts, explicit_adaptive_step, integrate
+from meanfield.records import PDE, euclidean_name, record_attrs
+
+from .resolution import ResolutionMonitor
+
+#: Cells of smaller mass (the total is one) hold no mass the solution put there.
+GHOST_MASS = 1e-12
+#: Largest share of a face's attention weight such cells may carry before the run warns: it moves the
+#: velocity by at most this fraction of the support's width, below the first-order error of the grid.
+GHOST_SHARE = 1e-3
+
+
+class LineFV:
+    """Finite volumes for the ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` (module docstring).
+
+    Parameters
+    ----------
+    model : PureAttention
+        ``d = 1`` (scalars or ``1 x 1`` matrices), one head, ``rescaled=True``, finite ``beta``, ``v > 0``.
+    interval : (float, float)
+        The interval ``[lo, hi]`` of the grid; it must hold the initial support.
+    cells : int
+        Number of cells.
+    rtol : float
+        Local error per step relative to the RMS cell mass.
+    """
+
+    name = "LineFV"
+
+    def __init__(self, model, interval, *, cells: int = 1000, rtol: float = 1e-6):
+        if not isinstance(model, PureAttention) or not model.rescaled or model.hardmax or model.heads != 1 \
+                or model.dimension not in (None, 1):
+            raise ValueError(f"model: LineFV solves PureAttention with d = 1, one head, rescaled=True and finite "
+                             f"beta, got {model!r}")
+        self.model = model
+        (q, k, v), = model.head_matrices(1)
+        self.value = float(v[0, 0])
+        if self.value <= 0:
+            raise ValueError(f"model: LineFV needs v > 0 (the support then stays in its interval), got v = {self.value}")
+        self.logit_scale = model.beta * float(q[0, 0] * k[0, 0])
+        lo, hi = (check_real(end, "interval") for end in interval)
+        if not hi > lo:
+            raise ValueError(f"interval must be (lo, hi) with hi > lo, got {interval!r}")
+        self.cells = check_int(cells, "cells", minimum=2)
+        self.rtol = check_rtol(rtol)
+        self.faces = np.linspace(lo, hi, self.cells + 1)
+        self.width = (hi - lo) / self.cells
+        self.centres = 0.5 * (self.faces[1:] + self.faces[:-1])
+        self._last: tuple | None = None  # (state, its face velocity, ghost share): rhs, CFL and monitor share it
+        self.ghost_share = 0.0
+
+    # ------------------------------------------------------------------ the discretisation
+    def face_velocity(self, t: float, masses: np.ndarray) -> np.ndarray:
+        """:math:`u(t, z)` at the interior faces, by the midpoint rule over the cells."""
+        scale = self.logit_scale * math.exp(2.0 * self.value * t)
+        inner = self.faces[1:-1]
+        with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
+            # a stage of a step may dip below zero where the kept solution does not: empty there
+            exponent = scale * np.outer(inner, self.centres) + np.log(np.maximum(masses, 0.0))
+        # Shifted by the row maximum among cells that hold mass: the largest weight is one.
+        exponent -= exponent.max(axis=1, keepdims=True)
+        weights = np.exp(exponent)
+        totals = weights.sum(axis=1)
+        ghost = masses < GHOST_MASS
+        carrying = ~(ghost[:-1] & ghost[1:])  # faces with mass on a side: the flux they carry is the solution's
+        share = weights[:, ghost].sum(axis=1) / totals
+        self.ghost_share = float(share[carrying].max(initial=0.0))
+        return self.value * (weights @ self.centres / totals - inner)
+
+    def _velocity_of(self, state: np.ndarray) -> np.ndarray:
+        if self._last is None or self._last[0] is not state:
+            self._last = (state, self.face_velocity(float(state[0]), state[1:]), self.ghost_share)
+        return self._last[1]
+
+    def _ghost_share_of(self, state: np.ndarray) -> float:
+        self._velocity_of(state)
+        return self._last[2]
+
+    def rhs(self, state: np.ndarray) -> np.ndarray:
+        masses = state[1:]
+        u = self._velocity_of(state)
+        density = masses / self.width
+        flux = np.zeros(self.cells + 1)
+        flux[1:-1] = np.maximum(u, 0.0) * density[:-1] + np.minimum(u, 0.0) * density[1:]
+        out = np.empty_like(state)
+        out[0] = 1.0
+        out[1:] = flux[:-1] - flux[1:]
+        return out
+
+    decay = None
+
+    def stable_step(self, state: np.ndarray) -> float:
+        """The upwind CFL bound ``h / max|u|``."""
+        speed = float(np.abs(self._velocity_of(state)).max(initial=0.0))
+        return self.width / speed if speed > 0 else np.inf
+
+    @staticmethod
+    def norm(state: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(state[1:] ** 2)))
+
+    def tolerance(self, state: np.ndarray) -> float:
+        return self.rtol * self.norm(state) + 1e-300
+
+    @staticmethod
+    def admit(old: np.ndarray, new: np.ndarray):
+        if np.min(new[1:]) < 0.0:
+            return None, "negative mass"
+        return new, None
+
+    # ------------------------------------------------------------------ the run
+    def initial_masses(self, rho0) -> np.ndarray:
+        """Cell masses of ``rho0`` (a callable of ``z``, integrated by 8-point Gauss-Legendre per cell, or cell averages), total one."""
+        if callable(rho0):
+            nodes, weights = np.polynomial.legendre.leggauss(8)
+            points = self.centres[:, None] + 0.5 * self.width * nodes[None, :]
+            values = np.asarray(rho0(points), dtype=float)
+            masses = 0.5 * self.width * values @ weights
+        else:
+            masses = np.asarray(rho0, dtype=float) * self.width
+            if masses.shape != (self.cells,):
+                raise ValueError(f"rho0 must be a callable or {self.cells} cell averages, got shape {masses.shape}")
+        if not np.all(np.isfinite(masses)) or np.any(masses < 0) or not masses.sum() > 0:
+            raise ValueError("rho0 must be finite, nonnegative and of positive mass on the interval")
+        return masses / masses.sum()
+
+    def solve(self, rho0, times, *, progress: bool | None = None):
+        """The density at ``times`` as an ``xarray.Dataset``: ``rho`` (time, z), ``mass`` (time)."""
+        times = check_times(times)
+        state = np.concatenate([[times[0]], self.initial_masses(rho0)])
+        frames: list[np.ndarray] = []
+        ghosts: list[float] = []
+        counts = StepCounts()
+        monitor = ResolutionMonitor("Later outputs follow the scheme's numerical tails, not the mean-field solution")
+        settings = {"solver": self.name, "cells": self.cells, "interval": [self.faces[0], self.faces[-1]],
+                    "rtol": self.rtol, "scheme": "upwind finite volumes, Bogacki-Shampine 3(2)"}
+
+        worst = [0.0]  # the largest ghost share since the last output
+
+        def observe(t: float, q: np.ndarray) -> None:
+            share = self._ghost_share_of(q)
+            worst[0] = max(worst[0], share)
+            monitor.record(t, share <= GHOST_SHARE,
+                           f"cells of mass below {GHOST_MASS:g} carry {share:.3g} of a face's attention")
+
+        def record(t: float, q: np.ndarray) -> None:
+            frames.append(q[1:] / self.width)
+            ghosts.append(max(worst[0], self._ghost_share_of(q)))
+            worst[0] = 0.0
+
+        def collapse(t: float, reason: str):
+            settings.update(counts.as_dict(), failure=reason)
+            raise StepSizeCollapse(f"LineFV failed at t={t:.6g}: {reason}", time=t,
+                                   partial=self._dataset(frames, ghosts, times, settings))
+
+        first = min(times[-1] - times[0] if times.size > 1 else 1.0, 0.5 * self.stable_step(state))
+        integrate(state, times, explicit_adaptive_step(self, BOGACKI_SHAMPINE), first_step=first, record=record,
+                  collapse=collapse, observer=observe, progress=progress, name=self.name, max_steps=10_000_000,
+                  counts=counts)
+        settings.update(counts.as_dict())
+        return self._dataset(frames, ghosts, times, settings)
+
+    def _dataset(self, frames, ghosts, times, settings):
+        import xarray as xr
+
+        rho = np.stack(frames)
+        ds = xr.Dataset({"rho": (("time", "z"), rho, {"long_name": "density of the rescaled tokens"}),
+                         "mass": (("time",), rho.sum(axis=1) * self.width),
+                         "ghost_attention": (("time",), np.array(ghosts),
+                                             {"long_name": f"largest share of attention on cells of mass < {GHOST_MASS:g}"})},
+                        coords={"time": times[: len(frames)], "z": self.centres})
+        ds.attrs.update(record_attrs(PDE, euclidean_name(1), self.model, settings))
+        return ds
