@@ -45,27 +45,17 @@ from scipy.linalg import expm
 
 from .checks import check_real
 from .interaction import pair_sums
+from .models import as_head_matrices
 
 #: Largest logit magnitude a run may reach: beyond it ``exp`` of logit differences loses every digit.
 LOGIT_OVERFLOW = 1e300
 
 
 def _as_matrices(matrix: object, name: str, *, scalar: bool) -> np.ndarray | float | None:
-    """``None`` (identity), a number ``c`` (``c I``, when ``scalar``), or a read-only ``(heads, d, d)`` stack."""
-    if matrix is None:
-        return None
-    if scalar and np.ndim(matrix) == 0:
+    """``None`` (identity), a number ``c`` (``c I``, when ``scalar``), or a read-only ``(heads, d, d)`` stack, ``d >= 1``."""
+    if scalar and matrix is not None and np.ndim(matrix) == 0:
         return check_real(matrix, name)
-    array = np.asarray(matrix, dtype=float)
-    if array.ndim == 2:
-        array = array[None]
-    if array.ndim != 3 or array.shape[-1] != array.shape[-2] or array.shape[-1] < 1:
-        raise ValueError(f"{name} must be a (d, d) matrix or a (heads, d, d) stack"
-                         f"{' or a number c (c I)' if scalar else ''}, got shape {np.shape(matrix)}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} contains NaN or infinite entries")
-    array.setflags(write=False)
-    return array
+    return as_head_matrices(matrix, name, minimum_dimension=1)
 
 
 def check_tokens(x: object, name: str = "x", dimension: int | None = None) -> np.ndarray:

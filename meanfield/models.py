@@ -21,14 +21,14 @@ from .sphere import normalize, project_tangent
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 
 
-def _as_head_matrices(matrix: object, name: str) -> np.ndarray | None:
-    """``None`` (identity), or a read-only array of shape ``(heads, d, d)``."""
+def as_head_matrices(matrix: object, name: str, *, minimum_dimension: int = 2) -> np.ndarray | None:
+    """``None`` (identity), or a read-only array of shape ``(heads, d, d)``, ``d >= minimum_dimension``."""
     if matrix is None:
         return None
     array = np.asarray(matrix, dtype=float)
     if array.ndim == 2:
         array = array[None]
-    if array.ndim != 3 or array.shape[-1] != array.shape[-2] or array.shape[-1] < 2:
+    if array.ndim != 3 or array.shape[-1] != array.shape[-2] or array.shape[-1] < minimum_dimension:
         raise ValueError(f"{name} must be a (d, d) matrix or a (heads, d, d) stack, "
                          f"got shape {np.shape(matrix)}")
     if not np.all(np.isfinite(array)):
@@ -133,12 +133,12 @@ class SelfAttention(TangentVelocity):
         set_(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
         if not isinstance(self.normalized, (bool, np.bool_)):
             raise TypeError(f"normalized must be True (SA) or False (USA), got {self.normalized!r}")
-        set_(self, "query", _as_head_matrices(self.query, "query"))
-        set_(self, "key", _as_head_matrices(self.key, "key"))
+        set_(self, "query", as_head_matrices(self.query, "query"))
+        set_(self, "key", as_head_matrices(self.key, "key"))
         if np.ndim(self.value) == 0:
             set_(self, "value", check_real(self.value, "value"))
         else:
-            set_(self, "value", _as_head_matrices(self.value, "value"))
+            set_(self, "value", as_head_matrices(self.value, "value"))
         shapes = {name: m.shape for name, m in
                   (("query", self.query), ("key", self.key), ("value", self.value))
                   if isinstance(m, np.ndarray)}

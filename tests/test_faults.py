@@ -444,6 +444,7 @@ SCRIPTS = {  # quick sizes of the example scripts (their full sizes take minutes
     "growth_rates.py": ["--output", "{out}"],
     "lost_in_the_middle.py": ["--config", "{config}", "--prompts", "200"],
     "metastability.py": ["--t-particles", "20", "--t-pde", "6", "--output", "{out}"],
+    "pure_attention.py": ["--output", "{out}"],
     "phase_diagram.py": ["--dimensions", "2", "--realisations", "64", "--betas", "3", "--workers", "1",
                          "--output", "{out}"],
 }
