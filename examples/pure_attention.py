@@ -11,7 +11,7 @@ and the theorem's prediction is printed next to what the run shows:
 
 Writes ``OUTPUT/pure_attention.png``.
 
-    python examples/pure_attention.py        # about 5 s
+    python examples/pure_attention.py        # a few seconds
 """
 
 from __future__ import annotations

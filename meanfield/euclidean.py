@@ -79,6 +79,7 @@ class PureAttention:
     ----------
     query, key : array_like, shape (d, d) or (heads, d, d), optional
         Query and key matrices; identity when omitted (``beta`` is the paper's scale absorbed in them).
+        A single ``(d, d)`` matrix serves every head of the others' stacks.
     value : float or array_like, shape (d, d) or (heads, d, d)
         Value matrix; a number ``c`` means ``c I``. The rescaled variables need one ``V``
         shared by every head.
@@ -228,13 +229,12 @@ class PureAttention:
     def attention_matrix(self, x: np.ndarray, rescaling: np.ndarray | None = None) -> np.ndarray:
         r"""The attention matrices :math:`P^h(t)`, shape ``(..., heads, n, n)``, rows summing to one.
 
-        ``rescaling``: the recorded :math:`M(t)` of rescaled tokens (shape ``(d, d)`` or one
-        per leading index of ``x``); omitted, the tokens are taken as original variables.
+        ``rescaling``: the :math:`M(t)` (``(d, d)``) at which rescaled tokens take their logits,
+        as recorded in their dataset; omitted, the tokens are taken as original variables.
         """
         x = check_tokens(x, "x", self.dimension)
         d = x.shape[-1]
-        m = np.eye(d) if rescaling is None else np.asarray(rescaling, dtype=float)
-        mapped = x @ np.swapaxes(m, -1, -2)[..., None, :, :] if m.ndim > 2 else x @ m.T
+        mapped = x if rescaling is None else x @ np.asarray(rescaling, dtype=float).T
         heads = []
         for q, k, _ in self.head_matrices(d):
             logits = (mapped @ q.T) @ np.swapaxes(mapped @ k.T, -1, -2)

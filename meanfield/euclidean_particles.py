@@ -31,8 +31,9 @@ import numpy as np
 
 from .errors import StepSizeCollapse
 from .euclidean import check_tokens
-from .integration import CLASSICAL_RK4, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau, StepCounts, integrate
-from .integration.fixed import dop853_frames, equal_steps
+from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
+from .integration.runs import dop853_frames, embedded_pair_run, equal_steps
+from .progress import time_progress
 from .records import PARTICLES, euclidean_name, record_attrs
 
 class EuclideanFlow:
@@ -74,87 +75,79 @@ def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol
     batch = x0 if x0.ndim == 3 else x0[None]
     model.check_interval(batch, times[0], times[-1])
     flow = EuclideanFlow(model, batch.shape[-1])
-    single = x0.ndim == 2
 
     def dataset(frames, rescalings):
-        return euclidean_dataset(model, frames, rescalings, times, settings, attention=attention, single=single)
+        return euclidean_dataset(model, frames, rescalings, times, settings, attention=attention,
+                                 single=x0.ndim == 2)
+
+    def fail(t: float, message: str, frames: list) -> NoReturn:
+        settings["failure"] = message
+        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {message}", time=t,
+                               partial=dataset(frames, [flow.rescaling(s) for s in times[:len(frames)]]))
 
     if method == "dop853":
-        def fail(t: float, message: str, frames: list) -> NoReturn:
-            settings["failure"] = message
-            raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {message}", time=t,
-                                   partial=dataset(frames, [flow.rescaling(s) for s in times[:len(frames)]]))
-
         frames, evaluations = dop853_frames(lambda t, y: flow.velocity(t, y.reshape(batch.shape)).ravel(),
                                             batch, times, rtol, atol, bar, fail)
-        settings.update(velocity_evaluations=evaluations)
-        return dataset(frames, [flow.rescaling(t) for t in times])
-    if isinstance(method, ExplicitTableau):
-        return dataset(*_adaptive_pair(flow, batch, times, method, rtol, atol, bar, settings, dataset))
-    return dataset(*fixed_step(flow, batch, times, method, dt, bar, np.copy, settings))
+    elif isinstance(method, ExplicitTableau):
+        frames = []
+        evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), np.concatenate([[times[0]], batch.ravel()]),
+                                        times, method, rtol, atol, bar, norm=_rms_of_tokens,
+                                        record=lambda t, q: frames.append(q[1:].reshape(batch.shape).copy()),
+                                        fail=lambda t, reason: fail(t, reason, frames), settings=settings)
+    else:
+        frames, rescalings = fixed_step(flow, batch, times, method, dt, bar, np.copy, settings)
+        return dataset(frames, rescalings)
+    settings.update(velocity_evaluations=evaluations)
+    return dataset(frames, [flow.rescaling(t) for t in times])
 
 
-def _adaptive_pair(flow, batch, times, tableau, rtol, atol, bar, settings, dataset):
-    """An embedded pair through the shared controller and driver, time as the state's first coordinate."""
-    shape = batch.shape
+def observe(model, x0: np.ndarray, times: np.ndarray, method: str, dt: float, observer) -> list:
+    """:func:`meanfield.observe_particles` for checked tokens: ``[observer(x(t)) for t in times]``."""
+    model.check_interval(x0, times[0], times[-1])
+    single = x0.ndim == 2
+    observations, _ = fixed_step(EuclideanFlow(model, x0.shape[-1]), x0[None] if single else x0, times, method, dt,
+                                 time_progress(times[0], times[-1], False, "particles"),
+                                 lambda y: observer(y[0] if single else y), {})
+    return observations
 
-    def rms(q):
-        return float(np.sqrt(np.mean(q[1:] ** 2)))
 
-    rhs = flow.timed_rhs(shape)
-    stepper = ExplicitRungeKutta(tableau, rhs, norm=rms, tolerance=lambda q: atol + rtol * rms(q))
-    frames, rescalings, counts = [], [], StepCounts()
-
-    def record(t: float, q: np.ndarray) -> None:
-        frames.append(q[1:].reshape(shape).copy())
-        rescalings.append(flow.rescaling(t))
-
-    def collapse(t: float, reason: str) -> NoReturn:
-        settings.update(counts.as_dict(), failure=reason)
-        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
-                               partial=dataset(frames, rescalings))
-
-    q0 = np.concatenate([[times[0]], batch.ravel()])
-    speed = rms(rhs(q0))
-    first = min(times[-1] - times[0], 0.01 * rms(q0) / speed if speed > 0 else np.inf)
-    integrate(q0, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
-              observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts)
-    settings.update(counts.as_dict(), velocity_evaluations=stepper.evaluations)
-    return frames, rescalings
+def _rms_of_tokens(q: np.ndarray) -> float:
+    """RMS of the tokens of a timed state ``[t, x.ravel()]`` (the time is not an error)."""
+    return float(np.sqrt(np.mean(q[1:] ** 2)))
 
 
 def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, settings: dict):
     """A fixed-step scheme; returns ``[observe(x(t)) for t in times]`` and :math:`M(t)` at each."""
-    shape, model = batch.shape, flow.model
+    shape, model, d = batch.shape, flow.model, flow.d
     scheme = {"rk4": "RK4", "euler": "forward Euler", "layer": "Transformer layer x + h V P x"}[method]
     if method == "layer" and model.rescaled:
         scheme += " (rescaled by R = I + h H V, Remark 4)"
     settings.update(scheme=scheme)
-    stepper = ExplicitRungeKutta(CLASSICAL_RK4, flow.timed_rhs(shape))
-    linear = model.linear_part(flow.d) if model.rescaled else None
+    stepper = ExplicitRungeKutta(CLASSICAL_RK4, flow.timed_rhs(shape)) if method == "rk4" else None
+    remark_four = method == "layer" and model.rescaled
     x, cumulative = batch, flow.rescaling(times[0])
     frames, rescalings, evaluations = [observe(x)], [cumulative], 0
     for t0, t1 in zip(times[:-1], times[1:]):
         count, h = equal_steps(t0, t1, dt)
+        if remark_four:
+            step_matrix = np.eye(d) + h * model.linear_part(d)  # R
+            inverse_transpose = np.linalg.inv(step_matrix).T
         for k in range(count):
             t = t0 + k * h
-            if method == "rk4":
+            if stepper is not None:
                 x = stepper.advance(np.concatenate([[t], x.ravel()]), h)[0][1:].reshape(shape)
-                continue
-            evaluations += 1
-            if method == "euler":
+            elif method == "euler":
                 x = x + h * flow.velocity(t, x)
-            elif linear is None:
+            elif not remark_four:
                 x = x + h * model.velocity_at(x, cumulative)
             else:
-                step_matrix = np.eye(flow.d) + h * linear  # R
-                velocity = model.velocity_at(x, cumulative)
-                x = x + h * np.linalg.solve(step_matrix, velocity.reshape(-1, flow.d).T).T.reshape(shape)
+                x = x + h * (model.velocity_at(x, cumulative) @ inverse_transpose)
                 cumulative = step_matrix @ cumulative
+        evaluations += 0 if stepper is not None else count
         frames.append(observe(x))
         rescalings.append(cumulative if method == "layer" else flow.rescaling(t1))
         bar.update(t1 - t0)
-    settings.update(velocity_evaluations=stepper.evaluations + evaluations)
+    settings.update(velocity_evaluations=evaluations if stepper is None else stepper.evaluations)
     return frames, rescalings
 
 
@@ -168,7 +161,7 @@ def euclidean_dataset(model, frames, rescalings, times, settings: dict, *, atten
     variables = {"x": (("system", "time", "particle", "component"), x,
                        {"long_name": "rescaled tokens z = M(t)^-1 x" if model.rescaled else "tokens"})}
     if model.rescaled:
-        variables["rescaling"] = (("time", "component", "component_out"), matrices,
+        variables["rescaling"] = (("time", "row", "column"), matrices,
                                   {"long_name": "M(t) with x = M z: e^(t H V), or the product of R = I + h H V"})
     if attention:
         matrix = np.stack([model.attention_matrix(x[:, k], matrices[k]) for k in range(x.shape[1])], axis=1)

@@ -147,36 +147,31 @@ class ParanormalSplit:
 def paranormal_split(z: object, value: object, *, tolerance: float = 1e-9) -> ParanormalSplit:
     r"""Split tokens into their coordinates in :math:`F` (where ``V`` is :math:`\lambda I`) and in :math:`G` (Thm 5.1).
 
-    :math:`F` is the eigenspace of the eigenvalue of largest real part; ``V`` must be
-    diagonalisable there (paranormal) and have smaller spectral radius on the rest. The
-    coordinates are those of the eigenbasis (:math:`z = F a + G b`), so that ``polytope``
-    tends to the boundary of a polytope (or 0) and ``subspace`` is free.
+    :math:`\lambda` is the eigenvalue of largest real part; paranormal means that
+    :math:`V - \lambda I` vanishes on :math:`F = \ker(V - \lambda I)` and is invertible on an
+    invariant complement, which is then :math:`G = \mathrm{range}(V - \lambda I)`; the spectral
+    radius of ``V`` on :math:`G` must be below :math:`\lambda`. The coordinates are those of the
+    decomposition :math:`z = F a + G b`, so that ``polytope`` tends to the boundary of a polytope
+    (or 0) and ``subspace`` is free.
     """
+    from scipy.linalg import null_space, orth
+
     z = _tokens(z)
-    v = np.asarray(value, dtype=float)
-    eigenvalues, vectors = np.linalg.eig(v)
+    v = np.atleast_2d(np.asarray(value, dtype=float))
+    eigenvalues = np.linalg.eigvals(v)
     lead = eigenvalues[np.argmax(eigenvalues.real)]
-    on_lead = np.abs(eigenvalues - lead) <= tolerance * max(1.0, abs(lead))
-    if lead.real <= 0 or abs(lead.imag) > tolerance or np.max(np.abs(eigenvalues[~on_lead]), initial=0.0) >= lead.real:
-        raise ValueError(f"value: no paranormal split (leading eigenvalue real, positive, larger than the spectral "
-                         f"radius of the rest), eigenvalues {np.round(eigenvalues, 6).tolist()}")
-    basis = np.real(vectors)
-    if np.linalg.matrix_rank(basis[:, on_lead]) < on_lead.sum() or np.iscomplexobj(vectors) and \
-            np.any(np.abs(np.imag(vectors[:, on_lead])) > tolerance):
-        raise ValueError("value: V is not diagonalisable on its leading eigenspace (not paranormal)")
-    leading, _ = np.linalg.qr(basis[:, on_lead])
-    rest = np.real(vectors[:, ~on_lead]) if not np.iscomplexobj(vectors[:, ~on_lead]) else \
-        _real_invariant_basis(vectors[:, ~on_lead])
-    coordinates = np.linalg.solve(np.hstack([leading, rest]), z.T).T
+    shifted = v - lead.real * np.eye(v.shape[0])
+    leading, rest = null_space(shifted, rcond=tolerance), orth(shifted, rcond=tolerance)
+    basis = np.hstack([leading, rest])
+    others = np.delete(eigenvalues, np.argsort(np.abs(eigenvalues - lead))[:leading.shape[1]])
+    if (lead.real <= 0 or abs(lead.imag) > tolerance or np.linalg.matrix_rank(basis, tol=tolerance) < v.shape[0]
+            or np.max(np.abs(others), initial=0.0) >= lead.real):
+        raise ValueError(f"value: not paranormal (V = lambda I on ker(V - lambda I), lambda > 0 the leading "
+                         f"eigenvalue, smaller spectral radius on an invariant complement), eigenvalues "
+                         f"{np.round(eigenvalues, 6).tolist()}")
+    coordinates = np.linalg.solve(basis, z.T).T
     k = leading.shape[1]
     return ParanormalSplit(float(lead.real), leading, rest, coordinates[:, :k], coordinates[:, k:])
-
-
-def _real_invariant_basis(vectors: np.ndarray) -> np.ndarray:
-    """A real basis of the span of complex-conjugate eigenvectors: their real and imaginary parts."""
-    parts = np.hstack([vectors.real, vectors.imag])
-    u, s, _ = np.linalg.svd(parts, full_matrices=False)
-    return u[:, : vectors.shape[1]]
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,10 @@ from array_api_compat import array_namespace, is_array_api_obj
 
 from .checks import check_points, check_real, check_rtol, check_step, check_times
 from .errors import StepSizeCollapse
-from .integration import CLASSICAL_RK4, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau, StepCounts, integrate
-from .integration.fixed import dop853_frames, equal_steps
+from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
+from .integration.runs import dop853_frames, embedded_pair_run, equal_steps
 from .integration.tableaux import TABLEAUX, tableau_named
-from . import euclidean_particles as euclidean
+from . import euclidean_particles
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
@@ -205,16 +205,10 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     if not model.on_sphere:
         if betas is not None or invariant or kernel != "auto":
             raise ValueError("PureAttention runs take neither betas, invariant nor a kernel choice")
-        x0, times = euclidean.checked_tokens(model, x0), _run_times(times)
-        method = _scheme(method, 0.0, FIXED_STEP_METHODS)
-        dt = check_step(0.01 if dt is None else dt, times)
-        flow = euclidean.EuclideanFlow(model, x0.shape[-1])
-        model.check_interval(x0, times[0], times[-1])
-        single = x0.ndim == 2
-        observations, _ = euclidean.fixed_step(flow, x0[None] if single else x0, times, method, dt,
-                                               time_progress(times[0], times[-1], False, "particles"),
-                                               lambda y: observe(y[0] if single else y), {})
-        return observations
+        times = _run_times(times)
+        return euclidean_particles.observe(model, euclidean_particles.checked_tokens(model, x0), times,
+                                           _scheme(method, 0.0, FIXED_STEP_METHODS),
+                                           check_step(0.01 if dt is None else dt, times), observe)
     x0 = _checked_initial(model, x0)
     method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
     times = _run_times(times)
@@ -230,7 +224,7 @@ def _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kern
     """:func:`simulate_particles` for tokens in :math:`\\mathbb{R}^d` (:mod:`meanfield.euclidean_particles`)."""
     if kernel != "auto":
         raise ValueError(f"PureAttention has one kernel (its numpy pair sums): pass kernel='auto', got {kernel!r}")
-    x0, times = euclidean.checked_tokens(model, x0), _run_times(times)
+    x0, times = euclidean_particles.checked_tokens(model, x0), _run_times(times)
     method = _scheme(method, 0.0, METHODS)
     settings: dict = {"method": method if isinstance(method, str) else method.name}
     if method == "dop853" or isinstance(method, ExplicitTableau) or method in PAIRS:
@@ -240,7 +234,7 @@ def _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kern
         dt = check_step(0.01 if dt is None else dt, times)
         settings.update(dt=dt)
     with time_progress(times[0], times[-1], progress, "particles") as bar:
-        return euclidean.simulate(model, x0, times, method, rtol, atol, dt, bar, settings, attention)
+        return euclidean_particles.simulate(model, x0, times, method, rtol, atol, dt, bar, settings, attention)
 
 
 def _require_numpy(x0, method: str) -> None:
@@ -423,26 +417,20 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
     below ``atol + rtol * rms(x)`` in RMS over coordinates."""
     engine = select_kernel(model, x0, kernel)
     settings.update(kernel=engine.name, **engine.settings)
-    batch = x0 if x0.ndim == 3 else x0[None, ...]
-    stepper = ExplicitRungeKutta(tableau, engine.velocity_unchecked, norm=_rms, tolerance=lambda x: atol + rtol * _rms(x))
     frames: list[np.ndarray] = []
-    counts = StepCounts()
 
     def record(t: float, x: np.ndarray) -> None:
         frames.append(np.array(x.reshape(x0.shape), copy=True))
 
-    def collapse(t: float, reason: str):
-        settings.update(counts.as_dict())
+    def fail(t: float, reason: str) -> NoReturn:
         projected, drift = _project(frames)
         raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
                                partial=particle_dataset(model, projected, times, settings, drift))
 
-    speed = _rms(engine.velocity_unchecked(batch))
-    first = min(times[-1] - times[0], 0.01 * _rms(batch) / speed if speed > 0 else np.inf)
-    integrate(batch, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
-              observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts)
-    settings.update(counts.as_dict())
-    return frames, stepper.evaluations
+    batch = x0 if x0.ndim == 3 else x0[None, ...]
+    evaluations = embedded_pair_run(engine.velocity_unchecked, batch, times, tableau, rtol, atol, bar, norm=_rms,
+                                    record=record, fail=fail, settings=settings)
+    return frames, evaluations
 
 
 def _integrate_rk4(engine, x0, times, dt, bar, observe):

@@ -13,15 +13,14 @@ the particle system's velocity (eq. (4) of "The emergence of clusters in self-at
 dynamics") with the sums over tokens replaced by integrals against :math:`\rho`. For
 ``v > 0`` the velocity is ``v`` times a convex combination minus the point, so it points
 inward at the ends of the support: an interval that holds the support at the start holds it
-forever (the paper's Prop. C.2), and the measure collapses toward the two ends of its
-support (Thm 2.1 in mean field). :class:`LineFV` solves it by finite volumes on such an
+forever (the paper's Prop. C.2); the support shrinks and the measure collapses toward at most
+two points, the ends of its limiting support (Thm 2.1 in mean field). :class:`LineFV` solves it by finite volumes on such an
 interval: cell masses, first-order upwind fluxes with the face velocities from the midpoint
 rule over the cells (``O(N^2)`` per evaluation, the exponent with the log of the masses shifted by
 its row maximum, so that the weights stay finite however large :math:`s(t)` grows),
 zero flux through the ends, and the library's adaptive Bogacki-Shampine pair within the CFL
 bound, a step that would make a mass negative retried with half of it. Mass is conserved to
-round-off; the error is first order in the cell width (the measure becomes two atoms, held
-in the end cells); the time ``t`` enters through :math:`s(t)` and is the state's first
+round-off; the error is first order in the cell width; the time ``t`` enters through :math:`s(t)` and is the state's first
 coordinate.
 
 The velocity at large :math:`s(t)` is set by the extreme points of the support: any mass,
@@ -92,12 +91,16 @@ class LineFV:
         self.faces = np.linspace(lo, hi, self.cells + 1)
         self.width = (hi - lo) / self.cells
         self.centres = 0.5 * (self.faces[1:] + self.faces[:-1])
-        self._last: tuple | None = None  # (state, its face velocity, ghost share): rhs, CFL and monitor share it
-        self.ghost_share = 0.0
+        self._last: tuple | None = None  # see _evaluated
 
     # ------------------------------------------------------------------ the discretisation
     def face_velocity(self, t: float, masses: np.ndarray) -> np.ndarray:
         """:math:`u(t, z)` at the interior faces, by the midpoint rule over the cells."""
+        return self._face_velocity_and_ghost_share(t, masses)[0]
+
+    def _face_velocity_and_ghost_share(self, t: float, masses: np.ndarray) -> tuple[np.ndarray, float]:
+        """The face velocity, and the largest share of attention weight on cells of mass below
+        :data:`GHOST_MASS` over the faces that carry mass (next to a cell with more)."""
         scale = self.logit_scale * math.exp(2.0 * self.value * t)
         inner = self.faces[1:-1]
         with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
@@ -108,23 +111,19 @@ class LineFV:
         weights = np.exp(exponent)
         totals = weights.sum(axis=1)
         ghost = masses < GHOST_MASS
-        carrying = ~(ghost[:-1] & ghost[1:])  # faces with mass on a side: the flux they carry is the solution's
+        carrying = ~(ghost[:-1] & ghost[1:])
         share = weights[:, ghost].sum(axis=1) / totals
-        self.ghost_share = float(share[carrying].max(initial=0.0))
-        return self.value * (weights @ self.centres / totals - inner)
+        return self.value * (weights @ self.centres / totals - inner), float(share[carrying].max(initial=0.0))
 
-    def _velocity_of(self, state: np.ndarray) -> np.ndarray:
+    def _evaluated(self, state: np.ndarray) -> tuple:
+        """``(state, face velocity, ghost share)`` of ``state``: the right-hand side, the CFL bound and the monitor share it."""
         if self._last is None or self._last[0] is not state:
-            self._last = (state, self.face_velocity(float(state[0]), state[1:]), self.ghost_share)
-        return self._last[1]
-
-    def _ghost_share_of(self, state: np.ndarray) -> float:
-        self._velocity_of(state)
-        return self._last[2]
+            self._last = (state, *self._face_velocity_and_ghost_share(float(state[0]), state[1:]))
+        return self._last
 
     def rhs(self, state: np.ndarray) -> np.ndarray:
         masses = state[1:]
-        u = self._velocity_of(state)
+        u = self._evaluated(state)[1]
         density = masses / self.width
         flux = np.zeros(self.cells + 1)
         flux[1:-1] = np.maximum(u, 0.0) * density[:-1] + np.minimum(u, 0.0) * density[1:]
@@ -133,11 +132,12 @@ class LineFV:
         out[1:] = flux[:-1] - flux[1:]
         return out
 
+    #: No linear part integrated exactly (the Discretisation protocol's ``decay``).
     decay = None
 
     def stable_step(self, state: np.ndarray) -> float:
         """The upwind CFL bound ``h / max|u|``."""
-        speed = float(np.abs(self._velocity_of(state)).max(initial=0.0))
+        speed = float(np.abs(self._evaluated(state)[1]).max(initial=0.0))
         return self.width / speed if speed > 0 else np.inf
 
     @staticmethod
@@ -183,14 +183,14 @@ class LineFV:
         worst = [0.0]  # the largest ghost share since the last output
 
         def observe(t: float, q: np.ndarray) -> None:
-            share = self._ghost_share_of(q)
+            share = self._evaluated(q)[2]
             worst[0] = max(worst[0], share)
             monitor.record(t, share <= GHOST_SHARE,
                            f"cells of mass below {GHOST_MASS:g} carry {share:.3g} of a face's attention")
 
         def record(t: float, q: np.ndarray) -> None:
             frames.append(q[1:] / self.width)
-            ghosts.append(max(worst[0], self._ghost_share_of(q)))
+            ghosts.append(max(worst[0], self._evaluated(q)[2]))
             worst[0] = 0.0
 
         def collapse(t: float, reason: str):

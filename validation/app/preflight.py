@@ -16,7 +16,7 @@ import numpy as np
 import meanfield as mf
 from meanfield.checks import check_step
 from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
-from meanfield.integration.fixed import fixed_step_count
+from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import CircleAuto, CircleSpectral

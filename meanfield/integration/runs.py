@@ -1,0 +1,81 @@
+"""The time loops both particle systems share: fixed steps through output times, scipy's DOP853
+with dense output, and an embedded pair through the library's controller and driver.
+
+The particles on the sphere (:mod:`meanfield.particles`) and in :math:`\\mathbb{R}^d`
+(:mod:`meanfield.euclidean_particles`) differ in their right-hand side and their records,
+not in these loops.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NoReturn
+
+import numpy as np
+
+from .controller import AdaptiveStep
+from .driver import StepCounts, integrate
+from .runge_kutta import ExplicitRungeKutta
+from .tableaux import ExplicitTableau
+
+
+def equal_steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
+    """``(count, h)``: the interval ``[t0, t1]`` in ``count`` equal steps ``h`` no larger than ``dt``."""
+    count = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
+    return count, float(t1 - t0) / count  # a Python float: numpy scalars would turn other arrays into numpy
+
+
+def fixed_step_count(times: np.ndarray, dt: float) -> int:
+    """Steps a fixed-step run takes through ``times`` (each interval in equal steps no larger than ``dt``)."""
+    return sum(equal_steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:]))
+
+
+def dop853_frames(rhs: Callable[[float, np.ndarray], np.ndarray], x0: np.ndarray, times: np.ndarray,
+                  rtol: float, atol: float, bar,
+                  fail: Callable[[float, str, list], NoReturn]) -> tuple[list[np.ndarray], int]:
+    """Frames ``x(t)`` of shape ``x0.shape`` at ``times`` by :class:`scipy.integrate.DOP853` and its dense output.
+
+    ``rhs(t, y)`` acts on the flattened state; ``fail(t, message, frames)`` is called (and must
+    raise) when the solver fails. Returns the frames and the number of evaluations.
+    """
+    from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (0.3 s to import)
+
+    frames = [x0.copy()]
+    solver = DOP853(rhs, times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
+    next_out = 1
+    while next_out < times.size:
+        message = solver.step()
+        if solver.status == "failed":
+            fail(solver.t, message, frames)
+        bar.update(solver.t - solver.t_old)
+        if solver.t >= times[next_out]:
+            dense = solver.dense_output()
+            while next_out < times.size and times[next_out] <= solver.t:
+                frames.append(dense(times[next_out]).reshape(x0.shape))
+                next_out += 1
+    return frames, solver.nfev
+
+
+def embedded_pair_run(rhs: Callable[[Any], Any], state: Any, times: np.ndarray, tableau: ExplicitTableau,
+                      rtol: float, atol: float, bar, *, norm: Callable[[Any], float],
+                      record: Callable[[float, Any], None], fail: Callable[[float, str], NoReturn],
+                      settings: dict) -> int:
+    """Run an embedded pair from ``state`` through ``times`` (each step's local error below
+    ``atol + rtol * norm(q)`` in ``norm``), calling ``record(t, state)`` at each output time.
+
+    The first step moves the state by about 1 % of its norm. The step counts go into
+    ``settings``; on a collapse ``settings["failure"]`` says why and ``fail(t, reason)`` raises.
+    Returns the number of right-hand side evaluations.
+    """
+    stepper = ExplicitRungeKutta(tableau, rhs, norm=norm, tolerance=lambda q: atol + rtol * norm(q))
+    counts = StepCounts()
+
+    def collapse(t: float, reason: str) -> NoReturn:
+        settings.update(counts.as_dict(), failure=reason)
+        fail(t, reason)
+
+    speed = norm(rhs(state))
+    first = min(times[-1] - times[0], 0.01 * norm(state) / speed if speed > 0 else np.inf)
+    integrate(state, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
+              observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts)
+    settings.update(counts.as_dict())
+    return stepper.evaluations
