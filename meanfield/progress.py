@@ -35,3 +35,10 @@ class _SharedBar:
 
     def update(self, amount: float) -> None:
         self.bar.update(amount)
+
+
+def count_progress(total: int, enabled: bool | None, description: str, unit: str):
+    """A bar over ``total`` items (points of a branch, ...), shown as :func:`time_progress` decides."""
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    return tqdm(total=total, disable=not enabled, desc=description, unit=unit)

@@ -216,13 +216,28 @@ class CircleOperators:
         """
         if jumps is None:
             jumps = self.potential_jumps(deviation)
-        scaled = jumps / self.model.diffusion
-        rate = self.model.diffusion / self.width**2
+        sub, diag, sup, uniform_drift = self.drift_diffusion_generator(jumps, self.model.diffusion)
+        return solve_cyclic_tridiagonal(-dt * sub, 1.0 - dt * diag, -dt * sup, deviation + dt * uniform_drift)
+
+    def drift_diffusion_rhs(self, deviation: np.ndarray, diffusion: float) -> np.ndarray:
+        r""":math:`L[\rho]\,\rho` with the Scharfetter-Gummel generator of :meth:`linearly_implicit_step`.
+
+        The semi-discrete right-hand side the implicit steps integrate (``diffusion > 0``); its
+        zeros are the scheme's stationary states, exactly the discrete Gibbs states
+        :math:`\rho_j \propto e^{\phi_j/D}` where the velocity has a periodic potential.
+        """
+        sub, diag, sup, uniform_drift = self.drift_diffusion_generator(self.potential_jumps(deviation), diffusion)
+        return sub * _previous(deviation) + diag * deviation + sup * _next(deviation) + uniform_drift
+
+    def drift_diffusion_generator(self, jumps: np.ndarray, diffusion: float):
+        """Rows ``(sub, diag, sup)`` of the generator and its action on the uniform density."""
+        scaled = jumps / diffusion
+        rate = diffusion / self.width**2
         forward, backward = rate * _bernoulli(-scaled), rate * _bernoulli(scaled)
         # Row j: sub[j] rho[j-1] + diag[j] rho[j] + sup[j] rho[j+1] of L.
         sub, diag, sup = _previous(forward), -(forward + _previous(backward)), backward
         uniform_drift = self.uniform * (_previous(jumps) - jumps) / self.width**2
-        return solve_cyclic_tridiagonal(-dt * sub, 1.0 - dt * diag, -dt * sup, deviation + dt * uniform_drift)
+        return sub, diag, sup, uniform_drift
 
     def deviation_norm(self, deviation: np.ndarray) -> float:
         r""":math:`\|\delta\|_{L^2} = (h\sum_j \delta_j^2)^{1/2}`."""

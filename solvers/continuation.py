@@ -1,0 +1,279 @@
+r"""Stationary states by Newton-Krylov, and branches of them by pseudo-arclength continuation.
+
+Works on any stationary problem with the interface of :class:`~solvers.stationary_circle.CircleStationary`
+(unknowns, a residual that vanishes at the stationary states, a preconditioner, the
+linearisation's leading eigenvalues, the uniform state's modes). Every nonlinear solve is
+:func:`scipy.optimize.newton_krylov`.
+
+From the uniform state. For a rotation-invariant model the uniform density is stationary
+at every parameter value and mode :math:`k` is an eigenvector of the linearisation; its
+eigenvalue crosses zero at the bifurcation points, found by :func:`scipy.optimize.brentq` on
+the discrete linearisation itself (they coincide with the zeros of the dispersion relation,
+:func:`validation.growth_rate`, to round-off: the discrete Laplacian scales the growth rate by
+a positive factor and moves no zero). The bifurcating branch is entered with the amplitude
+of the mode as the parameter (the state with :math:`\frac1\pi\int\rho\cos k\theta = a` and the
+parameter value as unknowns; the symmetry makes every such bifurcation a pitchfork and its
+two sides one orbit), then followed by pseudo-arclength: a secant predictor and the
+constraint :math:`\langle z - z_{pred}, t\rangle = 0` in the metric that weighs the state by
+:math:`\bar\rho` and the parameter by its scale, with the step adapted to Newton's iteration
+count. A fold is where the tangent's parameter component changes sign; a change of the
+number of unstable eigenvalues marks a secondary bifurcation.
+
+A branch stops where it leaves the interval, leaves the resolved range (a cluster narrower
+than the problem's ``min_cluster_cells``, a density that is not positive), where Newton fails
+at the smallest step, or where a parameter value is refused (no diffusion left); what was
+computed is kept and the reason recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import NoConvergence, brentq, newton_krylov
+from scipy.sparse.linalg import LinearOperator
+
+from meanfield.checks import check_int, check_real
+from meanfield.progress import count_progress
+
+#: Largest Newton iteration count per continuation step; more means the step was too long.
+NEWTON_ITERATIONS = 12
+
+#: Largest Newton iteration count of a solve from a user's guess (line search from afar).
+GUESS_ITERATIONS = 60
+
+#: Leading eigenvalues recorded per point.
+EIGENVALUES = 4
+
+
+@dataclass
+class Point:
+    """One stationary state: unknowns, parameter value, Newton's cost and its leading eigenvalues."""
+
+    unknowns: np.ndarray
+    value: float
+    residual_evaluations: int = 0
+    eigenvalues: np.ndarray = field(default_factory=lambda: np.full(EIGENVALUES, np.nan + 0j))
+
+    @property
+    def unstable_count(self) -> int:
+        return int(np.sum(self.eigenvalues.real > 0))
+
+
+@dataclass
+class Branch:
+    """A branch of stationary states: its points, where it came from and why it ended."""
+
+    points: list[Point]
+    mode: int
+    start_value: float
+    end: str = ""
+    folds: list[int] = field(default_factory=list)
+
+
+class _Counted:
+    """A residual that counts its evaluations (a Newton solve's cost, in right-hand sides)."""
+
+    def __init__(self, function):
+        self.function, self.calls = function, 0
+
+    def __call__(self, z):
+        self.calls += 1
+        return self.function(z)
+
+
+def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
+            iterations: int = NEWTON_ITERATIONS) -> tuple[np.ndarray, int, int]:
+    """``(solution, residual evaluations, iterations)``; raises :class:`scipy.optimize.NoConvergence`."""
+    counted = _Counted(residual)
+    if np.abs(counted(start)).max() <= tolerance:
+        return np.asarray(start, dtype=float), counted.calls, 0
+    taken = [0]
+
+    def count(*_):
+        taken[0] += 1
+    solution = newton_krylov(counted, start, f_tol=tolerance, inner_M=preconditioner, maxiter=iterations,
+                             callback=count, line_search="armijo")
+    return np.asarray(solution, dtype=float), counted.calls, taken[0]
+
+
+def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> Point:
+    """The stationary state nearest ``guess`` (unknowns) at the parameter ``value`` (default: the model's).
+
+    Raises
+    ------
+    RuntimeError
+        If Newton-Krylov does not reach the problem's tolerance.
+    """
+    value = problem.value if value is None else float(value)
+    problem.model_at(value)
+    guess = np.asarray(guess, dtype=float)
+    if guess.shape != (problem.size,):
+        raise ValueError(f"guess must hold the problem's {problem.size} unknowns, got shape {guess.shape}")
+    preconditioner = problem.preconditioner(value)
+    preconditioner.update(guess)
+    try:
+        unknowns, evaluations, _ = _newton(lambda y: problem.residual(y, value), guess,
+                                           problem.residual_tolerance, preconditioner, GUESS_ITERATIONS)
+    except NoConvergence as failure:
+        raise RuntimeError(f"Newton-Krylov did not find a stationary state at {problem.parameter}={value:.6g} "
+                           f"from this guess (residual above {problem.residual_tolerance:.3g} after "
+                           f"{GUESS_ITERATIONS} iterations)") from failure
+    point = Point(unknowns, value, evaluations)
+    point.eigenvalues = _padded(problem.leading_eigenvalues(unknowns, value, EIGENVALUES)[0])
+    return point
+
+
+def _padded(values: np.ndarray) -> np.ndarray:
+    out = np.full(EIGENVALUES, np.nan + 0j)
+    out[: values.size] = values
+    return out
+
+
+# ---------------------------------------------------------------------- the uniform state
+def uniform_bifurcations(problem, interval: tuple[float, float], modes) -> list[tuple[int, float]]:
+    r"""``(wavenumber, value)`` where mode ``k``'s eigenvalue at the uniform state vanishes, inside ``interval``.
+
+    Sign changes on 64 equispaced values, each refined by :func:`scipy.optimize.brentq` to
+    relative ``1e-14``.
+    """
+    if not problem.rotations:
+        raise ValueError("the uniform density is stationary only for a rotation-invariant model "
+                         "(no external field, matrices that commute with rotations)")
+    low, high = interval
+    samples = np.linspace(low, high, 64)
+    found = []
+    for k in modes:
+        growth = np.array([problem.uniform_eigenvalue(k, p) for p in samples])
+        for i in np.flatnonzero(np.sign(growth[:-1]) * np.sign(growth[1:]) < 0):
+            root = brentq(lambda p: problem.uniform_eigenvalue(k, p), samples[i], samples[i + 1],
+                          xtol=1e-15, rtol=1e-14)
+            found.append((int(k), float(root)))
+        found.extend((int(k), float(p)) for p in samples[growth == 0])
+    return sorted(found, key=lambda item: item[1])
+
+
+def uniform_growth_rate(problem, value: float, modes) -> float:
+    """The largest eigenvalue of the linearisation at the uniform state over ``modes``."""
+    return max(problem.uniform_eigenvalue(k, value) for k in modes)
+
+
+# ---------------------------------------------------------------------- continuation
+class _Metric:
+    """The continuation's inner product: state against the uniform density, parameter against its scale."""
+
+    def __init__(self, problem, scale: float):
+        self.state_weight = 1.0 / (problem.size * problem.uniform**2)
+        self.parameter_weight = 1.0 / scale**2
+
+    def dot(self, a: np.ndarray, b: np.ndarray) -> float:
+        return float(self.state_weight * np.dot(a[:-1], b[:-1]) + self.parameter_weight * a[-1] * b[-1])
+
+    def norm(self, a: np.ndarray) -> float:
+        return math.sqrt(self.dot(a, a))
+
+
+class _Augmented(LinearOperator):
+    """The problem's preconditioner on the state, identity on the parameter (Newton's ``update`` hook)."""
+
+    def __init__(self, problem, value: float):
+        super().__init__(float, (problem.size + 1, problem.size + 1))
+        self.inner = problem.preconditioner(value)
+
+    def update(self, z, _residual=None):
+        self.inner.update(z[:-1], value=z[-1])
+
+    def _matvec(self, values):
+        values = np.ravel(values)
+        return np.append(self.inner.matvec(values[:-1]), values[-1])
+
+
+def _solve_augmented(problem, start: np.ndarray, constraint) -> tuple[np.ndarray, int, int]:
+    def residual(z):
+        problem.model_at(z[-1])
+        return np.append(problem.residual(z[:-1], z[-1]), constraint(z))
+    preconditioner = _Augmented(problem, start[-1])
+    preconditioner.update(start)
+    return _newton(residual, start, problem.residual_tolerance, preconditioner)
+
+
+def _accept(problem, z: np.ndarray, evaluations: int) -> Point:
+    point = Point(z[:-1].copy(), float(z[-1]), evaluations)
+    point.eigenvalues = _padded(problem.leading_eigenvalues(point.unknowns, point.value, EIGENVALUES)[0])
+    return point
+
+
+def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float, float], *,
+                        max_points: int = 200, first_amplitude: float | None = None,
+                        max_step: float | None = None, progress: bool | None = None) -> Branch:
+    """Follow the branch that bifurcates from the uniform state in ``mode`` at ``value``."""
+    amplitude = problem.uniform * (0.02 if first_amplitude is None else first_amplitude)
+    direction = problem.mode(mode)
+    branch = Branch([], mode, value)
+    points = []
+    for multiple in (1, 2):
+        target = multiple * amplitude
+        start = np.append(target * direction, value)
+        try:
+            z, evaluations, _ = _solve_augmented(
+                problem, start, lambda z, a=target: (problem.amplitude(z[:-1], mode) - a) / problem.uniform)
+        except (NoConvergence, ValueError) as failure:
+            branch.end = f"the branch could not be entered at amplitude {target:.3g}: {failure}"
+            return branch
+        points.append(_accept(problem, z, evaluations))
+    branch.points = points
+    return continue_branch(problem, branch, interval, max_points=max_points, max_step=max_step, progress=progress)
+
+
+def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, max_points: int = 200,
+                    max_step: float | None = None, progress: bool | None = None) -> Branch:
+    """Extend ``branch`` (at least two points) by pseudo-arclength until it ends (module docstring)."""
+    max_points = check_int(max_points, "max_points", minimum=2)
+    low, high = sorted(interval)
+    scale = max(abs(low), abs(high))
+    metric = _Metric(problem, scale)
+    as_vector = lambda point: np.append(point.unknowns, point.value)  # noqa: E731
+    previous, current = as_vector(branch.points[-2]), as_vector(branch.points[-1])
+    step = metric.norm(current - previous)
+    max_step = 0.05 * (high - low) / scale * 4 if max_step is None else check_real(max_step, "max_step", minimum=0.0, strictly=True)
+    min_step = 1e-6 * max_step
+    previous_direction = None
+    with count_progress(max_points, progress, f"branch of mode {branch.mode}", "point") as bar:
+        bar.update(len(branch.points))
+        while len(branch.points) < max_points:
+            tangent = (current - previous) / metric.norm(current - previous)
+            prediction = current + step * tangent
+            try:
+                z, evaluations, iterations = _solve_augmented(
+                    problem, prediction, lambda z, p=prediction, t=tangent: metric.dot(z - p, t))
+            except NoConvergence:
+                z = None
+            except ValueError as refused:
+                branch.end = f"stopped at {problem.parameter}={prediction[-1]:.6g}: {refused}"
+                break
+            if z is None:
+                step *= 0.5
+                if step < min_step:
+                    branch.end = (f"Newton-Krylov failed at every step down to {min_step:.3g} near "
+                                  f"{problem.parameter}={current[-1]:.6g}")
+                    break
+                continue
+            if not low <= z[-1] <= high:
+                branch.end = f"left the interval [{low:g}, {high:g}] of {problem.parameter}"
+                break
+            resolved, reason = problem.resolved(z[:-1])
+            if not resolved:
+                branch.end = f"left the resolved range at {problem.parameter}={z[-1]:.6g}: {reason}"
+                break
+            direction = np.sign(z[-1] - current[-1])
+            if previous_direction is not None and direction != 0 and direction != previous_direction:
+                branch.folds.append(len(branch.points) - 1)
+            previous_direction = direction if direction != 0 else previous_direction
+            branch.points.append(_accept(problem, z, evaluations))
+            bar.update(1)
+            previous, current = current, z
+            step = min(max_step, step * (1.5 if iterations <= 3 else 0.7 if iterations >= 6 else 1.0))
+        else:
+            branch.end = f"reached max_points={max_points}"
+    return branch

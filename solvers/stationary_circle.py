@@ -1,0 +1,303 @@
+r"""The stationary problem of :class:`~solvers.CircleFV`'s drift-diffusion discretisation.
+
+With diffusion :math:`D > 0` the finite volumes integrate
+:math:`\dot\rho = L[\rho]\,\rho`, :math:`L[\rho]` the Scharfetter-Gummel generator of
+:math:`\partial_\theta(D\partial_\theta\rho - \rho\,\partial_\theta\phi[\rho])`
+(:meth:`~solvers.circle_operators.CircleOperators.drift_diffusion_rhs`). A stationary state is
+a zero of that right-hand side with mass one. Where the velocity has a periodic potential
+(every model on the circle without a circulating field) it is exactly the discrete Gibbs state
+:math:`\rho_j \propto e^{\phi_j/D}` at the cell centres: read as point values it is the
+trapezoidal discretisation of the self-consistency :math:`\rho \propto e^{\phi[\rho]/D}`
+(spectrally accurate in ``cells``), while the dynamics' finite volumes read it as cell
+averages (second order).
+
+The unknown is the deviation :math:`\delta = \rho - \bar\rho`. Newton-Krylov solves the
+residual :math:`R(\delta) = (D\Delta_h)^{-1} L[\rho]\rho + \bar\delta\,\mathbf 1` (the
+inverse discrete Laplacian makes it a density, measured against ``tol``; the mean term fixes
+the mass, which :math:`L` conserves), preconditioned by :math:`(L[\rho_k] - \sigma)^{-1}
+D\Delta_h` with the generator frozen at the current iterate (one periodic tridiagonal solve),
+so that a continuation step costs tens of right-hand sides at any ``cells``.
+
+Symmetry. A model invariant under rotations has a circle of stationary states for each one,
+and a zero eigenvalue (its generator :math:`\partial_\theta\rho`). If it is also invariant
+under the reflection :math:`\theta \to -\theta` (every zonal model, general matrices that
+commute with it), the states are sought among even densities, where rotations act no more and
+the Jacobian is regular; the stability is still that of the full problem, with the rotation's
+eigenvalue recognised by its eigenvector and left out. A rotation-invariant model without the
+reflection (a value matrix with a rotation part) has rotating waves, not stationary states,
+and is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
+
+from meanfield.checks import check_int, check_real
+from meanfield.models import SelfAttention
+
+from .circle import ROUNDOFF_NEGATIVE
+from .circle_general import GeneralCircleOperators
+from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
+from .heads import head_matrices, takes_general_path
+from .resolution import sharpest_cluster_width
+
+#: The parameters a branch may follow.
+PARAMETERS = ("diffusion", "beta")
+
+_ROTATION = np.array([[0.0, -1.0], [1.0, 0.0]])
+_REFLECTION = np.diag([1.0, -1.0])
+
+#: An eigenvector this aligned with :math:`\partial_\theta\rho` is the rotation's (cosine of the angle).
+ROTATION_ALIGNMENT = 0.9
+
+
+def _commutes(a: np.ndarray, b: np.ndarray) -> bool:
+    return bool(np.allclose(a @ b, b @ a, rtol=0, atol=1e-14 * max(1.0, np.abs(a).max())))
+
+
+def symmetries(model) -> tuple[bool, bool]:
+    """``(rotations, reflection)``: whether the model on the circle is invariant under each."""
+    if model.external is not None:
+        return False, False
+    if model.is_zonal:
+        return True, True
+    pairs = head_matrices(model, 2)
+    return (all(_commutes(a, _ROTATION) and _commutes(v, _ROTATION) for a, v in pairs),
+            all(_commutes(a, _REFLECTION) and _commutes(v, _REFLECTION) for a, v in pairs))
+
+
+class CircleStationary:
+    r"""Stationary states of the mean-field equation on the circle with diffusion, and their stability.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        Any model :class:`~solvers.CircleFV` takes, with ``diffusion > 0`` at every parameter
+        value asked for.
+    cells : int
+        Cells of the discretisation (even).
+    parameter : {"diffusion", "beta"}
+        The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
+    tol : float
+        Newton's tolerance on the residual, relative to the uniform density (raised to the
+        round-off floor of the residual, :math:`16\epsilon (N/\pi)^2`, at large ``cells``).
+    min_cluster_cells : float
+        A state with a cluster narrower than this (full width at half maximum) is under-resolved.
+    interaction : {"auto", "zonal", "general"}
+        As for :class:`~solvers.CircleFV`.
+    """
+
+    name = "CircleFV"
+
+    def __init__(self, model, cells: int = 256, *, parameter: str = "diffusion", tol: float = 1e-10,
+                 min_cluster_cells: float = 4.0, interaction: str = "auto"):
+        if model.dimension not in (None, 2):
+            raise ValueError(f"stationary states on the circle need 2 x 2 matrices, got {model.dimension} x {model.dimension}")
+        self.cells = check_int(cells, "cells", minimum=8)
+        if self.cells % 2:
+            raise ValueError(f"cells must be even (the even states are half the cells), got {cells}")
+        if parameter not in PARAMETERS:
+            raise ValueError(f"parameter must be one of {PARAMETERS}, got {parameter!r}")
+        if parameter == "beta" and not isinstance(model, SelfAttention):
+            raise ValueError(f"parameter 'beta' needs a SelfAttention model, got {type(model).__name__}")
+        self.model, self.parameter = model, parameter
+        self.tol = check_real(tol, "tol", minimum=0.0, strictly=True)
+        self.min_cluster_cells = check_real(min_cluster_cells, "min_cluster_cells", minimum=0.0)
+        self.interaction = interaction
+        self.rotations, reflection = symmetries(model)
+        if self.rotations and not reflection:
+            raise ValueError("the model is invariant under rotations but not under reflections (a value or "
+                             "query-key matrix with a rotation part): its states rotate, none is stationary")
+        self.even = self.rotations
+        self._operators: tuple[float | None, CircleOperators | None] = (None, None)
+        base = self.operators_at(self.value)
+        self.uniform, self.width, self.theta = base.uniform, base.width, base.theta
+        wavenumber = np.fft.rfftfreq(self.cells, 1.0 / self.cells)
+        #: Eigenvalues of -Delta_h on the discrete Fourier modes.
+        self.laplacian_symbol = (2.0 / self.width * np.sin(0.5 * wavenumber * self.width)) ** 2
+        floor = 16 * np.finfo(float).eps * (self.cells / np.pi) ** 2
+        self.residual_tolerance = max(self.tol, floor) * self.uniform
+        self.size = self.cells // 2 if self.even else self.cells
+
+    # ------------------------------------------------------------------ the parameter
+    @property
+    def value(self) -> float:
+        """The parameter's value in the model given."""
+        return float(getattr(self.model, self.parameter))
+
+    def model_at(self, value: float):
+        """The model with the parameter set to ``value`` (checked: a stationary state needs diffusion)."""
+        model = replace(self.model, **{self.parameter: float(value)})
+        if not model.diffusion > 0:
+            raise ValueError(f"{self.parameter}={value:.6g} leaves diffusion={model.diffusion!r}: without diffusion "
+                             "the stationary states are sums of Dirac masses, not densities")
+        if self.parameter == "beta" and value < 0:
+            raise ValueError(f"beta must be >= 0, got {value:.6g}")
+        return model
+
+    def operators_at(self, value: float) -> CircleOperators:
+        """The finite-volume operators at this parameter value (the last one kept)."""
+        cached_value, operators = self._operators
+        if operators is not None and (cached_value == value or self.parameter == "diffusion"):
+            return operators
+        model = self.model_at(value)
+        general = takes_general_path(model, self.interaction, self.name)
+        operators = (GeneralCircleOperators if general else CircleOperators)(model, self.cells)
+        self._operators = (value, operators)
+        return operators
+
+    def diffusion_at(self, value: float) -> float:
+        return float(value) if self.parameter == "diffusion" else float(self.model.diffusion)
+
+    # ------------------------------------------------------------------ unknowns
+    def expand(self, unknowns: np.ndarray) -> np.ndarray:
+        """The deviation on all cells from the unknowns (the even extension where the states are even)."""
+        return np.concatenate((unknowns, unknowns[::-1])) if self.even else unknowns
+
+    def reduce(self, deviation: np.ndarray) -> np.ndarray:
+        return deviation[: self.size]
+
+    def density(self, unknowns: np.ndarray) -> np.ndarray:
+        """Cell values of the density, shape ``(cells,)``."""
+        return self.uniform + self.expand(unknowns)
+
+    def mode(self, wavenumber: int) -> np.ndarray:
+        r"""The unknowns of :math:`\cos(k\theta)`, an eigenvector of the linearisation at the uniform state."""
+        return self.reduce(np.cos(wavenumber * self.theta))
+
+    def modes(self) -> range:
+        """Wavenumbers whose modes the grid carries (below the Nyquist mode)."""
+        return range(1, self.cells // 2)
+
+    def amplitude(self, unknowns: np.ndarray, wavenumber: int) -> float:
+        r"""The cosine coefficient :math:`\frac1\pi\int\rho\cos k\theta` of the state (midpoint rule)."""
+        return float(self.width / np.pi * np.dot(self.expand(unknowns), np.cos(wavenumber * self.theta)))
+
+    def norm(self, unknowns: np.ndarray) -> float:
+        r""":math:`\|\rho - \bar\rho\|_{L^2}` (the branch's measure in a bifurcation diagram)."""
+        deviation = self.expand(unknowns)
+        return float(np.sqrt(self.width * np.dot(deviation, deviation)))
+
+    def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
+        r""":math:`|\int\rho\,e^{ik\theta}|` for ``k = 1..count``, the state read as point values (trapezoid)."""
+        rho = self.density(unknowns)
+        k = np.arange(1, count + 1)[:, None]
+        return np.abs(self.width * (np.exp(1j * k * self.theta) @ rho))
+
+    # ------------------------------------------------------------------ equations
+    def rhs(self, deviation: np.ndarray, value: float) -> np.ndarray:
+        """The finite volumes' right-hand side on all cells at this parameter value."""
+        return self.operators_at(value).drift_diffusion_rhs(deviation, self.diffusion_at(value))
+
+    def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
+        """Newton's residual (module docstring): zero exactly at stationary states of mass one."""
+        deviation = self.expand(unknowns)
+        return self.reduce(self._inverse_diffusion(self.rhs(deviation, value), value) + deviation.mean())
+
+    def _inverse_diffusion(self, values: np.ndarray, value: float) -> np.ndarray:
+        spectrum = np.fft.rfft(values)
+        spectrum[0] = 0.0
+        spectrum[1:] /= -self.diffusion_at(value) * self.laplacian_symbol[1:]
+        return np.fft.irfft(spectrum, self.cells)
+
+    def preconditioner(self, value: float) -> "_FrozenGenerator":
+        """Approximate inverse of the residual's Jacobian, refreshed at each Newton iterate."""
+        return _FrozenGenerator(self, value)
+
+    def resolved(self, unknowns: np.ndarray) -> tuple[bool, str]:
+        """Whether the state is a positive density whose clusters span enough cells, and why not."""
+        rho = self.density(unknowns)
+        # The state is known to the residual's tolerance: values below it are zeros, not a loss of positivity.
+        if rho.min() < -max(ROUNDOFF_NEGATIVE * rho.max(), 10 * self.residual_tolerance):
+            return False, f"the density is negative (min {rho.min():.3g})"
+        width = sharpest_cluster_width(rho)
+        if width < self.min_cluster_cells:
+            return False, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})"
+        return True, ""
+
+    # ------------------------------------------------------------------ stability
+    def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
+        r"""The linearised right-hand side on all cells (central differences, error :math:`O(\epsilon^2)`)."""
+        deviation = self.expand(unknowns)
+        step = 1e-5 * self.uniform
+
+        def product(direction):
+            direction = np.ravel(direction)
+            scale = np.sqrt(self.width * np.dot(direction, direction)) or 1.0
+            shift = (step / scale) * direction
+            return (self.rhs(deviation + shift, value) - self.rhs(deviation - shift, value)) * (scale / (2 * step))
+        return LinearOperator((self.cells, self.cells), matvec=product, dtype=float)
+
+    def uniform_eigenvalue(self, wavenumber: int, value: float) -> float:
+        """Eigenvalue of the linearisation at the uniform state on mode ``wavenumber``."""
+        direction = np.cos(wavenumber * self.theta)
+        image = self.jacobian(np.zeros(self.size), value).matvec(direction)
+        return float(np.dot(direction, image) / np.dot(direction, direction))
+
+    def leading_eigenvalues(self, unknowns: np.ndarray, value: float, count: int = 4) -> tuple[np.ndarray, np.ndarray]:
+        r"""The ``count`` eigenvalues of largest real part and their eigenvectors (columns), all cells.
+
+        ARPACK (``eigs``) on the Jacobian-vector product restricted to mass-free perturbations:
+        the constant mode, which the mass constraint removes, is shifted far left (Wielandt),
+        and for a rotation-invariant model the rotation's eigenvalue (eigenvector along
+        :math:`\partial_\theta\rho`) is left out.
+        """
+        jacobian = self.jacobian(unknowns, value)
+        shift = 1e3 * self.diffusion_at(value) * self.laplacian_symbol[-1]
+
+        def mass_free(direction):
+            direction = np.ravel(direction)
+            mean = direction.mean()
+            return jacobian.matvec(direction - mean) - shift * mean
+        operator = LinearOperator((self.cells, self.cells), matvec=mass_free, dtype=float)
+        wanted = count + (1 if self.rotations else 0)
+        try:
+            values, vectors = eigs(operator, k=wanted, which="LR", ncv=min(self.cells - 1, max(40, 3 * wanted)),
+                                   tol=1e-10, maxiter=50 * self.cells)
+        except ArpackNoConvergence as failure:
+            raise RuntimeError(f"the leading eigenvalues did not converge ({len(failure.eigenvalues)} of "
+                               f"{wanted}): ARPACK stopped") from None
+        keep = np.ones(values.size, bool)
+        if self.rotations:
+            generator = np.gradient(self.density(unknowns))
+            size = np.linalg.norm(generator)
+            if size > 1e-8 * self.uniform:
+                alignment = np.abs(generator @ vectors) / (size * np.linalg.norm(vectors, axis=0))
+                if alignment.max() > ROTATION_ALIGNMENT:
+                    keep[np.argmax(alignment)] = False
+        values, vectors = values[keep], vectors[:, keep]
+        order = np.argsort(-values.real)[:count]
+        return values[order], vectors[:, order]
+
+
+class _FrozenGenerator(LinearOperator):
+    """:math:`(L[\\rho_k] - \\sigma)^{-1} D\\Delta_h` on the unknowns; scipy's Newton-Krylov calls ``update``."""
+
+    def __init__(self, problem: CircleStationary, value: float):
+        super().__init__(float, (problem.size, problem.size))
+        self.problem, self.value = problem, value
+        self.generator = None
+
+    def update(self, unknowns: np.ndarray, _residual=None, value: float | None = None) -> None:
+        problem = self.problem
+        if value is not None:
+            self.value = value
+        operators = problem.operators_at(self.value)
+        diffusion = problem.diffusion_at(self.value)
+        jumps = operators.potential_jumps(problem.expand(unknowns))
+        self.generator = operators.drift_diffusion_generator(jumps, diffusion)[:3]
+
+    def _matvec(self, values: np.ndarray) -> np.ndarray:
+        problem = self.problem
+        full = problem.expand(np.ravel(values))
+        mean = full.mean()
+        spectrum = np.fft.rfft(full - mean)
+        spectrum *= -problem.diffusion_at(self.value) * problem.laplacian_symbol
+        sub, diag, sup = self.generator
+        # The generator is singular on constants (mass); a small shift leaves the mass-free part.
+        shift = 1e-2 * problem.diffusion_at(self.value)
+        solution = solve_cyclic_tridiagonal(sub, diag - shift, sup, np.fft.irfft(spectrum, problem.cells))
+        return problem.reduce(solution - solution.mean() + mean)

@@ -1,0 +1,174 @@
+"""Stationary states on the circle, their stability and branches, against independent references.
+
+References: the noisy Kuramoto self-consistency (Bessel ratio, scipy), the dispersion relation
+(validation.growth_rate), the fixed-point iteration of validation.references, and the
+time-dependent finite volumes (CircleFV) run from the states returned.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from scipy.optimize import brentq
+from scipy.special import ive
+
+import meanfield as mf
+from solvers import CircleFV
+from solvers.bifurcation import bifurcation_diagram
+from solvers.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
+from solvers.stationary_circle import CircleStationary
+from validation.references import circle_stationary_density, growth_rate
+
+
+def kuramoto_order(diffusion):
+    """The nonzero root of r = I_1(r/D) / I_0(r/D) (D < 1/2)."""
+    return brentq(lambda r: ive(1, r / diffusion) / ive(0, r / diffusion) - r, 1e-12, 1.0, xtol=1e-15, rtol=1e-15)
+
+
+def zero_of_growth_rate(model, parameter, mode, low, high):
+    rate = lambda value: growth_rate(dataclasses.replace(model, **{parameter: value}), mode, 2)  # noqa: E731
+    return brentq(rate, low, high, xtol=1e-15, rtol=1e-14)
+
+
+@pytest.fixture(scope="module")
+def kuramoto_diagram():
+    return bifurcation_diagram(mf.SelfAttention(0.0, diffusion=0.3), "diffusion", (0.1, 0.7), cells=128,
+                               modes=[1, 2], max_points=80, progress=False)
+
+
+def test_noisy_kuramoto_bifurcates_at_one_half(kuramoto_diagram):
+    ds = kuramoto_diagram
+    assert list(ds.mode.values[1:]) == [1]  # only mode 1 is driven at beta = 0
+    assert abs(float(ds.bifurcation_value[1]) - 0.5) < 1e-8
+
+
+def test_noisy_kuramoto_branch_is_the_self_consistent_order_parameter(kuramoto_diagram):
+    ds = kuramoto_diagram
+    branch = ds.where(ds.on_branch == 1, drop=True)
+    assert branch.point.size >= 10 and float(branch.diffusion.min()) < 0.15
+    for diffusion, order in zip(branch.diffusion.values, branch.order_parameter.sel(wavenumber=1).values):
+        assert abs(order - kuramoto_order(diffusion)) < 1e-8, diffusion
+    # Supercritical: the branch exists below D = 1/2 and is stable there, where the uniform state is not.
+    assert branch.stable.values.all() and (branch.diffusion.values < 0.5).all()
+    uniform = ds.where(ds.on_branch == 0, drop=True)
+    assert (uniform.stable.values == (uniform.diffusion.values > 0.5)).all()
+
+
+@pytest.mark.parametrize("model, parameter, interval", [
+    (mf.SelfAttention(4.0, diffusion=0.1), "diffusion", (0.02, 0.4)),
+    (mf.SelfAttention(2.0, normalized=False, diffusion=0.1), "diffusion", (0.05, 1.0)),
+    (mf.SelfAttention(4.0, diffusion=0.15), "beta", (0.5, 12.0)),
+])
+def test_bifurcation_points_are_the_zeros_of_the_dispersion_relation(model, parameter, interval):
+    problem = CircleStationary(model, 128, parameter=parameter)
+    found = uniform_bifurcations(problem, interval, range(1, 9))
+    assert len(found) >= 2
+    for mode, value in found:
+        exact = zero_of_growth_rate(model, parameter, mode, value * 0.9, value * 1.1)
+        assert abs(value - exact) < 1e-8 * max(1.0, abs(exact)), (mode, value, exact)
+    # and no zero is missed: the sign changes of the dispersion relation on a fine scan
+    scan = np.linspace(*interval, 4001)
+    expected = 0
+    for k in range(1, 9):
+        rates = np.array([growth_rate(dataclasses.replace(model, **{parameter: v}), k, 2) for v in scan])
+        expected += int(np.sum(rates[:-1] * rates[1:] < 0))
+    assert len(found) == expected
+
+
+@pytest.mark.parametrize("cells", [64, 128])
+def test_uniform_eigenvalues_are_the_dispersion_relation_to_second_order(cells):
+    model = mf.SelfAttention(4.0, diffusion=0.1)
+    problem = CircleStationary(model, cells)
+    h = 2 * np.pi / cells
+    values, _ = problem.leading_eigenvalues(np.zeros(problem.size), 0.1, count=6)
+    exact = sorted((growth_rate(model, k, 2) for k in range(1, 6)), reverse=True)
+    # each mode twice (cosine and sine); ARPACK's leading six are the three largest rates
+    assert np.allclose(np.sort(values.real)[::-1][::2], exact[:3], rtol=(3 * h) ** 2 / 12, atol=1e-10)
+    for k in range(1, 6):
+        error = problem.uniform_eigenvalue(k, 0.1) / growth_rate(model, k, 2) - 1
+        # the discrete Laplacian's symbol: 1 - sinc^2(kh/2) <= (kh)^2 / 12
+        assert 0 < -error <= (k * h) ** 2 / 12
+    finer = CircleStationary(model, 2 * cells)
+    ratio = (problem.uniform_eigenvalue(2, 0.1) / growth_rate(model, 2, 2) - 1) / (
+        finer.uniform_eigenvalue(2, 0.1) / growth_rate(model, 2, 2) - 1)
+    assert abs(ratio - 4) < 0.05
+
+
+def test_usa_state_equals_the_fixed_point_iteration():
+    model = mf.SelfAttention(2.0, normalized=False, diffusion=0.12)
+    problem = CircleStationary(model, 128)
+    # The workflow: the dynamics' state at t = 5 (still moving) as the guess.
+    run = CircleFV(model, cells=128).solve(lambda t: 1 + 0.3 * np.cos(t), [0.0, 5.0], progress=False)
+    guess = problem.reduce(run.rho.values[-1] - problem.uniform)
+    assert np.abs(problem.residual(guess, 0.12)).max() > 1e-4
+    point = stationary_state(problem, guess)
+    reference = circle_stationary_density(model, 128, problem.density(point.unknowns) + 0.05)
+    rho = problem.density(point.unknowns)
+    assert rho.std() > 0.1 * rho.mean()  # not the uniform state
+    assert np.abs(rho - reference).max() < 1e-9 * rho.max()
+
+
+def branch_state(model, mode, value, cells=128):
+    problem = CircleStationary(model, cells)
+    start = uniform_bifurcations(problem, (0.01, 1.0), [mode])[0][1]
+    branch = branch_from_uniform(problem, mode, start, (value, start + 1e-9), max_points=400, progress=False)
+    closest = min(branch.points, key=lambda p: abs(p.value - value))
+    return problem, stationary_state(problem, closest.unknowns, closest.value)
+
+
+def test_a_returned_state_does_not_move_under_the_time_dependent_solver():
+    model = mf.SelfAttention(4.0, diffusion=0.08)
+    problem, point = branch_state(model, 1, 0.08)
+    rho = problem.density(point.unknowns)
+    solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-8)
+    ds = solver.solve(rho, [0.0, 10.0], progress=False)
+    moved = np.sqrt(problem.width * np.sum((ds.rho.values[-1] - rho) ** 2))
+    assert moved < solver.rtol * problem.norm(point.unknowns)
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_perturbations_grow_or_decay_at_the_leading_eigenvalue(mode):
+    """An unstable state (mode 2: two clusters that would merge) leaves at its growth rate; a stable one returns."""
+    model = mf.SelfAttention(4.0, diffusion=0.06)
+    problem, point = branch_state(model, mode, 0.06)
+    values, vectors = problem.leading_eigenvalues(point.unknowns, point.value, count=2)
+    rate, direction = values[0].real, np.real(vectors[:, 0])
+    assert (rate > 0) == (mode == 2) and abs(values[0].imag) < 1e-9
+    rho = problem.density(point.unknowns)
+    size = 1e-6 * problem.uniform
+    start = rho + size * direction / np.abs(direction).max()
+    duration = 3.0 / abs(rate) if mode == 2 else 1.0 / abs(rate)
+    solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-10)
+    ds = solver.solve(start, [0.0, duration], progress=False)
+    distance = lambda values: np.sqrt(problem.width * np.sum((values - rho) ** 2))  # noqa: E731
+    measured = np.log(distance(ds.rho.values[-1]) / distance(ds.rho.values[0])) / duration
+    assert abs(measured - rate) < 0.05 * abs(rate)
+
+
+def test_without_diffusion_there_is_no_stationary_density():
+    with pytest.raises(ValueError, match="diffusion=0.0.*sums of Dirac"):
+        bifurcation_diagram(mf.SelfAttention(4.0, diffusion=0.1), "diffusion", (0.0, 0.3), cells=64)
+    with pytest.raises(ValueError, match="sums of Dirac"):
+        CircleStationary(mf.SelfAttention(4.0), 64)
+
+
+def test_a_branch_that_leaves_the_resolved_range_says_so_and_is_kept():
+    ds = bifurcation_diagram(mf.SelfAttention(9.0, diffusion=0.1), "diffusion", (0.002, 0.5), cells=32,
+                             modes=[1], max_points=200, progress=False)
+    end = str(ds.end.values[1])
+    assert "left the resolved range" in end and "cells" in end
+    branch = ds.where(ds.on_branch == 1, drop=True)
+    assert branch.point.size > 5 and float(branch.diffusion.min()) > 0.002
+
+
+def test_bad_input_is_named():
+    rotating = mf.SelfAttention(1.0, value=np.array([[[1.0, -0.5], [0.5, 1.0]]]), diffusion=0.1)
+    with pytest.raises(ValueError, match="rotations but not under reflections"):
+        CircleStationary(rotating, 64)
+    with pytest.raises(ValueError, match="parameter must be one of"):
+        CircleStationary(mf.SelfAttention(1.0, diffusion=0.1), 64, parameter="D")
+    problem = CircleStationary(mf.SelfAttention(1.0, diffusion=0.1), 64)
+    with pytest.raises(ValueError, match="guess must hold the problem's 32 unknowns"):
+        stationary_state(problem, np.zeros(64))
+    with pytest.raises(ValueError, match="interval must be increasing"):
+        bifurcation_diagram(mf.SelfAttention(1.0, diffusion=0.1), "diffusion", (0.3, 0.1))
