@@ -33,7 +33,7 @@ def zero_of_growth_rate(model, parameter, mode, low, high):
 @pytest.fixture(scope="module")
 def kuramoto_diagram():
     return bifurcation_diagram(mf.SelfAttention(0.0, diffusion=0.3), "diffusion", (0.1, 0.7), cells=128,
-                               modes=[1, 2], max_points=80, progress=False)
+                               modes=[1, 2], max_points=80, tol=1e-12, progress=False)
 
 
 def test_noisy_kuramoto_bifurcates_at_one_half(kuramoto_diagram):
@@ -172,3 +172,19 @@ def test_bad_input_is_named():
         stationary_state(problem, np.zeros(64))
     with pytest.raises(ValueError, match="interval must be increasing"):
         bifurcation_diagram(mf.SelfAttention(1.0, diffusion=0.1), "diffusion", (0.3, 0.1))
+
+
+def test_the_stationary_command_writes_the_diagram_and_refuses_bad_configs(tmp_path):
+    from validation.app.cli import main
+    import xarray as xr
+    config = tmp_path / "bifurcation.toml"
+    config.write_text('geometry = "circle"\noutput = "out"\n[model]\nbeta = 0.0\ndiffusion = 0.3\n'
+                      '[continuation]\nparameter = "diffusion"\nstart = 0.2\nstop = 0.7\ncells = 64\n'
+                      'modes = [1]\nmax_points = 20\n')
+    assert main(["stationary", str(config), "--quiet"]) == 0
+    ds = xr.open_dataset(tmp_path / "out" / "bifurcation.nc")
+    assert abs(float(ds.bifurcation_value[1]) - 0.5) < 1e-8 and (tmp_path / "out" / "bifurcation.png").is_file()
+    for bad, message in (("start = 0.2", "start = 0.0"), ('"circle"', '"sphere"'), ("modes = [1]", "modes = [0]")):
+        config.write_text(config.read_text().replace(bad, message))
+        assert main(["stationary", str(config), "--quiet"]) == 2
+        config.write_text(config.read_text().replace(message, bad))

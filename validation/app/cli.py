@@ -158,6 +158,18 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stationary(args: argparse.Namespace) -> int:
+    """A bifurcation diagram from a TOML config."""
+    from .stationary import load_stationary_config, run_stationary, summary  # this command's own module
+
+    config = load_stationary_config(args.config)
+    diagram, paths = run_stationary(config, progress=False if args.quiet else None)
+    for line in summary(diagram):
+        print(line)
+    print("written: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 HELP_FORMAT = argparse.ArgumentDefaultsHelpFormatter
 
 
@@ -220,6 +232,16 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--device", default=None,
                        help="array library and device of the particles, e.g. torch:cuda, cupy, jax "
                             "(default: sweep.device, numpy)")
+    stationary = commands.add_parser(
+        "stationary", formatter_class=HELP_FORMAT, help="a bifurcation diagram of stationary states (TOML config)",
+        description="Follows the stationary states of the mean-field equation with diffusion on the circle from "
+                    "the uniform state through its bifurcation points over a range of diffusion or beta, with "
+                    "their stability, and writes bifurcation.nc and bifurcation.png to the output folder "
+                    "(config: validation/app/stationary.py's docstring, examples/bifurcation.toml). Exit "
+                    "status: 0 done, 2 bad config.")
+    stationary.add_argument("config", type=Path)
+    stationary.add_argument("--quiet", action="store_true", help="no progress bars")
+    stationary.set_defaults(handler=_stationary)
     demo = commands.add_parser("demo", help="short particle demo on the circle", formatter_class=HELP_FORMAT,
                                description="SA particles on the circle cluster while their energy rises.")
     demo.add_argument("--beta", type=float, default=9.0, help="inverse temperature")

@@ -1,0 +1,125 @@
+"""``meanfield stationary CONFIG.toml``: a bifurcation diagram of stationary states, checked up front.
+
+The config::
+
+    geometry = "circle"
+    output = "bifurcation"            # folder: bifurcation.nc, bifurcation.png
+
+    [model]                           # as for `meanfield run` (diffusion: the value not followed)
+    beta = 4.0
+    diffusion = 0.1
+
+    [continuation]
+    parameter = "diffusion"           # or "beta"
+    start = 0.02
+    stop = 0.4
+    cells = 256
+    modes = [1, 2, 3, 4]
+    max_points = 200
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from .builders import build_model
+from .config import (NUMBER, ConfigSection, ModelConfig, _read_matrices, option, read_toml, section_from_table)
+from .errors import ConfigError
+from .files import check_output_folder, write_atomically
+
+#: The files a stationary run writes into its output folder.
+DATASET, FIGURE = "bifurcation.nc", "bifurcation.png"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuationConfig(ConfigSection):
+    """``[continuation]``: the parameter followed, its range and the discretisation."""
+
+    PREFIX: ClassVar[str] = "continuation."
+    parameter: str = option(types=str, choices=("diffusion", "beta"), help="the parameter the branches follow")
+    start: float = option(types=NUMBER, minimum=0, help="one end of the parameter's range")
+    stop: float = option(types=NUMBER, minimum=0, help="the other end")
+    cells: int = option(256, types=int, minimum=8, help="cells of the finite volumes (even)")
+    modes: tuple = option((1, 2, 3, 4, 5, 6, 7, 8), types=(list, tuple), help="wavenumbers whose branches are followed")
+    max_points: int = option(200, types=int, minimum=2, help="points per branch at most")
+    tol: float = option(1e-10, types=NUMBER, minimum=0, strict=True, help="Newton's tolerance, relative to the uniform density")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StationaryConfig(ConfigSection):
+    """A checked ``meanfield stationary`` config."""
+
+    PREFIX: ClassVar[str] = ""
+    geometry: str = option(types=str, choices=("circle",), help="stationary states on S^2 are not available yet")
+    output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
+    model: ModelConfig = option(types=ModelConfig)
+    continuation: ContinuationConfig = option(types=ContinuationConfig)
+    dimension: ClassVar[int] = 2
+
+
+def load_stationary_config(path: str | Path) -> StationaryConfig:
+    """Read and check the config: keys, types, the model, and the parameter range against the model."""
+    path = Path(path)
+    tables = dict(read_toml(path))
+    if tables.get("geometry") == "sphere":
+        raise ConfigError("geometry = 'sphere': stationary states on S^2 are not available yet; use 'circle'")
+    for name, cls in (("model", ModelConfig), ("continuation", ContinuationConfig)):
+        if name in tables:
+            tables[name] = section_from_table(cls, tables[name], name)
+    config = section_from_table(StationaryConfig, tables, "config")
+    modes = config.continuation.modes
+    if not modes or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in modes):
+        raise ConfigError(f"continuation.modes must be positive integers, got {list(modes)!r}")
+    output = str((path.parent / config.output).resolve())
+    config = dataclasses.replace(config, output=output, model=_read_matrices(config, path.parent),
+                                 continuation=dataclasses.replace(config.continuation, modes=tuple(modes)))
+    check_output_folder(Path(output), "output")
+    _problem(config)  # the model, the cells and the whole range, refused before any work
+    return config
+
+
+def _problem(config: StationaryConfig):
+    from solvers.stationary_circle import CircleStationary  # the command's own modules (cli docstring)
+
+    settings = config.continuation
+    try:
+        problem = CircleStationary(build_model(config), settings.cells, parameter=settings.parameter, tol=settings.tol)
+        for end in (settings.start, settings.stop):
+            problem.model_at(end)
+    except ValueError as error:
+        raise ConfigError(f"continuation: {error}") from None
+    if settings.start == settings.stop:
+        raise ConfigError(f"continuation.start and continuation.stop must differ, got {settings.start!r} twice")
+    return problem
+
+
+def run_stationary(config: StationaryConfig, *, progress: bool | None = None):
+    """Compute the diagram, write the dataset and the figure; returns ``(dataset, paths)``."""
+    from solvers.bifurcation import bifurcation_diagram
+    from validation.stationary_figures import bifurcation_figure
+
+    settings = config.continuation
+    interval = tuple(sorted((float(settings.start), float(settings.stop))))
+    diagram = bifurcation_diagram(build_model(config), settings.parameter, interval, cells=settings.cells,
+                                  modes=settings.modes, max_points=settings.max_points, tol=settings.tol,
+                                  progress=progress)
+    output = Path(config.output)
+    output.mkdir(parents=True, exist_ok=True)
+    dataset = write_atomically(output / DATASET, diagram.to_netcdf)
+    figure = output / FIGURE
+    bifurcation_figure(diagram, figure)
+    return diagram, [dataset, figure]
+
+
+def summary(diagram) -> list[str]:
+    """One line per bifurcating branch: mode, where it starts, how many points, why it ended."""
+    parameter = diagram.attrs["parameter"]
+    lines = []
+    for branch in diagram.branch.values[1:]:
+        count = int((diagram.on_branch == branch).sum())
+        lines.append(f"mode {int(diagram.mode[branch])}: bifurcates at {parameter} = "
+                     f"{float(diagram.bifurcation_value[branch]):.10g}; {count} states; {diagram.end.values[branch]}")
+    return lines or [f"no bifurcation of the uniform state in this range of {parameter}"]
