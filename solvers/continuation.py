@@ -218,8 +218,12 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
         try:
             z, evaluations, _ = _solve_augmented(
                 problem, start, lambda z, a=target: (problem.amplitude(z[:-1], mode) - a) / problem.uniform)
-        except (NoConvergence, ValueError) as failure:
-            branch.end = f"the branch could not be entered at amplitude {target:.3g}: {failure}"
+        except NoConvergence:
+            branch.end = (f"the branch could not be entered: Newton-Krylov did not converge at amplitude "
+                          f"{target:.3g} (another mode bifurcating at the same value?)")
+            return branch
+        except ValueError as refused:
+            branch.end = f"the branch could not be entered at amplitude {target:.3g}: {refused}"
             return branch
         points.append(_accept(problem, z, evaluations))
     branch.points = points

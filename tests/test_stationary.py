@@ -188,3 +188,18 @@ def test_the_stationary_command_writes_the_diagram_and_refuses_bad_configs(tmp_p
         config.write_text(config.read_text().replace(bad, message))
         assert main(["stationary", str(config), "--quiet"]) == 2
         config.write_text(config.read_text().replace(message, bad))
+
+
+def test_a_subcritical_branch_folds_and_gains_stability_at_the_fold():
+    """Kuramoto coupling plus a strong second harmonic, W(s) = s + 0.8 T_2(s): the mode-1 pitchfork at
+    D = 1/2 is subcritical (the branch first goes to D > 1/2, unstable), folds, and is stable after."""
+    model = mf.ZonalAggregation(lambda s: s + 0.8 * (2 * s * s - 1), lambda s: 1 + 3.2 * s, diffusion=0.3)
+    ds = bifurcation_diagram(model, "diffusion", (0.2, 1.0), cells=64, modes=[1], max_points=40, progress=False)
+    assert abs(float(ds.bifurcation_value[1]) - 0.5) < 1e-8  # mode 1 of the coupling: rho_bar * pi = 1/2
+    branch = ds.where(ds.on_branch == 1, drop=True)
+    folds = np.flatnonzero(branch.fold.values)
+    assert folds.size == 1
+    fold = folds[0]
+    diffusion, stable = branch.diffusion.values, branch.stable.values
+    assert diffusion[fold] > 0.5 and diffusion[fold] >= diffusion[: fold + 1].max()
+    assert not stable[:fold].any() and stable[fold + 1:].all()
