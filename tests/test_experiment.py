@@ -16,9 +16,11 @@ from validation.app import ConfigError, check_config, load_config
 from validation.app.config import ExperimentConfig
 from validation.app.experiment import run_experiment
 
-# sweep configs: tests/test_sweep.py; configs without [model] belong to their example script
+# sweep configs: tests/test_sweep.py; stationary configs: tests/test_stationary.py; configs without
+# [model] belong to their example script
 EXAMPLES = sorted(p for p in Path(__file__).parent.parent.joinpath("examples").glob("*.toml")
-                  if "[sweep]" not in p.read_text() and "[model]" in p.read_text())
+                  if "[sweep]" not in p.read_text() and "[continuation]" not in p.read_text()
+                  and "[model]" in p.read_text())
 
 
 def meanfield(*arguments, **kwargs):

@@ -427,7 +427,8 @@ def test_the_readme_quick_start_runs_clean():
 
 
 RUN_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.toml")
-                      if "[sweep]" not in p.read_text() and "script =" not in p.read_text())
+                      if "[sweep]" not in p.read_text() and "script =" not in p.read_text()
+                      and "[continuation]" not in p.read_text())
 
 
 @pytest.mark.parametrize("example", RUN_EXAMPLES, ids=[p.stem for p in RUN_EXAMPLES])

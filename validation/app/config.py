@@ -308,6 +308,8 @@ def check_config(raw: dict, base: Path = Path(".")) -> ExperimentConfig:
     if "script" in raw:  # an example script's settings (examples/lost_in_the_middle.toml)
         raise ConfigError(f"this file holds the settings of the example script {raw['script']!r}, not a run or "
                           f"sweep config: run python examples/{raw['script']} --config FILE")
+    if "continuation" in raw:  # examples/bifurcation.toml
+        raise ConfigError("this file is a stationary-state config ([continuation]): run meanfield stationary FILE")
     tables = dict(raw)
     if "times" in tables:
         tables["times"] = TimesConfig.from_toml(tables["times"])
