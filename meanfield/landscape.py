@@ -74,14 +74,14 @@ class CriticalConfiguration:
 
 
 def _potential_derivatives(model) -> tuple:
-    """``(W, W', W'')`` of the model's zonal energy and the sign ``c`` of the dynamics."""
+    """``(W', W'')`` of the model's zonal energy (the energy itself is the model's) and the sign ``c`` of the dynamics."""
     if not isinstance(model, SelfAttention) or not model.is_zonal or model.external is not None:
         raise ValueError("the energy landscape needs a zonal SelfAttention model (Q = K = I, V = cI, "
                          f"one head, no external field), got {model!r}")
     beta, c = model.beta, model.value_scale
     if beta == 0:
-        return (lambda s: s, np.ones_like, np.zeros_like), c
-    return (lambda s: np.exp(beta * s) / beta, lambda s: np.exp(beta * s), lambda s: beta * np.exp(beta * s)), c
+        return (np.ones_like, np.zeros_like), c
+    return (lambda s: np.exp(beta * s), lambda s: beta * np.exp(beta * s)), c
 
 
 def _tangent_bases(x: np.ndarray) -> np.ndarray:
@@ -93,30 +93,40 @@ def _tangent_bases(x: np.ndarray) -> np.ndarray:
     return q[:, :, 1:]
 
 
-def _energy_gradient_hessian(x: np.ndarray, derivatives) -> tuple[float, np.ndarray, np.ndarray]:
-    """Energy, Euclidean gradient ``(n, d)`` and Euclidean Hessian ``(n, d, n, d)``."""
-    potential, first, second = derivatives
+def _gradient_hessian(x: np.ndarray, derivatives) -> tuple[np.ndarray, np.ndarray]:
+    """Euclidean gradient ``(n, d)`` and Hessian ``(n, d, n, d)`` of the energy."""
+    first, second = derivatives
     n, d = x.shape
     s = np.clip(x @ x.T, -1.0, 1.0)
     w1, w2 = first(s), second(s)
-    energy = float(potential(s).sum() / (2 * n * n))
     gradient = w1 @ x / n**2
     hessian = np.einsum("ij,ja,ib->iajb", w2, x, x) + np.einsum("ij,ab->iajb", w1, np.eye(d))
     diagonal = np.einsum("il,la,lb->iab", w2, x, x)
     hessian[np.arange(n), :, np.arange(n), :] += diagonal
-    return energy, gradient, hessian / n**2
+    return gradient, hessian / n**2
 
 
-def _riemannian(x: np.ndarray, derivatives) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-    """Energy, Riemannian gradient and Hessian in the tangent bases, and the bases."""
+def _riemannian(x: np.ndarray, derivatives) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Riemannian gradient and Hessian in the tangent bases, and the bases."""
     n, d = x.shape
-    energy, gradient, hessian = _energy_gradient_hessian(x, derivatives)
+    gradient, hessian = _gradient_hessian(x, derivatives)
     bases = _tangent_bases(x)
     riemannian_gradient = np.einsum("iak,ia->ik", bases, gradient).reshape(-1)
     block = np.einsum("iak,iajb,jbl->ikjl", bases, hessian, bases).reshape(n * (d - 1), n * (d - 1))
     normal = np.einsum("ia,ia->i", x, gradient)
     block -= np.diag(np.repeat(normal, d - 1))
-    return energy, riemannian_gradient, 0.5 * (block + block.T), bases
+    return riemannian_gradient, 0.5 * (block + block.T), bases
+
+
+def riemannian_hessian(model, x) -> tuple[np.ndarray, np.ndarray]:
+    r"""The Riemannian Hessian of the energy at ``x`` (shape ``(n, d)``) and the tangent bases it is written in.
+
+    Returns the symmetric ``(n(d-1), n(d-1))`` matrix and the bases ``(n, d, d-1)``: coordinate
+    ``(i, k)`` is the tangent vector ``bases[i, :, k]`` at token ``i``.
+    """
+    derivatives, _ = _potential_derivatives(model)
+    _, hessian, bases = _riemannian(check_points(x, "x"), derivatives)
+    return hessian, bases
 
 
 def rotation_modes(x: np.ndarray) -> int:
@@ -151,12 +161,12 @@ def critical_configuration(model, x0, *, tol: float = 1e-12, max_iterations: int
     tol = check_real(tol, "tol", minimum=0.0, strictly=True)
     max_iterations = check_int(max_iterations, "max_iterations", minimum=1)
     n, d = x.shape
-    scale = float(np.abs(derivatives[1](np.array([-1.0, 1.0]))).max()) / n
+    scale = float(np.abs(derivatives[0](np.array([-1.0, 1.0]))).max()) / n
     for iteration in range(max_iterations + 1):
-        energy, gradient, hessian, bases = _riemannian(x, derivatives)
+        gradient, hessian, bases = _riemannian(x, derivatives)
         size = float(np.abs(gradient).max())
         if size <= tol * scale:
-            return _characterise(x, energy, size, iteration, c * hessian)
+            return _characterise(x, float(model.energy(x)), size, iteration, c * hessian)
         if iteration == max_iterations:
             break
         step = np.linalg.lstsq(hessian, -gradient, rcond=1e-10)[0].reshape(n, d - 1)

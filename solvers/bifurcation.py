@@ -58,8 +58,8 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
         raise ValueError(f"interval must be increasing, got {interval!r}")
     check_int(uniform_points, "uniform_points", minimum=2)
     problem = CircleStationary(model, cells, parameter=parameter, tol=tol)
-    problem.model_at(low)  # a parameter range without diffusion is refused before any work
-    problem.model_at(high)
+    problem.check_value(low)  # a parameter range without diffusion is refused before any work
+    problem.check_value(high)
     modes = [k for k in (range(1, 9) if modes is None else modes) if k in problem.modes()]
     uniform = _uniform_branch(problem, np.linspace(low, high, uniform_points), modes)
     branches = [uniform]
@@ -79,8 +79,7 @@ def _uniform_point(problem, value: float, modes) -> Point:
 
 
 def _uniform_branch(problem, values: np.ndarray, modes) -> Branch:
-    branch = Branch([_uniform_point(problem, v, modes) for v in values], 0, np.nan, end="the uniform state")
-    return branch
+    return Branch([_uniform_point(problem, v, modes) for v in values], 0, np.nan, end="the uniform state")
 
 
 def _dataset(problem, branches: list[Branch], model) -> xr.Dataset:

@@ -56,10 +56,6 @@ class Point:
     residual_evaluations: int = 0
     eigenvalues: np.ndarray = field(default_factory=lambda: np.full(EIGENVALUES, np.nan + 0j))
 
-    @property
-    def unstable_count(self) -> int:
-        return int(np.sum(self.eigenvalues.real > 0))
-
 
 @dataclass
 class Branch:
@@ -107,7 +103,7 @@ def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> 
         If Newton-Krylov does not reach the problem's tolerance.
     """
     value = problem.value if value is None else float(value)
-    problem.model_at(value)
+    problem.check_value(value)
     guess = np.asarray(guess, dtype=float)
     if guess.shape != (problem.size,):
         raise ValueError(f"guess must hold the problem's {problem.size} unknowns, got shape {guess.shape}")
@@ -154,11 +150,6 @@ def uniform_bifurcations(problem, interval: tuple[float, float], modes) -> list[
     return sorted(found, key=lambda item: item[1])
 
 
-def uniform_growth_rate(problem, value: float, modes) -> float:
-    """The largest eigenvalue of the linearisation at the uniform state over ``modes``."""
-    return max(problem.uniform_eigenvalue(k, value) for k in modes)
-
-
 # ---------------------------------------------------------------------- continuation
 class _Metric:
     """The continuation's inner product: state against the uniform density, parameter against its scale."""
@@ -191,7 +182,7 @@ class _Augmented(LinearOperator):
 
 def _solve_augmented(problem, start: np.ndarray, constraint) -> tuple[np.ndarray, int, int]:
     def residual(z):
-        problem.model_at(z[-1])
+        problem.check_value(z[-1])
         return np.append(problem.residual(z[:-1], z[-1]), constraint(z))
     preconditioner = _Augmented(problem, start[-1])
     preconditioner.update(start)
@@ -240,7 +231,8 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
     as_vector = lambda point: np.append(point.unknowns, point.value)  # noqa: E731
     previous, current = as_vector(branch.points[-2]), as_vector(branch.points[-1])
     step = metric.norm(current - previous)
-    max_step = 0.05 * (high - low) / scale * 4 if max_step is None else check_real(max_step, "max_step", minimum=0.0, strictly=True)
+    # By default a step may cross a fifth of the interval (in the metric's parameter units).
+    max_step = 0.2 * (high - low) / scale if max_step is None else check_real(max_step, "max_step", minimum=0.0, strictly=True)
     min_step = 1e-6 * max_step
     previous_direction = None
     with count_progress(max_points, progress, f"branch of mode {branch.mode}", "point") as bar:

@@ -16,7 +16,7 @@ residual :math:`R(\delta) = (D\Delta_h)^{-1} L[\rho]\rho + \bar\delta\,\mathbf 1
 inverse discrete Laplacian makes it a density, measured against ``tol``; the mean term fixes
 the mass, which :math:`L` conserves), preconditioned by :math:`(L[\rho_k] - \sigma)^{-1}
 D\Delta_h` with the generator frozen at the current iterate (one periodic tridiagonal solve),
-so that a continuation step costs tens of right-hand sides at any ``cells``.
+so that a continuation step costs tens of right-hand sides (``benchmarks/bench_stationary.py``).
 
 Symmetry. A model invariant under rotations has a circle of stationary states for each one,
 and a zero eigenvalue (its generator :math:`\partial_\theta\rho`). If it is also invariant
@@ -113,7 +113,7 @@ class CircleStationary:
                              "query-key matrix with a rotation part): its states rotate, none is stationary")
         self.even = self.rotations
         self._operators: tuple[float | None, CircleOperators | None] = (None, None)
-        base = self.operators_at(self.value)
+        base = self.base_operators = self.operators_at(self.value)
         self.uniform, self.width, self.theta = base.uniform, base.width, base.theta
         wavenumber = np.fft.rfftfreq(self.cells, 1.0 / self.cells)
         #: Eigenvalues of -Delta_h on the discrete Fourier modes.
@@ -128,15 +128,19 @@ class CircleStationary:
         """The parameter's value in the model given."""
         return float(getattr(self.model, self.parameter))
 
-    def model_at(self, value: float):
-        """The model with the parameter set to ``value`` (checked: a stationary state needs diffusion)."""
-        model = replace(self.model, **{self.parameter: float(value)})
-        if not model.diffusion > 0:
-            raise ValueError(f"{self.parameter}={value:.6g} leaves diffusion={model.diffusion!r}: without diffusion "
+    def check_value(self, value: float) -> None:
+        """Refuse a parameter value without stationary densities (no diffusion) or outside the model's range."""
+        diffusion = self.diffusion_at(value)
+        if not diffusion > 0:
+            raise ValueError(f"{self.parameter}={value:.6g} leaves diffusion={diffusion!r}: without diffusion "
                              "the stationary states are sums of Dirac masses, not densities")
         if self.parameter == "beta" and value < 0:
             raise ValueError(f"beta must be >= 0, got {value:.6g}")
-        return model
+
+    def model_at(self, value: float):
+        """The model with the parameter set to ``value`` (checked by :meth:`check_value`)."""
+        self.check_value(value)
+        return replace(self.model, **{self.parameter: float(value)})
 
     def operators_at(self, value: float) -> CircleOperators:
         """The finite-volume operators at this parameter value (the last one kept)."""
@@ -173,13 +177,12 @@ class CircleStationary:
         return range(1, self.cells // 2)
 
     def amplitude(self, unknowns: np.ndarray, wavenumber: int) -> float:
-        r"""The cosine coefficient :math:`\frac1\pi\int\rho\cos k\theta` of the state (midpoint rule)."""
+        r"""The cosine coefficient :math:`\frac1\pi\int\rho\cos k\theta` of the state (point values, trapezoid)."""
         return float(self.width / np.pi * np.dot(self.expand(unknowns), np.cos(wavenumber * self.theta)))
 
     def norm(self, unknowns: np.ndarray) -> float:
         r""":math:`\|\rho - \bar\rho\|_{L^2}` (the branch's measure in a bifurcation diagram)."""
-        deviation = self.expand(unknowns)
-        return float(np.sqrt(self.width * np.dot(deviation, deviation)))
+        return self.base_operators.deviation_norm(self.expand(unknowns))
 
     def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
         r""":math:`|\int\rho\,e^{ik\theta}|` for ``k = 1..count``, the state read as point values (trapezoid)."""

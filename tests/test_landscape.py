@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import meanfield as mf
-from meanfield.landscape import critical_configuration, design_strength, rotation_modes
+from meanfield.landscape import critical_configuration, design_strength, riemannian_hessian, rotation_modes
 
 SOLIDS = {  # n: (inner products between distinct vertices, design strength)
     4: ([-1 / 3], 2),
@@ -69,7 +69,8 @@ def test_circle_critical_points_global_maximum_and_saddles(beta):
     maximum = critical_configuration(model, run.x.values[-1])
     assert np.allclose(maximum.x @ maximum.x.T, 1.0, atol=1e-10)
     assert maximum.strict_optimum and maximum.index == 0
-    assert abs(maximum.energy - float(model.energy(maximum.x))) < 1e-12 * maximum.energy
+    # one cluster: E = W(1) / 2 = e^beta / (2 beta)
+    assert abs(maximum.energy - np.exp(beta) / (2 * beta)) < 1e-12 * maximum.energy
     angles = 2 * np.pi * np.arange(n) / n
     polygon = critical_configuration(model, np.stack([np.cos(angles), np.sin(angles)], axis=1))
     assert polygon.iterations == 0 and polygon.strict_saddle
@@ -93,20 +94,10 @@ def test_hessian_is_the_second_derivative_of_the_particle_energy():
         second = (energy(h) - 2 * energy(0.0) + energy(-h)) / h**2
         # the tangent bases of the circle are +-(-sin, cos): xi's coordinates up to those signs
         bases = np.stack([-np.sin(angles), np.cos(angles)], axis=1)
-        signs = np.sign(np.einsum("ia,ia->i", bases, _tangent_basis_columns(critical.x)))
+        hessian, tangent = riemannian_hessian(model, critical.x)
+        signs = np.sign(np.einsum("ia,ia->i", bases, tangent[:, :, 0]))
         coordinates = signs * xi
-        hessian = _hessian(model, critical.x)
         assert abs(coordinates @ hessian @ coordinates - second) < 1e-6 * max(1.0, abs(second))
-
-
-def _tangent_basis_columns(x):
-    from meanfield.landscape import _tangent_bases
-    return _tangent_bases(x)[:, :, 0]
-
-
-def _hessian(model, x):
-    from meanfield.landscape import _potential_derivatives, _riemannian
-    return _riemannian(x, _potential_derivatives(model)[0])[2]
 
 
 def test_rotation_modes_and_designs_of_simple_configurations():

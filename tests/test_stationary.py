@@ -135,14 +135,16 @@ def test_perturbations_grow_or_decay_at_the_leading_eigenvalue(mode):
     rate, direction = values[0].real, np.real(vectors[:, 0])
     assert (rate > 0) == (mode == 2) and abs(values[0].imag) < 1e-9
     rho = problem.density(point.unknowns)
-    size = 1e-6 * problem.uniform
+    # Large enough that CircleFV's local errors (relative to the whole deviation) stay far below it over
+    # ~1000 time units, small enough that it ends near e^3 * 1e-4: the quadratic terms change the rate by that order.
+    size = 1e-4 * problem.uniform
     start = rho + size * direction / np.abs(direction).max()
     duration = 3.0 / abs(rate) if mode == 2 else 1.0 / abs(rate)
     solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-10)
     ds = solver.solve(start, [0.0, duration], progress=False)
     distance = lambda values: np.sqrt(problem.width * np.sum((values - rho) ** 2))  # noqa: E731
     measured = np.log(distance(ds.rho.values[-1]) / distance(ds.rho.values[0])) / duration
-    assert abs(measured - rate) < 0.05 * abs(rate)
+    assert abs(measured - rate) < 2e-3 * abs(rate)
 
 
 def test_without_diffusion_there_is_no_stationary_density():

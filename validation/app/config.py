@@ -335,7 +335,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
         raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
                           f"density; the default is 1e-6), got {method.rtol!r}")
     _check_mode_resolved(config)
-    model = _read_matrices(config, base)
+    model = read_matrices(config, base)
     _check_causal(config)
     expected = {"circle": CIRCLE_SOLVERS, "sphere": ("SphereSpectral",)}[geometry]
     if method.kind not in (*expected, "particles"):
@@ -366,7 +366,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     return dataclasses.replace(config, output=output, model=model, initial=initial)
 
 
-def _read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
+def read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
     """Query, key and value matrices (inline lists or ``.npy`` paths) and the perceptron's weights, read and shaped."""
     model, d = config.model, config.dimension
     matrices = {}

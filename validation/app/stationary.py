@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from .builders import build_model
-from .config import (NUMBER, ConfigSection, ModelConfig, _read_matrices, option, read_toml, section_from_table)
+from .config import (NUMBER, ConfigSection, ModelConfig, option, read_matrices, read_toml, section_from_table)
 from .errors import ConfigError
 from .files import check_output_folder, write_atomically
 
@@ -74,7 +74,7 @@ def load_stationary_config(path: str | Path) -> StationaryConfig:
     if not modes or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in modes):
         raise ConfigError(f"continuation.modes must be positive integers, got {list(modes)!r}")
     output = str((path.parent / config.output).resolve())
-    config = dataclasses.replace(config, output=output, model=_read_matrices(config, path.parent),
+    config = dataclasses.replace(config, output=output, model=read_matrices(config, path.parent),
                                  continuation=dataclasses.replace(config.continuation, modes=tuple(modes)))
     check_output_folder(Path(output), "output")
     _problem(config)  # the model, the cells and the whole range, refused before any work
@@ -88,7 +88,7 @@ def _problem(config: StationaryConfig):
     try:
         problem = CircleStationary(build_model(config), settings.cells, parameter=settings.parameter, tol=settings.tol)
         for end in (settings.start, settings.stop):
-            problem.model_at(end)
+            problem.check_value(end)
     except ValueError as error:
         raise ConfigError(f"continuation: {error}") from None
     if settings.start == settings.stop:
