@@ -80,6 +80,10 @@ class GridSolver:
         the grid's coordinates, in the order of the density's axes;
     ``recorded_settings()``
         the solver's parameters, recorded in the dataset;
+    ``recorded_fields(state)``, ``recorded_coordinates()`` (optional)
+        arrays recorded at each output besides the density, ``name -> (dims, values)``
+        (dims after ``time``; a dimension whose length varies between outputs is padded with
+        NaN), and the coordinates of their dimensions;
     ``resolution_advice``
         what a user can change when the run stops resolving its solution.
     """
@@ -183,6 +187,12 @@ class GridSolver:
     def recorded_settings(self) -> dict:
         raise NotImplementedError
 
+    def recorded_fields(self, state) -> dict[str, tuple[tuple[str, ...], Any]]:
+        return {}
+
+    def recorded_coordinates(self) -> dict[str, np.ndarray]:
+        return {}
+
     resolution_advice: str
 
 
@@ -201,6 +211,7 @@ class SolveRecord:
         self.solver, self.times, self.extra_settings = solver, times, extra_settings
         self.monitor = ResolutionMonitor(solver.resolution_advice)
         self.frames: list[np.ndarray] = []
+        self.fields: list[dict] = []
         self.diagnostics: list[dict[str, float]] = []
         self.counts = StepCounts()
 
@@ -209,6 +220,7 @@ class SolveRecord:
         diagnosis = self.solver.diagnose(state, rho)
         self.monitor.record(t, diagnosis.resolved, diagnosis.reason)
         self.frames.append(np.array(rho, copy=True))
+        self.fields.append(self.solver.recorded_fields(state))
         self.diagnostics.append({**diagnosis.values, "resolved": diagnosis.resolved})
 
     def dataset(self) -> xr.Dataset:
@@ -219,12 +231,25 @@ class SolveRecord:
         if "energy" in series:  # the layered causal equation has none
             series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
-                         **series},
-                        coords={"time": self.times[:len(self.frames)], **coordinates})
+                         **series, **self._fields()},
+                        coords={"time": self.times[:len(self.frames)], **coordinates,
+                                **solver.recorded_coordinates()})
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
         return ds
+
+    def _fields(self) -> dict:
+        """The solver's extra fields stacked over time, NaN-padded where their lengths vary."""
+        stacked = {}
+        for name, (dims, _) in (self.fields[0].items() if self.fields else ()):
+            values = [np.asarray(frame[name][1], dtype=float) for frame in self.fields]
+            shape = np.max([v.shape for v in values], axis=0) if values[0].ndim else ()
+            padded = np.full((len(values), *shape), np.nan)
+            for index, value in enumerate(values):
+                padded[(index, *(slice(0, n) for n in value.shape))] = value
+            stacked[name] = (("time", *dims), padded)
+        return stacked
 
     def collapse(self, t: float, reason: str) -> NoReturn:
         raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,

@@ -1,0 +1,397 @@
+r"""The mean-field equation on the circle in mass coordinates: measures through and after clustering.
+
+A probability measure :math:`\mu` on the circle is described by its quantile function
+:math:`X(t, m)`, the position of the mass label :math:`m \in [0, 1)` (lifted to the line, so
+:math:`X(t, m + 1) = X(t, m) + 2\pi` and a rotation of the whole measure is a shift of
+:math:`X`). The continuity equation :math:`\partial_t\rho + \partial_\theta(\rho\,v[\rho]) =
+D\,\partial_\theta^2\rho` becomes, with :math:`\rho(X(m)) = 1/\partial_m X`,
+
+.. math:: \partial_t X(t, m) = v[\mu_t](X(t, m)) - D\,\partial_m \frac{1}{\partial_m X(t, m)},
+          \qquad v[\mu](x) = \int_0^1 V\big(x, X(m')\big)\,dm',
+
+(the first term is transport by the attention velocity, the second the diffusion as the
+Wasserstein gradient flow of :math:`D\int\rho\log\rho`: Gosse and Toscani, Carrillo and Moll).
+Clusters are flat pieces of :math:`X`, not spikes of :math:`\rho`: with ``D = 0`` the
+representation stays exact however concentrated the measure becomes, and a Dirac mass is a
+set of labels at one position.
+
+Discretisation: ``M`` labels at the midpoints :math:`m_i = (i + 1/2)/M`, each carrying mass
+:math:`1/M`.
+
+- The velocity integral is the midpoint rule over the labels, which is the attention velocity
+  of the ``M`` points as tokens (the model's particle engine, :func:`meanfield.engines.select_kernel`,
+  self term included). The integrand is periodic in :math:`m'`, so while :math:`X` is smooth the
+  rule converges faster than any power of ``M``; for a measure made of Dirac masses whose masses
+  are multiples of :math:`1/M` it is exact, and the solver is the weighted particle system.
+- The diffusion: :math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`, second order in
+  :math:`1/M`, the gradient of the discrete entropy :math:`\sum_i \frac1M \log\frac{1/M}{X_{i+1}-X_i}`.
+
+Time: ``D = 0``, an embedded explicit Runge-Kutta pair (the transport is not stiff; its
+steps grow as the clusters settle); ``D > 0``, the extrapolated linearly implicit Euler
+step with the diffusion's exact (cyclic tridiagonal) Jacobian, whose stiffness grows like
+:math:`D M^2 \max\rho^2`. Labels keep their order (a step that would swap two is retried).
+
+Outputs: the dataset of every PDE solver (``rho`` as cell averages of the measure on
+``cells`` cells: the mass of each cell over its width, defined for any measure, from the
+piecewise-linear distribution function through the labels) and, per time, the quantile
+function ``position(time, label)`` (``label``: the labels :math:`m_i`) and the clusters (maximal runs of labels whose gaps are
+below ``cluster_separation``, the rule :func:`validation.cluster_statistics` applies to
+particles): ``cluster_mass``, ``cluster_position``, ``cluster_count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy.special import roots_legendre
+
+from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.engines import energy_pair_sum, select_kernel
+from meanfield.integration import AdaptiveStep, ExtrapolatedImplicitEuler, explicit_adaptive_step, tableau_named
+from meanfield.integration.tableaux import ExplicitTableau
+from meanfield.models import SelfAttention
+from meanfield.records import CIRCLE
+from meanfield.sphere import circle_points
+
+from .circle_operators import solve_cyclic_tridiagonal
+from .grid_solver import Diagnosis, GridSolver
+from .tolerance import ROUNDOFF
+
+TWO_PI = 2.0 * np.pi
+
+#: Newton steps that polish the quantile of a density given as a callable (from linear inversion).
+QUANTILE_NEWTON_STEPS = 2
+
+
+@dataclass(frozen=True)
+class PointMasses:
+    """A discrete measure on the circle: Dirac masses ``masses`` at ``angles`` (normalized to total one)."""
+
+    angles: np.ndarray
+    masses: np.ndarray
+
+    def __post_init__(self) -> None:
+        angles = np.asarray(self.angles, dtype=float).ravel()
+        masses = np.asarray(self.masses, dtype=float).ravel()
+        if angles.size == 0 or angles.shape != masses.shape:
+            raise ValueError(f"angles and masses must be non-empty and of one length, got {angles.size} "
+                             f"and {masses.size}")
+        if not (np.all(np.isfinite(angles)) and np.all(np.isfinite(masses))):
+            raise ValueError("angles and masses must be finite")
+        if np.any(masses <= 0):
+            raise ValueError(f"masses must be positive, got minimum {masses.min():.3g}")
+        order = np.argsort(np.mod(angles, TWO_PI))
+        object.__setattr__(self, "angles", np.mod(angles, TWO_PI)[order])
+        object.__setattr__(self, "masses", masses[order] / masses.sum())
+
+
+def mass_labels(points: int) -> np.ndarray:
+    """The labels :math:`m_i = (i + 1/2)/M` of ``M = points`` equal masses."""
+    return (np.arange(points) + 0.5) / points
+
+
+@dataclass(frozen=True, eq=False)
+class CircleLagrangian(GridSolver):
+    r"""The mean-field equation on the circle for measures, in mass coordinates (module docstring).
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        Any model whose particle system lives on the circle (2 x 2 matrices or zonal, heads,
+        external fields), not causal; any diffusion.
+    points : int
+        ``M``: the number of mass labels, each of mass ``1/M``.
+    cells : int
+        Cells of the recorded averages ``rho``.
+    rtol : float
+        Local error per step in the root-mean-square position of the labels (the Wasserstein-2
+        distance of the two measures), relative to the labels' root-mean-square distance from
+        the uniform measure's quantile (the meaning of :mod:`solvers.tolerance`).
+    tableau : str or ExplicitTableau
+        The embedded pair of ``D = 0``.
+    implicit_substeps : int
+        ``D > 0``: the extrapolation depth of the linearly implicit Euler step (as :class:`CircleFV`).
+    cluster_separation : float
+        Gap (radians) between consecutive labels that separates two clusters.
+    kernel : str
+        The particle engine of the velocity (:func:`meanfield.engines.select_kernel`).
+    """
+
+    model: object
+    points: int = 4096
+    cells: int = 1024
+    rtol: float = 1e-6
+    tableau: str | ExplicitTableau = "dormand_prince"
+    implicit_substeps: int = 3
+    cluster_separation: float = 0.2
+    kernel: str = "auto"
+    labels: np.ndarray = field(init=False, repr=False)
+    engine: object = field(init=False, repr=False)
+
+    name = "CircleLagrangian"
+    geometry = CIRCLE
+    default_max_steps = 1_000_000
+    energy_scaled = False
+
+    def __post_init__(self) -> None:
+        check_int(self.points, "points", minimum=8)
+        check_int(self.cells, "cells", minimum=8)
+        check_rtol(self.rtol)
+        check_int(self.implicit_substeps, "implicit_substeps", minimum=2)
+        check_real(self.cluster_separation, "cluster_separation", minimum=0.0, strictly=True)
+        object.__setattr__(self, "tableau", tableau_named(self.tableau))
+        model = self.model
+        if not model.on_sphere or model.dimension not in (None, 2):
+            raise ValueError(f"CircleLagrangian solves on the circle: got a model of dimension {model.dimension}"
+                             f"{'' if model.on_sphere else ' off the sphere'}")
+        if model.causal:
+            raise ValueError("CircleLagrangian labels tokens by mass, not by position in the sequence: a causal "
+                             "model takes CausalCircleFV")
+        object.__setattr__(self, "labels", mass_labels(self.points))
+        object.__setattr__(self, "engine", select_kernel(model, np.zeros((1, self.points, 2)), self.kernel))
+
+    @property
+    def theta(self) -> np.ndarray:
+        """Centres of the recording cells, shape ``(cells,)``."""
+        return (np.arange(self.cells) + 0.5) * (TWO_PI / self.cells)
+
+    @property
+    def resolution_advice(self) -> str:
+        return f"increase points (now {self.points})"
+
+    # ------------------------------------------------------------------ the measure and its quantile
+    def initial_quantile(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        r"""The labels' positions :math:`X(m_i)` of an initial measure, nondecreasing, in :math:`[0, 2\pi)` first.
+
+        ``rho0``: a density of :math:`\theta` (a callable: its distribution function by 4-point
+        Gauss on ``16 M`` cells, inverted there and polished by Newton steps), an array of
+        ``cells`` cell values (a piecewise constant density, inverted exactly), or a
+        :class:`PointMasses` (each label at the Dirac mass its mass falls in: exact when the
+        masses are multiples of ``1/M``).
+        """
+        if isinstance(rho0, PointMasses):
+            edges = np.concatenate([[0.0], np.cumsum(rho0.masses)])
+            index = np.minimum(np.searchsorted(edges, self.labels, side="right") - 1, rho0.angles.size - 1)
+            return rho0.angles[index]
+        if callable(rho0):
+            fine = max(self.cells, 16 * self.points)
+            nodes, weights = roots_legendre(4)
+            h = TWO_PI / fine
+            left = np.arange(fine) * h
+            samples = np.asarray(rho0(left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
+            values = check_density(0.5 * samples @ weights if samples.shape == (fine, 4) else samples, (fine,), name)
+            quantile = _invert_piecewise_constant(values, self.labels)
+            return _polish_quantile(rho0, values, quantile, self.labels)
+        return _invert_piecewise_constant(check_density(rho0, (self.cells,), name), self.labels)
+
+    def distribution(self, positions: np.ndarray, theta: np.ndarray) -> np.ndarray:
+        r"""The lifted distribution function :math:`G(\theta)` (:math:`G(\theta + 2\pi) = G(\theta) + 1`).
+
+        Piecewise linear through the labels :math:`(X_i, m_i)` and their shifts by whole turns.
+        """
+        lifted = np.concatenate([positions - TWO_PI, positions, positions + TWO_PI])
+        lifted = np.maximum.accumulate(lifted)  # labels that crossed by round-off keep a monotone G
+        mass = np.concatenate([self.labels - 1.0, self.labels, self.labels + 1.0])
+        turns = np.floor((theta - positions[0]) / TWO_PI)
+        return np.interp(theta - TWO_PI * turns, lifted, mass) + turns
+
+    def density(self, positions: np.ndarray) -> np.ndarray:
+        """Cell averages of the measure on the ``cells`` recording cells: mass in each over its width."""
+        edges = np.arange(self.cells + 1) * (TWO_PI / self.cells)
+        return np.diff(self.distribution(positions, edges)) / (TWO_PI / self.cells)
+
+    def clusters(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Masses and positions (in ``[0, 2 pi)``) of the clusters, heaviest first.
+
+        A cluster is a maximal run of consecutive labels with gaps below ``cluster_separation``;
+        a measure with no such gap is one cluster.
+        """
+        gaps = np.diff(np.concatenate([positions, [positions[0] + TWO_PI]]))
+        breaks = np.flatnonzero(gaps > self.cluster_separation)
+        if breaks.size == 0:
+            angle = np.angle(np.mean(np.exp(1j * positions)))
+            return np.ones(1), np.array([np.mod(angle, TWO_PI)])
+        start = (breaks[-1] + 1) % self.points  # number the runs from just after a gap: none wraps
+        order = (start + np.arange(self.points)) % self.points
+        lifted = positions[order] + TWO_PI * (order < start)
+        bounds = np.concatenate([[0], np.sort((breaks - start) % self.points) + 1])
+        sizes = np.diff(bounds)
+        means = np.add.reduceat(lifted, bounds[:-1]) / sizes
+        order = np.argsort(-sizes, kind="stable")
+        return sizes[order] / self.points, np.mod(means[order], TWO_PI)
+
+    # ------------------------------------------------------------------ the right-hand side
+    def velocity(self, positions: np.ndarray) -> np.ndarray:
+        r"""The attention velocity :math:`d X_i/dt` (angular) of the labels, ``D`` aside."""
+        unit = circle_points(positions)
+        tangent = self.engine.velocity_unchecked(unit[None])[0]
+        return unit[:, 0] * tangent[:, 1] - unit[:, 1] * tangent[:, 0]
+
+    def diffusion_velocity(self, positions: np.ndarray) -> np.ndarray:
+        r""":math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`."""
+        inverse = 1.0 / _gaps(positions)
+        return -self.model.diffusion * (inverse - np.roll(inverse, 1))
+
+    def rhs(self, positions: np.ndarray) -> np.ndarray:
+        """The semi-discrete right-hand side :math:`dX_i/dt`."""
+        return self.velocity(positions) + (self.diffusion_velocity(positions) if self.model.diffusion else 0.0)
+
+    def linearly_implicit_step(self, positions: np.ndarray, dt: float) -> np.ndarray:
+        r"""One linearly implicit Euler step: :math:`(I - dt\,J)\,\Delta X = dt\,(v + f_D)`, ``J`` the diffusion's Jacobian."""
+        spread = self.model.diffusion / _gaps(positions) ** 2  # D / (X_{i+1} - X_i)^2
+        before = np.roll(spread, 1)
+        change = solve_cyclic_tridiagonal(-dt * before, 1.0 + dt * (spread + before), -dt * spread,
+                                          dt * self.rhs(positions))
+        return positions + change
+
+    # ------------------------------------------------------------------ GridSolver
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if not continued:
+            positions = self.initial_quantile(rho0)
+        else:
+            positions = np.asarray(rho0, dtype=float)
+            if positions.shape != (self.points,) or not np.all(np.isfinite(positions)):
+                raise ValueError(f"a continued run takes the quantile of an earlier one (ds.position[-1], "
+                                 f"{self.points} finite positions), got shape {positions.shape}")
+        if self.model.diffusion > 0 and np.any(_gaps(positions) <= 0):
+            raise ValueError("with diffusion the initial measure must have a density: labels at one position "
+                             "(Dirac masses, or cells of zero density) have no finite entropy")
+        return positions
+
+    def _stepper(self, positions: np.ndarray, times: np.ndarray):
+        discretisation = _MassTransport(self)
+        if self.model.diffusion > 0:
+            stepper = ExtrapolatedImplicitEuler(self.linearly_implicit_step, self.implicit_substeps,
+                                                norm=discretisation.norm, tolerance=discretisation.tolerance)
+            attempt = AdaptiveStep(stepper, admit=discretisation.admit)
+        else:
+            attempt = explicit_adaptive_step(discretisation, self.tableau)
+        span = times[-1] - times[0]
+        speed = np.abs(self.velocity(positions)).max()
+        first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
+        return attempt, first, dict
+
+    def diagnose(self, positions: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        energy = self.energy(positions)
+        return Diagnosis({"mass": 1.0, "energy": energy, "lyapunov": self.lyapunov(positions, energy),
+                          "min_density": float(rho.min())}, True, "")
+
+    def recorded_fields(self, positions: np.ndarray) -> dict:
+        masses, where = self.clusters(positions)
+        return {"position": (("label",), positions.copy()), "cluster_mass": (("cluster",), masses),
+                "cluster_position": (("cluster",), where), "cluster_count": ((), float(masses.size))}
+
+    def recorded_coordinates(self) -> dict:
+        return {"label": self.labels}
+
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"theta": self.theta}
+
+    def recorded_settings(self) -> dict:
+        scheme = ({"implicit_substeps": self.implicit_substeps} if self.model.diffusion > 0
+                  else {"tableau": self.tableau.name})
+        return {"points": self.points, "cells": self.cells, "rtol": self.rtol,
+                "cluster_separation": self.cluster_separation, "engine": self.engine.name, **scheme}
+
+    # ------------------------------------------------------------------ functionals
+    def energy(self, positions: np.ndarray) -> float:
+        """The model's interaction energy of the labels' measure (NaN where the model has none)."""
+        model = self.model
+        if not model.has_energy:
+            return np.nan
+        unit = circle_points(positions)[None]
+        try:
+            if isinstance(model, SelfAttention):
+                return float(model.energy(unit, log_pair_sum=energy_pair_sum(model, unit))[0])
+            return float(model.energy(unit)[0])
+        except (ValueError, OverflowError):  # a field without potential; an energy beyond double precision
+            return np.nan
+
+    def entropy(self, positions: np.ndarray) -> float:
+        r"""The discrete :math:`\int\rho\log\rho = \sum_i \frac1M \log\frac{1/M}{X_{i+1} - X_i}`."""
+        return float(-np.mean(np.log(self.points * _gaps(positions))))
+
+    def lyapunov(self, positions: np.ndarray, energy: float) -> float:
+        r"""A functional the flow does not increase (as :meth:`CircleOperators.lyapunov`), or NaN.
+
+        Gradient flows of the energy (USA, zonal aggregation): :math:`D\int\rho\log\rho - cE`;
+        zonal SA without diffusion: :math:`-cE`; otherwise none is known.
+        """
+        model = self.model
+        if model.external is not None or not model.is_zonal:
+            return np.nan
+        scale = model.value_scale if isinstance(model, SelfAttention) else 1.0
+        if model.velocity_is_linear:
+            return (model.diffusion * self.entropy(positions) if model.diffusion else 0.0) - scale * energy
+        return -scale * energy if model.diffusion == 0 else np.nan
+
+    def deviation_norm(self, positions: np.ndarray) -> float:
+        """Root-mean-square distance of the labels from the uniform measure's quantile nearest to them."""
+        offset = positions - TWO_PI * self.labels
+        return float(np.sqrt(np.mean((offset - offset.mean()) ** 2)))
+
+
+def _gaps(positions: np.ndarray) -> np.ndarray:
+    """``X_{i+1} - X_i`` with the last label followed by the first one a turn later."""
+    return np.diff(np.concatenate([positions, [positions[0] + TWO_PI]]))
+
+
+def _invert_piecewise_constant(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Quantile of the piecewise constant density ``values`` (cells of one grid) at ``labels``."""
+    cells = values.size
+    width = TWO_PI / cells
+    cumulative = np.concatenate([[0.0], np.cumsum(values)])
+    cumulative /= cumulative[-1]
+    # the cell whose mass interval holds the label: it has positive mass
+    cell = np.clip(np.searchsorted(cumulative, labels, side="right") - 1, 0, cells - 1)
+    inside = (labels - cumulative[cell]) / (cumulative[cell + 1] - cumulative[cell])
+    return (cell + inside) * width
+
+
+def _polish_quantile(rho0: Callable, values: np.ndarray, quantile: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Newton steps on :math:`F(X) = m`, ``F`` the distribution of the callable ``rho0`` (Gauss on each cell)."""
+    cells = values.size
+    width = TWO_PI / cells
+    total = values.sum() * width
+    cumulative = np.concatenate([[0.0], np.cumsum(values) * width / total])
+    nodes, weights = roots_legendre(8)
+    for _ in range(QUANTILE_NEWTON_STEPS):
+        cell = np.clip(np.floor(quantile / width).astype(int), 0, cells - 1)
+        left = cell * width
+        span = quantile - left
+        inner = np.asarray(rho0(left[:, None] + 0.5 * span[:, None] * (nodes + 1)), dtype=float)
+        mass = cumulative[cell] + 0.5 * span * (inner @ weights) / total
+        slope = np.asarray(rho0(quantile), dtype=float) / total
+        moving = slope > 0
+        quantile = np.where(moving, quantile - (mass - labels) / np.where(moving, slope, 1.0), quantile)
+    return quantile
+
+
+class _MassTransport:
+    """The solver as a :class:`~meanfield.integration.protocols.Discretisation` of the labels' motion."""
+
+    decay = None
+
+    def __init__(self, solver: CircleLagrangian):
+        self.solver = solver
+
+    def rhs(self, positions: np.ndarray) -> np.ndarray:
+        return self.solver.rhs(positions)
+
+    def stable_step(self, positions: np.ndarray) -> float:
+        return np.inf
+
+    def norm(self, change: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(change ** 2)))
+
+    def tolerance(self, positions: np.ndarray) -> float:
+        scale = TWO_PI + float(np.abs(positions).max())
+        return self.solver.rtol * self.solver.deviation_norm(positions) + ROUNDOFF * scale
+
+    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
+        """With diffusion the labels must keep their order (a density between any two)."""
+        if self.solver.model.diffusion > 0 and np.any(_gaps(new) <= 0):
+            return None, "order"
+        return new, None

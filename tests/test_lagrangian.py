@@ -1,0 +1,135 @@
+"""CircleLagrangian: the mean-field equation on the circle in mass coordinates.
+
+References independent of the solver: the weighted particle ODE written here with scipy
+(Dirac masses), the two-point ODE of two clusters, CircleFV (an Eulerian discretisation
+sharing no code with it), and the solver's own convergence in the number of labels.
+"""
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+from scipy.optimize import brentq
+
+import meanfield as mf
+from solvers import CircleFV
+from solvers.circle_lagrangian import CircleLagrangian, PointMasses
+
+
+def smooth_start(theta):
+    return 1 + 0.1 * np.cos(theta) + 0.05 * np.sin(3 * theta + 0.3)
+
+
+def weighted_sa_velocity(beta, angles, masses):
+    """SA on the circle for tokens of masses ``masses``: the softmax over the others weighted by their mass."""
+    difference = angles[None, :] - angles[:, None]
+    weights = masses[None, :] * np.exp(beta * (np.cos(difference) - 1))
+    return (weights * np.sin(difference)).sum(axis=1) / weights.sum(axis=1)
+
+
+def test_dirac_masses_move_as_the_weighted_particle_system():
+    """D = 0: masses that are multiples of 1/M are represented exactly; the labels of each Dirac stay
+    together and follow the weighted particle ODE (DOP853 at rtol 1e-12) to the integrators' accuracy."""
+    beta, points = 5.0, 64
+    angles = np.array([0.3, 1.9, 2.2, 4.0, 5.5])
+    masses = np.array([12, 20, 8, 16, 8]) / 64
+    times = np.linspace(0.0, 4.0, 5)
+    solver = CircleLagrangian(mf.SelfAttention(beta), points=points, cells=64, rtol=1e-12)
+    ds = solver.solve(PointMasses(angles, masses), times, progress=False)
+    reference = solve_ivp(lambda t, y: weighted_sa_velocity(beta, y, masses), (0.0, 4.0), angles,
+                          method="DOP853", rtol=1e-13, atol=1e-13, t_eval=times).y.T
+    owner = np.repeat(np.arange(angles.size), (masses * points).astype(int))
+    np.testing.assert_allclose(ds.position.values, reference[:, owner], atol=1e-9)
+    for row in ds.position.values:  # the labels of one Dirac mass share one position exactly
+        for k in range(angles.size):
+            assert np.ptp(row[owner == k]) == 0.0
+
+
+def test_two_clusters_merge_when_the_two_point_ode_says():
+    """Two Dirac masses 3/8 and 5/8 at distance 1.2 (SA beta = 4): the solver's cluster count drops from 2
+    to 1 between the outputs that bracket the time at which the two-point ODE brings their distance to
+    the cluster separation 0.2."""
+    beta, masses = 4.0, np.array([3, 5]) / 8
+
+    def gap_rate(t, gap):
+        return weighted_sa_velocity(beta, np.array([0.0, gap[0]]), masses)[1:] - \
+            weighted_sa_velocity(beta, np.array([0.0, gap[0]]), masses)[:1]
+
+    path = solve_ivp(gap_rate, (0.0, 50.0), [1.2], method="DOP853", rtol=1e-12, atol=1e-14, dense_output=True)
+    merge = brentq(lambda t: path.sol(t)[0] - 0.2, 0.0, 50.0, xtol=1e-12)
+    times = np.array([0.0, merge - 1e-3, merge + 1e-3])
+    solver = CircleLagrangian(mf.SelfAttention(beta), points=8, cells=64, rtol=1e-10)
+    ds = solver.solve(PointMasses([1.0, 2.2], masses), times, progress=False)
+    assert list(ds.cluster_count.values) == [2, 2, 1]
+    np.testing.assert_allclose(np.sort(ds.cluster_mass.values[1][:2]), masses)
+    np.testing.assert_allclose(ds.cluster_mass.values[2][0], 1.0)
+
+
+def test_the_transport_in_mass_is_spectral_and_the_diffusion_second_order():
+    """Labels of M points are every third label of 3M points. D = 0: the positions agree far beyond
+    any power of 1/M (the midpoint rule of a periodic integrand); D > 0: their distance falls by 9
+    per tripling (second order), measured."""
+    times = [0.0, 2.0]
+    transport = [CircleLagrangian(mf.SelfAttention(5.0), points=m, cells=64, rtol=1e-11).solve(
+        smooth_start, times, progress=False).position.values[-1] for m in (128, 384)]
+    assert np.abs(transport[0] - transport[1][1::3]).max() < 1e-9
+    model = mf.SelfAttention(5.0, diffusion=0.1)
+    runs = [CircleLagrangian(model, points=m, cells=64, rtol=1e-10).solve(smooth_start, times, progress=False)
+            .position.values[-1] for m in (64, 192, 576)]
+    differences = [np.abs(coarse - fine[1::3]).max() for coarse, fine in zip(runs, runs[1:])]
+    assert 9 / 1.5 < differences[0] / differences[1] < 9 * 1.5, differences
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.05])
+def test_the_measure_converges_to_what_circle_fv_converges_to(diffusion):
+    """Cell averages on 128 cells: the L1 distance between CircleLagrangian (M labels) and CircleFV (N cells)
+    falls at second order as both refine (both are second order in the recorded averages)."""
+    model = mf.SelfAttention(9.0, diffusion=diffusion)
+    times = np.linspace(0.0, 4.0, 3)
+    distances = []
+    for points, cells in ((512, 256), (1024, 512), (2048, 1024)):
+        measure = CircleLagrangian(model, points=points, cells=128, rtol=1e-10).solve(smooth_start, times,
+                                                                                     progress=False)
+        grid = CircleFV(model, cells=cells, rtol=1e-8).solve(smooth_start, times, progress=False)
+        averaged = grid.rho.values.reshape(times.size, 128, -1).mean(axis=-1)
+        distances.append(np.abs(measure.rho.values - averaged).sum(axis=-1)[-1] * 2 * np.pi / 128)
+    ratios = np.array(distances[:-1]) / np.array(distances[1:])
+    assert np.all((ratios > 4 / 1.6) & (ratios < 4 * 1.6)), (distances, ratios)
+
+
+def test_the_free_energy_agrees_with_circle_fv_and_decreases():
+    """USA with diffusion is a gradient flow: D int rho log rho - cE, from the labels' spacings and their
+    energy, equals CircleFV's functional to their discretisation errors and never increases."""
+    model = mf.SelfAttention(3.0, normalized=False, diffusion=0.2)
+    times = np.linspace(0.0, 3.0, 7)
+    measure = CircleLagrangian(model, points=1024, cells=128).solve(smooth_start, times, progress=False)
+    grid = CircleFV(model, cells=1024).solve(smooth_start, times, progress=False)
+    np.testing.assert_allclose(measure.lyapunov.values, grid.lyapunov.values, rtol=1e-5)
+    assert np.all(np.diff(measure.lyapunov.values) < 0)
+    assert np.all(measure.mass.values == 1.0)
+
+
+def test_cell_averages_of_a_measure_and_its_clusters():
+    solver = CircleLagrangian(mf.SelfAttention(1.0), points=8, cells=8)
+    positions = solver.initial_quantile(PointMasses([0.1, 3.0, 6.2], [0.25, 0.5, 0.25]))
+    np.testing.assert_allclose(positions, [0.1, 0.1, 3.0, 3.0, 3.0, 3.0, 6.2, 6.2])
+    masses, where = solver.clusters(positions)
+    # 6.2 and 0.1 are 0.18 apart across angle 0: one cluster of mass 1/2 at their middle
+    np.testing.assert_allclose(masses, [0.5, 0.5])
+    np.testing.assert_allclose(np.sort(where), np.sort([3.0, np.mod(0.5 * (6.2 + 0.1 + 2 * np.pi), 2 * np.pi)]))
+    uniform = solver.initial_quantile(np.ones(8))
+    np.testing.assert_allclose(uniform, 2 * np.pi * (np.arange(8) + 0.5) / 8)
+    np.testing.assert_allclose(solver.density(uniform), np.full(8, 1 / (2 * np.pi)))
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="on the circle"):
+        CircleLagrangian(mf.SelfAttention(1.0, query=np.eye(3)))
+    with pytest.raises(ValueError, match="causal"):
+        CircleLagrangian(mf.CausalAttention(1.0, normalized=True))
+    with pytest.raises(ValueError, match="must have a density"):
+        CircleLagrangian(mf.SelfAttention(1.0, diffusion=0.1), points=8).solve(
+            PointMasses([1.0, 2.0], [1, 1]), [0.0, 1.0], progress=False)
+    with pytest.raises(ValueError, match="masses must be positive"):
+        PointMasses([1.0, 2.0], [1.0, 0.0])
+    with pytest.raises(ValueError, match="ds.position"):
+        CircleLagrangian(mf.SelfAttention(1.0), points=8).solve(np.ones(9), [0.0, 1.0], continued=True)
