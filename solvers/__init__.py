@@ -1,13 +1,15 @@
 """solvers: discretizations of the mean-field PDE (finite volumes and Fourier on the circle,
-spherical harmonics on S^2), of the layered equation of causal attention on both, and of pure
+spherical harmonics on S^2; the measure in mass coordinates through cluster formation), of the layered equation of causal attention on both, and of pure
 attention on the line (d = 1, rescaled tokens)."""
 
 from .causal import CausalCircleFV, CausalSphereSpectral
 from .circle import CircleFV
 from .circle_auto import CircleAuto
+from .circle_collapse import CircleFVLagrangian
+from .circle_lagrangian import CircleLagrangian, PointMasses
 from .circle_spectral import CircleSpectral
 from .line import LineFV
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]

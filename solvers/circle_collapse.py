@@ -1,0 +1,152 @@
+r"""The circle through cluster formation: finite volumes while the grid resolves the density, then mass coordinates.
+
+:class:`CircleFVLagrangian` runs :class:`~solvers.CircleFV` with its error estimate (a shadow
+run on half the cells) and, after the first accepted step at which the estimate exceeds
+``error_level`` times ``max rho``, continues from there with
+:class:`~solvers.CircleLagrangian` (the measure in mass coordinates, exact through the
+clusters with ``D = 0``): one call follows a run from smooth data to merged clusters. The
+finite volumes' cell averages are a piecewise constant density, whose quantile is taken
+exactly; the Lagrangian run records the averages on the same cells, so the outputs join on
+one grid. The mass labels' positions and the clusters are recorded at every output (before
+the hand-over from the finite volumes' density, by the same rule), and so are the hand-over
+time and each output's solver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+
+from meanfield.checks import check_density, check_times
+from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
+
+from .circle import CircleFV
+from .circle_lagrangian import CircleLagrangian
+
+
+@dataclass(frozen=True, eq=False)
+class CircleFVLagrangian:
+    r"""Finite volumes until their estimated error passes ``error_level``, then :class:`CircleLagrangian`.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        Any model both solvers take (not causal).
+    cells : int
+        Cells of the finite volumes and of the recorded averages.
+    points : int
+        Mass labels of the Lagrangian solver.
+    rtol : float
+        Both solvers' ``rtol``.
+    error_level : float
+        The hand-over: the finite volumes' estimated max-norm error over ``max rho``.
+    interaction : {"auto", "zonal", "general"}
+        The finite volumes' velocity path.
+    cluster_separation : float
+        The Lagrangian solver's cluster rule, applied to every output.
+    """
+
+    model: object
+    cells: int = 1024
+    points: int = 4096
+    rtol: float = 1e-6
+    error_level: float = 1e-3
+    interaction: str = "auto"
+    cluster_separation: float = 0.2
+    finite_volumes: CircleFV = field(init=False, repr=False)
+    lagrangian: CircleLagrangian = field(init=False, repr=False)
+
+    name = "CircleFVLagrangian"
+    geometry = CIRCLE
+
+    def __post_init__(self) -> None:
+        if self.error_level is None:
+            raise ValueError("CircleFVLagrangian hands over on the error estimate: error_level must be a number")
+        object.__setattr__(self, "finite_volumes", CircleFV(self.model, cells=self.cells, rtol=self.rtol,
+                                                            interaction=self.interaction,
+                                                            error_level=self.error_level))
+        object.__setattr__(self, "lagrangian", CircleLagrangian(self.model, points=self.points, cells=self.cells,
+                                                                rtol=self.rtol,
+                                                                cluster_separation=self.cluster_separation))
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.finite_volumes.theta
+
+    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """Cell averages of ``rho0``, mass one (as :meth:`CircleFV.initial_density`)."""
+        return self.finite_volumes.initial_density(rho0, name=name)
+
+    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
+              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
+        """As :meth:`CircleFV.solve`; the dataset also holds the labels' positions, the clusters and ``lagrangian``.
+
+        ``attrs["settings"]`` records ``handover_time`` (NaN: the finite volumes covered
+        every output) and both solvers' settings and step counts.
+        """
+        times = check_times(times)
+        finite = self.finite_volumes
+        averages = (check_density(rho0, (self.cells,), "rho0", evolved=True) if continued
+                    else self.initial_density(rho0))
+        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
+        part = finite.solve_until(averages, times, self._grid_exhausted, first_step=first_step, continued=True,
+                                  **common)
+        grid = self._with_labels(part.dataset)
+        if grid.sizes["time"] == times.size:
+            return self._annotated(grid, None, np.nan)
+        later = times[times > part.time]
+        positions = self.lagrangian.initial_quantile(np.maximum(part.density, 0.0))
+        measure = self.lagrangian.solve(positions, np.concatenate([[part.time], later]), continued=True, **common)
+        if part.time not in times:
+            measure = measure.isel(time=slice(1, None))
+        return self._annotated(grid, measure, part.time)
+
+    def _grid_exhausted(self, state: np.ndarray) -> bool:
+        finite = self.finite_volumes
+        return finite.error_estimate(state) > self.error_level * finite.density(state).max()
+
+    def _with_labels(self, ds: xr.Dataset) -> xr.Dataset:
+        """The finite volumes' outputs with the positions of the mass labels and the clusters of their density."""
+        lagrangian = self.lagrangian
+        fields = [lagrangian.recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0)))
+                  for rho in ds.rho.values]
+        width = max(f["cluster_mass"][1].size for f in fields)
+
+        def padded(name):
+            return np.array([np.pad(f[name][1], (0, width - f[name][1].size), constant_values=np.nan)
+                             for f in fields])
+
+        return ds.assign_coords(label=lagrangian.labels).assign(
+            position=(("time", "label"), np.array([f["position"][1] for f in fields])),
+            cluster_mass=(("time", "cluster"), padded("cluster_mass")),
+            cluster_position=(("time", "cluster"), padded("cluster_position")),
+            cluster_count=("time", np.array([f["cluster_count"][1] for f in fields])))
+
+    def _annotated(self, grid: xr.Dataset, measure: xr.Dataset | None, handover: float) -> xr.Dataset:
+        parts = [(grid, False)] + ([] if measure is None else [(measure, True)])
+        names = set().union(*(part.data_vars for part, _ in parts))
+        clusters = max(part.sizes["cluster"] for part, _ in parts)
+        parts = [(part.pad(cluster=(0, clusters - part.sizes["cluster"]), constant_values=np.nan), flag)
+                 for part, flag in parts]
+        filled = []
+        for part, flag in parts:
+            missing = {}
+            for name in names - set(part.data_vars):
+                other = next(p[name] for p, _ in parts if name in p.data_vars)
+                shape = [part.sizes["time"] if dim == "time" else other.sizes[dim] for dim in other.dims]
+                missing[name] = (other.dims, np.full(shape, np.nan))
+            filled.append(part.assign(lagrangian=("time", np.full(part.sizes["time"], flag)), **missing))
+        ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
+        ds["lagrangian"].attrs["long_name"] = "whether CircleLagrangian computed this output (else CircleFV)"
+        runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
+        settings = {"solver": self.name, "cells": self.cells, "points": self.points, "rtol": self.rtol,
+                    "error_level": self.error_level, "handover_time": handover, "runs": runs,
+                    "steps": sum(run["steps"] for run in runs.values()),
+                    "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
+                    "next_step": dataset_settings(parts[-1][0])["next_step"]}
+        ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
+        since = [part.attrs["underresolved_since"] for part, _ in parts if np.isfinite(part.attrs["underresolved_since"])]
+        ds.attrs["underresolved_since"] = min(since) if since else np.nan
+        return ds

@@ -1,0 +1,91 @@
+"""CircleFV's error estimate against the true error (a run at twice the cells), and when it warns.
+
+The claim (``solvers/circle.py``): the recorded ``error_estimate`` is within a factor 3 of the
+true max-norm error whenever that error is above round-off and below 5 % of ``max rho``, and
+the run is declared under-resolved (the warning) no later than the first output whose true
+error passes ``error_level = 1e-3`` of ``max rho``. Checked over the growth-rate runs of
+``tests/test_growth_rates.py`` (tiny and finite perturbations, one long interval, default
+settings) and three clustering runs (SA, noisy SA, USA).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from test_growth_rates import CIRCLE_MODES, cases, circle_model
+
+import meanfield as mf
+from solvers import CircleFV, UnderResolvedWarning
+
+#: The range of true errors (relative to max rho) in which the factor is claimed.
+ROUNDOFF_ERROR, LARGEST_CLAIMED = 1e-12, 0.05
+
+
+def true_and_estimated(model, rho0, times):
+    """Relative true and estimated errors per output, and the time the run declared itself under-resolved."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnderResolvedWarning)
+        run = CircleFV(model).solve(rho0, times, progress=False)
+        reference = CircleFV(model, cells=2 * run.sizes["theta"], error_level=None).solve(rho0, times,
+                                                                                          progress=False)
+    rho = run.rho.values
+    restricted = reference.rho.values.reshape(rho.shape[0], -1, 2).mean(axis=-1)
+    scale = rho.max(axis=1)
+    return (np.abs(rho - restricted).max(axis=1) / scale, run.error_estimate.values / scale,
+            run.attrs["underresolved_since"])
+
+
+def assert_calibrated(times, true, estimate, since, level=1e-3):
+    claimed = (true > ROUNDOFF_ERROR) & (true < LARGEST_CLAIMED)
+    ratio = estimate[claimed] / true[claimed]
+    assert np.all((ratio > 1 / 3) & (ratio < 3)), np.c_[times[claimed], true[claimed], ratio]
+    beyond = times[true > level]
+    if beyond.size:
+        assert since <= beyond[0], (since, beyond[0])
+    elif true.max() < level / 3:
+        assert np.isnan(since), since
+
+
+CLUSTERING = {
+    "SA-beta9": (mf.SelfAttention(9.0), lambda th: 1 + 0.1 * np.cos(4 * th) + 0.05 * np.sin(3 * th + 0.3),
+                 np.linspace(0.0, 8.0, 17)),
+    "SA-beta4-noisy": (mf.SelfAttention(4.0, diffusion=0.01), lambda th: 1 + 0.2 * np.cos(2 * th) + 0.1 * np.sin(5 * th),
+                       np.linspace(0.0, 12.0, 7)),
+    "USA-beta3": (mf.SelfAttention(3.0, normalized=False), lambda th: 1 + 0.1 * np.cos(3 * th) + 0.05 * np.sin(th),
+                  np.linspace(0.0, 1.5, 7)),
+}
+
+
+@pytest.mark.parametrize("name", list(CLUSTERING))
+def test_the_estimate_follows_clustering_runs_and_warns_in_time(name):
+    model, rho0, times = CLUSTERING[name]
+    true, estimate, since = true_and_estimated(model, rho0, times)
+    assert true.max() > 1e-4  # the runs reach the regime the estimate is for
+    assert_calibrated(times, true, estimate, since)
+
+
+#: The default suite takes the largest mode and the longest runs; ``make test-all`` every one.
+FAST = {"SA-beta5-D0-T2", "USA-beta5-D0.05-T2"}
+
+
+@pytest.mark.parametrize("normalized, beta, diffusion, duration", [
+    param if param.id in FAST else pytest.param(*param.values, id=param.id, marks=pytest.mark.slow)
+    for param in cases((0.0, 1.0, 5.0))])
+@pytest.mark.parametrize("amplitude", [1e-8, 1e-3])
+def test_the_estimate_follows_the_growth_rate_runs(normalized, beta, diffusion, duration, amplitude):
+    model = circle_model(normalized, beta, diffusion)
+    for k in CIRCLE_MODES[-1:] if (f"{'SA' if normalized else 'USA'}-beta{beta:g}-D{diffusion:g}-T{duration:g}"
+                                   in FAST) else CIRCLE_MODES:
+        times = np.array([0.0, duration])
+        true, estimate, since = true_and_estimated(model, lambda th: 1 + amplitude * np.cos(k * th + 0.7), times)
+        assert_calibrated(times, true, estimate, since)
+
+
+def test_the_estimate_needs_an_even_grid_and_can_be_switched_off():
+    with pytest.raises(ValueError, match="cells must be even"):
+        CircleFV(mf.SelfAttention(1.0), cells=255)
+    ds = CircleFV(mf.SelfAttention(1.0), cells=255, error_level=None).solve(lambda th: 1 + 0.1 * np.cos(th),
+                                                                            [0.0, 0.5], progress=False)
+    assert np.isnan(ds.error_estimate.values).all()
+    with pytest.raises(ValueError, match="error_level"):
+        CircleFV(mf.SelfAttention(1.0), error_level=0.0)
