@@ -26,6 +26,7 @@ from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
 
 from .circle import CircleFV
 from .circle_spectral import CircleSpectral, tail_fraction
+from .grid_solver import joined_runs
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,9 +112,12 @@ class CircleAuto:
         solvers' settings and step counts.
         """
         times = check_times(times)
+        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
+        if continued and np.shape(rho0) != (self.cells,):  # the finite volumes' state, their shadow included
+            return self._annotated(self.finite_volumes.solve(rho0, times, continued=True, first_step=first_step,
+                                                             **common), None, float(times[0]), 0.0)
         averages = (check_density(rho0, (self.cells,), "rho0", evolved=True) if continued
                     else self.initial_density(rho0))
-        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
         if not self._spectrally_smooth(averages):
             return self._annotated(self.finite_volumes.solve(averages, times, continued=True, first_step=first_step,
                                                              **common), None, float(times[0]), 0.0)
@@ -131,17 +135,22 @@ class CircleAuto:
             finite = finite.isel(time=slice(1, None))
         return self._annotated(finite, part.dataset, part.time, clipped)
 
+    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
+        """As :meth:`CircleFV.continuation_state` once the finite volumes have taken over; the density before."""
+        if ds.spectral.values[-1]:
+            return ds.rho.values[-1]
+        return self.finite_volumes.continuation_state(ds)
+
     def _annotated(self, finite: xr.Dataset | None, spectral: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
         # both solvers' diagnostics in every dataset (NaN where the other solver ran): segments of one run concatenate
-        names = set().union(*(part.data_vars for part, _ in parts), {"spectral_tail", "cluster_width"})
-        filled = []
-        for part, flag in parts:
-            missing = {name: ("time", np.full(part.sizes["time"], np.nan)) for name in names - set(part.data_vars)}
-            filled.append(part.assign(spectral=("time", np.full(part.sizes["time"], flag)), **missing))
-        ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
-        ds["spectral"].attrs["long_name"] = "whether CircleSpectral computed this output (else CircleFV)"
+        finite_volumes = self.finite_volumes
+        expected = {"spectral_tail": ("time",), "cluster_width": ("time",), "error_estimate": ("time",)}
+        if finite_volumes.shadow is not None:
+            expected["shadow_rho"] = ("time", "shadow_theta")
+        ds = joined_runs(parts, "spectral", "whether CircleSpectral computed this output (else CircleFV)",
+                         expected=expected, coordinates=finite_volumes.recorded_coordinates())
         runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
         settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
                     "handover_clipped": clipped, "runs": runs,

@@ -19,11 +19,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-from meanfield.checks import check_density, check_times
+from meanfield.checks import check_times
 from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
 
 from .circle import CircleFV
 from .circle_lagrangian import CircleLagrangian
+from .grid_solver import joined_runs
+
+
+@dataclass(frozen=True)
+class LabelPositions:
+    """The state a run continues from once the Lagrangian solver has taken over: the labels' positions."""
+
+    positions: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,10 +96,12 @@ class CircleFVLagrangian:
         """
         times = check_times(times)
         finite = self.finite_volumes
-        averages = (check_density(rho0, (self.cells,), "rho0", evolved=True) if continued
-                    else self.initial_density(rho0))
         common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
-        part = finite.solve_until(averages, times, self._grid_exhausted, first_step=first_step, continued=True,
+        if isinstance(rho0, LabelPositions):  # continued after the hand-over
+            measure = self.lagrangian.solve(rho0.positions, times, continued=True, first_step=first_step, **common)
+            return self._annotated(None, measure, float(times[0]))
+        start = rho0 if continued else self.initial_density(rho0)
+        part = finite.solve_until(start, times, self._grid_exhausted, first_step=first_step, continued=True,
                                   **common)
         grid = self._with_labels(part.dataset)
         if grid.sizes["time"] == times.size:
@@ -102,6 +112,12 @@ class CircleFVLagrangian:
         if part.time not in times:
             measure = measure.isel(time=slice(1, None))
         return self._annotated(grid, measure, part.time)
+
+    def continuation_state(self, ds: xr.Dataset):
+        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``."""
+        if ds.lagrangian.values[-1]:
+            return LabelPositions(ds.position.values[-1])
+        return self.finite_volumes.continuation_state(ds)
 
     def _grid_exhausted(self, state: np.ndarray) -> bool:
         finite = self.finite_volumes
@@ -124,22 +140,11 @@ class CircleFVLagrangian:
             cluster_position=(("time", "cluster"), padded("cluster_position")),
             cluster_count=("time", np.array([f["cluster_count"][1] for f in fields])))
 
-    def _annotated(self, grid: xr.Dataset, measure: xr.Dataset | None, handover: float) -> xr.Dataset:
-        parts = [(grid, False)] + ([] if measure is None else [(measure, True)])
-        names = set().union(*(part.data_vars for part, _ in parts))
-        clusters = max(part.sizes["cluster"] for part, _ in parts)
-        parts = [(part.pad(cluster=(0, clusters - part.sizes["cluster"]), constant_values=np.nan), flag)
-                 for part, flag in parts]
-        filled = []
-        for part, flag in parts:
-            missing = {}
-            for name in names - set(part.data_vars):
-                other = next(p[name] for p, _ in parts if name in p.data_vars)
-                shape = [part.sizes["time"] if dim == "time" else other.sizes[dim] for dim in other.dims]
-                missing[name] = (other.dims, np.full(shape, np.nan))
-            filled.append(part.assign(lagrangian=("time", np.full(part.sizes["time"], flag)), **missing))
-        ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
-        ds["lagrangian"].attrs["long_name"] = "whether CircleLagrangian computed this output (else CircleFV)"
+    def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float) -> xr.Dataset:
+        parts = [(part, flag) for part, flag in ((grid, False), (measure, True)) if part is not None]
+        expected = {"error_estimate": ("time",), "cluster_width": ("time",), "shadow_rho": ("time", "shadow_theta")}
+        ds = joined_runs(parts, "lagrangian", "whether CircleLagrangian computed this output (else CircleFV)",
+                         expected=expected, coordinates=self.finite_volumes.recorded_coordinates())
         runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
         settings = {"solver": self.name, "cells": self.cells, "points": self.points, "rtol": self.rtol,
                     "error_level": self.error_level, "handover_time": handover, "runs": runs,

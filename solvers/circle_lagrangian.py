@@ -115,6 +115,9 @@ class CircleLagrangian(GridSolver):
         ``D > 0``: the extrapolation depth of the linearly implicit Euler step (as :class:`CircleFV`).
     cluster_separation : float
         Gap (radians) between consecutive labels that separates two clusters.
+    min_cluster_mass : float
+        Lighter runs of labels are stray mass between clusters (the depleted regions keep a
+        few labels), not clusters; their mass is in no cluster.
     kernel : str
         The particle engine of the velocity (:func:`meanfield.engines.select_kernel`).
     """
@@ -126,6 +129,7 @@ class CircleLagrangian(GridSolver):
     tableau: str | ExplicitTableau = "dormand_prince"
     implicit_substeps: int = 3
     cluster_separation: float = 0.2
+    min_cluster_mass: float = 0.01
     kernel: str = "auto"
     labels: np.ndarray = field(init=False, repr=False)
     engine: object = field(init=False, repr=False)
@@ -141,6 +145,7 @@ class CircleLagrangian(GridSolver):
         check_rtol(self.rtol)
         check_int(self.implicit_substeps, "implicit_substeps", minimum=2)
         check_real(self.cluster_separation, "cluster_separation", minimum=0.0, strictly=True)
+        check_real(self.min_cluster_mass, "min_cluster_mass", minimum=0.0)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
         if not model.on_sphere or model.dimension not in (None, 2):
@@ -205,8 +210,8 @@ class CircleLagrangian(GridSolver):
     def clusters(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Masses and positions (in ``[0, 2 pi)``) of the clusters, heaviest first.
 
-        A cluster is a maximal run of consecutive labels with gaps below ``cluster_separation``;
-        a measure with no such gap is one cluster.
+        A cluster is a maximal run of consecutive labels with gaps below ``cluster_separation``
+        and mass at least ``min_cluster_mass``; a measure with no such gap is one cluster.
         """
         gaps = np.diff(np.concatenate([positions, [positions[0] + TWO_PI]]))
         breaks = np.flatnonzero(gaps > self.cluster_separation)
@@ -220,6 +225,7 @@ class CircleLagrangian(GridSolver):
         sizes = np.diff(bounds)
         means = np.add.reduceat(lifted, bounds[:-1]) / sizes
         order = np.argsort(-sizes, kind="stable")
+        order = order[sizes[order] >= self.min_cluster_mass * self.points]
         return sizes[order] / self.points, np.mod(means[order], TWO_PI)
 
     # ------------------------------------------------------------------ the right-hand side
@@ -293,7 +299,8 @@ class CircleLagrangian(GridSolver):
         scheme = ({"implicit_substeps": self.implicit_substeps} if self.model.diffusion > 0
                   else {"tableau": self.tableau.name})
         return {"points": self.points, "cells": self.cells, "rtol": self.rtol,
-                "cluster_separation": self.cluster_separation, "engine": self.engine.name, **scheme}
+                "cluster_separation": self.cluster_separation, "min_cluster_mass": self.min_cluster_mass,
+                "engine": self.engine.name, **scheme}
 
     # ------------------------------------------------------------------ functionals
     def energy(self, positions: np.ndarray) -> float:

@@ -191,6 +191,10 @@ class GridSolver:
     def recorded_fields(self, state) -> dict[str, tuple[tuple[str, ...], Any]]:
         return {}
 
+    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
+        """What ``solve(..., continued=True)`` takes to go on from the end of ``ds`` (its last density)."""
+        return ds.rho.values[-1]
+
     def recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {}
 
@@ -255,3 +259,41 @@ class SolveRecord:
     def collapse(self, t: float, reason: str) -> NoReturn:
         raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,
                                partial=self.dataset())
+
+
+def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str, *,
+                expected: dict[str, tuple[str, ...]] | None = None,
+                coordinates: dict[str, np.ndarray] | None = None) -> xr.Dataset:
+    """The outputs of the solvers of one run, in time order, each output flagged ``flag`` (which solver).
+
+    Every variable is in every part (NaN where a solver has none), and so are ``expected``
+    (name: dims) with their ``coordinates``: segments of one run then concatenate whichever
+    solvers computed them. Dimensions whose length varies between parts (clusters) are
+    padded with NaN.
+    """
+    dims = {name: part[name].dims for part, _ in parts for name in part.data_vars} | dict(expected or {})
+    sizes = {dim: values.size for dim, values in (coordinates or {}).items()}
+    for part, _ in parts:
+        sizes.update({dim: max(size, sizes.get(dim, 0)) for dim, size in part.sizes.items() if dim != "time"})
+    filled = []
+    for part, value in zip(padded_to_longest([part for part, _ in parts]), [flag for _, flag in parts]):
+        part = part.assign_coords({dim: values for dim, values in (coordinates or {}).items() if dim not in part.coords})
+        missing = {name: (shape, np.full([part.sizes["time"] if d == "time" else sizes[d] for d in shape], np.nan))
+                   for name, shape in dims.items() if name not in part.data_vars}
+        filled.append(part.assign({flag: ("time", np.full(part.sizes["time"], value)), **missing}))
+    ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
+    ds[flag].attrs["long_name"] = long_name
+    return ds
+
+
+def padded_to_longest(parts: list[xr.Dataset]) -> list[xr.Dataset]:
+    """Parts of one run with each dimension that has no coordinate (clusters) NaN-padded to its longest length."""
+    longest: dict[str, int] = {}
+    for part in parts:
+        for dim, size in part.sizes.items():
+            if dim not in part.coords:
+                longest[dim] = max(size, longest.get(dim, 0))
+    return [part.pad({dim: (0, longest[dim] - part.sizes[dim]) for dim in part.dims
+                      if dim in longest and part.sizes[dim] < longest[dim]}, constant_values=np.nan)
+            if any(dim in longest and part.sizes[dim] < longest[dim] for dim in part.dims) else part
+            for part in parts]

@@ -13,6 +13,7 @@ def clustering_start(theta):
     return 1 + 0.1 * np.cos(4 * theta) + 0.05 * np.sin(3 * theta + 0.3)
 
 
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")  # the finite volumes' error passes 1e-3 at t = 5.5
 def test_a_clustering_run_hands_over_before_any_negative_density_and_matches_circle_fv():
     """SA beta = 9, D = 0: the hand-over comes before a negative value is stored; until the finite
     volumes stop resolving the clusters, the result equals CircleFV from the start within
@@ -35,6 +36,7 @@ def test_a_clustering_run_hands_over_before_any_negative_density_and_matches_cir
     assert np.all(difference <= 1.1 * estimate + 1e-12), np.c_[times, difference, estimate]
 
 
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")  # a discontinuous start is not resolved
 def test_a_smooth_run_stays_spectral_and_a_sharp_start_takes_the_finite_volumes():
     smooth = CircleAuto(mf.SelfAttention(3.0, diffusion=0.1), cells=256).solve(
         lambda th: 1 + 0.3 * np.cos(th), [0.0, 1.0, 2.0], progress=False)
@@ -58,6 +60,7 @@ def test_spectral_cells_must_divide_cells():
     assert CircleAuto(mf.SelfAttention(1.0), cells=256).spectral.cells == 64
 
 
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")  # 512 cells: error above 1e-3 from t = 5
 def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     """``method.kind = "CircleAuto"``: the run's segments (each a call, continued from the last) join into the
     one-call result, the hand-over included; every segment carries both solvers' diagnostics."""

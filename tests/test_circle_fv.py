@@ -71,7 +71,7 @@ def test_mass_positivity_and_lyapunov_at_every_step(name, diffusion):
 def test_free_energy_of_attractive_usa_decreases_without_step_rejection():
     """The implicit Scharfetter-Gummel step dissipates the free energy by construction."""
     model = mf.SelfAttention(2.0, normalized=False, diffusion=0.05)
-    solver = CircleFV(model, cells=512)
+    solver = CircleFV(model, cells=512, error_level=None)  # the scheme's own property
     log = StepLog(solver)
     ds = solver.solve(bumpy, np.linspace(0, 10, 3), observer=log)
     assert "lyapunov" not in json.loads(ds.attrs["settings"])["rejections"]
@@ -84,7 +84,7 @@ def test_free_energy_of_attractive_usa_decreases_without_step_rejection():
 @pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")  # monotone even once unresolved
 def test_usa_energy_non_decreasing_at_every_step():
     model = mf.SelfAttention(2.0, normalized=False)
-    solver = CircleFV(model, cells=512)
+    solver = CircleFV(model, cells=512, error_level=None)  # the scheme's own property
     energies = []
     solver.solve(bumpy, [0, 2.0], observer=lambda t, rho: energies.append(solver.operators.energy(rho)))
     energies = np.array(energies)
@@ -102,10 +102,10 @@ def test_second_order_in_space_in_the_max_norm(model):
     """Smooth extrema included: the limiter acts only for positivity, so it never clips them."""
     times = [0.0, 0.5]
     sizes = [32, 64, 128, 256]
-    reference = CircleFV(model, cells=2048, rtol=1e-9).solve(bumpy, times).rho.values[-1]
+    reference = CircleFV(model, cells=2048, rtol=1e-9, error_level=None).solve(bumpy, times).rho.values[-1]
     errors = []
     for n in sizes:
-        rho = CircleFV(model, cells=n, rtol=1e-9).solve(bumpy, times).rho.values[-1]
+        rho = CircleFV(model, cells=n, rtol=1e-9, error_level=None).solve(bumpy, times).rho.values[-1]
         errors.append(np.abs(rho - cell_average_to(reference, n)).max())
     order = -np.polyfit(np.log(sizes), np.log(errors), 1)[0]
     assert order >= 1.8, (errors, order)
@@ -115,7 +115,7 @@ def test_second_order_in_space_in_the_max_norm(model):
                                    mf.SelfAttention(3.0, diffusion=0.05)], ids=["USA", "SA"])
 def test_third_order_in_time_with_diffusion(model):
     """One step per output interval (the tolerance never rejects it): the scheme's own order."""
-    solver = CircleFV(model, cells=128, rtol=1e6)
+    solver = CircleFV(model, cells=128, rtol=1e6, error_level=None)
     finals = {}
     for steps in (8, 16, 32, 64, 512):
         ds = solver.solve(bumpy, np.linspace(0.0, 1.0, steps + 1), first_step=1.0 / steps)
@@ -151,7 +151,7 @@ def test_long_time_state_is_the_self_consistent_stationary_state(model):
     reference = circle_stationary_density(model, fine, start(theta_fine))
     errors = []
     for cells in (64, 128):
-        ds = CircleFV(model, cells=cells, rtol=1e-6).solve(start, [0.0, 100.0, 150.0])
+        ds = CircleFV(model, cells=cells, rtol=1e-6, error_level=None).solve(start, [0.0, 100.0, 150.0])
         rho = ds.rho.values
         # Reached the stationary state, far below the discretization error measured next.
         assert np.abs(rho[-1] - rho[-2]).max() < 1e-7

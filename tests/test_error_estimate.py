@@ -8,6 +8,7 @@ error passes ``error_level = 1e-3`` of ``max rho``. Checked over the growth-rate
 settings) and three clustering runs (SA, noisy SA, USA).
 """
 
+import json
 import warnings
 
 import numpy as np
@@ -89,3 +90,22 @@ def test_the_estimate_needs_an_even_grid_and_can_be_switched_off():
     assert np.isnan(ds.error_estimate.values).all()
     with pytest.raises(ValueError, match="error_level"):
         CircleFV(mf.SelfAttention(1.0), error_level=0.0)
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.05])
+def test_the_shadow_observes_and_never_steers(diffusion):
+    """The solution with the estimate is bitwise the one without; a run continued from its
+    continuation_state (the shadow included) records the estimates of the uninterrupted run."""
+    model = mf.SelfAttention(9.0, diffusion=diffusion)
+    rho0, times = CLUSTERING["SA-beta9"][1], np.linspace(0.0, 3.0, 4)
+    plain = CircleFV(model, cells=512, error_level=None).solve(rho0, times, progress=False)
+    solver = CircleFV(model, cells=512)
+    whole = solver.solve(rho0, times, progress=False)
+    np.testing.assert_array_equal(whole.rho.values, plain.rho.values)
+    first = solver.solve(rho0, times[:3], progress=False)
+    second = solver.solve(solver.continuation_state(first), times[2:], continued=True, progress=False,
+                          first_step=json.loads(first.attrs["settings"])["next_step"])
+    np.testing.assert_array_equal(second.error_estimate.values, whole.error_estimate.values[2:])
+    restarted = solver.solve(first.rho.values[-1], times[2:], continued=True, progress=False,
+                             first_step=json.loads(first.attrs["settings"])["next_step"])
+    assert restarted.error_estimate.values[-1] < whole.error_estimate.values[-1]  # only the error since the restart

@@ -35,9 +35,9 @@ def test_general_path_equals_the_zonal_solver(normalized, diffusion):
     matrices = mf.SelfAttention(1.0, normalized=normalized, diffusion=diffusion, value=1.3 * np.eye(2),
                                 query=np.eye(2), key=np.eye(2))
     times = [0.0, 0.3, 0.6]
-    reference = CircleFV(zonal, cells=256).solve(bumpy, times)
+    reference = CircleFV(zonal, cells=256, error_level=None).solve(bumpy, times)
     for model, interaction in ((zonal, "general"), (matrices, "auto")):
-        run = CircleFV(model, cells=256, interaction=interaction).solve(bumpy, times)
+        run = CircleFV(model, cells=256, interaction=interaction, error_level=None).solve(bumpy, times)
         assert type(run.attrs["settings"]) is str and '"steps"' in run.attrs["settings"]
         assert run.attrs["settings"].split('"steps"')[1][:12] == reference.attrs["settings"].split('"steps"')[1][:12]
         np.testing.assert_allclose(run.rho.values, reference.rho.values, rtol=0, atol=1e-12)
@@ -53,14 +53,14 @@ def test_rotation_covariance(normalized):
     rotated = mf.SelfAttention(model.beta, normalized=normalized, query=QUERY @ r.T, key=KEY @ r.T,
                                value=r @ VALUE @ r.T)
     times = [0.0, 0.25, 0.5]
-    run = CircleFV(model, cells=cells).solve(bumpy, times)
-    turned = CircleFV(rotated, cells=cells).solve(lambda th: bumpy(th - angle), times)
+    run = CircleFV(model, cells=cells, error_level=None).solve(bumpy, times)
+    turned = CircleFV(rotated, cells=cells, error_level=None).solve(lambda th: bumpy(th - angle), times)
     np.testing.assert_allclose(turned.rho.values, np.roll(run.rho.values, shift, axis=-1), rtol=0, atol=1e-11)
 
 
 @pytest.mark.parametrize("normalized,diffusion", [(True, 0.0), (False, 0.0), (True, 0.1)])
 def test_mass_and_positivity(normalized, diffusion):
-    run = CircleFV(general_model(normalized, diffusion), cells=256).solve(bumpy, [0.0, 0.25, 0.5])
+    run = CircleFV(general_model(normalized, diffusion), cells=256, error_level=None).solve(bumpy, [0.0, 0.25, 0.5])
     np.testing.assert_allclose(run.rho.sum("theta").values * 2 * np.pi / 256, 1.0, rtol=0, atol=1e-12)
     assert run.rho.min() >= 0
 
@@ -109,6 +109,9 @@ kind = "perturbed_uniform"
 """
 
 
+# The perceptron's ReLU kink costs the finite volumes their second order: at 1024 cells the error passes
+# 1e-3 of max rho by t = 0.125 (measured against 2048 cells), and the run rightly says so.
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")
 def test_configs_take_matrices_and_a_perceptron(tmp_path):
     from validation.app import run_experiment
     from validation.app.config import load_config

@@ -59,7 +59,7 @@ def test_two_clusters_merge_when_the_two_point_ode_says():
     path = solve_ivp(gap_rate, (0.0, 50.0), [1.2], method="DOP853", rtol=1e-12, atol=1e-14, dense_output=True)
     merge = brentq(lambda t: path.sol(t)[0] - 0.2, 0.0, 50.0, xtol=1e-12)
     times = np.array([0.0, merge - 1e-3, merge + 1e-3])
-    solver = CircleLagrangian(mf.SelfAttention(beta), points=8, cells=64, rtol=1e-10)
+    solver = CircleLagrangian(mf.SelfAttention(beta), points=8, cells=64, rtol=1e-10)  # masses 3/8, 5/8
     ds = solver.solve(PointMasses([1.0, 2.2], masses), times, progress=False)
     assert list(ds.cluster_count.values) == [2, 2, 1]
     np.testing.assert_allclose(np.sort(ds.cluster_mass.values[1][:2]), masses)
@@ -111,7 +111,7 @@ def test_the_free_energy_agrees_with_circle_fv_and_decreases():
 
 
 def test_cell_averages_of_a_measure_and_its_clusters():
-    solver = CircleLagrangian(mf.SelfAttention(1.0), points=8, cells=8)
+    solver = CircleLagrangian(mf.SelfAttention(1.0), points=8, cells=8, min_cluster_mass=0.0)
     positions = solver.initial_quantile(PointMasses([0.1, 3.0, 6.2], [0.25, 0.5, 0.25]))
     np.testing.assert_allclose(positions, [0.1, 0.1, 3.0, 3.0, 3.0, 3.0, 6.2, 6.2])
     masses, where = solver.clusters(positions)
@@ -183,7 +183,7 @@ def test_one_call_follows_the_clusters_past_the_grid_and_agrees_with_the_measure
         distance = np.abs(ds.rho.values[index] - reference.rho.values[index]).sum() * width
         assert distance <= 2 * np.pi * ds.error_estimate.values[index] + reconstruction + 1e-12, \
             (times[index], distance, ds.error_estimate.values[index], reconstruction)
-    formed = times >= 8.0  # while clusters form, gaps near the separation and stray labels count either way
+    formed = times >= 6.0  # while clusters form, a gap near the separation may count either way
     np.testing.assert_array_equal(ds.cluster_count.values[formed], reference.cluster_count.values[formed])
     after = ds.lagrangian.values & formed
     assert ds.cluster_count.values[-1] < ds.cluster_count.values[after][0]  # a merge after the hand-over

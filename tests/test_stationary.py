@@ -98,7 +98,7 @@ def test_usa_state_equals_the_fixed_point_iteration():
     model = mf.SelfAttention(2.0, normalized=False, diffusion=0.12)
     problem = CircleStationary(model, 128)
     # The workflow: the dynamics' state at t = 5 (still moving) as the guess.
-    run = CircleFV(model, cells=128).solve(lambda t: 1 + 0.3 * np.cos(t), [0.0, 5.0], progress=False)
+    run = CircleFV(model, cells=128, error_level=None).solve(lambda t: 1 + 0.3 * np.cos(t), [0.0, 5.0], progress=False)
     guess = problem.reduce(run.rho.values[-1] - problem.uniform)
     assert np.abs(problem.residual(guess, 0.12)).max() > 1e-4
     point = stationary_state(problem, guess)
@@ -120,7 +120,7 @@ def test_a_returned_state_does_not_move_under_the_time_dependent_solver():
     model = mf.SelfAttention(4.0, diffusion=0.08)
     problem, point = branch_state(model, 1, 0.08)
     rho = problem.density(point.unknowns)
-    solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-8)
+    solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-8, error_level=None)
     ds = solver.solve(rho, [0.0, 10.0], progress=False)
     moved = np.sqrt(problem.width * np.sum((ds.rho.values[-1] - rho) ** 2))
     assert moved < solver.rtol * problem.norm(point.unknowns)
@@ -140,7 +140,7 @@ def test_perturbations_grow_or_decay_at_the_leading_eigenvalue(mode):
     size = 1e-4 * problem.uniform
     start = rho + size * direction / np.abs(direction).max()
     duration = 3.0 / abs(rate) if mode == 2 else 1.0 / abs(rate)
-    solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-10)
+    solver = CircleFV(dataclasses.replace(model, diffusion=point.value), cells=128, rtol=1e-10, error_level=None)
     ds = solver.solve(start, [0.0, duration], progress=False)
     distance = lambda values: np.sqrt(problem.width * np.sum((values - rho) ** 2))  # noqa: E731
     measured = np.log(distance(ds.rho.values[-1]) / distance(ds.rho.values[0])) / duration

@@ -123,12 +123,12 @@ class ExtrapolatedImplicitEuler:
         ``k >= 2``.
     norm, tolerance : callable
         As for :class:`ExplicitRungeKutta`.
-    lower_bound : float
-        Elementwise floor the kept solution must respect (``-inf``: none).
+    lower_bound : float or numpy.ndarray
+        Elementwise floor the kept solution must respect (``-inf``: none), a number or one per entry.
     """
 
     def __init__(self, implicit_step: Callable[[np.ndarray, float], np.ndarray], substeps: int, *,
-                 norm: Norm, tolerance: Callable[[np.ndarray], float], lower_bound: float = -np.inf):
+                 norm: Norm, tolerance: Callable[[np.ndarray], float], lower_bound: float | np.ndarray = -np.inf):
         if substeps < 2:
             raise ValueError(f"substeps must be at least 2 (an error estimate needs two columns), got {substeps}")
         self.implicit_step, self.substeps, self.norm, self.tolerance = implicit_step, substeps, norm, tolerance
@@ -159,6 +159,6 @@ class ExtrapolatedImplicitEuler:
         falling = correction < 0
         if not falling.any():
             return kept
-        room = (finest[falling] - self.lower_bound) / -correction[falling]
+        room = (finest[falling] - np.broadcast_to(self.lower_bound, finest.shape)[falling]) / -correction[falling]
         factor = min(1.0, float(np.min(room)))
         return kept if factor == 1.0 else finest + max(factor, 0.0) * correction

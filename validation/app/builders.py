@@ -93,12 +93,14 @@ def load_initial_file(path: str) -> np.ndarray:
 def build_solver(config: ExperimentConfig, model):
     """The PDE solver the config names, or None for particles."""
     # here: particle sweep workers start without solvers/xarray
-    from solvers import CircleAuto, CircleFV, CircleSpectral, SphereSpectral
+    from solvers import CircleAuto, CircleFV, CircleFVLagrangian, CircleSpectral, SphereSpectral
 
     method = config.method
     extra = {} if method.rtol is None else {"rtol": method.rtol}
     circle = {"CircleFV": CircleFV, "CircleSpectral": CircleSpectral, "CircleAuto": CircleAuto}
     try:
+        if method.kind == "CircleFVLagrangian":
+            return CircleFVLagrangian(model, cells=method.cells, points=method.points, **extra)
         if method.kind in circle:
             return circle[method.kind](model, cells=method.cells, **extra)
         if method.kind == "SphereSpectral":

@@ -23,8 +23,11 @@ Example (see ``examples/``)::
     # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
 
     [method]
-    kind = "CircleFV"                   # "CircleFV" | "CircleSpectral" | "CircleAuto" | "SphereSpectral" | "particles"
+    kind = "CircleFV"                   # "CircleFV" | "CircleSpectral" | "CircleAuto" | "CircleFVLagrangian"
+                                        # | "SphereSpectral" | "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
+                                        # CircleFVLagrangian: points = 4096 (mass labels after
+                                        # the finite volumes' error passes 1e-3 of max rho)
                                         # particles: n = 512, seed = 0, dt = 0.01,
                                         # scheme = "rk4" | "euler" | "layer" (the paper's
                                         # normalize(x + h a); with diffusion "rk4" becomes
@@ -131,7 +134,7 @@ class ConfigSection:
 
 
 #: The PDE solvers of ``method.kind`` on the circle (``solvers``).
-CIRCLE_SOLVERS = ("CircleFV", "CircleSpectral", "CircleAuto")
+CIRCLE_SOLVERS = ("CircleFV", "CircleSpectral", "CircleAuto", "CircleFVLagrangian")
 
 @dataclass(frozen=True)
 class PerceptronConfig:
@@ -167,12 +170,16 @@ class MethodConfig(ConfigSection):
 
     PREFIX: ClassVar[str] = "method."
     KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol"}, "CircleSpectral": {"kind", "cells", "rtol"},
-                            "CircleAuto": {"kind", "cells", "rtol"}, "SphereSpectral": {"kind", "lmax", "rtol"},
+                            "CircleAuto": {"kind", "cells", "rtol"},
+                            "CircleFVLagrangian": {"kind", "cells", "rtol", "points"},
+                            "SphereSpectral": {"kind", "lmax", "rtol"},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
     kind: str = option(types=str, choices=CIRCLE_SOLVERS + ("SphereSpectral", "particles"))
     cells: int = option(1024, types=int, minimum=8,
                         help="the circle's solvers: cells (CircleSpectral: modes |k| < cells/2; CircleAuto: "
                              "those of its finite volumes)")
+    points: int = option(4096, types=int, minimum=8,
+                         help="CircleFVLagrangian: mass labels of the measure after the hand-over")
     lmax: int = option(63, types=int, minimum=2, help="SphereSpectral: highest degree")
     rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
                          help="PDE: local error per step relative to the deviation from uniform (< 1)")

@@ -23,6 +23,7 @@ from meanfield.progress import time_progress
 from meanfield.records import PARTICLES, dataset_kind, dataset_settings, package_version
 from meanfield.errors import StepSizeCollapse
 from solvers import UnderResolvedWarning
+from solvers.grid_solver import padded_to_longest
 from meanfield.integration import Pace
 
 from .builders import RunObjects, initial_particles, particle_method
@@ -124,7 +125,7 @@ def _run_locked(run: RunObjects, output: Path, resume: bool, progress: bool | No
                 if segment < len(boundaries) - 1:
                     _write_checkpoint(output, config, part, next_step, generator, segment,
                                       elapsed + time.perf_counter() - started)
-            state = (part.x if solver is None else part.rho).values[-1]
+            state = part.x.values[-1] if solver is None else solver.continuation_state(part)
             continued = True
             parts.append(part)
 
@@ -157,7 +158,7 @@ def _trustworthy(parts: list[xr.Dataset]) -> bool:
 
 def _combine(parts: list[xr.Dataset], config: ExperimentConfig, wall_time: float, stopped: str | None = None) -> xr.Dataset:
     """The run's dataset from its segments; ``stopped``: why it ended before its last output time."""
-    ds = xr.concat(parts, dim="time", data_vars="minimal", coords="minimal", compat="override",
+    ds = xr.concat(padded_to_longest(parts), dim="time", data_vars="minimal", coords="minimal", compat="override",
                    combine_attrs="override")
     ds.attrs = dict(parts[-1].attrs)
     since = [p.attrs.get("underresolved_since", np.nan) for p in parts]

@@ -19,7 +19,7 @@ from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
-from solvers import CircleAuto, CircleSpectral
+from solvers import CircleAuto, CircleFVLagrangian, CircleSpectral
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
@@ -32,7 +32,7 @@ MEMORY_FRACTION = 0.5
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
-WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "SphereSpectral": 48}
+WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleFVLagrangian": 24, "SphereSpectral": 48}
 
 
 def preflight(config: ExperimentConfig) -> RunObjects:
@@ -80,7 +80,7 @@ def _check_pde_initial(solver, initial) -> np.ndarray:
     except ValueError as error:  # a density that vanishes or is negative on the grid
         raise ConfigError(f"initial: {error}") from None
     if not spectral:  # finite volumes, or CircleAuto (which takes them where the spectral solver cannot)
-        finite = solver.finite_volumes if isinstance(solver, CircleAuto) else solver
+        finite = solver.finite_volumes if isinstance(solver, (CircleAuto, CircleFVLagrangian)) else solver
         width = sharpest_cluster_width(state)
         if width < finite.min_cluster_cells:
             raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
@@ -116,7 +116,7 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
     span = float(config.times.stop - config.times.start)
     model = solver.model
     speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
-    if isinstance(solver, CircleAuto):
+    if isinstance(solver, (CircleAuto, CircleFVLagrangian)):
         solver = solver.finite_volumes
     if solver.geometry == CIRCLE and not isinstance(solver, CircleSpectral):
         if model.diffusion > 0:
@@ -126,6 +126,8 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
         started = time.perf_counter()
         speed = float(np.abs(ops.face_velocity(deviation)).max())
         ops.rhs(deviation)
+        if solver.shadow is not None:  # the error estimate's shadow run takes the same steps
+            solver.shadow.operators.rhs(deviation.reshape(-1, 2).mean(axis=1))
         per_step = solver.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
         steps = span * max(speed, speed_bound) / (solver.cfl * ops.width)
         resolution = f"method.cells = {solver.cells}"
@@ -207,6 +209,8 @@ def _check_memory(config: ExperimentConfig) -> None:
         circle = method.kind != "SphereSpectral"
         points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
         needed = 8 * points * (count + WORKING_FIELDS[method.kind])
+        if method.kind == "CircleFVLagrangian":  # the labels' positions at every output
+            needed += 8 * method.points * (count + WORKING_FIELDS[method.kind])
         key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
         what = f"{key} ({points} grid points) at times.count = {count} outputs"
     available = _physical_memory()
