@@ -83,17 +83,17 @@ def test_the_transport_in_mass_is_spectral_and_the_diffusion_second_order():
 
 @pytest.mark.parametrize("diffusion", [0.0, 0.05])
 def test_the_measure_converges_to_what_circle_fv_converges_to(diffusion):
-    """Cell averages on 128 cells: the L1 distance between CircleLagrangian (M labels) and CircleFV (N cells)
+    """Cell averages on 64 cells: the L1 distance between CircleLagrangian (M labels) and CircleFV (N cells)
     falls at second order as both refine (both are second order in the recorded averages)."""
     model = mf.SelfAttention(9.0, diffusion=diffusion)
     times = np.linspace(0.0, 4.0, 3)
     distances = []
-    for points, cells in ((512, 256), (1024, 512), (2048, 1024)):
-        measure = CircleLagrangian(model, points=points, cells=128, rtol=1e-10).solve(smooth_start, times,
-                                                                                     progress=False)
-        grid = CircleFV(model, cells=cells, rtol=1e-8).solve(smooth_start, times, progress=False)
-        averaged = grid.rho.values.reshape(times.size, 128, -1).mean(axis=-1)
-        distances.append(np.abs(measure.rho.values - averaged).sum(axis=-1)[-1] * 2 * np.pi / 128)
+    for points, cells in ((256, 128), (512, 256), (1024, 512)):
+        measure = CircleLagrangian(model, points=points, cells=64, rtol=1e-10).solve(smooth_start, times,
+                                                                                    progress=False)
+        grid = CircleFV(model, cells=cells, rtol=1e-7, error_level=None).solve(smooth_start, times, progress=False)
+        averaged = grid.rho.values.reshape(times.size, 64, -1).mean(axis=-1)
+        distances.append(np.abs(measure.rho.values - averaged).sum(axis=-1)[-1] * 2 * np.pi / 64)
     ratios = np.array(distances[:-1]) / np.array(distances[1:])
     assert np.all((ratios > 4 / 1.6) & (ratios < 4 * 1.6)), (distances, ratios)
 
