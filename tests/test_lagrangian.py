@@ -206,3 +206,22 @@ def test_a_run_the_grid_resolves_stays_on_the_grid():
         smooth_start, [0.0, 1.0, 3.0], progress=False)
     assert not ds.lagrangian.values.any() and np.isnan(json.loads(ds.attrs["settings"])["handover_time"])
     assert ds.position.shape == (3, 512) and np.all(ds.cluster_count.values == 1)
+
+
+def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
+    """``method.kind = "CircleFVLagrangian"``: segments continued from each other's continuation_state (the
+    finite volumes' shadow, then the labels' positions) join into the one-call result, hand-over included."""
+    from solvers import CircleFVLagrangian
+    from validation.app import run_experiment
+
+    config = {"geometry": "circle", "output": str(tmp_path / "run"), "times": {"stop": 8.0, "count": 9},
+              "checkpoint_every": 3, "model": {"beta": 9.0},
+              "method": {"kind": "CircleFVLagrangian", "cells": 256, "points": 1024},
+              "initial": {"kind": "perturbed_uniform", "amplitude": 0.1, "mode": 4}}
+    ds = run_experiment(config, progress=False)
+    direct = CircleFVLagrangian(mf.SelfAttention(9.0), cells=256, points=1024).solve(
+        lambda th: 1 + 0.1 * np.cos(4 * th), ds.time.values, progress=False)
+    assert ds.lagrangian.values[-1] and not ds.lagrangian.values[0]
+    np.testing.assert_array_equal(ds.lagrangian.values, direct.lagrangian.values)
+    np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-9 * direct.rho.values.max())
+    np.testing.assert_array_equal(ds.cluster_count.values, direct.cluster_count.values)
