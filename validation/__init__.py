@@ -6,7 +6,7 @@ is the subpackage :mod:`validation.app`; validation proper never imports it.
 
 __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarning", "growth_rate",
            "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
-           "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary"]
+           "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count"]
 
 
 def __getattr__(name: str):
@@ -15,6 +15,8 @@ def __getattr__(name: str):
         from . import clusters as module
     elif name in ("PDEErrorWarning", "StudySettings", "mean_field_convergence"):
         from . import convergence as module
+    elif name == "kde_mode_count":
+        from . import modes as module
     elif name == "distance":
         from . import distances as module
     elif name in ("circle_stationary_density", "growth_rate", "orthogonal_token_clustering_time",
