@@ -15,6 +15,7 @@ from scipy.optimize import brentq
 import meanfield as mf
 from solvers import CircleFV
 from solvers.circle_lagrangian import CircleLagrangian, PointMasses
+from validation import Merge, merge_times
 
 
 def smooth_start(theta):
@@ -62,6 +63,7 @@ def test_two_clusters_merge_when_the_two_point_ode_says():
     solver = CircleLagrangian(mf.SelfAttention(beta), points=8, cells=64, rtol=1e-10)  # masses 3/8, 5/8
     ds = solver.solve(PointMasses([1.0, 2.2], masses), times, progress=False)
     assert list(ds.cluster_count.values) == [2, 2, 1]
+    assert merge_times(ds) == [Merge(times[1], times[2], 2, 1)]
     np.testing.assert_allclose(np.sort(ds.cluster_mass.values[1][:2]), masses)
     np.testing.assert_allclose(ds.cluster_mass.values[2][0], 1.0)
 
@@ -225,3 +227,16 @@ def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     np.testing.assert_array_equal(ds.lagrangian.values, direct.lagrangian.values)
     np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-9 * direct.rho.values.max())
     np.testing.assert_array_equal(ds.cluster_count.values, direct.cluster_count.values)
+
+
+def test_merges_of_particles_and_of_the_limit_are_listed_alike():
+    """merge_times reads the Lagrangian dataset's own counts and counts particle clusters output by output:
+    tokens at the labels' initial positions are the same system, so both list the same merges."""
+    model = mf.SelfAttention(4.0)
+    times = np.linspace(0.0, 30.0, 16)
+    measure = CircleLagrangian(model, points=64, cells=64, min_cluster_mass=0.0).solve(
+        PointMasses([0.5, 1.6, 3.0, 4.1, 5.4], [12, 16, 12, 12, 12]), times, progress=False)
+    tokens = mf.circle_points(measure.position.values[0])
+    particles = mf.simulate_particles(model, tokens, times, method="dop853", rtol=1e-10)
+    merges = merge_times(measure)
+    assert merges and merges == merge_times(particles)

@@ -2,7 +2,8 @@ r"""Cluster statistics and the order parameter, from particle or PDE datasets.
 
 A cluster of particles is a group linked by gaps smaller than ``separation`` (single
 linkage, geodesic distance); a cluster of a density is a connected region where it
-exceeds ``level`` times the uniform density. The order parameter is
+exceeds ``level`` times the uniform density; a dataset of the mass-coordinate solvers
+records its own clusters (``cluster_count``). :func:`merge_times` lists when the count falls. The order parameter is
 :math:`|\int x\, d\mu|` (1 for a single Dirac mass, 0 for the uniform measure).
 """
 
@@ -57,6 +58,33 @@ def cluster_statistics(ds: xr.Dataset, time_index: int = -1, *, separation: floa
     area = _sphere_cell_areas(colatitude, longitude)
     points = sphere_points(colatitude[:, None], longitude[None, :])
     return _summarize(points.reshape(-1, 3), (rho * area).ravel(), labels.ravel())
+
+
+@dataclass(frozen=True)
+class Merge:
+    """Clusters merged between the outputs at ``start`` and ``end``: ``before`` clusters, then ``after``."""
+
+    start: float
+    end: float
+    before: int
+    after: int
+
+
+def merge_times(ds: xr.Dataset, **rule) -> list[Merge]:
+    """The merges of a run: each pair of consecutive outputs between which the cluster count falls.
+
+    The count is ``ds.cluster_count`` where the dataset records it (the Lagrangian solvers),
+    otherwise :func:`cluster_statistics` at each output (``rule``: its ``separation`` and
+    ``level``). A merge is known to the output spacing: refine the output times around it to
+    pin it down.
+    """
+    if "cluster_count" in ds:
+        counts = ds.cluster_count.values
+    else:
+        counts = np.array([cluster_statistics(ds, index, **rule).count for index in range(ds.sizes["time"])])
+    times = ds.time.values
+    return [Merge(float(times[i]), float(times[i + 1]), int(counts[i]), int(counts[i + 1]))
+            for i in range(times.size - 1) if counts[i + 1] < counts[i]]
 
 
 def order_parameter(ds: xr.Dataset) -> xr.DataArray:
