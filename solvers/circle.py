@@ -46,14 +46,13 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
-from scipy.special import roots_legendre
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
 from .heads import takes_general_path
-from .circle_operators import CircleOperators
+from .circle_operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
@@ -166,15 +165,7 @@ class CircleFV(GridSolver):
         ``rho0`` is a density of :math:`\\theta` or an array of ``cells`` cell values; errors
         call it ``name``.
         """
-        if callable(rho0):
-            nodes, weights = roots_legendre(4)
-            h = self.operators.width
-            left = np.arange(self.cells) * h
-            samples = np.asarray(rho0(left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
-            values = check_density(0.5 * samples @ weights if samples.shape == (self.cells, 4) else samples,
-                                   (self.cells,), name)
-        else:
-            values = check_density(rho0, (self.cells,), name)
+        values = gauss_cell_averages(rho0, self.cells, name)
         return values / self.operators.mass(values)
 
     name = "CircleFV"
@@ -242,13 +233,17 @@ class CircleFV(GridSolver):
             return np.nan
         return float(np.abs(_restricted(state[:self.cells]) - state[self.cells:]).max() / 2.0)
 
+    def beyond_error_level(self, state: np.ndarray) -> bool:
+        """Whether the estimated error exceeds ``error_level`` times ``max rho`` (never without a shadow)."""
+        return self.shadow is not None and self.error_estimate(state) > self.error_level * self.density(state).max()
+
     def diagnose(self, state: np.ndarray, rho: np.ndarray):
         ops = self.operators
         width = sharpest_cluster_width(rho)
         estimate = self.error_estimate(state)
         values = {"mass": ops.mass(rho), "energy": ops.energy(rho), "lyapunov": ops.lyapunov(rho),
                   "min_density": rho.min(), "cluster_width": width, "error_estimate": estimate}
-        if self.shadow is not None and estimate > self.error_level * rho.max():
+        if self.beyond_error_level(state):
             return Diagnosis(values, False, f"the estimated error {estimate:.3g} exceeds error_level x max rho = "
                                             f"{self.error_level:g} x {rho.max():.4g}")
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)

@@ -22,11 +22,11 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_density, check_int, check_times
-from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
+from meanfield.records import CIRCLE, PDE, record_attrs
 
 from .circle import CircleFV
 from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import joined_runs
+from .grid_solver import earliest_underresolution, joined_runs, joined_settings
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,15 +151,10 @@ class CircleAuto:
             expected["shadow_rho"] = ("time", "shadow_theta")
         ds = joined_runs(parts, "spectral", "whether CircleSpectral computed this output (else CircleFV)",
                          expected=expected, coordinates=finite_volumes.recorded_coordinates())
-        runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
         settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
-                    "handover_clipped": clipped, "runs": runs,
-                    "steps": sum(run["steps"] for run in runs.values()),
-                    "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
-                    "next_step": dataset_settings(parts[-1][0])["next_step"]}
-        since = [part.attrs["underresolved_since"] for part, _ in parts if np.isfinite(part.attrs["underresolved_since"])]
+                    "handover_clipped": clipped, **joined_settings(parts)}
         ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
-        ds.attrs["underresolved_since"] = min(since) if since else np.nan
+        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
         return ds
 
 

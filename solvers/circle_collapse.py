@@ -20,11 +20,11 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_times
-from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
+from meanfield.records import CIRCLE, PDE, record_attrs
 
 from .circle import CircleFV
 from .circle_lagrangian import CircleLagrangian
-from .grid_solver import joined_runs
+from .grid_solver import earliest_underresolution, joined_runs, joined_settings, stacked_fields
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ class CircleFVLagrangian:
             measure = self.lagrangian.solve(rho0.positions, times, continued=True, first_step=first_step, **common)
             return self._annotated(None, measure, float(times[0]))
         start = rho0 if continued else self.initial_density(rho0)
-        part = finite.solve_until(start, times, self._grid_exhausted, first_step=first_step, continued=True,
+        part = finite.solve_until(start, times, finite.beyond_error_level, first_step=first_step, continued=True,
                                   **common)
         grid = self._with_labels(part.dataset)
         if grid.sizes["time"] == times.size:
@@ -119,39 +119,19 @@ class CircleFVLagrangian:
             return LabelPositions(ds.position.values[-1])
         return self.finite_volumes.continuation_state(ds)
 
-    def _grid_exhausted(self, state: np.ndarray) -> bool:
-        finite = self.finite_volumes
-        return finite.error_estimate(state) > self.error_level * finite.density(state).max()
-
     def _with_labels(self, ds: xr.Dataset) -> xr.Dataset:
         """The finite volumes' outputs with the positions of the mass labels and the clusters of their density."""
         lagrangian = self.lagrangian
-        fields = [lagrangian.recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0)))
-                  for rho in ds.rho.values]
-        width = max(f["cluster_mass"][1].size for f in fields)
-
-        def padded(name):
-            return np.array([np.pad(f[name][1], (0, width - f[name][1].size), constant_values=np.nan)
-                             for f in fields])
-
-        return ds.assign_coords(label=lagrangian.labels).assign(
-            position=(("time", "label"), np.array([f["position"][1] for f in fields])),
-            cluster_mass=(("time", "cluster"), padded("cluster_mass")),
-            cluster_position=(("time", "cluster"), padded("cluster_position")),
-            cluster_count=("time", np.array([f["cluster_count"][1] for f in fields])))
+        frames = [lagrangian.recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0))) for rho in ds.rho.values]
+        return ds.assign_coords(lagrangian.recorded_coordinates()).assign(stacked_fields(frames))
 
     def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((grid, False), (measure, True)) if part is not None]
         expected = {"error_estimate": ("time",), "cluster_width": ("time",), "shadow_rho": ("time", "shadow_theta")}
         ds = joined_runs(parts, "lagrangian", "whether CircleLagrangian computed this output (else CircleFV)",
                          expected=expected, coordinates=self.finite_volumes.recorded_coordinates())
-        runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
         settings = {"solver": self.name, "cells": self.cells, "points": self.points, "rtol": self.rtol,
-                    "error_level": self.error_level, "handover_time": handover, "runs": runs,
-                    "steps": sum(run["steps"] for run in runs.values()),
-                    "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
-                    "next_step": dataset_settings(parts[-1][0])["next_step"]}
+                    "error_level": self.error_level, "handover_time": handover, **joined_settings(parts)}
         ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
-        since = [part.attrs["underresolved_since"] for part, _ in parts if np.isfinite(part.attrs["underresolved_since"])]
-        ds.attrs["underresolved_since"] = min(since) if since else np.nan
+        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
         return ds

@@ -34,9 +34,10 @@ step with the diffusion's exact (cyclic tridiagonal) Jacobian, whose stiffness g
 Outputs: the dataset of every PDE solver (``rho`` as cell averages of the measure on
 ``cells`` cells: the mass of each cell over its width, defined for any measure, from the
 piecewise-linear distribution function through the labels) and, per time, the quantile
-function ``position(time, label)`` (``label``: the labels :math:`m_i`) and the clusters (maximal runs of labels whose gaps are
-below ``cluster_separation``, the rule :func:`validation.cluster_statistics` applies to
-particles): ``cluster_mass``, ``cluster_position``, ``cluster_count``.
+function ``position(time, label)`` (``label``: the labels :math:`m_i`) and the clusters:
+``cluster_mass``, ``cluster_position``, ``cluster_count`` (maximal runs of labels whose gaps
+are below ``cluster_separation``, the rule :func:`validation.cluster_statistics` applies to
+particles, of mass at least ``min_cluster_mass``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from meanfield.models import SelfAttention
 from meanfield.records import CIRCLE
 from meanfield.sphere import circle_points
 
-from .circle_operators import solve_cyclic_tridiagonal
+from .circle_operators import gauss_cell_averages, solve_cyclic_tridiagonal
 from .grid_solver import Diagnosis, GridSolver
 from .tolerance import ROUNDOFF
 
@@ -181,12 +182,7 @@ class CircleLagrangian(GridSolver):
             index = np.minimum(np.searchsorted(edges, self.labels, side="right") - 1, rho0.angles.size - 1)
             return rho0.angles[index]
         if callable(rho0):
-            fine = max(self.cells, 16 * self.points)
-            nodes, weights = roots_legendre(4)
-            h = TWO_PI / fine
-            left = np.arange(fine) * h
-            samples = np.asarray(rho0(left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
-            values = check_density(0.5 * samples @ weights if samples.shape == (fine, 4) else samples, (fine,), name)
+            values = gauss_cell_averages(rho0, max(self.cells, 16 * self.points), name)
             quantile = _invert_piecewise_constant(values, self.labels)
             return _polish_quantile(rho0, values, quantile, self.labels)
         return _invert_piecewise_constant(check_density(rho0, (self.cells,), name), self.labels)

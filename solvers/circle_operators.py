@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import solve_banded
+from scipy.special import roots_legendre
+
+from meanfield.checks import check_density
 
 
 #: Below this, 1 + (K*delta)/(K*rho_bar) is not computed by log1p (K*rho nearly vanishes there).
@@ -67,6 +70,20 @@ def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
     y, z = solve_banded((1, 1), banded, np.column_stack([rhs, u])).T
     v_dot = lambda w: w[0] + corner_top / gamma * w[-1]  # noqa: E731
     return y - z * (v_dot(y) / (1.0 + v_dot(z)))
+
+
+def gauss_cell_averages(rho0, cells: int, name: str = "rho0") -> np.ndarray:
+    """Cell averages of a density of :math:`\theta` on ``cells`` equal cells by 4-point Gauss, checked.
+
+    ``rho0`` is a callable, or an array of ``cells`` values taken as they are.
+    """
+    if not callable(rho0):
+        return check_density(rho0, (cells,), name)
+    nodes, weights = roots_legendre(4)
+    h = 2 * np.pi / cells
+    left = np.arange(cells) * h
+    samples = np.asarray(rho0(left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
+    return check_density(0.5 * samples @ weights if samples.shape == (cells, 4) else samples, (cells,), name)
 
 
 def _next(a: np.ndarray) -> np.ndarray:

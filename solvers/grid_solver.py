@@ -18,7 +18,7 @@ import xarray as xr
 
 from meanfield.checks import check_times
 from meanfield.errors import StepSizeCollapse
-from meanfield.records import PDE, record_attrs
+from meanfield.records import PDE, dataset_settings, record_attrs
 
 from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
 from .resolution import ResolutionMonitor
@@ -236,7 +236,7 @@ class SolveRecord:
         if "energy" in series:  # the layered causal equation has none
             series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
-                         **series, **self._fields()},
+                         **series, **stacked_fields(self.fields)},
                         coords={"time": self.times[:len(self.frames)], **coordinates,
                                 **solver.recorded_coordinates()})
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
@@ -244,21 +244,37 @@ class SolveRecord:
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
         return ds
 
-    def _fields(self) -> dict:
-        """The solver's extra fields stacked over time, NaN-padded where their lengths vary."""
-        stacked = {}
-        for name, (dims, _) in (self.fields[0].items() if self.fields else ()):
-            values = [np.asarray(frame[name][1], dtype=float) for frame in self.fields]
-            shape = np.max([v.shape for v in values], axis=0) if values[0].ndim else ()
-            padded = np.full((len(values), *shape), np.nan)
-            for index, value in enumerate(values):
-                padded[(index, *(slice(0, n) for n in value.shape))] = value
-            stacked[name] = (("time", *dims), padded)
-        return stacked
-
     def collapse(self, t: float, reason: str) -> NoReturn:
         raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,
                                partial=self.dataset())
+
+
+def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict:
+    """Per-output fields (``name -> (dims, values)``, as ``recorded_fields``) stacked over time,
+    NaN-padded where their lengths vary."""
+    stacked = {}
+    for name, (dims, _) in (frames[0].items() if frames else ()):
+        values = [np.asarray(frame[name][1], dtype=float) for frame in frames]
+        shape = np.max([v.shape for v in values], axis=0) if values[0].ndim else ()
+        padded = np.full((len(values), *shape), np.nan)
+        for index, value in enumerate(values):
+            padded[(index, *(slice(0, n) for n in value.shape))] = value
+        stacked[name] = (("time", *dims), padded)
+    return stacked
+
+
+def joined_settings(parts: list[tuple[xr.Dataset, bool]]) -> dict:
+    """What the settings of a run made of several solvers' parts add up to: each run's settings and the counts."""
+    runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
+    return {"runs": runs, "steps": sum(run["steps"] for run in runs.values()),
+            "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
+            "next_step": dataset_settings(parts[-1][0])["next_step"]}
+
+
+def earliest_underresolution(parts: list[tuple[xr.Dataset, bool]]) -> float:
+    """The first time any part was declared under-resolved (NaN: none was)."""
+    since = [part.attrs["underresolved_since"] for part, _ in parts if np.isfinite(part.attrs["underresolved_since"])]
+    return min(since) if since else np.nan
 
 
 def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str, *,

@@ -60,8 +60,7 @@ def kde_mode_count(samples, bandwidth: float, *, circle: bool = False, resolutio
         spectrum = np.fft.rfft(counts)
         derivative = np.fft.irfft(spectrum * np.fft.rfft(kernel), cells)
         density = np.fft.irfft(spectrum * np.fft.rfft(np.exp((np.cos(offsets) - 1.0) / h ** 2)), cells)
-        falling = (derivative > 0) & ~(np.roll(derivative, -1) > 0)
-        return int(np.count_nonzero(falling & (density > ROUNDOFF_FLOOR * density.max())))
+        return _maxima(derivative, np.roll(derivative, -1), density)
     margin = 6.0 * h
     start, spacing = samples.min() - margin, h / resolution
     cells = int(np.ceil((samples.max() + margin - start) / spacing)) + 1
@@ -73,8 +72,13 @@ def kde_mode_count(samples, bandwidth: float, *, circle: bool = False, resolutio
     spectrum = np.fft.rfft(counts, size)
     derivative = np.fft.irfft(spectrum * np.fft.rfft(kernel, size), size)[reach:reach + cells]
     density = np.fft.irfft(spectrum * np.fft.rfft(np.exp(-0.5 * (offsets / h) ** 2), size), size)[reach:reach + cells]
-    falling = (derivative[:-1] > 0) & ~(derivative[1:] > 0)
-    return int(np.count_nonzero(falling & (density[:-1] > ROUNDOFF_FLOOR * density.max())))
+    return _maxima(derivative[:-1], derivative[1:], density[:-1])
+
+
+def _maxima(derivative: np.ndarray, following: np.ndarray, density: np.ndarray) -> int:
+    """Grid points where the derivative falls from positive to not, with the estimate above round-off."""
+    falling = (derivative > 0) & ~(following > 0)
+    return int(np.count_nonzero(falling & (density > ROUNDOFF_FLOOR * density.max())))
 
 
 def _binned(values: np.ndarray, start: float, spacing: float, cells: int, *, periodic: bool) -> np.ndarray:

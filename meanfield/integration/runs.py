@@ -37,7 +37,7 @@ def dop853_frames(rhs: Callable[[float, np.ndarray], np.ndarray], x0: np.ndarray
     ``rhs(t, y)`` acts on the flattened state; ``fail(t, message, frames)`` is called (and must
     raise) when the solver fails. Returns the frames and the number of evaluations.
     """
-    from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (0.3 s to import)
+    from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (slow to import)
 
     frames = [x0.copy()]
     solver = DOP853(rhs, times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
