@@ -257,9 +257,11 @@ class CircleStationary:
             return jacobian.matvec(direction - mean) - shift * mean
         operator = LinearOperator((self.cells, self.cells), matvec=mass_free, dtype=float)
         wanted = count + (1 if self.rotations else 0)
+        # A fixed start vector: ARPACK's default is random, and the same call must give the same vectors.
+        start = np.random.default_rng(0).standard_normal(self.cells)
         try:
             values, vectors = eigs(operator, k=wanted, which="LR", ncv=min(self.cells - 1, max(40, 3 * wanted)),
-                                   tol=1e-10, maxiter=50 * self.cells)
+                                   tol=1e-10, maxiter=50 * self.cells, v0=start - start.mean())
         except ArpackNoConvergence as failure:
             raise RuntimeError(f"the leading eigenvalues did not converge ({len(failure.eigenvalues)} of "
                                f"{wanted}): ARPACK stopped") from None
