@@ -7,6 +7,11 @@ See ``MODEL.md`` for the equations. Public names::
     PureAttention                        self-attention in R^d without layer normalization, hardmax
     Perceptron, UserField                external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
+    RandomAttention, GaussianWeights, SampledWeights, simulate_random_layers
+                                         weights resampled per layer and head (initialisation)
+    HomogenizedLimit, simulate_homogenized
+                                         its limit: an SDE with noise common to all tokens
+    mean_inner_product, diameter         representation-collapse observables
     observe_particles                    the same, keeping only observations (large ensembles)
     sample_uniform, sample_circle, sample_sphere, sample_von_mises_fisher
     attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
@@ -16,6 +21,9 @@ from .causal import CausalAttention, positional_cell_weights
 from .errors import StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
+from .homogenized import HomogenizedLimit, simulate_homogenized
+from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, diameter, mean_inner_product,
+                             simulate_random_layers)
 from .descriptions import model_from_dict
 from .models import SelfAttention, ZonalAggregation
 from .particles import observe_particles, simulate_particles
@@ -27,6 +35,8 @@ from .sphere import circle_angles, circle_points, project_tangent, sphere_area, 
 __all__ = [
     "SelfAttention", "ZonalAggregation", "CausalAttention", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "Perceptron", "UserField",
+    "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
+    "simulate_homogenized", "mean_inner_product", "diameter",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",

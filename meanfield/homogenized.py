@@ -1,0 +1,236 @@
+r"""The homogenized limit of the random-weight chain: an SDE on the sphere with noise common to all tokens.
+
+Derivation (from :mod:`meanfield.random_weights`). One layer moves token :math:`x` by
+:math:`x' = N(x + \Delta)`, :math:`N(y) = y/|y|`, with the increment
+:math:`\Delta = \frac{\eta}{H}\sum_{h=1}^H A_{\theta_h}(x)`, a mean of :math:`H` iid random fields.
+Write its mean and one head's covariance,
+
+.. math::
+    m(x;\mu) = E_\theta A_\theta(x), \qquad
+    C(x, y; \mu) = \operatorname{Cov}_\theta\big(A_\theta(x), A_\theta(y)\big),
+
+so :math:`\Delta = \eta m + \frac{\eta}{\sqrt H}\xi` with :math:`\xi` of mean 0 and covariance
+:math:`C` (jointly over all tokens: the same :math:`\theta` moves every token). Expanding the
+normalisation to second order,
+
+.. math::
+    N(x + \Delta) = x + P_x\Delta - \langle x, \Delta\rangle P_x\Delta - \tfrac12|P_x\Delta|^2 x + O(|\Delta|^3).
+
+Measure depth in the diffusive time :math:`s = \ell\tau`, :math:`\tau = \eta^2/H`. Per unit
+:math:`s` the increments then have covariance :math:`P_x C(x,y) P_y`, and mean
+:math:`\frac{H}{\eta} P_x m - P_x C(x,x) x - \frac12\operatorname{tr}(P_x C(x,x))\,x`. As
+:math:`\eta \to 0` (any :math:`H \ge 1`) this has a limit only if the values are centred,
+:math:`m = 0`, and the chain tends (in law, with error :math:`O(\tau)`: the odd moments of
+:math:`\xi` vanish for a centred Gaussian :math:`V`) to the Itô SDE with common noise
+
+.. math::
+    dX_i = P_{X_i}\,dM(X_i) - \Big(P_{X_i} C(X_i, X_i) X_i + \tfrac12\operatorname{tr}\big(P_{X_i}C(X_i,X_i)\big) X_i\Big)ds,
+
+:math:`M` a Gaussian martingale field with :math:`d\langle M(x), M(y)\rangle = C(x, y; \mu_s)\,ds`,
+the same for every token. The radial term keeps :math:`|X_i| = 1`. For :class:`GaussianWeights`,
+:math:`V` is independent of :math:`(Q, K)` with iid :math:`N(0, \sigma_V^2/d)` entries, so
+
+.. math:: C(x, y; \mu) = \frac{\sigma_V^2}{d}\,E_{QK}\big[\langle a_{QK}(x), a_{QK}(y)\rangle\big]\, I_d,
+
+isotropic: the tangential drift :math:`P_x C x` vanishes (the limiting drift is zero), and what
+is left is the sphere's Itô term. With :math:`Q = K = I` fixed the expectation is the product
+:math:`\langle a(x), a(y)\rangle` of the :class:`~meanfield.SelfAttention` averages (closed form);
+otherwise it is a Monte Carlo quadrature over ``nodes`` draws of :math:`(Q, K)`, fixed for a
+path (so the SDE has finitely many Brownian motions), whose error on expectations is
+:math:`O(1/\text{nodes})`. For :class:`SampledWeights` the nodes are whole draws
+:math:`(Q_m, K_m, V_m)`, each with one scalar Brownian motion:
+:math:`M(x) = \frac{1}{\sqrt{\text{nodes}}}\sum_m V_m a_m(x) B^m`.
+
+In the other scaling, depth measured as :math:`t = \ell\eta`, the noise per unit time is
+:math:`O(\eta/H) \to 0` and the limit is deterministic: :math:`\dot X = P_X m(X; \mu)`, which
+for :class:`GaussianWeights` is :math:`m_V P_X E_{QK}[a_{QK}(X)]`, the
+:class:`~meanfield.SelfAttention` flow with :math:`V = m_V I` when :math:`Q = K = I`.
+
+The scheme: projected Euler-Maruyama on the ambient increment,
+:math:`X \leftarrow N\big(X + m\,\Delta s + \sum_m G_m a_m(X)\big)`, whose second-order terms
+produce exactly the Itô drift above, and which stays on the sphere. Strong order 1/2 (the noise
+is multiplicative and non-commutative), weak order 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .checks import check_int, check_real, check_times
+from .progress import time_progress
+from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, attention_averages,
+                             batch_of_tokens, collapse_dataset, system_generators, value_sum)
+from .sampling import reproducible_seed
+
+#: Draws with which the mean of a sampled law's values is estimated (the centring check).
+MEAN_CHECK_DRAWS = 4096
+
+#: Standard errors beyond which an estimated mean of V counts as non-zero.
+MEAN_CHECK_ERRORS = 6.0
+
+#: The largest layer time (tau = step^2/heads in the diffusive limit, step/heads noise per unit
+#: time in the deterministic one) accepted as small: the limit's error is of this order.
+LARGEST_LAYER_TIME = 0.25
+
+
+@dataclass(frozen=True)
+class HomogenizedLimit:
+    r"""The limit SDE (or ODE) of the random-weight chain, driven by noise common to all tokens.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature of the softmax.
+    law : GaussianWeights or SampledWeights
+        The law of one head's weights; its values must be centred when ``noise`` is on.
+    nodes : int
+        Draws of the attention weights over which :math:`E_{QK}` is taken (one path's fixed
+        quadrature); 1 suffices, and is used, when :math:`Q = K = I` are fixed.
+    drift : float
+        Coefficient :math:`m_V` of the deterministic drift :math:`m_V P_x E_{QK}[a_{QK}(x)]`.
+    noise : bool
+        Whether the common noise is on.
+    """
+
+    beta: float
+    law: GaussianWeights | SampledWeights = GaussianWeights()
+    nodes: int = 64
+    drift: float = 0.0
+    noise: bool = True
+
+    def __post_init__(self) -> None:
+        check_real(self.beta, "beta", minimum=0.0)
+        check_int(self.nodes, "nodes", minimum=1)
+        check_real(self.drift, "drift")
+        if self.drift and not isinstance(self.law, GaussianWeights):
+            raise ValueError("a drift (the values' mean) is defined for GaussianWeights only: a sampled law's "
+                             "mean field E[V a_QK(x)] needs its joint law")
+        if self.noise:
+            require_centred(self.law)
+
+    @property
+    def node_count(self) -> int:
+        """Quadrature nodes actually used: 1 when the attention is not random."""
+        return 1 if self.law.fixed_attention else self.nodes
+
+    @classmethod
+    def of(cls, model: RandomAttention, regime: str = "diffusive", nodes: int = 64) -> tuple[HomogenizedLimit, float]:
+        r"""The limit of ``model`` in a regime, and the limit's time per layer.
+
+        ``"diffusive"``: time :math:`s = \ell\eta^2/H`, the SDE with common noise; needs centred
+        values. ``"deterministic"``: time :math:`t = \ell\eta`, the mean-field ODE of the values'
+        mean (:class:`GaussianWeights` only); the noise left per unit time is
+        :math:`\sigma_V^2\eta/H`. Either is refused when its small parameter is not small.
+        """
+        if regime == "diffusive":
+            if model.layer_time > LARGEST_LAYER_TIME:
+                raise ValueError(f"the diffusive limit needs a small layer time step**2/heads; "
+                                 f"{model.step}**2/{model.heads} = {model.layer_time:.3g} > {LARGEST_LAYER_TIME} "
+                                 "(a layer moves the tokens by as much as the noise the limit averages)")
+            return cls(model.beta, model.law, nodes), model.layer_time
+        if regime == "deterministic":
+            if not isinstance(model.law, GaussianWeights):
+                raise ValueError("the deterministic limit is defined for GaussianWeights only")
+            leftover = model.law.value_std ** 2 * model.step / model.heads
+            if leftover > LARGEST_LAYER_TIME or model.step > LARGEST_LAYER_TIME:
+                raise ValueError(f"the deterministic limit needs step and value_std**2*step/heads small; got "
+                                 f"step = {model.step:.3g} and {leftover:.3g} (limit {LARGEST_LAYER_TIME}): "
+                                 "the noise does not average out")
+            return cls(model.beta, model.law, nodes, drift=model.law.value_mean, noise=False), model.step
+        raise ValueError(f"regime must be 'diffusive' or 'deterministic', got {regime!r}")
+
+    def draw_nodes(self, rng: np.random.Generator, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """One path's quadrature nodes ``(Q, K, V)``, each ``(nodes, d, d)``."""
+        return self.law.sample(rng, self.node_count, d)
+
+    def noise_matrices(self, increments: np.ndarray, values: np.ndarray) -> np.ndarray:
+        r"""The matrices :math:`G_m` that move :math:`x` by :math:`\sum_m G_m a_m(x)` over one step.
+
+        ``increments`` are the Brownian increments: ``(..., nodes, d, d)`` for
+        :class:`GaussianWeights` (a matrix Brownian motion per node, exact over :math:`V`),
+        ``(..., nodes)`` otherwise (one scalar per node, times that node's :math:`V_m`).
+        """
+        if isinstance(self.law, GaussianWeights):
+            d = increments.shape[-1]
+            return increments * (self.law.value_std / np.sqrt(d * self.node_count))
+        return values * (increments[..., None, None] / np.sqrt(self.node_count))
+
+    def increment_shape(self, systems: int, d: int) -> tuple[int, ...]:
+        """Shape of one step's Brownian increments for ``systems`` paths."""
+        if isinstance(self.law, GaussianWeights):
+            return (systems, self.node_count, d, d)
+        return (systems, self.node_count)
+
+    def to_dict(self) -> dict:
+        return {"model": "HomogenizedLimit", "beta": self.beta, "law": self.law.to_dict(), "nodes": self.nodes,
+                "drift": self.drift, "noise": self.noise}
+
+
+def require_centred(law) -> None:
+    """Refuse a law whose values have a non-zero mean: the diffusive limit's drift would diverge."""
+    if isinstance(law, GaussianWeights):
+        if law.value_mean != 0.0:
+            raise ValueError(f"the common-noise limit needs centred values (E V = 0), got value_mean = {law.value_mean}: "
+                             "a mean m_V drifts by m_V*heads/step per unit diffusive time, unbounded as step -> 0; "
+                             "take the deterministic limit (HomogenizedLimit.of(model, 'deterministic'))")
+        return
+    values = law.sample(np.random.default_rng(0), MEAN_CHECK_DRAWS, 3)[2]
+    mean = values.mean(axis=0)
+    error = values.std(axis=0) / np.sqrt(MEAN_CHECK_DRAWS)
+    worst = np.max(np.abs(mean) / np.maximum(error, 1e-300))
+    if worst > MEAN_CHECK_ERRORS:
+        raise ValueError(f"the common-noise limit needs centred values (E V = 0); the law {law.name!r} has an "
+                         f"estimated mean {worst:.1f} standard errors from zero ({MEAN_CHECK_DRAWS} draws at d = 3)")
+
+
+def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed: int | np.random.Generator | None = None,
+                         increments: np.ndarray | None = None, keep_positions: bool = True, progress: bool | None = None):
+    r"""Integrate the limit SDE from tokens ``x0`` ``(n, d)`` or ``(systems, n, d)`` over ``times``.
+
+    Projected Euler-Maruyama with step ``dt`` (``times`` must lie on its grid): strong order 1/2,
+    on the sphere to round-off. Each system is one path with its own nodes and Brownian motions,
+    drawn from ``SeedSequence(seed, spawn_key=(s,))``; ``increments`` (shape ``(steps,) +
+    limit.increment_shape(systems, d)``, variance ``dt``) replaces the Brownian draws, for
+    comparing step sizes on one path. Returns the dataset of
+    :func:`meanfield.random_weights.simulate_random_layers` over ``times``.
+    """
+    if not isinstance(limit, HomogenizedLimit):
+        raise TypeError(f"limit must be a HomogenizedLimit, got {type(limit).__name__}")
+    x, single = batch_of_tokens(x0)
+    times = check_times(times)
+    dt = check_real(dt, "dt", minimum=0.0)
+    steps_at = np.rint((times - times[0]) / dt).astype(int)
+    if dt == 0.0 or not np.allclose(steps_at * dt, times - times[0], rtol=0, atol=1e-9 * max(1.0, times[-1])):
+        raise ValueError(f"times must lie on the grid of dt = {dt!r} from times[0]; got {times!r}")
+    systems, n, d = x.shape
+    seed = reproducible_seed(seed)
+    generators = system_generators(seed, systems)
+    nodes = [limit.draw_nodes(g, d) for g in generators]
+    query, key, value = (np.stack([node[i] for node in nodes]) for i in range(3))
+    shape = limit.increment_shape(systems, d)
+    if increments is not None:
+        increments = np.asarray(increments, dtype=float)
+        if increments.shape != (steps_at[-1],) + shape:
+            raise ValueError(f"increments must have shape {(steps_at[-1],) + shape}, got {increments.shape}")
+    frames = [x]
+    with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
+        for step in range(1, steps_at[-1] + 1):
+            averages = attention_averages(x, query, key, limit.beta)
+            move = np.zeros_like(x)
+            if limit.drift:
+                move += (limit.drift * dt) * averages.mean(axis=1)
+            if limit.noise:
+                if increments is None:
+                    drawn = np.stack([g.standard_normal(shape[1:]) for g in generators]) * np.sqrt(dt)
+                else:
+                    drawn = increments[step - 1]
+                move += value_sum(averages, limit.noise_matrices(drawn, value))
+            x = x + move
+            x /= np.linalg.norm(x, axis=-1, keepdims=True)
+            if step in steps_at:
+                frames.extend([x] * int(np.count_nonzero(steps_at == step)))
+            bar.update(dt)
+    settings = {"seed": seed, "dt": dt, "nodes": limit.node_count, "given_increments": increments is not None}
+    return collapse_dataset(frames, times, single, keep_positions, limit.to_dict(), settings)

@@ -1,0 +1,288 @@
+r"""Self-attention with random weights, resampled at every layer and head (Transformers at initialisation).
+
+The discrete model (Koubbi, Geshkovski, Rigollet, "Homogenized Transformers", arXiv 2604.01978):
+tokens :math:`x_i \in S^{d-1}`, and at every layer :math:`\ell` each head :math:`h = 1..H`
+draws fresh weights :math:`\theta_{\ell h} = (Q, K, V)` independently of everything else,
+
+.. math::
+    x_i \leftarrow \frac{x_i + \frac{\eta}{H}\sum_h A_{\theta_{\ell h}}(x_i)}
+                        {\big|x_i + \frac{\eta}{H}\sum_h A_{\theta_{\ell h}}(x_i)\big|},
+    \qquad
+    A_\theta(x_i) = V\,a_{QK}(x_i), \quad
+    a_{QK}(x_i) = \sum_j \frac{e^{\beta\langle Q x_i, K x_j\rangle}}{\sum_l e^{\beta\langle Q x_i, K x_l\rangle}}\, x_j,
+
+with step :math:`\eta` and :math:`H` heads: the residual stream with layer normalisation, a
+discrete-time particle system on the sphere driven by a random vector field.
+
+Weight laws: :class:`GaussianWeights` (entries :math:`N(0, \sigma^2/d)`, the fan-in convention of
+initialisation, so that :math:`|Qx| \approx \sigma_Q` for a unit :math:`x`), and
+:class:`SampledWeights` for any user sampler. :func:`simulate_random_layers` runs batches of
+systems, each with its own draws: system ``s`` draws from ``SeedSequence(seed, spawn_key=(s,))``,
+so a system's path depends on the recorded seed and its index only, not on the batch it ran in.
+
+The homogenized limit of this chain (its diffusion approximation as :math:`\eta \to 0`) is in
+:mod:`meanfield.homogenized`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .checks import check_int, check_points, check_real
+from .progress import time_progress
+from .records import PARTICLES, geometry_name, package_version
+from .sampling import reproducible_seed
+from .sphere import normalize
+
+#: Largest number of weight entries (systems x heads x 3 d^2) drawn and held at once.
+WEIGHT_BLOCK = 1 << 22
+
+#: Largest number of attention weights (systems x heads x n x n) held at once.
+ATTENTION_BLOCK = 1 << 22
+
+
+@dataclass(frozen=True)
+class GaussianWeights:
+    r"""Independent Gaussian :math:`Q`, :math:`K`, :math:`V` with iid entries.
+
+    .. math::
+        Q_{ab} \sim N(0, \sigma_Q^2/d), \quad K_{ab} \sim N(0, \sigma_K^2/d), \quad
+        V = m_V I + G, \ G_{ab} \sim N(0, \sigma_V^2/d),
+
+    so that for a unit vector :math:`x`, :math:`E|Qx|^2 = \sigma_Q^2` and the logits
+    :math:`\beta\langle Qx, Ky\rangle` have standard deviation :math:`\beta\sigma_Q\sigma_K/\sqrt d`
+    (``beta`` carries the temperature). ``query_std=None`` (``key_std=None``) fixes :math:`Q = I`
+    (:math:`K = I`): with both fixed the attention is that of :class:`~meanfield.SelfAttention`
+    and only the values are random.
+    """
+
+    value_std: float = 1.0
+    value_mean: float = 0.0
+    query_std: float | None = 1.0
+    key_std: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        check_real(self.value_std, "value_std", minimum=0.0)
+        check_real(self.value_mean, "value_mean")
+        for name in ("query_std", "key_std"):
+            if getattr(self, name) is not None:
+                check_real(getattr(self, name), name, minimum=0.0)
+
+    @property
+    def fixed_attention(self) -> bool:
+        """Whether :math:`Q = K = I`: the attention weights are then not random."""
+        return self.query_std is None and self.key_std is None
+
+    def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``count`` draws of ``(Q, K, V)``, each of shape ``(count, d, d)``."""
+        def matrices(std):
+            if std is None:
+                return np.broadcast_to(np.eye(d), (count, d, d))
+            return rng.standard_normal((count, d, d)) * (std / np.sqrt(d))
+        query, key = matrices(self.query_std), matrices(self.key_std)
+        value = rng.standard_normal((count, d, d)) * (self.value_std / np.sqrt(d))
+        if self.value_mean:
+            value += self.value_mean * np.eye(d)
+        return query, key, value
+
+    def to_dict(self) -> dict:
+        return {"law": "GaussianWeights", "value_std": self.value_std, "value_mean": self.value_mean,
+                "query_std": self.query_std, "key_std": self.key_std}
+
+
+@dataclass(frozen=True)
+class SampledWeights:
+    """Any weight law, given by a sampler ``sampler(rng, count, d) -> (Q, K, V)``, each ``(count, d, d)``.
+
+    The sampler must draw only from ``rng`` (a :class:`numpy.random.Generator`), so that runs
+    repeat from their recorded seed. ``name`` labels the law in the run's record.
+    """
+
+    sampler: Callable[[np.random.Generator, int, int], tuple]
+    name: str = "user sampler"
+
+    def __post_init__(self) -> None:
+        if not callable(self.sampler):
+            raise TypeError(f"sampler must be callable as sampler(rng, count, d) -> (Q, K, V), got {self.sampler!r}")
+
+    fixed_attention = False
+
+    def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        drawn = self.sampler(rng, count, d)
+        if not (isinstance(drawn, tuple) and len(drawn) == 3):
+            raise ValueError(f"the sampler {self.name!r} must return a tuple (Q, K, V), got {type(drawn).__name__}")
+        matrices = tuple(np.asarray(m, dtype=float) for m in drawn)
+        for label, m in zip("QKV", matrices):
+            if m.shape != (count, d, d):
+                raise ValueError(f"the sampler {self.name!r} returned {label} of shape {m.shape}; "
+                                 f"expected ({count}, {d}, {d})")
+            if not np.all(np.isfinite(m)):
+                raise ValueError(f"the sampler {self.name!r} returned non-finite entries in {label}")
+        return matrices
+
+    def to_dict(self) -> dict:
+        return {"law": "SampledWeights", "name": self.name}
+
+
+@dataclass(frozen=True)
+class RandomAttention:
+    r"""The random-weight layer chain: :math:`x \leftarrow N\big(x + \frac{\eta}{H}\sum_h V_h a_{Q_hK_h}(x)\big)`.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature of the softmax, ``>= 0``.
+    heads : int
+        Heads per layer :math:`H`, each with its own draw.
+    step : float
+        Residual step :math:`\eta > 0`.
+    law : GaussianWeights or SampledWeights
+        The law of one head's :math:`(Q, K, V)`.
+    """
+
+    beta: float
+    heads: int = 1
+    step: float = 0.1
+    law: GaussianWeights | SampledWeights = GaussianWeights()
+
+    def __post_init__(self) -> None:
+        check_real(self.beta, "beta", minimum=0.0)
+        check_int(self.heads, "heads", minimum=1)
+        check_real(self.step, "step", minimum=0.0)
+        if self.step == 0.0:
+            raise ValueError("step must be > 0, got 0.0 (the tokens would not move)")
+        if not hasattr(self.law, "sample"):
+            raise TypeError(f"law must be a GaussianWeights or SampledWeights, got {self.law!r}")
+
+    @property
+    def layer_time(self) -> float:
+        r"""Diffusive time per layer :math:`\tau = \eta^2/H` (the clock of the homogenized limit)."""
+        return self.step ** 2 / self.heads
+
+    def layer(self, x: np.ndarray, query: np.ndarray, key: np.ndarray, value: np.ndarray) -> np.ndarray:
+        """One layer of tokens ``x`` ``(systems, n, d)`` with the heads' weights ``(systems, heads, d, d)``."""
+        return normalize(x + (self.step / self.heads) * value_sum(attention_averages(x, query, key, self.beta), value))
+
+    def to_dict(self) -> dict:
+        return {"model": "RandomAttention", "beta": self.beta, "heads": self.heads, "step": self.step,
+                "law": self.law.to_dict()}
+
+
+def attention_averages(x: np.ndarray, query: np.ndarray, key: np.ndarray, beta: float) -> np.ndarray:
+    r"""Every head's attention average :math:`a_{Q_hK_h}(x_i)`, shape ``(systems, heads, n, d)``.
+
+    A batched engine for :meth:`meanfield.SelfAttention.attention_output` with ``V = I`` (the
+    reference, one head and one system at a time), each system and head with its own ``Q`` and
+    ``K`` of shape ``(systems, heads, d, d)``; the softmax is shifted by its row maximum. The
+    queries and keys of all heads come from one product per system.
+    """
+    systems, n, d = x.shape
+    heads = query.shape[1]
+    block = max(1, ATTENTION_BLOCK // (heads * n * n))
+    if systems > block:
+        return np.concatenate([attention_averages(x[s:s + block], query[s:s + block], key[s:s + block], beta)
+                               for s in range(0, systems, block)])
+
+    def projected(matrices):  # x_i -> M_h x_i for every head, as (systems, heads, n, d)
+        stacked = np.swapaxes(matrices, -1, -2).transpose(0, 2, 1, 3).reshape(systems, d, heads * d)
+        return (x @ stacked).reshape(systems, n, heads, d).transpose(0, 2, 1, 3)
+    logits = projected(query) @ np.swapaxes(projected(key), -1, -2)
+    logits *= beta
+    logits -= logits.max(axis=-1, keepdims=True)
+    np.exp(logits, out=logits)
+    logits /= logits.sum(axis=-1, keepdims=True)
+    return (logits.reshape(systems, heads * n, n) @ x).reshape(systems, heads, n, d)
+
+
+def value_sum(averages: np.ndarray, value: np.ndarray) -> np.ndarray:
+    r""":math:`\sum_h V_h a_h(x_i)` of averages ``(systems, heads, n, d)``: one product per system."""
+    systems, heads, n, d = averages.shape
+    stacked = np.swapaxes(value, -1, -2).reshape(systems, heads * d, d)
+    return averages.transpose(0, 2, 1, 3).reshape(systems, n, heads * d) @ stacked
+
+
+def system_generators(seed: int, systems: int) -> list[np.random.Generator]:
+    """One generator per system, ``SeedSequence(seed, spawn_key=(s,))``: a system's draws do not depend on its batch."""
+    return [np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(s,))) for s in range(systems)]
+
+
+def mean_inner_product(x: np.ndarray) -> np.ndarray:
+    r""":math:`\frac1{n^2}\sum_{i,j}\langle x_i, x_j\rangle = |\bar x|^2` of tokens ``(..., n, d)``: 1 at collapse, ~1/n when spread."""
+    return np.sum(np.mean(x, axis=-2) ** 2, axis=-1)
+
+
+def diameter(x: np.ndarray) -> np.ndarray:
+    r""":math:`\max_{i,j}|x_i - x_j|` of tokens ``(..., n, d)``: 0 at collapse, 2 with antipodal tokens."""
+    gram = x @ np.swapaxes(x, -1, -2)
+    return np.sqrt(np.maximum(2.0 - 2.0 * gram.min(axis=(-1, -2)), 0.0))
+
+
+def batch_of_tokens(x0, name: str = "x0") -> tuple[np.ndarray, bool]:
+    """``x0`` as ``(systems, n, d)`` unit vectors, and whether it was one system ``(n, d)``."""
+    x = check_points(x0, name)
+    if x.ndim > 3:
+        raise ValueError(f"{name} must have shape (n, d) or (systems, n, d), got shape {x.shape}")
+    return (x[None], True) if x.ndim == 2 else (x, False)
+
+
+def collapse_dataset(frames: list[np.ndarray], times: np.ndarray, single: bool, keep_positions: bool,
+                     model_record: dict, settings: dict, extra_coords: dict | None = None):
+    """The run's dataset: tokens (optionally), the mean inner product and the diameter per system and time."""
+    import xarray as xr
+
+    x = np.stack(frames, axis=1)  # (systems, time, n, d)
+    variables = {
+        "mean_inner_product": (("system", "time"), mean_inner_product(x),
+                               {"long_name": "mean pairwise inner product (1/n^2) sum_ij <x_i, x_j>"}),
+        "diameter": (("system", "time"), diameter(x), {"long_name": "max_ij |x_i - x_j|"}),
+    }
+    if keep_positions:
+        variables["x"] = (("system", "time", "particle", "component"), x)
+    ds = xr.Dataset(variables, coords={"time": times, **(extra_coords or {})})
+    if single:
+        ds = ds.isel(system=0)
+    ds.attrs.update({"kind": PARTICLES, "geometry": geometry_name(x.shape[-1]), "model": json.dumps(model_record),
+                     "settings": json.dumps(settings), "version": package_version()})
+    return ds
+
+
+def simulate_random_layers(model: RandomAttention, x0, layers: int, *, seed: int | np.random.Generator | None = None,
+                           record_every: int = 1, keep_positions: bool = True, progress: bool | None = None):
+    r"""Run the random-weight chain for ``layers`` layers from tokens ``x0`` ``(n, d)`` or ``(systems, n, d)``.
+
+    Each system draws its own weights, ``heads`` per layer, from ``model.law``. Returns an
+    :class:`xarray.Dataset` over ``time`` (the diffusive time ``layer * step**2 / heads``, with
+    the ``layer`` index alongside), every ``record_every`` layers: ``mean_inner_product`` and
+    ``diameter`` per system (the collapse observables) and, with ``keep_positions``, the tokens
+    ``x``. ``attrs["settings"]`` records the seed that repeats the run.
+    """
+    if not isinstance(model, RandomAttention):
+        raise TypeError(f"model must be a RandomAttention, got {type(model).__name__}")
+    x, single = batch_of_tokens(x0)
+    layers = check_int(layers, "layers", minimum=1)
+    record_every = check_int(record_every, "record_every", minimum=1)
+    seed = reproducible_seed(seed)
+    generators = system_generators(seed, x.shape[0])
+    d, heads = x.shape[-1], model.heads
+    block = max(1, WEIGHT_BLOCK // (3 * heads * d * d))
+    frames, recorded = [x], [0]
+    with time_progress(0.0, float(layers), progress, "layers") as bar:
+        for layer in range(1, layers + 1):
+            x = x.copy()
+            for start in range(0, x.shape[0], block):
+                part = slice(start, start + block)
+                draws = [model.law.sample(g, heads, d) for g in generators[part]]
+                query, key, value = (np.stack([draw[i] for draw in draws]) for i in range(3))
+                x[part] = model.layer(x[part], query, key, value)
+            if layer % record_every == 0 or layer == layers:
+                frames.append(x)
+                recorded.append(layer)
+            bar.update(1.0)
+    index = np.asarray(recorded)
+    settings = {"seed": seed, "layers": layers, "record_every": record_every}
+    return collapse_dataset(frames, index * model.layer_time, single, keep_positions, model.to_dict(), settings,
+                            {"layer": ("time", index)})
