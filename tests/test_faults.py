@@ -444,6 +444,7 @@ def test_each_run_example_runs_clean_at_its_documented_size(example, tmp_path):
 SCRIPTS = {  # quick sizes of the example scripts (their full sizes take minutes to an hour)
     "bifurcation.py": ["--output", "{out}", "--cells", "64"],
     "growth_rates.py": ["--output", "{out}"],
+    "homogenized.py": ["--systems", "16", "--end", "0.25", "--output", "{out}"],
     "lost_in_the_middle.py": ["--config", "{config}", "--prompts", "200"],
     "metastability.py": ["--t-particles", "20", "--t-pde", "6", "--output", "{out}"],
     "pure_attention.py": ["--output", "{out}"],

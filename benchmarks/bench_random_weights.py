@@ -1,0 +1,49 @@
+"""Random weights resampled per layer and head (issue 37): the cost of one layer.
+
+n = 64 tokens in d = 64, H = 16 heads, 256 systems each with its own draws: one layer of
+``simulate_random_layers`` against the baseline of drawing the same weights (3 x 256 x 16
+Gaussian 64 x 64 matrices) plus one layer of the fixed-weight model (``SelfAttention`` with 16
+heads, one set of matrices for all systems), timed in the same run. Target: ratio <= 2. The
+homogenized limit's step at the same sizes (64 quadrature nodes instead of 16 heads) is timed
+against the same baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import meanfield as mf
+from common import compare
+
+TOKENS, DIMENSION, HEADS, SYSTEMS = 64, 64, 16, 256
+
+
+def run() -> list[tuple[str, float, float, float]]:
+    law = mf.GaussianWeights()
+    x0 = mf.sample_uniform(TOKENS, DIMENSION, rng=0, batch=SYSTEMS)
+    model = mf.RandomAttention(1.0, heads=HEADS, step=0.1, law=law)
+    query, key, value = law.sample(np.random.default_rng(1), HEADS, DIMENSION)
+    fixed = mf.SelfAttention(1.0, query=query, key=key, value=value)
+    generator = np.random.default_rng(2)
+
+    def draw_and_fixed_step():
+        law.sample(generator, SYSTEMS * HEADS, DIMENSION)
+        moved = x0 + (model.step / HEADS) * fixed.attention_output(x0)
+        return moved / np.linalg.norm(moved, axis=-1, keepdims=True)
+
+    ours, base, ratio = compare(lambda: mf.simulate_random_layers(model, x0, 1, seed=3, keep_positions=False),
+                                draw_and_fixed_step, rounds=3, repeats=1)
+    rows = [(f"random layer, n = {TOKENS}, d = {DIMENSION}, H = {HEADS}, {SYSTEMS} draws vs drawing the weights "
+             "+ the fixed-weight layer", ours, base, ratio)]
+    limit = mf.HomogenizedLimit(1.0, law, nodes=HEADS)
+    step = model.layer_time
+    ours, base, ratio = compare(lambda: mf.simulate_homogenized(limit, x0, [0.0, step], dt=step, seed=3,
+                                                                keep_positions=False),
+                                draw_and_fixed_step, rounds=3, repeats=1)
+    rows.append((f"homogenized limit, one step with {HEADS} nodes, same sizes, vs the same baseline", ours, base, ratio))
+    return rows
+
+
+if __name__ == "__main__":
+    for name, seconds, baseline, ratio in run():
+        print(f"{name}: {seconds:.4g} s (baseline {baseline:.4g} s, ratio {ratio:.3g})")
