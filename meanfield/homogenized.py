@@ -201,8 +201,10 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
     x, single = batch_of_tokens(x0)
     times = check_times(times)
     dt = check_real(dt, "dt", minimum=0.0)
+    if dt == 0.0:
+        raise ValueError("dt must be > 0, got 0.0")
     steps_at = np.rint((times - times[0]) / dt).astype(int)
-    if dt == 0.0 or not np.allclose(steps_at * dt, times - times[0], rtol=0, atol=1e-9 * max(1.0, times[-1])):
+    if not np.allclose(steps_at * dt, times - times[0], rtol=0, atol=1e-9 * max(1.0, times[-1])):
         raise ValueError(f"times must lie on the grid of dt = {dt!r} from times[0]; got {times!r}")
     systems, n, d = x.shape
     seed = reproducible_seed(seed)
