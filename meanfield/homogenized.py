@@ -63,6 +63,7 @@ from .progress import time_progress
 from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, attention_averages,
                              batch_of_tokens, collapse_dataset, system_generators, value_sum)
 from .sampling import reproducible_seed
+from .sphere import normalize
 
 #: Draws with which the mean of a sampled law's values is estimated (the centring check).
 MEAN_CHECK_DRAWS = 4096
@@ -70,8 +71,9 @@ MEAN_CHECK_DRAWS = 4096
 #: Standard errors beyond which an estimated mean of V counts as non-zero.
 MEAN_CHECK_ERRORS = 6.0
 
-#: The largest layer time (tau = step^2/heads in the diffusive limit, step/heads noise per unit
-#: time in the deterministic one) accepted as small: the limit's error is of this order.
+#: The largest small parameter accepted: the layer time step^2/heads in the diffusive limit; the
+#: step and the noise left per unit time, value_std^2 step/heads, in the deterministic one. The
+#: limit's error is of this order.
 LARGEST_LAYER_TIME = 0.25
 
 
@@ -203,7 +205,7 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
     dt = check_real(dt, "dt", minimum=0.0)
     if dt == 0.0:
         raise ValueError("dt must be > 0, got 0.0")
-    steps_at = np.rint((times - times[0]) / dt).astype(int)
+    steps_at = np.rint((times - times[0]) / dt).astype(int)  # distinct: times increase and lie on the grid
     if not np.allclose(steps_at * dt, times - times[0], rtol=0, atol=1e-9 * max(1.0, times[-1])):
         raise ValueError(f"times must lie on the grid of dt = {dt!r} from times[0]; got {times!r}")
     systems, n, d = x.shape
@@ -216,7 +218,7 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
         increments = np.asarray(increments, dtype=float)
         if increments.shape != (steps_at[-1],) + shape:
             raise ValueError(f"increments must have shape {(steps_at[-1],) + shape}, got {increments.shape}")
-    frames = [x]
+    frames, recorded = [x], set(steps_at[1:].tolist())
     with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
         for step in range(1, steps_at[-1] + 1):
             averages = attention_averages(x, query, key, limit.beta)
@@ -229,10 +231,9 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
                 else:
                     drawn = increments[step - 1]
                 move += value_sum(averages, limit.noise_matrices(drawn, value))
-            x = x + move
-            x /= np.linalg.norm(x, axis=-1, keepdims=True)
-            if step in steps_at:
-                frames.extend([x] * int(np.count_nonzero(steps_at == step)))
+            x = normalize(x + move)
+            if step in recorded:
+                frames.append(x)
             bar.update(dt)
     settings = {"seed": seed, "dt": dt, "nodes": limit.node_count, "given_increments": increments is not None}
-    return collapse_dataset(frames, times, single, keep_positions, limit.to_dict(), settings)
+    return collapse_dataset(frames, times, single, keep_positions, limit, settings)

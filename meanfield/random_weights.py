@@ -26,7 +26,6 @@ The homogenized limit of this chain (its diffusion approximation as :math:`\eta 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable
 
@@ -34,7 +33,7 @@ import numpy as np
 
 from .checks import check_int, check_points, check_real
 from .progress import time_progress
-from .records import PARTICLES, geometry_name, package_version
+from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
 from .sphere import normalize
 
@@ -104,12 +103,11 @@ class SampledWeights:
 
     sampler: Callable[[np.random.Generator, int, int], tuple]
     name: str = "user sampler"
+    fixed_attention = False  # not a field: a sampled law's attention is random
 
     def __post_init__(self) -> None:
         if not callable(self.sampler):
             raise TypeError(f"sampler must be callable as sampler(rng, count, d) -> (Q, K, V), got {self.sampler!r}")
-
-    fixed_attention = False
 
     def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         drawn = self.sampler(rng, count, d)
@@ -230,7 +228,7 @@ def batch_of_tokens(x0, name: str = "x0") -> tuple[np.ndarray, bool]:
 
 
 def collapse_dataset(frames: list[np.ndarray], times: np.ndarray, single: bool, keep_positions: bool,
-                     model_record: dict, settings: dict, extra_coords: dict | None = None):
+                     model, settings: dict, extra_coords: dict | None = None):
     """The run's dataset: tokens (optionally), the mean inner product and the diameter per system and time."""
     import xarray as xr
 
@@ -245,8 +243,7 @@ def collapse_dataset(frames: list[np.ndarray], times: np.ndarray, single: bool, 
     ds = xr.Dataset(variables, coords={"time": times, **(extra_coords or {})})
     if single:
         ds = ds.isel(system=0)
-    ds.attrs.update({"kind": PARTICLES, "geometry": geometry_name(x.shape[-1]), "model": json.dumps(model_record),
-                     "settings": json.dumps(settings), "version": package_version()})
+    ds.attrs.update(record_attrs(PARTICLES, geometry_name(x.shape[-1]), model, settings))
     return ds
 
 
@@ -284,5 +281,5 @@ def simulate_random_layers(model: RandomAttention, x0, layers: int, *, seed: int
             bar.update(1.0)
     index = np.asarray(recorded)
     settings = {"seed": seed, "layers": layers, "record_every": record_every}
-    return collapse_dataset(frames, index * model.layer_time, single, keep_positions, model.to_dict(), settings,
+    return collapse_dataset(frames, index * model.layer_time, single, keep_positions, model, settings,
                             {"layer": ("time", index)})

@@ -5,6 +5,8 @@ system at a time), the closed-form covariance of symmetric Gaussian values, a DO
 deterministic flow, and the Brownian path summed onto coarser steps.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -42,7 +44,7 @@ def test_runs_repeat_from_the_recorded_seed_and_a_system_does_not_depend_on_its_
     model = RandomAttention(1.0, heads=2, step=0.2)
     x0 = mf.sample_uniform(5, 4, rng=0, batch=6)
     run = simulate_random_layers(model, x0, 5, seed=None)
-    seed = __import__("json").loads(run.attrs["settings"])["seed"]
+    seed = json.loads(run.attrs["settings"])["seed"]
     again = simulate_random_layers(model, x0, 5, seed=seed)
     np.testing.assert_array_equal(run.x.values, again.x.values)
     first_three = simulate_random_layers(model, x0[:3], 5, seed=seed)
@@ -100,6 +102,7 @@ def test_the_limit_sde_has_strong_order_one_half_and_stays_on_the_sphere():
         coarse = increments.reshape((-1, int(dt / fine)) + shape).sum(axis=1)
         x = simulate_homogenized(limit, x0, [0, end], dt=dt, seed=1, increments=coarse).x.values[:, -1]
         errors.append(np.sqrt(np.mean(np.sum((x - reference) ** 2, axis=-1))))
+    # The known order is 1/2; the reference's own error (a quarter of the finest step's) tilts the fit up.
     order = np.polyfit(np.log(steps), np.log(errors), 1)[0]
     assert 0.4 < order < 0.7, (errors, order)
 
@@ -112,7 +115,8 @@ def test_without_noise_the_limit_is_the_deterministic_flow():
     exact = mf.simulate_particles(mf.SelfAttention(2.0, value=1.5), x0, [0, 1], rtol=1e-12).x.values[-1]
     errors = [np.abs(simulate_homogenized(limit, x0, [0, 1], dt=dt).x.values[-1] - exact).max()
               for dt in (2e-3, 1e-3)]
-    assert errors[0] < 0.05 and 1.7 < errors[0] / errors[1] < 2.3  # Euler: first order
+    # Euler: first order, with an error constant of order one (the flow's speed and Lipschitz constant)
+    assert errors[0] < 2e-3 and 1.7 < errors[0] / errors[1] < 2.3
 
 
 @pytest.mark.parametrize("heads", [1, 4])
