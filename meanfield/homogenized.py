@@ -59,9 +59,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .checks import check_int, check_real, check_times
+from .common_noise import NoisePath, WeightedAttention
 from .progress import time_progress
 from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, attention_averages,
-                             batch_of_tokens, collapse_dataset, system_generators, value_sum)
+                             batch_of_tokens, collapse_dataset)
 from .sampling import reproducible_seed
 from .sphere import normalize
 
@@ -188,52 +189,64 @@ def require_centred(law) -> None:
 
 
 def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed: int | np.random.Generator | None = None,
-                         increments: np.ndarray | None = None, keep_positions: bool = True, progress: bool | None = None):
+                         increments: np.ndarray | None = None, scheme: str = "euler", keep_positions: bool = True,
+                         progress: bool | None = None):
     r"""Integrate the limit SDE from tokens ``x0`` ``(n, d)`` or ``(systems, n, d)`` over ``times``.
 
-    Projected Euler-Maruyama with step ``dt`` (``times`` must lie on its grid): strong order 1/2,
-    on the sphere to round-off. Each system is one path with its own nodes and Brownian motions,
-    drawn from ``SeedSequence(seed, spawn_key=(s,))``; ``increments`` (shape ``(steps,) +
-    limit.increment_shape(systems, d)``, variance ``dt``) replaces the Brownian draws, for
-    comparing step sizes on one path. Returns the dataset of
+    ``scheme="euler"``: projected Euler-Maruyama of the Itô form, step ``dt``. ``scheme="heun"``:
+    Heun's predictor-corrector on the Stratonovich form (:mod:`meanfield.common_noise`), each
+    stage projected back; the same scheme as the stochastic density solvers, so the two can be
+    compared on one path at one step. Both have strong order 1/2 (the noise is multiplicative
+    and non-commutative) and stay on the sphere to round-off. ``times`` must lie on the grid of
+    ``dt``. Each system is one path with its own nodes and Brownian motions
+    (:class:`~meanfield.common_noise.NoisePath`, from ``seed``); ``increments`` (shape
+    ``(steps,) + limit.increment_shape(systems, d)``, variance ``dt``) replaces the Brownian
+    draws, for comparing step sizes on one path. Returns the dataset of
     :func:`meanfield.random_weights.simulate_random_layers` over ``times``.
     """
     if not isinstance(limit, HomogenizedLimit):
         raise TypeError(f"limit must be a HomogenizedLimit, got {type(limit).__name__}")
+    if scheme not in ("euler", "heun"):
+        raise ValueError(f"scheme must be 'euler' or 'heun', got {scheme!r}")
     x, single = batch_of_tokens(x0)
     times = check_times(times)
+    steps_at, dt = output_steps(times, dt)
+    systems, n, d = x.shape
+    seed = reproducible_seed(seed)
+    path = NoisePath(limit, systems, d, seed, dt, steps_at[-1], increments)
+    everything, weights = slice(None), np.full((systems, n), 1.0 / n)
+    frames, recorded = [x], set(steps_at[1:].tolist())
+    with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
+        for step in range(1, steps_at[-1] + 1):
+            increment = path.increment(step)
+            if scheme == "euler":
+                averages = attention_averages(x, path.query, path.key, limit.beta)
+                move = np.zeros_like(x)
+                if limit.drift:
+                    move += (limit.drift * dt) * averages.mean(axis=1)
+                if limit.noise:
+                    move += path.displacement(averages, increment)
+                x = normalize(x + move)
+            else:
+                def move(points):
+                    attention = WeightedAttention(points, weights, everything, path, limit.beta)
+                    return attention.stratonovich_drift()[0] * dt + attention.noise(increment)
+                first = move(x)
+                x = normalize(x + 0.5 * (first + move(normalize(x + first))))
+            if step in recorded:
+                frames.append(x)
+            bar.update(dt)
+    settings = {"seed": seed, "dt": dt, "scheme": scheme, "nodes": limit.node_count,
+                "given_increments": increments is not None}
+    return collapse_dataset(frames, times, single, keep_positions, limit, settings)
+
+
+def output_steps(times: np.ndarray, dt) -> tuple[np.ndarray, float]:
+    """The step counts at which ``times`` fall on the grid of ``dt`` from ``times[0]`` (refused off the grid), and ``dt``."""
     dt = check_real(dt, "dt", minimum=0.0)
     if dt == 0.0:
         raise ValueError("dt must be > 0, got 0.0")
     steps_at = np.rint((times - times[0]) / dt).astype(int)  # distinct: times increase and lie on the grid
     if not np.allclose(steps_at * dt, times - times[0], rtol=0, atol=1e-9 * max(1.0, times[-1])):
         raise ValueError(f"times must lie on the grid of dt = {dt!r} from times[0]; got {times!r}")
-    systems, n, d = x.shape
-    seed = reproducible_seed(seed)
-    generators = system_generators(seed, systems)
-    nodes = [limit.draw_nodes(g, d) for g in generators]
-    query, key, value = (np.stack([node[i] for node in nodes]) for i in range(3))
-    shape = limit.increment_shape(systems, d)
-    if increments is not None:
-        increments = np.asarray(increments, dtype=float)
-        if increments.shape != (steps_at[-1],) + shape:
-            raise ValueError(f"increments must have shape {(steps_at[-1],) + shape}, got {increments.shape}")
-    frames, recorded = [x], set(steps_at[1:].tolist())
-    with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
-        for step in range(1, steps_at[-1] + 1):
-            averages = attention_averages(x, query, key, limit.beta)
-            move = np.zeros_like(x)
-            if limit.drift:
-                move += (limit.drift * dt) * averages.mean(axis=1)
-            if limit.noise:
-                if increments is None:
-                    drawn = np.stack([g.standard_normal(shape[1:]) for g in generators]) * np.sqrt(dt)
-                else:
-                    drawn = increments[step - 1]
-                move += value_sum(averages, limit.noise_matrices(drawn, value))
-            x = normalize(x + move)
-            if step in recorded:
-                frames.append(x)
-            bar.update(dt)
-    settings = {"seed": seed, "dt": dt, "nodes": limit.node_count, "given_increments": increments is not None}
-    return collapse_dataset(frames, times, single, keep_positions, limit, settings)
+    return steps_at, dt

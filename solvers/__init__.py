@@ -5,6 +5,7 @@ attention on the line (d = 1, rescaled tokens)."""
 from .causal import CausalCircleFV, CausalSphereSpectral
 from .circle import CircleFV
 from .circle_auto import CircleAuto
+from .circle_common_noise import CommonNoiseCircle
 from .circle_collapse import CircleFVLagrangian
 from .circle_lagrangian import CircleLagrangian, PointMasses
 from .circle_spectral import CircleSpectral
@@ -12,4 +13,4 @@ from .line import LineFV
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]

@@ -1,0 +1,196 @@
+r"""The common noise of the homogenized limit as vector fields on weighted measures: one path's draws and its Stratonovich form.
+
+A path of the limit (:class:`~meanfield.homogenized.HomogenizedLimit`) fixes quadrature nodes
+:math:`(Q_m, K_m, V_m)` and Brownian motions :math:`W_k`; the noise then moves a point
+:math:`x` by :math:`\sum_k f_k(x;\mu)\,dW_k` with ambient fields :math:`f_k = L_k a_{m(k)}`,
+:math:`a_m` the attention average of node :math:`m` over the measure :math:`\mu`, and
+:math:`L_k` the law's matrices: :math:`c E_{ab}` for every node and entry (:class:`GaussianWeights`,
+:math:`c = \sigma_V/\sqrt{d\cdot\text{nodes}}`, a matrix Brownian motion per node), or
+:math:`V_m/\sqrt{\text{nodes}}` (:class:`SampledWeights`, one scalar Brownian motion per node).
+
+Stratonovich form. The limit is derived (and simulated by projected Euler-Maruyama) as an Itô
+SDE with drift :math:`-P_x C(x,x)x - \frac12\operatorname{tr}(P_xC)x`. With the tangent fields
+:math:`\sigma_k = P_x f_k`, the same process is the Stratonovich SDE
+
+.. math::
+    dX = \tilde b(X;\mu)\,dt + \sum_k \sigma_k(X;\mu)\circ dW_k, \qquad
+    \tilde b = -\tfrac12\sum_k \big(P_x g_k + \langle x, f_k\rangle\,\sigma_k\big),
+
+where :math:`g_k = \frac{d}{d\varepsilon} f_k\big(x + \varepsilon\sigma_k(x); (\mathrm{id} +
+\varepsilon\sigma_k)_\#\mu\big)` is the derivative of :math:`f_k` when the point and the whole
+measure are transported along :math:`\sigma_k` (every token feels the same noise). Derivation:
+the Itô correction of the Stratonovich equation is :math:`\frac12\sum_k` of that total
+derivative of :math:`\sigma_k`; its normal part is :math:`-\frac12|\sigma_k|^2x` (the sphere's
+term) and its tangential part :math:`\frac12(P_xg_k - \langle x, f_k\rangle\sigma_k)`, which
+leaves :math:`\tilde b` above. Transported measures give the same correction to the density:
+the conditional law :math:`\rho` of a token given the noise solves the stochastic transport
+equation
+
+.. math:: d\rho + \operatorname{div}\big(\rho\,\tilde b[\rho]\big)dt + \sum_k \operatorname{div}\big(\rho\,\sigma_k[\rho]\big)\circ dW_k = 0,
+
+first order (the second-order terms of the Itô form cancel), so a transport scheme advanced by
+Heun's method (which converges to the Stratonovich solution) integrates it. A measure is given
+as weighted atoms: the tokens with weights :math:`1/n`, or a grid's quadrature nodes with
+:math:`\rho_j h`; the derivative :math:`g_k` then moves the atoms, which is the transport of
+the measure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .random_weights import ATTENTION_BLOCK, GaussianWeights, system_generators, value_sum
+
+if TYPE_CHECKING:
+    from .homogenized import HomogenizedLimit
+
+
+class NoisePath:
+    r"""The draws of one batch of paths: nodes :math:`(Q_m, K_m, V_m)` and Brownian increments per system.
+
+    System ``s`` draws its nodes, then its increments step by step, from
+    ``SeedSequence(seed, spawn_key=(s,))``, so a particle run and a density run with the same
+    ``seed`` and ``dt`` are driven by the same path. ``increments`` (shape ``(steps,) +
+    limit.increment_shape(systems, d)``) replaces the increments. Brownian-bridge refinements
+    draw from a second stream per system, ``spawn_key=(s, 1)``.
+    """
+
+    def __init__(self, limit: HomogenizedLimit, systems: int, d: int, seed: int, dt: float,
+                 steps: int, increments: np.ndarray | None = None):
+        self.limit, self.dt = limit, dt
+        self.generators = system_generators(seed, systems)
+        nodes = [limit.draw_nodes(g, d) for g in self.generators]
+        self.query, self.key, self.value = (np.stack([node[i] for node in nodes]) for i in range(3))
+        self.shape = limit.increment_shape(systems, d)
+        if increments is not None:
+            increments = np.asarray(increments, dtype=float)
+            if increments.shape != (steps,) + self.shape:
+                raise ValueError(f"increments must have shape {(steps,) + self.shape}, got {increments.shape}")
+        self.given = increments
+        self.bridges = [np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(s, 1))) for s in range(systems)]
+
+    def increment(self, step: int) -> np.ndarray:
+        """The Brownian increments of step ``step`` (counted from 1), over ``dt``."""
+        if self.given is not None:
+            return self.given[step - 1]
+        return np.stack([g.standard_normal(self.shape[1:]) for g in self.generators]) * np.sqrt(self.dt)
+
+    def bridge(self, increment: np.ndarray, parts: int) -> np.ndarray:
+        """``increment`` over ``dt`` split into ``parts`` increments over ``dt/parts`` of the same Brownian path."""
+        if parts == 1:
+            return increment[None]
+        normal = np.stack([g.standard_normal((parts,) + self.shape[1:]) for g in self.bridges], axis=1)
+        normal *= np.sqrt(self.dt / parts)
+        return increment / parts + normal - normal.mean(axis=0)
+
+    def displacement(self, averages: np.ndarray, increment: np.ndarray) -> np.ndarray:
+        r"""The ambient noise move :math:`\sum_k f_k\,\Delta W_k` of averages ``(systems, nodes, P, d)``."""
+        return value_sum(averages, self.limit.noise_matrices(increment, self.value))
+
+    def families(self) -> np.ndarray:
+        r"""The matrices :math:`L_k` as ``(systems, fields, nodes, d, d)``: a field per entry for Gaussian values, one otherwise."""
+        systems, nodes, d = self.value.shape[:3]
+        if isinstance(self.limit.law, GaussianWeights):
+            units = np.zeros((systems, d * d, nodes, d, d))
+            for entry in range(d * d):
+                units[:, entry, :, entry // d, entry % d] = 1.0
+            return self.limit.noise_matrices(units, self.value[:, None])
+        return self.limit.noise_matrices(np.ones((systems, 1, nodes)), self.value[:, None])
+
+
+def tangent(points: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """``vectors`` projected onto the tangent spaces at ``points`` (broadcast over leading axes)."""
+    return vectors - np.sum(vectors * points, axis=-1, keepdims=True) * points
+
+
+class WeightedAttention:
+    r"""Every node's attention average over weighted atoms, evaluated at points, with its derivative.
+
+    ``points`` ``(systems, P, d)``; the atoms are ``points[:, atoms]`` with ``weights``
+    ``(systems, A)`` (nonnegative; a grid's density times its cell size, or ``1/n``). The softmax
+    is shifted by its row maximum after the log-weights are added, so no weight underflows.
+    """
+
+    def __init__(self, points: np.ndarray, weights: np.ndarray, atoms: slice, path: NoisePath, beta: float):
+        self.points, self.atom_points, self.beta, self.path = points, points[:, atoms], beta, path
+        self.atoms = atoms
+        self.queries = np.einsum("smed,spd->smpe", path.query, points)
+        self.keys = np.einsum("smed,sjd->smje", path.key, self.atom_points)
+        logits = self.queries @ np.swapaxes(self.keys, -1, -2)
+        logits *= beta
+        with np.errstate(divide="ignore"):
+            logits += np.log(weights)[:, None, None, :]
+        logits -= logits.max(axis=-1, keepdims=True)
+        np.exp(logits, out=logits)
+        logits /= logits.sum(axis=-1, keepdims=True)
+        self.probabilities = logits
+        self.averages = logits @ self.atom_points[:, None]  # (systems, nodes, P, d)
+        # attention-weighted K y_j and y_j (K y_j)^T, shared by every direction of derivative
+        self.key_means = logits @ self.keys
+        d = points.shape[-1]
+        outer = (self.atom_points[:, None, :, :, None] * self.keys[..., None, :]).reshape(self.keys.shape[:-1] + (d * d,))
+        self.key_outer = (logits @ outer).reshape(logits.shape[:-1] + (d, d))
+
+    def derivative(self, moves: np.ndarray) -> np.ndarray:
+        r"""Derivative of the averages when every point moves by ``moves`` ``(systems, fields, nodes, P, d)`` (atoms with them).
+
+        Field ``f`` moves every node's points and atoms by ``moves[:, f]``; the result, of the
+        same shape, is the derivative of node ``m``'s averages along ``moves[:, f, m]``. With
+        :math:`u` the point's move, :math:`v_j` the atoms' and :math:`s_j = \beta\langle Qx, Ky_j\rangle`,
+
+        .. math::
+            \delta a = \sum_j p_j v_j + \sum_j p_j(\delta s_j - \overline{\delta s})\,y_j, \quad
+            \delta s_j = \beta\big(\langle Qu, Ky_j\rangle + \langle Qx, Kv_j\rangle\big),
+
+        computed from attention-weighted sums of :math:`v`, :math:`Kv` and :math:`y\otimes Kv`
+        (one product with the attention matrix for all fields), never a matrix per field.
+        """
+        d = moves.shape[-1]
+        atom_moves = moves[..., self.atoms, :]
+        atom_keys = np.einsum("smed,sfmjd->sfmje", self.path.key, atom_moves)
+        columns = np.concatenate([atom_moves, atom_keys,
+                                  (self.atom_points[:, None, None, :, :, None] * atom_keys[..., None, :]).reshape(
+                                      atom_keys.shape[:-1] + (d * d,))], axis=-1)  # (s, f, m, A, 2d + d^2)
+        fields = columns.shape[1]
+        stacked = np.moveaxis(columns, 1, -2).reshape(columns.shape[0], columns.shape[2], columns.shape[3], -1)
+        summed = (self.probabilities @ stacked).reshape(stacked.shape[:2] + (self.points.shape[1], fields, -1))
+        summed = np.moveaxis(summed, -2, 1)  # (s, f, m, P, 2d + d^2)
+        moved, moved_keys, outer = summed[..., :d], summed[..., d:2 * d], summed[..., 2 * d:].reshape(summed.shape[:-1] + (d, d))
+        moved_queries = np.einsum("smed,sfmpd->sfmpe", self.path.query, moves)
+        mean_shift = self.beta * (np.sum(moved_queries * self.key_means[:, None], axis=-1)
+                                  + np.sum(self.queries[:, None] * moved_keys, axis=-1))
+        weighted = self.beta * (np.einsum("sfmpe,smpce->sfmpc", moved_queries, self.key_outer)
+                                + np.einsum("smpe,sfmpce->sfmpc", self.queries, outer))
+        return moved + weighted - mean_shift[..., None] * self.averages[:, None]
+
+    def stratonovich_drift(self) -> tuple[np.ndarray, np.ndarray]:
+        r"""The Stratonovich drift :math:`\tilde b` at the points, and :math:`\sum_k|\sigma_k|^2` there.
+
+        Includes the deterministic limit's drift :math:`m_V P_x \frac1M\sum_m a_m` when the limit has one.
+        """
+        x = self.points[:, None, None]
+        drift = np.zeros_like(self.points)
+        spread = np.zeros(self.points.shape[:-1])
+        if self.path.limit.noise:
+            families = self.path.families()  # (systems, fields, nodes, d, d)
+            nodes, count, atoms = families.shape[2], self.points.shape[1], self.atom_points.shape[1]
+            chunk = max(1, ATTENTION_BLOCK // (nodes * count * atoms))
+            for start in range(0, families.shape[1], chunk):
+                family = families[:, start:start + chunk]
+                fields = np.einsum("sfmab,smpb->sfmpa", family, self.averages)
+                moves = tangent(x, fields)
+                total = np.einsum("sfmab,sfmpb->sfmpa", family, self.derivative(moves))
+                along = np.sum(x * fields, axis=-1, keepdims=True)
+                drift -= 0.5 * np.sum(tangent(x, total) + along * moves, axis=(1, 2))
+                spread += np.sum(moves * moves, axis=(1, 2, -1))
+        if self.path.limit.drift:
+            drift += self.path.limit.drift * tangent(self.points, self.averages.mean(axis=1))
+        return drift, spread
+
+    def noise(self, increment: np.ndarray) -> np.ndarray:
+        r"""The tangent noise move :math:`\sum_k \sigma_k\,\Delta W_k` at the points."""
+        if not self.path.limit.noise:
+            return np.zeros_like(self.points)
+        return tangent(self.points, self.path.displacement(self.averages, increment))

@@ -1,0 +1,158 @@
+"""The common noise in Stratonovich form and the stochastic density equation on the circle.
+
+References independent of the code under test: finite differences of the attention averages,
+the Itô limit SDE by projected Euler-Maruyama (no Stratonovich drift in it), the density
+equation's own fine-step solution on the same Brownian path, and particles on the same path.
+"""
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.common_noise import NoisePath, WeightedAttention
+from meanfield.homogenized import HomogenizedLimit, simulate_homogenized
+from meanfield.random_weights import GaussianWeights, attention_averages
+from solvers import CommonNoiseCircle
+
+FIXED_ATTENTION = GaussianWeights(value_std=0.5, query_std=None, key_std=None)
+
+
+def rho0(theta):
+    return 1 + 0.6 * np.cos(theta) + 0.3 * np.sin(2 * theta)
+
+
+def first_moment(ds, solver):
+    """int x rho over the grid (exact for the band-limited density) at every recorded time."""
+    circle = np.stack([np.cos(solver.theta), np.sin(solver.theta)], axis=-1)
+    return (2 * np.pi / solver.points) * ds.rho.values @ circle
+
+
+def brownian(steps, limit, systems, dt, seed=0):
+    return np.random.default_rng(seed).standard_normal((steps,) + limit.increment_shape(systems, 2)) * np.sqrt(dt)
+
+
+def test_the_weighted_averages_and_their_derivative_against_independent_references():
+    limit = HomogenizedLimit(2.0, GaussianWeights(), nodes=3)
+    systems, n, d = 2, 5, 3
+    x = mf.sample_uniform(n, d, rng=1, batch=systems)
+    path = NoisePath(limit, systems, d, seed=3, dt=0.01, steps=1)
+    weights = np.full((systems, n), 1.0 / n)
+    attention = WeightedAttention(x, weights, slice(None), path, 2.0)
+    np.testing.assert_allclose(attention.averages, attention_averages(x, path.query, path.key, 2.0), atol=1e-14)
+    moves = np.random.default_rng(0).standard_normal((systems, 2, 3, n, d))
+    derivative = attention.derivative(moves)
+    eps = 1e-6
+    for field in range(2):
+        def moved(sign):
+            return np.stack([WeightedAttention(x + sign * eps * moves[:, field, m], weights, slice(None), path,
+                                               2.0).averages[:, m] for m in range(3)], axis=1)
+        difference = (moved(1) - moved(-1)) / (2 * eps)  # central differences: error ~ eps^2 * third derivative
+        np.testing.assert_allclose(derivative[:, field], difference, rtol=0, atol=1e-8)
+
+
+def test_heun_on_the_stratonovich_form_converges_to_the_ito_limit(monkeypatch):
+    """Projected Euler-Maruyama integrates the Itô SDE with no correction; Heun needs the derived drift."""
+    systems, n, d = 64, 4, 3
+    x0 = np.broadcast_to(mf.sample_uniform(n, d, rng=3), (systems, n, d))
+    limit = HomogenizedLimit(2.0, GaussianWeights(), nodes=4)
+    fine, end = 2.0 ** -10, 1.0
+    shape = limit.increment_shape(systems, d)
+    increments = np.random.default_rng(0).standard_normal((int(end / fine),) + shape) * np.sqrt(fine)
+    reference = simulate_homogenized(limit, x0, [0, end], dt=fine, seed=1, increments=increments).x.values[:, -1]
+
+    def heun_gap(dt):
+        coarse = increments.reshape((-1, int(dt / fine)) + shape).sum(axis=1)
+        x = simulate_homogenized(limit, x0, [0, end], dt=dt, seed=1, increments=coarse, scheme="heun").x.values[:, -1]
+        assert np.abs(np.linalg.norm(x, axis=-1) - 1).max() < 1e-14
+        return x - reference
+    steps = 2.0 ** -np.arange(5, 8)
+    gaps = [heun_gap(dt) for dt in steps]
+    errors = [np.sqrt(np.mean(np.sum(gap ** 2, axis=-1))) for gap in gaps]
+    order = np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert 0.35 < order < 0.8, (errors, order)  # strong order 1/2; the reference's own error is ~1/3 of the last
+    # The paths agree; so do their means (weak order 1), which a wrong drift would shift by ~drift * end.
+    bias, standard_error = np.abs(gaps[-1].mean(axis=0)), gaps[-1].std(axis=0) / np.sqrt(systems)
+    assert np.all(bias < 4.5 * standard_error), bias / standard_error  # 12 components
+    original = WeightedAttention.stratonovich_drift
+    monkeypatch.setattr(WeightedAttention, "stratonovich_drift",
+                        lambda self: (np.zeros_like(original(self)[0]), original(self)[1]))
+    assert np.abs(heun_gap(steps[-1]).mean(axis=0)).max() > 5 * bias.max()  # without the drift: another equation
+
+
+def test_the_density_path_has_strong_order_one_half_and_conserves_mass():
+    limit = HomogenizedLimit(2.0, GaussianWeights(value_std=0.25, query_std=None, key_std=None))
+    solver = CommonNoiseCircle(limit, 64)
+    systems, fine, end = 6, 2.0 ** -13, 0.125
+    increments = brownian(int(end / fine), limit, systems, fine)
+    reference = solver.solve(rho0, [0, end], dt=fine, systems=systems, increments=increments)
+    assert np.abs(reference.mass.values - 1).max() < 1e-13
+    assert reference.resolved.values.all()
+    steps = 2.0 ** -np.arange(9, 12)
+    errors = []
+    for dt in steps:
+        coarse = increments.reshape((-1, int(dt / fine)) + increments.shape[1:]).sum(axis=1)
+        run = solver.solve(rho0, [0, end], dt=dt, systems=systems, increments=coarse)
+        assert run.attrs["settings"].endswith('"substeps": 1}')  # the coarse runs use the path's own increments
+        gap = (2 * np.pi / solver.points) * np.abs(run.rho.values[:, -1] - reference.rho.values[:, -1]).sum(axis=-1)
+        errors.append(np.sqrt(np.mean(gap ** 2)))
+    order = np.polyfit(np.log(steps), np.log(errors), 1)[0]
+    assert 0.35 < order < 0.8, (errors, order)
+    moved = (2 * np.pi / solver.points) * np.abs(reference.rho.values[:, -1] - reference.rho.values[:, 0]).sum(axis=-1)
+    assert errors[0] < 0.1 * np.sqrt(np.mean(moved ** 2))  # the errors are small against what the noise did
+
+
+def test_particles_on_the_same_path_follow_the_density_path():
+    """Quantile tokens (empirical measure within O(1/n) of rho0) and the density, one Brownian path, one step."""
+    limit = HomogenizedLimit(2.0, FIXED_ATTENTION)
+    solver = CommonNoiseCircle(limit, 64)
+    dt, end, n = 2.0 ** -11, 0.125, 512
+    increments = brownian(int(end / dt), limit, 1, dt)
+    density = solver.solve(rho0, [0, end / 2, end], dt=dt, increments=increments)
+    assert density.attrs["settings"].endswith('"substeps": 1}')
+    fine = np.linspace(0, 2 * np.pi, 1 << 16, endpoint=False)
+    cdf = np.cumsum(rho0(fine)) / rho0(fine).sum()
+    theta = np.interp((np.arange(n) + 0.5) / n, cdf, fine)
+    x0 = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+    tokens = simulate_homogenized(limit, x0, [0, end / 2, end], dt=dt, increments=increments, scheme="heun")
+    moments = first_moment(density, solver)[0]
+    gaps = np.linalg.norm(tokens.x.values.mean(axis=-2) - moments, axis=-1)
+    # quantile sampling of a smooth density: O(1/n) at t = 0; the dynamics carry it (a Lipschitz flow)
+    assert gaps.max() < 5.0 / n, gaps
+    other = solver.solve(rho0, [0, end / 2, end], dt=dt, increments=brownian(int(end / dt), limit, 1, dt, seed=9))
+    assert np.linalg.norm(first_moment(other, solver)[0, -1] - moments[-1]) > 20 * gaps.max()  # the path matters
+
+
+@pytest.mark.slow
+def test_iid_tokens_approach_the_density_path_at_the_monte_carlo_rate():
+    limit = HomogenizedLimit(2.0, FIXED_ATTENTION)
+    solver = CommonNoiseCircle(limit, 64)
+    dt, end, samples = 2.0 ** -11, 0.125, 16
+    increments = brownian(int(end / dt), limit, 1, dt)
+    moment = first_moment(solver.solve(rho0, [0, end], dt=dt, increments=increments), solver)[0, -1]
+    rng = np.random.default_rng(5)
+    sizes, errors = [32, 128, 512], []
+    for n in sizes:
+        theta = np.empty((samples, n))
+        for s in range(samples):  # rejection sampling from rho0 <= 1.9
+            candidates = rng.uniform(0, 2 * np.pi, 8 * n)
+            theta[s] = candidates[rng.uniform(0, 1.9, 8 * n) < rho0(candidates)][:n]
+        x0 = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+        paths = np.broadcast_to(increments, (increments.shape[0], samples) + increments.shape[2:])
+        tokens = simulate_homogenized(limit, x0, [0, end], dt=dt, increments=paths, scheme="heun")
+        errors.append(np.sqrt(np.mean(np.sum((tokens.x.values[:, -1].mean(axis=1) - moment) ** 2, axis=-1))))
+    rate = np.polyfit(np.log(sizes), np.log(errors), 1)[0]
+    assert -0.7 < rate < -0.3, (errors, rate)
+
+
+def test_bad_input_to_the_density_solver():
+    limit = HomogenizedLimit(2.0, FIXED_ATTENTION)
+    with pytest.raises(ValueError, match="points must be even, got 33"):
+        CommonNoiseCircle(limit, 33)
+    with pytest.raises(TypeError, match="limit must be a HomogenizedLimit"):
+        CommonNoiseCircle(mf.SelfAttention(1.0))
+    with pytest.raises(ValueError, match="rho0"):
+        CommonNoiseCircle(limit, 16).solve(-np.ones(16), [0, 0.1], dt=0.05)
+    with pytest.raises(ValueError, match="increments must have shape"):
+        CommonNoiseCircle(limit, 16).solve(rho0, [0, 0.1], dt=0.05, increments=np.zeros((3, 1, 1, 2, 2)))
+    with pytest.raises(ValueError, match="scheme must be 'euler' or 'heun'"):
+        simulate_homogenized(limit, mf.sample_uniform(3, 2, rng=0), [0, 0.1], dt=0.05, scheme="milstein")
