@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .random_weights import ATTENTION_BLOCK, GaussianWeights, system_generators, value_sum
+from .sphere import project_tangent
 
 if TYPE_CHECKING:
     from .homogenized import HomogenizedLimit
@@ -70,6 +71,7 @@ class NoisePath:
                 raise ValueError(f"increments must have shape {(steps,) + self.shape}, got {increments.shape}")
         self.given = increments
         self.bridges = [np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(s, 1))) for s in range(systems)]
+        self.field_matrices = self._field_matrices()
 
     def increment(self, step: int) -> np.ndarray:
         """The Brownian increments of step ``step`` (counted from 1), over ``dt``."""
@@ -89,7 +91,7 @@ class NoisePath:
         r"""The ambient noise move :math:`\sum_k f_k\,\Delta W_k` of averages ``(systems, nodes, P, d)``."""
         return value_sum(averages, self.limit.noise_matrices(increment, self.value))
 
-    def families(self) -> np.ndarray:
+    def _field_matrices(self) -> np.ndarray:
         r"""The matrices :math:`L_k` as ``(systems, fields, nodes, d, d)``: a field per entry for Gaussian values, one otherwise."""
         systems, nodes, d = self.value.shape[:3]
         if isinstance(self.limit.law, GaussianWeights):
@@ -98,11 +100,6 @@ class NoisePath:
                 units[:, entry, :, entry // d, entry % d] = 1.0
             return self.limit.noise_matrices(units, self.value[:, None])
         return self.limit.noise_matrices(np.ones((systems, 1, nodes)), self.value[:, None])
-
-
-def tangent(points: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-    """``vectors`` projected onto the tangent spaces at ``points`` (broadcast over leading axes)."""
-    return vectors - np.sum(vectors * points, axis=-1, keepdims=True) * points
 
 
 class WeightedAttention:
@@ -174,23 +171,23 @@ class WeightedAttention:
         drift = np.zeros_like(self.points)
         spread = np.zeros(self.points.shape[:-1])
         if self.path.limit.noise:
-            families = self.path.families()  # (systems, fields, nodes, d, d)
+            families = self.path.field_matrices  # (systems, fields, nodes, d, d)
             nodes, count, atoms = families.shape[2], self.points.shape[1], self.atom_points.shape[1]
             chunk = max(1, ATTENTION_BLOCK // (nodes * count * atoms))
             for start in range(0, families.shape[1], chunk):
                 family = families[:, start:start + chunk]
                 fields = np.einsum("sfmab,smpb->sfmpa", family, self.averages)
-                moves = tangent(x, fields)
+                moves = project_tangent(x, fields)
                 total = np.einsum("sfmab,sfmpb->sfmpa", family, self.derivative(moves))
                 along = np.sum(x * fields, axis=-1, keepdims=True)
-                drift -= 0.5 * np.sum(tangent(x, total) + along * moves, axis=(1, 2))
+                drift -= 0.5 * np.sum(project_tangent(x, total) + along * moves, axis=(1, 2))
                 spread += np.sum(moves * moves, axis=(1, 2, -1))
         if self.path.limit.drift:
-            drift += self.path.limit.drift * tangent(self.points, self.averages.mean(axis=1))
+            drift += self.path.limit.drift * project_tangent(self.points, self.averages.mean(axis=1))
         return drift, spread
 
     def noise(self, increment: np.ndarray) -> np.ndarray:
         r"""The tangent noise move :math:`\sum_k \sigma_k\,\Delta W_k` at the points."""
         if not self.path.limit.noise:
             return np.zeros_like(self.points)
-        return tangent(self.points, self.path.displacement(self.averages, increment))
+        return project_tangent(self.points, self.path.displacement(self.averages, increment))

@@ -214,7 +214,11 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
     systems, n, d = x.shape
     seed = reproducible_seed(seed)
     path = NoisePath(limit, systems, d, seed, dt, steps_at[-1], increments)
-    everything, weights = slice(None), np.full((systems, n), 1.0 / n)
+    weights = np.full((systems, n), 1.0 / n)
+
+    def stratonovich_move(points, increment):
+        attention = WeightedAttention(points, weights, slice(None), path, limit.beta)
+        return attention.stratonovich_drift()[0] * dt + attention.noise(increment)
     frames, recorded = [x], set(steps_at[1:].tolist())
     with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
         for step in range(1, steps_at[-1] + 1):
@@ -228,11 +232,8 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
                     move += path.displacement(averages, increment)
                 x = normalize(x + move)
             else:
-                def move(points):
-                    attention = WeightedAttention(points, weights, everything, path, limit.beta)
-                    return attention.stratonovich_drift()[0] * dt + attention.noise(increment)
-                first = move(x)
-                x = normalize(x + 0.5 * (first + move(normalize(x + first))))
+                first = stratonovich_move(x, increment)
+                x = normalize(x + 0.5 * (first + stratonovich_move(normalize(x + first), increment)))
             if step in recorded:
                 frames.append(x)
             bar.update(dt)

@@ -37,6 +37,7 @@ from meanfield.homogenized import HomogenizedLimit, output_steps
 from meanfield.progress import time_progress
 from meanfield.records import CIRCLE, PDE, record_attrs
 from meanfield.sampling import reproducible_seed
+from meanfield.sphere import circle_points
 
 from .circle_spectral import tail_fraction
 from .resolution import ResolutionMonitor
@@ -114,10 +115,12 @@ class CommonNoiseCircle:
         with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
             for step in range(1, steps_at[-1] + 1):
                 increment = path.increment(step)
-                parts = self._substeps(rho, path, dt)
+                fields = self._fields(rho, path)  # sizes the substeps, then starts the first one
+                parts = self._substeps(fields, dt)
                 most_substeps = max(most_substeps, parts)
                 for part in path.bridge(increment, parts):
-                    rho = self._heun(rho, path, dt / parts, part)
+                    rho = self._heun(rho, fields, path, dt / parts, part)
+                    fields = None
                 if step in recorded:
                     frames.append(rho)
                     resolved.append(self._resolved(rho))
@@ -131,43 +134,46 @@ class CommonNoiseCircle:
         tails = np.array([tail_fraction(c, self.highest_mode) for c in coefficients])
         return (tails < self.tail_threshold) & (rho.min(axis=-1) >= -1e-8 * rho.max(axis=-1))
 
-    def _attention(self, rho: np.ndarray, path: NoisePath) -> WeightedAttention:
-        points = np.broadcast_to(np.stack([np.cos(self.theta), np.sin(self.theta)], axis=-1),
-                                 (rho.shape[0], self.points, 2))
+    def _fields(self, rho: np.ndarray, path: NoisePath) -> tuple[WeightedAttention, np.ndarray]:
+        """The attention over the density ``rho`` at the grid, and the Stratonovich drift and noise spread there."""
+        points = np.broadcast_to(circle_points(self.theta), (rho.shape[0], self.points, 2))
         weights = np.maximum(rho, 0.0) * (2 * np.pi / self.points)
-        return WeightedAttention(points, weights, slice(None), path, self.limit.beta)
+        attention = WeightedAttention(points, weights, slice(None), path, self.limit.beta)
+        return attention, *attention.stratonovich_drift()
 
     def _along_circle(self, vectors: np.ndarray) -> np.ndarray:
         """The tangential components of ``vectors`` ``(systems, points, 2)``."""
         return vectors[..., 1] * np.cos(self.theta) - vectors[..., 0] * np.sin(self.theta)
 
-    def _substeps(self, rho: np.ndarray, path: NoisePath, dt: float) -> int:
+    def _substeps(self, fields: tuple, dt: float) -> int:
         """Substeps of ``dt`` for which a drift move plus ``SIGMAS`` noise deviations keeps ``highest_mode |U| <= 1``."""
-        drift, spread = self._attention(rho, path).stratonovich_drift()
+        _, drift, spread = fields
         b = np.abs(self._along_circle(drift)).max() * dt
         s = SIGMAS * np.sqrt(spread.max() * dt)
         bound = 1.0 / self.highest_mode
         y = 2 * bound / (s + np.sqrt(s * s + 4 * b * bound))  # the largest 1/sqrt(parts) with b y^2 + s y <= bound
         return max(1, int(np.ceil(1.0 / y ** 2 - 1e-9)))
 
-    def _stage(self, rho: np.ndarray, path: NoisePath, dt: float, increment: np.ndarray) -> np.ndarray:
-        attention = self._attention(rho, path)
-        move = self._along_circle(attention.stratonovich_drift()[0] * dt + attention.noise(increment))
+    def _stage(self, rho: np.ndarray, fields: tuple, dt: float, increment: np.ndarray) -> np.ndarray:
+        attention, drift, _ = fields
+        move = self._along_circle(drift * dt + attention.noise(increment))
         flux = np.fft.rfft(rho * move, axis=-1)
         flux *= -1j * np.arange(flux.shape[-1])
         flux[..., self.highest_mode + 1:] = 0.0
         return np.fft.irfft(flux, self.points, axis=-1)
 
-    def _heun(self, rho: np.ndarray, path: NoisePath, dt: float, increment: np.ndarray) -> np.ndarray:
-        first = self._stage(rho, path, dt, increment)
-        return rho + 0.5 * (first + self._stage(rho + first, path, dt, increment))
+    def _heun(self, rho: np.ndarray, fields: tuple | None, path: NoisePath, dt: float, increment: np.ndarray) -> np.ndarray:
+        """One Heun step; ``fields`` are those of ``rho`` when already computed."""
+        first = self._stage(rho, fields if fields is not None else self._fields(rho, path), dt, increment)
+        predicted = rho + first
+        return rho + 0.5 * (first + self._stage(predicted, self._fields(predicted, path), dt, increment))
 
     def _dataset(self, frames, resolved, times, path: NoisePath, seed: int, dt: float, most_substeps: int):
         import xarray as xr
 
         rho = np.stack(frames, axis=1)  # (system, time, theta)
         width = 2 * np.pi / self.points
-        mean = width * rho @ np.stack([np.cos(self.theta), np.sin(self.theta)], axis=-1)
+        mean = width * rho @ circle_points(self.theta)
         ds = xr.Dataset({
             "rho": (("system", "time", "theta"), rho),
             "mass": (("system", "time"), width * rho.sum(axis=-1)),
