@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make run    the main job (meanfield validate: report, data and figures in output/validate)
 #   make test   the test suite (what CI runs)
+#   make docs   the documentation site (docs/_build/html; warnings are errors)
 # Set-up (FFTW, the virtual environment, the package) happens once; a second call reuses it.
 
 VENV ?= .venv
 
-.PHONY: run test test-all bench bench-sweep figures setup
+.PHONY: run test test-all bench bench-sweep figures setup docs
 setup:
 	@bash scripts/setup.sh
 
@@ -17,6 +18,11 @@ test: setup
 
 test-all: setup
 	$(VENV)/bin/python -m pytest -q
+
+# The site, nitpicky and with warnings as errors; the gallery runs every example at its quick size.
+docs:
+	@bash scripts/setup.sh docs
+	$(VENV)/bin/python -m sphinx -b html -W --keep-going -n -q docs docs/_build/html
 
 bench: setup
 	$(VENV)/bin/python benchmarks/run.py

@@ -1,4 +1,5 @@
 """Stationary states and their bifurcations on the circle, and the energy landscape of a few tokens.
+=================================================================================================
 
 - Noisy Kuramoto (SA at beta = 0): the uniform state loses stability at D = 1/2 and a stable
   branch of one smooth cluster bifurcates from it; its order parameter is checked against the
@@ -38,7 +39,7 @@ def kuramoto_order(diffusion: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--output", type=Path, default=Path("output"))
     parser.add_argument("--cells", type=int, default=256)
     args = parser.parse_args()

@@ -1,7 +1,8 @@
 """Measured growth rates of perturbations of the uniform state against the dispersion relation.
+============================================================================================
 
 A density ``rho_0 (1 + a Y_l)`` with a small ``a`` evolves linearly at first: the degree-``l``
-coefficient grows like ``exp(gamma_l t)`` with (MODEL.md sec. 6)
+coefficient grows like ``exp(gamma_l t)`` with (docs/theory/references.md)
 
 - circle: ``gamma_k = k^2 (I_k(beta) / (beta I_0(beta)) - D)`` (SA),
 - sphere: ``gamma_l = l(l+1) (i_l(beta) / (beta i_0(beta)) - D)`` (SA),
@@ -63,7 +64,7 @@ def sphere_rate(model, l: int, duration: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--output", type=Path, default=Path("output/growth_rates"))
     args = parser.parse_args()
 

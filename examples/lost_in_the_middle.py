@@ -1,6 +1,7 @@
 """Lost in the middle: the U-shaped retrieval profile of causal attention, particles against the closed form.
+==========================================================================================================
 
-Causal USA with ALiBi (``CAUSAL.md``; the paper's time, prefactor ``c = beta``), prompts of
+Causal USA with ALiBi (docs/theory/causal.md; the paper's time, prefactor ``c = beta``), prompts of
 ``n`` iid uniform tokens on the circle. For each depth ``t`` and size ``n`` the script
 measures the retrieval profile :math:`\\sum_k e^{-\\pi^2k^2/(2M^2)} C_k` binned in the needle's
 position ``s0`` (control-variate estimator of sec. 5, standard errors over prompts) and
@@ -18,6 +19,7 @@ and ``OUTPUT/lost_in_the_middle.png``.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +35,8 @@ from validation.app.files import write_text  # noqa: E402
 from validation.causal import (binned_retrieval_profile, retrieval_profile, retrieval_profile_estimate,  # noqa: E402
                                u_shape_condition)
 
-CONFIG = Path(__file__).with_name("lost_in_the_middle.toml")
+# The docs gallery runs this script without __file__ (it sets sys.argv[0] to the script instead).
+CONFIG = Path(globals().get("__file__", sys.argv[0])).with_name("lost_in_the_middle.toml")
 KEYS = {"script": str, "output": str, "beta": float, "alibi": float, "words": int, "times": list, "sizes": list,
         "prompts": int, "bins": int, "dt": float, "seed": int}
 
@@ -66,7 +69,7 @@ def measure(config: dict, n: int, generator: np.random.Generator) -> dict[float,
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("--prompts", type=int, default=None, help="prompts per size (overrides the config)")
     args = parser.parse_args()

@@ -1,4 +1,5 @@
 """Metastability on the circle (d = 2): a few clusters form fast, then merge slowly.
+=================================================================================
 
 1. Particles (the paper's setting): SA, ``n = 32`` tokens iid uniform on the circle,
    ``beta = 4`` and ``beta = 9``, RK4 with step 0.05 to ``t = T``: snapshots of the tokens
@@ -6,7 +7,7 @@
 2. The PDE (CircleFV, 1024 cells) from the uniform density perturbed in every mode
    ``k = 1..32`` with random phases: which mode wins is not put in by hand. The number of
    density clusters that form is compared with the fastest-growing mode ``k*`` of the
-   dispersion relation ``gamma_k = k^2 I_k(beta) / (beta I_0(beta))`` (MODEL.md sec. 6).
+   dispersion relation ``gamma_k = k^2 I_k(beta) / (beta I_0(beta))`` (docs/theory/references.md).
 
 Writes ``OUTPUT/metastability_particles.png``, ``OUTPUT/metastability_pde.png`` and the
 data (``particles_beta*.nc``, ``pde_beta*.nc``, ``cluster_counts.csv``).
@@ -121,7 +122,7 @@ def pde_figure(runs: dict, path: Path) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--t-particles", type=float, default=300.0)
     parser.add_argument("--t-pde", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=1)

@@ -1,9 +1,10 @@
 """The paper's phase diagram: how likely two tokens have clustered, over beta and t, for several d.
+================================================================================================
 
 SA, ``n = 32`` tokens iid uniform on ``S^{d-1}``, the paper's discrete layer
 ``x <- normalize(x + 0.1 a(x))`` (the discrete-time Transformer), ``t`` in ``[0, 30]``: the probability that
 ``<x_1(t), x_2(t)> >= 1 - 1e-3``, estimated from ``--realisations`` systems per ``beta``.
-Overlaid: the time at which the orthogonal-token curve of MODEL.md sec. 6 reaches
+Overlaid: the time at which the orthogonal-token curve of docs/theory/references.md reaches
 ``1 - 1e-3`` (exact for orthonormal tokens, accurate for ``d >> n``).
 
 Each dimension is one ``meanfield sweep`` of ``examples/phase_diagram.toml`` on Dask;
@@ -18,6 +19,7 @@ missing. Writes ``OUTPUT/d{d}/sweep.nc`` (the data), ``OUTPUT/clustering_time.cs
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -34,7 +36,8 @@ from validation.app.config import tomllib  # noqa: E402
 from validation.app.files import write_text  # noqa: E402
 from validation.app.sweep_config import check_sweep_config  # noqa: E402
 
-CONFIG = Path(__file__).with_name("phase_diagram.toml")
+# The docs gallery runs this script without __file__ (it sets sys.argv[0] to the script instead).
+CONFIG = Path(globals().get("__file__", sys.argv[0])).with_name("phase_diagram.toml")
 
 
 def sweep_dimension(d: int, realisations: int, args: argparse.Namespace):
@@ -52,7 +55,7 @@ def clustering_times(betas: np.ndarray, n: int, level: float, horizon: float) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--dimensions", type=int, nargs="+", default=[2, 32, 128])
     parser.add_argument("--realisations", type=int, nargs="+", default=[2048, 256, 256],
                         help="systems per beta, one value or one per dimension (paper: 2048)")

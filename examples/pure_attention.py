@@ -1,4 +1,5 @@
 """Pure self-attention in R^d: the figures of "The emergence of clusters in self-attention dynamics".
+==================================================================================================
 
 Each case is run in the paper's rescaled variables z = e^{-tV} x (``PureAttention(rescaled=True)``,
 n = 40 tokens drawn uniformly in [-1, 1]^d as the paper's experiments, DOP853 at rtol 1e-10),
@@ -43,7 +44,7 @@ def run(value, d: int, seed: int, times, attention: bool = False):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--output", type=Path, default=Path("output"))
     output = parser.parse_args().output
     output.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """meanfield: the self-attention model on the sphere and its particle system.
 
-See ``MODEL.md`` for the equations. Public names::
+The equations are in the documentation's theory pages (docs/theory/). Public names::
 
     SelfAttention, ZonalAggregation      models (velocity, energy, spectra)
     CausalAttention                      causal (decoder) attention with ALiBi weights

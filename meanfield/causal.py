@@ -1,6 +1,6 @@
 r"""Causal self-attention (decoder Transformers): token ``i`` attends to earlier tokens only.
 
-``CAUSAL.md`` secs. 1-2. Tokens keep their place ``i = 1..n`` in the prompt (the axis of
+docs/theory/causal.md. Tokens keep their place ``i = 1..n`` in the prompt (the axis of
 ``n`` is the order), with ALiBi positional weights
 :math:`\pi_{ij} = e^{-\lambda (i - j)/n}`, :math:`\lambda \ge 0`:
 
@@ -14,9 +14,9 @@ r"""Causal self-attention (decoder Transformers): token ``i`` attends to earlier
 plus noise :math:`\sqrt{2D}\,dB` with ``diffusion = D``. Token 1 sees nothing and never moves
 (with ``include_self=True`` the sums run over :math:`j \le i`, as in many implementations).
 
-Prefactor convention: ``prefactor = c``. ``c = 1`` is ``MODEL.md``'s time (causal USA then is
-the USA of ``MODEL.md`` with causal positional weights); the paper (Duerinckx, Geshkovski,
-Rossi) takes ``c = beta``, i.e. its time is ``MODEL.md``'s time multiplied by ``beta``, and
+Prefactor convention: ``prefactor = c``. ``c = 1`` is the library's time (causal USA then is
+the library's USA with causal positional weights); the paper (Duerinckx, Geshkovski,
+Rossi) takes ``c = beta``, i.e. its time is the library's time multiplied by ``beta``, and
 on the circle :math:`\dot\theta_i = Z_i^{-1}\sum_{j<i}\pi_{ij} w'(\theta_i - \theta_j)`,
 :math:`w(\theta) = e^{\beta\cos\theta}`.
 
@@ -54,7 +54,7 @@ class CausalAttention(TangentVelocity):
         The ALiBi slope :math:`\lambda \ge 0` of :math:`\pi_{ij} = e^{-\lambda(i-j)/n}`
         (``0``: a plain causal average; larger favours recent tokens).
     prefactor : float
-        The constant ``c`` in front of the velocity: ``1`` for ``MODEL.md``'s time, ``beta``
+        The constant ``c`` in front of the velocity: ``1`` for the library's time, ``beta``
         for the paper's.
     include_self : bool
         Sum over :math:`j \le i` instead of :math:`j < i` (default: strict, as the paper).
@@ -103,7 +103,7 @@ class CausalAttention(TangentVelocity):
     def mixed_model(self) -> SelfAttention:
         r"""The non-causal model whose velocity at the mixed density is the causal one (layered mean field).
 
-        :math:`V_t(s, x)` of ``CAUSAL.md`` sec. 2 is the velocity of
+        :math:`V_t(s, x)` of docs/theory/causal.md is the velocity of
         ``SelfAttention(beta, normalized, value=prefactor)`` at
         :math:`\tilde\rho_s = \int_0^s k_\lambda(s, s')\,\rho_t(s', \cdot)\,ds'`, a probability
         density (the SA normalisation of :math:`k_\lambda` cancels in the softmax).

@@ -4,7 +4,7 @@ r"""The particle system of :class:`~meanfield.euclidean.PureAttention`: tokens i
 the model's ``on_sphere`` is false; the schemes are those of the sphere without its
 projection:
 
-``"dop853"`` (default), an embedded pair of :mod:`meanfield.integration`
+``"dop853"`` (default), an embedded pair of ``meanfield.integration``
     Adaptive steps with error control, ``rtol`` relative to the tokens' size.
 ``"rk4"``
     Classical RK4 with fixed steps, the stages at their own times (the rescaled velocity

@@ -1,6 +1,6 @@
 r"""External velocity fields added to attention: the perceptron block and user fields.
 
-``CAUSAL.md`` sec. 6 (Alvarez-Lopez, Geshkovski, Ruiz-Balet): the perceptron block moves every
+docs/theory/causal.md (Alvarez-Lopez, Geshkovski, Ruiz-Balet): the perceptron block moves every
 token by the same density-independent field
 
 .. math:: u(x) = P_x \sum_j w_j\, \sigma(a_j\cdot x)\, a_j = \tfrac12 \nabla_S v(x), \qquad

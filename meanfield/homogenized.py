@@ -194,15 +194,15 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
     r"""Integrate the limit SDE from tokens ``x0`` ``(n, d)`` or ``(systems, n, d)`` over ``times``.
 
     ``scheme="euler"``: projected Euler-Maruyama of the Itô form, step ``dt``. ``scheme="heun"``:
-    Heun's predictor-corrector on the Stratonovich form (:mod:`meanfield.common_noise`), each
+    Heun's predictor-corrector on the Stratonovich form (``meanfield.common_noise``), each
     stage projected back; the same scheme as the stochastic density solvers, so the two can be
     compared on one path at one step. Both have strong order 1/2 (the noise is multiplicative
     and non-commutative) and stay on the sphere to round-off. ``times`` must lie on the grid of
     ``dt``. Each system is one path with its own nodes and Brownian motions
-    (:class:`~meanfield.common_noise.NoisePath`, from ``seed``); ``increments`` (shape
+    (``meanfield.common_noise.NoisePath``, from ``seed``); ``increments`` (shape
     ``(steps,) + limit.increment_shape(systems, d)``, variance ``dt``) replaces the Brownian
     draws, for comparing step sizes on one path. Returns the dataset of
-    :func:`meanfield.random_weights.simulate_random_layers` over ``times``.
+    ``meanfield.random_weights.simulate_random_layers`` over ``times``.
     """
     if not isinstance(limit, HomogenizedLimit):
         raise TypeError(f"limit must be a HomogenizedLimit, got {type(limit).__name__}")

@@ -1,6 +1,6 @@
 r"""Interaction models: self-attention (SA, USA) and zonal aggregation.
 
-Every model gives the particle velocity :math:`v_i = P_{x_i}(\dots)` of MODEL.md sec. 2,
+Every model gives the particle velocity :math:`v_i = P_{x_i}(\dots)` of docs/theory/model.md,
 the interaction energy of the empirical measure (sec. 4), the diffusion coefficient of
 the Fokker-Planck variant, and, when its kernel is zonal, the harmonic spectra the PDE
 solvers need (sec. 5).
@@ -105,7 +105,7 @@ class SelfAttention(TangentVelocity):
     external : Perceptron, UserField or callable, optional
         A density-independent velocity added to the attention output (before the tangent
         projection): the perceptron block :math:`\sum_j w_j \mathrm{ReLU}(a_j\cdot x) a_j`, or
-        any field (:mod:`meanfield.external`). The energy then includes
+        any field (``meanfield.external``). The energy then includes
         :math:`\frac12\int v\,d\mu` (the flow of USA without noise ascends it).
 
     Attributes
@@ -284,7 +284,7 @@ class SelfAttention(TangentVelocity):
 
         ``log_pair_sum``, if given, computes :math:`\log\sum_{i,j} e^{\beta\langle x_i,
         x_j\rangle}` of the ``(systems, n, d)`` tokens in place of the direct pair sum (an
-        engine's faster sum: :func:`meanfield.engines.energy_pair_sum`; zonal models only).
+        engine's faster sum: ``meanfield.engines.energy_pair_sum``; zonal models only).
         """
         if self.external is not None:
             raise ValueError("log_energy has no external-field term (E + (1/2) int v can be negative); use energy(x)")

@@ -21,7 +21,7 @@ Three integrators, named by their scheme:
     the same ODE at order one, with different numbers during a transient, so a phase diagram
     made with it compares point by point with the paper's.
 
-The velocity comes from a kernel (:mod:`meanfield.engines.kernels`): numba-fused passes for
+The velocity comes from a kernel (``meanfield.engines.kernels``): numba-fused passes for
 :class:`SelfAttention` up to 256 tokens, the model's numpy methods otherwise, the array API
 path for arrays of other libraries (CuPy, PyTorch, JAX: the run stays on their device).
 
@@ -58,7 +58,7 @@ from .sphere import normalize
 if TYPE_CHECKING:
     import xarray as xr
 
-#: Adaptive embedded pairs of :mod:`meanfield.integration`, by name (``method=``).
+#: Adaptive embedded pairs of ``meanfield.integration``, by name (``method=``).
 PAIRS = tuple(name for name, tableau in TABLEAUX.items() if tableau.adaptive)
 METHODS = ("dop853", "rk4", "euler", "layer") + PAIRS
 FIXED_STEP_METHODS = ("rk4", "euler", "layer")
@@ -93,7 +93,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     ----------
     model : SelfAttention, ZonalAggregation, CausalAttention or PureAttention
         A :class:`~meanfield.PureAttention` model runs tokens in :math:`\mathbb{R}^d`
-        (:mod:`meanfield.euclidean_particles`: the same schemes without the projection, no
+        (``meanfield.euclidean_particles``: the same schemes without the projection, no
         noise, numpy arrays; ``"layer"`` is the paper's discrete Transformer).
     x0 : array, shape (n, d) or (systems, n, d)
         Initial points on the unit sphere (any finite points of :math:`\mathbb{R}^d` for
@@ -106,13 +106,13 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         Default ``"dop853"`` without diffusion, ``"euler"`` (Euler-Maruyama) with it;
         ``"rk4"``: fixed steps for throughput; ``"euler"`` without noise: projected Euler;
         ``"layer"``: the Transformer layer ``normalize(x + h a)`` (module docstring). An
-        embedded pair of :mod:`meanfield.integration` (``"dormand_prince"``,
-        ``"bogacki_shampine"``, ``"merson"``, or an :class:`~meanfield.integration.ExplicitTableau`)
+        embedded pair of ``meanfield.integration`` (``"dormand_prince"``,
+        ``"bogacki_shampine"``, ``"merson"``, or an ``meanfield.integration.ExplicitTableau``)
         takes adaptive steps with the solvers' controller and driver, output times hit exactly.
     rtol, atol : float
         Tolerances of the adaptive method: each step's local error in every coordinate is
         below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``);
-        for the pairs of :mod:`meanfield.integration`, the RMS of the local error is below
+        for the pairs of ``meanfield.integration``, the RMS of the local error is below
         ``atol + rtol rms(x)``.
         As for the PDE solvers, ``rtol`` is relative to what moves, here the positions
         themselves. Any ``rtol`` in ``[1e-12, 1e-3]`` is supported.
@@ -121,13 +121,13 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         split into equal steps no larger than ``dt``.
     rng : int, numpy.random.Generator or None
         Seed or generator of the noise (``D > 0``); the seed the noise was drawn from is
-        recorded in the settings (:func:`meanfield.sampling.reproducible_seed`), so passing it
+        recorded in the settings (``meanfield.sampling.reproducible_seed``), so passing it
         as ``rng`` repeats the run.
     progress : bool or tqdm.tqdm, optional
         Progress bar; by default shown when stderr is a terminal. An open bar is advanced
         instead (one bar for a run made of several calls).
     kernel : {"auto", "fused", "numpy", "series"}
-        The velocity kernel for numpy arrays (:mod:`meanfield.engines.kernels`): ``"series"`` sums the
+        The velocity kernel for numpy arrays (``meanfield.engines.kernels``): ``"series"`` sums the
         kernel's Fourier or harmonic series (zonal models on the circle and :math:`S^2`,
         ``O(n K)``), ``"fused"`` and ``"numpy"`` the pairs (``O(n^2)``); ``"auto"`` takes the
         cheapest. Recorded in the settings (with ``series_degree``, and the span dimension
@@ -221,7 +221,7 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
 
 
 def _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kernel, attention):
-    """:func:`simulate_particles` for tokens in :math:`\\mathbb{R}^d` (:mod:`meanfield.euclidean_particles`)."""
+    """:func:`simulate_particles` for tokens in :math:`\\mathbb{R}^d` (``meanfield.euclidean_particles``)."""
     if kernel != "auto":
         raise ValueError(f"PureAttention has one kernel (its numpy pair sums): pass kernel='auto', got {kernel!r}")
     x0, times = euclidean_particles.checked_tokens(model, x0), _run_times(times)

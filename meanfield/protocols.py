@@ -17,7 +17,7 @@ import numpy as np
 
 
 class ExternalField(Protocol):
-    r"""A density-independent velocity field added to attention (:mod:`meanfield.external`)."""
+    r"""A density-independent velocity field added to attention (``meanfield.external``)."""
 
     #: The ambient dimension the field is defined in, or ``None`` (any).
     dimension: int | None
@@ -86,7 +86,7 @@ class EuclideanModel(Protocol):
 
     Its velocity may depend on time through a rescaling matrix :math:`M(t)` (the logits are
     taken at :math:`M(t)x`); :meth:`velocity_at` is the reference right-hand side every
-    scheme of :mod:`meanfield.euclidean_particles` evaluates.
+    scheme of ``meanfield.euclidean_particles`` evaluates.
     """
 
     on_sphere: bool

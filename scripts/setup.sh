@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
+# The extras to install: "test" by default; `scripts/setup.sh docs` adds the documentation tools.
+EXTRAS=test
+[ "${1:-}" = docs ] && EXTRAS=test,docs
 
 have_fftw() {
     # shtns's build needs both the header and the shared library.
@@ -31,11 +34,11 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 
-stamp="$VENV/.installed"
+stamp="$VENV/.installed-${EXTRAS/,/-}"
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing the package and its test dependencies into $VENV (log: $VENV/setup.log)"
+    echo "setup: installing the package with its extras [$EXTRAS] into $VENV (log: $VENV/setup.log)"
     if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
-           "$VENV/bin/python" -m pip install -e '.[test]'; } > "$VENV/setup.log" 2>&1; then
+           "$VENV/bin/python" -m pip install -e ".[$EXTRAS]"; } > "$VENV/setup.log" 2>&1; then
         tail -n 30 "$VENV/setup.log" >&2
         echo "setup: installing the package failed; the full log is $VENV/setup.log" >&2
         exit 1

@@ -1,4 +1,4 @@
-r"""The layered mean-field equation of causal attention (``CAUSAL.md`` sec. 2), on the circle and on S^2.
+r"""The layered mean-field equation of causal attention (docs/theory/causal.md), on the circle and on S^2.
 
 .. math:: \partial_t\rho_t(s, x) + \mathrm{div}_x\big(\rho_t(s, x)\, V_t(s, x)\big) = D\,\Delta_x\rho_t(s, x),
           \qquad s \in (0, 1],

@@ -3,8 +3,8 @@ r"""Finite-volume solver for the mean-field equation on the circle.
 .. math:: \partial_t\rho + \partial_\theta(\rho\, v[\rho]) = D\,\partial_\theta^2\rho
 
 Space: flux form, face velocities from an FFT convolution
-(:mod:`solvers.circle_operators`). The state is the deviation from the uniform density and
-``rtol`` bounds each step's local error relative to it (:mod:`solvers.tolerance`). Time,
+(``solvers.circle_operators``). The state is the deviation from the uniform density and
+``rtol`` bounds each step's local error relative to it (``solvers.tolerance``). Time,
 with the step always adapted:
 
 ``D = 0``
@@ -94,19 +94,19 @@ class CircleFV(GridSolver):
         Number of cells ``N``; cell ``j`` is :math:`[2\pi j/N, 2\pi(j+1)/N)`.
     rtol : float
         Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
-        from the uniform density (:mod:`solvers.tolerance`).
+        from the uniform density (``solvers.tolerance``).
     cfl : float
         Courant number bound, at most 0.5 (positivity of the reconstruction).
     min_cluster_cells : float
         A cluster narrower than this (full width at half maximum, in cells) is under-resolved.
     interaction : {"auto", "zonal", "general"}
         How the velocity is computed: ``"zonal"`` (``Q = K = I``, ``V = cI``, one head: an FFT
-        convolution, :mod:`solvers.circle_operators`) or ``"general"`` (any query, key and
-        value matrices and heads: :mod:`solvers.circle_general`); ``"auto"`` takes the zonal
+        convolution, ``solvers.circle_operators``) or ``"general"`` (any query, key and
+        value matrices and heads: ``solvers.circle_general``); ``"auto"`` takes the zonal
         path whenever the model allows it.
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair of the transport (``D = 0``;
-        :data:`meanfield.integration.TABLEAUX`). The default, Heun/Euler, is strong-stability
+        ``meanfield.integration.TABLEAUX``). The default, Heun/Euler, is strong-stability
         preserving: under the CFL bound every step keeps the density positive.
     implicit_substeps : int
         ``D > 0``: the linearly implicit Euler step is taken with 1, 2, ..., ``k`` substeps and

@@ -44,7 +44,7 @@ class CircleAuto:
         default the smallest of ``cells/4``, ``cells/2``, ``cells`` that resolves the kernel
         (none: the finite volumes from the start).
     rtol : float
-        Both solvers' ``rtol`` (:mod:`solvers.tolerance`).
+        Both solvers' ``rtol`` (``solvers.tolerance``).
     tail_threshold : float
         The spectral solver's resolution threshold (:class:`~solvers.CircleSpectral`): the hand-over.
     interaction : {"auto", "zonal", "general"}
@@ -105,7 +105,7 @@ class CircleAuto:
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
               first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
-        """As :meth:`CircleFV.solve`; the dataset also holds ``spectral`` (per time: which solver) and the hand-over.
+        """As ``CircleFV.solve``; the dataset also holds ``spectral`` (per time: which solver) and the hand-over.
 
         ``attrs["settings"]`` records ``handover_time`` (NaN: none, the spectral solver
         covered every output; ``times[0]``: the finite volumes from the start) and both

@@ -89,7 +89,7 @@ class CircleFVLagrangian:
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
               first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
-        """As :meth:`CircleFV.solve`; the dataset also holds the labels' positions, the clusters and ``lagrangian``.
+        """As ``CircleFV.solve``; the dataset also holds the labels' positions, the clusters and ``lagrangian``.
 
         ``attrs["settings"]`` records ``handover_time`` (NaN: the finite volumes covered
         every output) and both solvers' settings and step counts.

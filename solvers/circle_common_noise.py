@@ -1,7 +1,7 @@
 r"""The stochastic mean-field equation of the homogenized limit on the circle: Fourier collocation driven by common noise.
 
 The conditional law :math:`\rho` of a token given the common noise solves the Stratonovich
-transport equation of :mod:`meanfield.common_noise`,
+transport equation of ``meanfield.common_noise``,
 
 .. math:: d\rho + \partial_\theta\big(\rho\,\tilde b[\rho]\big)dt + \sum_k \partial_\theta\big(\rho\,\sigma_k[\rho]\big)\circ dW_k = 0,
 
@@ -83,7 +83,7 @@ class CommonNoiseCircle:
         return self.points // 3
 
     def initial_density(self, rho0) -> np.ndarray:
-        """Values of ``rho0`` (a callable of the angle, or values at :attr:`theta`), normalised to mass 1."""
+        """Values of ``rho0`` (a callable of the angle, or values at ``theta``), normalised to mass 1."""
         values = rho0(self.theta) if callable(rho0) else rho0
         rho = check_density(np.asarray(values, dtype=float), (self.points,), "rho0")
         mass = 2 * np.pi / self.points * rho.sum()
@@ -97,7 +97,7 @@ class CommonNoiseCircle:
 
         ``dt`` is the noise's step (``times`` on its grid). The path of system ``s`` is that of
         :func:`~meanfield.simulate_homogenized` with the same ``seed`` and ``dt``
-        (:class:`~meanfield.common_noise.NoisePath`), so particles and densities can be compared
+        (``meanfield.common_noise.NoisePath``), so particles and densities can be compared
         on one path; ``increments`` replaces its Brownian draws. Returns an
         :class:`xarray.Dataset` with the density ``rho`` ``(system, time, theta)``, its ``mass``,
         the collapse observable ``mean_inner_product`` :math:`|\int x\rho|^2`, ``resolved``

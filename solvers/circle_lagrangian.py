@@ -19,7 +19,7 @@ Discretisation: ``M`` labels at the midpoints :math:`m_i = (i + 1/2)/M`, each ca
 :math:`1/M`.
 
 - The velocity integral is the midpoint rule over the labels, which is the attention velocity
-  of the ``M`` points as tokens (the model's particle engine, :func:`meanfield.engines.select_kernel`,
+  of the ``M`` points as tokens (the model's particle engine, ``meanfield.engines.select_kernel``,
   self term included). The integrand is periodic in :math:`m'`, so while :math:`X` is smooth the
   rule converges faster than any power of ``M``; for a measure made of Dirac masses whose masses
   are multiples of :math:`1/M` it is exact, and the solver is the weighted particle system.
@@ -109,7 +109,7 @@ class CircleLagrangian(GridSolver):
     rtol : float
         Local error per step in the root-mean-square position of the labels (the Wasserstein-2
         distance of the two measures), relative to the labels' root-mean-square distance from
-        the uniform measure's quantile (the meaning of :mod:`solvers.tolerance`).
+        the uniform measure's quantile (the meaning of ``solvers.tolerance``).
     tableau : str or ExplicitTableau
         The embedded pair of ``D = 0``.
     implicit_substeps : int
@@ -120,7 +120,7 @@ class CircleLagrangian(GridSolver):
         Lighter runs of labels are stray mass between clusters (the depleted regions keep a
         few labels), not clusters; their mass is in no cluster.
     kernel : str
-        The particle engine of the velocity (:func:`meanfield.engines.select_kernel`).
+        The particle engine of the velocity (``meanfield.engines.select_kernel``).
     """
 
     model: object
@@ -317,7 +317,7 @@ class CircleLagrangian(GridSolver):
         return float(-np.mean(np.log(self.points * _gaps(positions))))
 
     def lyapunov(self, positions: np.ndarray, energy: float) -> float:
-        r"""A functional the flow does not increase (as :meth:`CircleOperators.lyapunov`), or NaN.
+        r"""A functional the flow does not increase (as ``CircleOperators.lyapunov``), or NaN.
 
         Gradient flows of the energy (USA, zonal aggregation): :math:`D\int\rho\log\rho - cE`;
         zonal SA without diffusion: :math:`-cE`; otherwise none is known.

@@ -3,7 +3,7 @@ r"""Discrete operators of the finite-volume scheme on the circle.
 Cells :math:`[jh, (j+1)h)`, :math:`h = 2\pi/N`, hold averages :math:`\rho_j`. The operators
 take the deviation :math:`\delta = \rho - \bar\rho` from the uniform density
 :math:`\bar\rho = 1/(2\pi)`, so that a perturbation of any size is represented and its
-velocity computed to full relative precision (:mod:`solvers.tolerance`). The nonlocal
+velocity computed to full relative precision (``solvers.tolerance``). The nonlocal
 potential is a circular convolution, diagonal in the discrete Fourier basis (cost
 :math:`O(N\log N)`); its symbol is the Funk-Hecke spectrum that :mod:`meanfield` exposes.
 The constant mode carries no gradient and is left out of every velocity.

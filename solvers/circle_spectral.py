@@ -8,13 +8,13 @@ not kept). The potential is diagonal in this basis (the kernel's Funk-Hecke spec
 :mod:`meanfield`): :math:`v = \partial_\theta(\Phi*\rho)` for USA, Kuramoto and zonal
 aggregation, :math:`v = \frac{c}{\beta}\,\partial_\theta(K*\rho)/(K*\rho)` for SA (any query,
 key and value matrices and heads through the coefficient matrices of
-:mod:`solvers.circle_general`). The flux :math:`\rho v` is formed on :math:`M \ge 3N/2`
+``solvers.circle_general``). The flux :math:`\rho v` is formed on :math:`M \ge 3N/2`
 points (the 3/2 rule: a quadratic product of modes :math:`|k| < N/2` has no alias among
 them) and its derivative taken exactly in coefficient space.
 
 Time: the diffusion :math:`-Dk^2` is integrated exactly (integrating factor, Lawson form)
 and the transport by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by
-default) with the error control of :mod:`solvers.tolerance` (``rtol`` relative to the
+default) with the error control of ``solvers.tolerance`` (``rtol`` relative to the
 deviation from the uniform density) and a stability bound: mode :math:`k` advected by
 :math:`v` has a nearly imaginary frequency up to :math:`k\max|v|`, so the step stays within
 :math:`\Delta t\,(N/2)\max|v| \le y_I`, the pair's imaginary stability (as on :math:`S^2`,
@@ -69,17 +69,17 @@ class CircleSpectral(GridSolver):
     cells : int
         ``N`` (even, at least 8): Fourier modes :math:`|k| < N/2`, and the ``N`` cells whose
         averages are recorded. The kernel's modes from ``N/2`` on must be negligible
-        (:data:`KERNEL_TOLERANCE`).
+        (``KERNEL_TOLERANCE``).
     rtol : float
         Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
-        from the uniform density (:mod:`solvers.tolerance`).
+        from the uniform density (``solvers.tolerance``).
     tail_threshold : float
         The solution counts as resolved while the top 10 % of modes hold less than this
         fraction of the spectral energy of :math:`\rho - \bar\rho`.
     interaction : {"auto", "zonal", "general"}
         As for :class:`~solvers.CircleFV`.
     tableau : str or ExplicitTableau
-        The embedded Runge-Kutta pair (:data:`meanfield.integration.TABLEAUX`), in
+        The embedded Runge-Kutta pair (``meanfield.integration.TABLEAUX``), in
         integrating-factor form with diffusion; held within its imaginary stability.
     record_cells : int, optional
         Cells of the recorded averages (and of an array ``rho0``): a multiple of ``cells``
@@ -253,7 +253,7 @@ class CircleSpectral(GridSolver):
         return float(np.hypot(np.sqrt(2 * np.pi) * abs(coefficients[0]), self.deviation_norm(coefficients)))
 
     def local_tolerance(self, coefficients: np.ndarray) -> float:
-        """The largest accepted local error of a step from these coefficients (:mod:`solvers.tolerance`)."""
+        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``)."""
         uniform_norm = abs(coefficients[0]) * np.sqrt(2 * np.pi)
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
 

@@ -10,7 +10,7 @@ and the divergence of the flux comes back through the spheroidal/toroidal analys
 Diffusion, :math:`-D\,l(l+1)`, is integrated exactly (Lawson integrating factor); the
 transport part by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by default)
 with error control (``rtol``, relative to the deviation from the uniform density:
-:mod:`solvers.tolerance`) and a stability bound: the advection of degree :math:`l` by
+``solvers.tolerance``) and a stability bound: the advection of degree :math:`l` by
 :math:`v` has frequencies up to about :math:`l\max|v|`, nearly imaginary, where the explicit
 pair is stable only for :math:`\Delta t\,(l_{max}+1)\max|v| \le y_I`, its imaginary
 stability (0.997 for Dormand-Prince). Without that bound the error estimate
@@ -59,16 +59,16 @@ class SphereSpectral(GridSolver):
         zonal kernel of :math:`\beta\max_h\|Q_h^T K_h\|_2`).
     rtol : float
         Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
-        from the uniform density (:mod:`solvers.tolerance`).
+        from the uniform density (``solvers.tolerance``).
     tail_threshold : float
         The solution counts as resolved while the top 10 % of degrees hold less than this
         fraction of the spectral energy of :math:`\rho - \rho_0`.
     interaction : {"auto", "zonal", "general"}
         ``"zonal"``: the kernel is diagonal in harmonics (Funk-Hecke); ``"general"``: any
-        query, key and value matrices and heads (:mod:`solvers.sphere_general`); ``"auto"``
+        query, key and value matrices and heads (``solvers.sphere_general``); ``"auto"``
         takes the zonal path whenever the model allows it.
     tableau : str or ExplicitTableau
-        The embedded Runge-Kutta pair of the transport part (:data:`meanfield.integration.TABLEAUX`),
+        The embedded Runge-Kutta pair of the transport part (``meanfield.integration.TABLEAUX``),
         in integrating-factor form when there is diffusion; its step is also held within the
         pair's imaginary stability over the fastest advection frequency.
     """
@@ -117,7 +117,7 @@ class SphereSpectral(GridSolver):
         object.__setattr__(self, "energy_scaled", scaled)
 
     def _check_kernel_resolved(self, spectrum_by_degree: Callable[[int], np.ndarray]) -> None:
-        """Refuse an ``lmax`` at which the kernel's degree-``lmax`` eigenvalue exceeds :data:`KERNEL_TOLERANCE` of the largest."""
+        """Refuse an ``lmax`` at which the kernel's degree-``lmax`` eigenvalue exceeds ``KERNEL_TOLERANCE`` of the largest."""
         spectrum = np.abs(spectrum_by_degree(self.lmax))
         tail = spectrum[-1] / spectrum.max()
         if tail > KERNEL_TOLERANCE:
@@ -205,7 +205,7 @@ class SphereSpectral(GridSolver):
         return self.transport_and_speed(coefficients)[0]
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        r""":meth:`transport` and :math:`\max|v|` on the grid (the stability bound needs it)."""
+        r"""``transport`` and :math:`\max|v|` on the grid (the stability bound needs it)."""
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
         speed = _largest_speed(along_t, along_p)
@@ -226,7 +226,7 @@ class SphereSpectral(GridSolver):
         return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
 
     def local_tolerance(self, coefficients: np.ndarray) -> float:
-        """The largest accepted local error of a step from these coefficients (:mod:`solvers.tolerance`)."""
+        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``)."""
         # The uniform part's norm (one coefficient per layer when the state holds several layers).
         uniform_norm = float(np.sqrt(np.sum(coefficients[..., 0].real ** 2)))
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)

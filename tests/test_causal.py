@@ -1,4 +1,4 @@
-"""Causal attention (CAUSAL.md): the particle velocity, its O(nK) scan, the closed forms, the layered PDE."""
+"""Causal attention (docs/theory/causal.md): the particle velocity, its O(nK) scan, the closed forms, the layered PDE."""
 
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ def circle_tokens(rng, shape, spread=np.pi):
 
 
 def reference_attention(model, x):
-    """Token by token, pair by pair: the definition of CAUSAL.md sec. 1 (no shared code)."""
+    """Token by token, pair by pair: the definition of docs/theory/causal.md (no shared code)."""
     n, d = x.shape
     out = np.zeros_like(x)
     for i in range(n):
@@ -186,7 +186,7 @@ def test_closed_form_solves_the_volterra_equation(alibi, t_end):
 
 
 def test_reference_values():
-    """CAUSAL.md sec. 4, to the digits printed there (beta = 1, lambda = 2, M = 4)."""
+    """docs/theory/causal.md, to the digits printed there (beta = 1, lambda = 2, M = 4)."""
     np.testing.assert_allclose(mode_rates(1.0, np.arange(1, 6)), [0.56516, 0.54299, 0.19952, 0.04379, 0.00679],
                                atol=5e-6)
     g = correlation_limit(mode_rates(1.0, 1), 2.0, 1.0, np.array([0.1, 0.3, 0.5, 0.8]), 2.0)
@@ -227,7 +227,7 @@ def test_correlation_profile_estimator(rng):
 
 
 def test_particle_correlations_match_the_closed_form():
-    """CAUSAL.md sec. 5: iid uniform prompts, t = 1, modes 1 and 2 within 3 standard errors for s0 > 1/8 (~20 s)."""
+    """docs/theory/causal.md: iid uniform prompts, t = 1, modes 1 and 2 within 3 standard errors for s0 > 1/8 (~20 s)."""
     beta, alibi, n, prompts = 1.0, 2.0, 128, 16000
     model = mf.CausalAttention(beta, normalized=False, alibi=alibi, prefactor=beta)
     generator = np.random.default_rng(2026)

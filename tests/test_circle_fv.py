@@ -1,4 +1,4 @@
-"""CircleFV against the properties of MODEL.md sec. 4 and the exact references of sec. 6."""
+"""CircleFV against the properties of docs/theory/model.md and the exact references of sec. 6."""
 
 import dataclasses
 import json

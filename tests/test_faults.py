@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -410,22 +411,6 @@ def test_the_phase_diagram_example_runs_the_papers_layer():
     assert raw["method"]["scheme"] == "layer"
 
 
-def test_the_readme_quick_start_runs_clean():
-    """Every code block of the quick start, in one namespace, with every warning an error."""
-    import re
-    import warnings
-
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Quick start")
-    blocks = re.findall(r"```python\n(.*?)```", text[start: text.index("\n## ", start + 1)], re.S)
-    assert len(blocks) >= 3
-    namespace: dict = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        for block in blocks:
-            exec(compile(block, "README.md quick start", "exec"), namespace)
-
-
 RUN_EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.toml")
                       if "[sweep]" not in p.read_text() and "script =" not in p.read_text()
                       and "[continuation]" not in p.read_text())
@@ -441,16 +426,9 @@ def test_each_run_example_runs_clean_at_its_documented_size(example, tmp_path):
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
 
-SCRIPTS = {  # quick sizes of the example scripts (their full sizes take minutes to an hour)
-    "bifurcation.py": ["--output", "{out}", "--cells", "64"],
-    "growth_rates.py": ["--output", "{out}"],
-    "homogenized.py": ["--systems", "16", "--end", "0.25", "--output", "{out}"],
-    "lost_in_the_middle.py": ["--config", "{config}", "--prompts", "200"],
-    "metastability.py": ["--t-particles", "20", "--t-pde", "6", "--output", "{out}"],
-    "pure_attention.py": ["--output", "{out}"],
-    "phase_diagram.py": ["--dimensions", "2", "--realisations", "64", "--betas", "3", "--workers", "1",
-                         "--output", "{out}"],
-}
+# The quick size of each example script, shared with the docs gallery (the full sizes take minutes).
+SCRIPTS = {name: entry["arguments"] for name, entry in
+           tomllib.loads((ROOT / "docs" / "gallery_sizes.toml").read_text()).items()}
 
 
 def test_every_example_script_is_run_by_the_suite():

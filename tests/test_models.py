@@ -9,7 +9,7 @@ from meanfield.interaction import pair_sums
 
 
 def direct_velocity(x, beta, normalized, q=None, k=None, v=None):
-    """Unblocked textbook evaluation of MODEL.md sec. 2 for one system and one head."""
+    """Unblocked textbook evaluation of docs/theory/model.md for one system and one head."""
     n, d = x.shape
     q = np.eye(d) if q is None else q
     k = np.eye(d) if k is None else k

@@ -1,4 +1,4 @@
-"""The particle system against exact references (MODEL.md sec. 4 and 6)."""
+"""The particle system against exact references (docs/theory/model.md, references.md)."""
 
 import tracemalloc
 

@@ -68,7 +68,7 @@ def direct_attention(points, weights, rho, beta):
 @pytest.mark.parametrize("model", [mf.SelfAttention(2.0, normalized=False), mf.SelfAttention(2.0, normalized=False, value=-1.0),
                                    mf.SelfAttention(3.0)], ids=["USA", "repulsive-USA", "SA"])
 def test_energy_flux_has_the_sign_and_size_of_model_md(model):
-    r"""dE/dt from the solver's transport equals MODEL.md sec. 4 by direct quadrature.
+    r"""dE/dt from the solver's transport equals docs/theory/model.md by direct quadrature.
 
     USA: :math:`\dot E = c\int\rho|v|^2` with :math:`v = P_x\int e^{\beta\langle x,y\rangle} y\rho`; SA:
     :math:`\dot E = \int\rho\,|\nabla K*\rho|^2 / (\beta^2 K*\rho)`. (Mass cannot be tested this way:

@@ -1,4 +1,4 @@
-r"""Causal attention: exact references (``CAUSAL.md`` secs. 3-4) and what to measure on particles (sec. 5).
+r"""Causal attention: exact references (docs/theory/causal.md) and what to measure on particles (sec. 5).
 
 The closed forms, in the paper's time convention (prefactor ``c = beta``):
 
@@ -120,7 +120,7 @@ def correlation_profile(theta0: np.ndarray, theta: np.ndarray, *, modes=(1, 2), 
 
     whose mean is :math:`n\,E\,e^{ik(\theta_n(t) - \theta_i(0))}` for iid uniform tokens (the
     subtracted time-zero term has mean zero for :math:`i \ne n`) and whose variance is about
-    ``n`` times smaller than without it (``CAUSAL.md`` sec. 5). Tokens are averaged within
+    ``n`` times smaller than without it (docs/theory/causal.md). Tokens are averaged within
     each bin of ``s0`` per prompt; the mean and its standard error are over prompts (the
     independent units). The mean tends to :func:`correlation_limit` at ``s = 1`` averaged
     over the same ``s0 = i/n`` (:func:`binned_correlation_limit`).
@@ -162,7 +162,7 @@ def retrieval_profile_estimate(theta0: np.ndarray, theta: np.ndarray, *, words: 
 
 
 class _PromptBins:
-    """The estimator of CAUSAL.md sec. 5 per prompt and bin of source positions ``s0 = i/n``, ``i < n``."""
+    """The estimator of docs/theory/causal.md per prompt and bin of source positions ``s0 = i/n``, ``i < n``."""
 
     def __init__(self, theta0, theta, bins) -> None:
         theta0, theta = np.asarray(theta0, dtype=float), np.asarray(theta, dtype=float)

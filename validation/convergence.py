@@ -2,7 +2,7 @@ r"""Mean-field convergence: particles against the PDE, with the rate in ``n`` fi
 
 For each particle count ``n`` and seed, ``n`` iid particles are drawn from :math:`\rho_0`
 and evolved; the PDE is solved once; their distance is measured at every output time.
-MODEL.md sec. 7 predicts :math:`E\,\mathrm{dist}(\mu^n_t, \rho_t) \le C e^{Lt} n^{-1/2}`:
+docs/theory/references.md predicts :math:`E\,\mathrm{dist}(\mu^n_t, \rho_t) \le C e^{Lt} n^{-1/2}`:
 the fitted slope of :math:`\log E\,\mathrm{dist}` against :math:`\log n` should be
 :math:`-1/2` until the PDE's own error floor. Confidence intervals come from a bootstrap
 over seeds.
@@ -14,7 +14,7 @@ lower half) is reported next to it with the difference of the two slopes, the *s
 test*: a difference whose interval excludes 0 says that the small counts are still
 pre-asymptotic. Both slopes and the difference come from the same bootstrap resamples.
 
-Particles use :mod:`meanfield.engines.kernels`' automatic choice: from a few hundred tokens on
+Particles use ``meanfield.engines.kernels``' automatic choice: from a few hundred tokens on
 the kernel's series (:mod:`meanfield.engines.series`, ``O(n K)``), which lets a default study
 reach ``n = 16384`` on the circle and ``8192`` on :math:`S^2` in minutes.
 """

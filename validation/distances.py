@@ -18,7 +18,7 @@ DEFAULT_SMOOTHING = 0.05
 
 
 def circle_w1(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int) -> float:
-    r"""Exact :math:`W_1` between two measures on the circle (MODEL.md sec. 7).
+    r"""Exact :math:`W_1` between two measures on the circle (docs/theory/references.md).
 
     .. math:: W_1(\mu, \nu) = \min_c \int_0^{2\pi} |F_\mu - F_\nu - c|\, d\theta
 
@@ -119,7 +119,7 @@ def sphere_mmd(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int,
 def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_SMOOTHING) -> xr.DataArray:
     r"""Distance between two runs at each of their common output times.
 
-    :math:`W_1` on the circle (exact), the spectral MMD of :func:`sphere_mmd` on :math:`S^2`.
+    :math:`W_1` on the circle (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`.
 
     Raises
     ------

@@ -1,4 +1,4 @@
-r"""Exact reference results (MODEL.md sec. 6) as code.
+r"""Exact reference results (docs/theory/references.md) as code.
 
 The tests of the particle system and of the PDE solvers compare against these,
 so each formula lives here once.
@@ -45,7 +45,7 @@ def orthogonal_token_inner_product(model, n: int, times) -> np.ndarray:
         \text{SA:}\ r' = \frac{2c\,(1-r)(1+(n-1)r)}{e^{\beta(1-r)} + n - 1},\qquad
         \text{USA:}\ r' = \frac{2c}{n} e^{\beta r}(1-r)(1+(n-1)r),
 
-    (the SA form is MODEL.md's divided by :math:`e^{\beta r}`, which cannot overflow;
+    (the SA form is the library's divided by :math:`e^{\beta r}`, which cannot overflow;
     time-rescaled USA carries :math:`e^{\beta(r-1)}`), solved to ``rtol = 1e-13``.
     """
     n = check_int(n, "n", minimum=2)
@@ -100,7 +100,7 @@ def wendel_probability(n: int, d: int) -> float:
 
 def circle_stationary_density(model, cells: int, start: np.ndarray, *, tol: float = 1e-13,
                               damping: float = 0.5, max_iterations: int = 20000) -> np.ndarray:
-    r"""A stationary density with diffusion on the circle, from its self-consistency (MODEL.md sec. 6).
+    r"""A stationary density with diffusion on the circle, from its self-consistency (docs/theory/references.md).
 
     Zero flux gives :math:`\rho \propto e^{\phi[\rho]/D}` with the velocity potential
     :math:`\phi` (USA: :math:`\phi = (1/\beta) K*\rho`, i.e. :math:`\rho\propto e^{K*\rho/(\beta D)}`;

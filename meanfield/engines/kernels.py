@@ -235,7 +235,7 @@ class NumpyKernel:
 
 
 class ExternalFieldKernel(NumpyKernel):
-    """A kernel's attention output plus an external field (:mod:`meanfield.external`), stepped like :class:`NumpyKernel`."""
+    """A kernel's attention output plus an external field (``meanfield.external``), stepped like :class:`NumpyKernel`."""
 
     def __init__(self, inner, external) -> None:
         self.inner, self.external = inner, external

@@ -2,7 +2,7 @@
 with dense output, and an embedded pair through the library's controller and driver.
 
 The particles on the sphere (:mod:`meanfield.particles`) and in :math:`\\mathbb{R}^d`
-(:mod:`meanfield.euclidean_particles`) differ in their right-hand side and their records,
+(``meanfield.euclidean_particles``) differ in their right-hand side and their records,
 not in these loops.
 """
 

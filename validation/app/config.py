@@ -62,13 +62,16 @@ NUMBER = (numbers.Real,)
 
 
 def option(default: Any = MISSING, *, types: type | tuple, minimum: float | None = None, strict: bool = False,
-           choices: tuple[str, ...] | None = None, help: str = "") -> Any:
+           choices: tuple[str, ...] | None = None, help: str = "", in_toml: bool = True) -> Any:
     """A config key: its TOML types, its default (none: required), its range or choices, what it means.
 
     The key's checks are data (``metadata``) read by :func:`check_fields`, so that a reference
-    of the keys can be generated from the same source as the checks.
+    of the keys (the docs' configuration reference) is generated from the same source as the
+    checks. ``in_toml=False`` marks a field that is checked but filled from another form of the
+    table, never written as a key.
     """
-    metadata = {"types": types, "minimum": minimum, "strict": strict, "choices": choices, "help": help}
+    metadata = {"types": types, "minimum": minimum, "strict": strict, "choices": choices, "help": help,
+                "in_toml": in_toml}
     return field(default=default, metadata=metadata)
 
 
@@ -174,7 +177,8 @@ class MethodConfig(ConfigSection):
                             "CircleFVLagrangian": {"kind", "cells", "rtol", "points"},
                             "SphereSpectral": {"kind", "lmax", "rtol"},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
-    kind: str = option(types=str, choices=CIRCLE_SOLVERS + ("SphereSpectral", "particles"))
+    kind: str = option(types=str, choices=CIRCLE_SOLVERS + ("SphereSpectral", "particles"),
+                       help="a PDE solver of the geometry (solvers), or the particle system")
     cells: int = option(1024, types=int, minimum=8,
                         help="the circle's solvers: cells (CircleSpectral: modes |k| < cells/2; CircleAuto: "
                              "those of its finite volumes)")
@@ -198,7 +202,9 @@ class InitialConfig(ConfigSection):
     KEYS: ClassVar[dict] = {"perturbed_uniform": {"kind", "amplitude", "mode"},
                             "von_mises_fisher": {"kind", "means", "kappa"}, "file": {"kind", "path"},
                             "uniform": {"kind"}}
-    kind: str = option(types=str, choices=("perturbed_uniform", "von_mises_fisher", "file", "uniform"))
+    kind: str = option(types=str, choices=("perturbed_uniform", "von_mises_fisher", "file", "uniform"),
+                       help="rho_0 (1 + amplitude Y_mode), a von Mises-Fisher mixture, grid values from a file, "
+                            "or uniform")
     amplitude: float = option(0.01, types=NUMBER, minimum=0, help="perturbed_uniform: amplitude")
     mode: int = option(4, types=int, minimum=1, help="perturbed_uniform: circle mode / sphere degree")
     means: Any = option(None, types=(list, tuple), help="von_mises_fisher: the mixture's mean directions")
@@ -211,10 +217,10 @@ class TimesConfig(ConfigSection):
     """``times``: ``{start, stop, count}`` (evenly spaced) or an explicit increasing list (``listed``)."""
 
     PREFIX: ClassVar[str] = "times."
-    start: float = option(0.0, types=NUMBER)
-    stop: float = option(types=NUMBER)
-    count: int = option(types=int, minimum=2)
-    listed: tuple | None = option(None, types=tuple, help="the explicit list, when one was given")
+    start: float = option(0.0, types=NUMBER, help="the first output time")
+    stop: float = option(types=NUMBER, help="the last output time (> start)")
+    count: int = option(types=int, minimum=2, help="output times, evenly spaced from start to stop")
+    listed: tuple | None = option(None, types=tuple, help="the explicit list, when one was given", in_toml=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -255,9 +261,10 @@ class ExperimentConfig(ConfigSection):
     """
 
     PREFIX: ClassVar[str] = ""
-    geometry: str = option(types=str, choices=("circle", "sphere"))
+    geometry: str = option(types=str, choices=("circle", "sphere"), help="S^1 or S^2 (particles: S^{d-1})")
     output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
-    times: TimesConfig = option(types=TimesConfig, help="output times")
+    times: TimesConfig = option(types=TimesConfig, help="output times: a table {start, stop, count} "
+                                                        "(below) or a strictly increasing array")
     checkpoint_every: int = option(0, types=int, minimum=0, help="output intervals between checkpoints (0: none)")
     max_hours: float = option(24.0, types=NUMBER, minimum=0, strict=True, help="refuse a run estimated longer")
     model: ModelConfig = option(types=ModelConfig)

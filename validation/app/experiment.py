@@ -63,9 +63,9 @@ def run_experiment(config: RunObjects | ExperimentConfig | dict | str | Path, *,
                    progress: bool | None = None) -> xr.Dataset:
     """Run an experiment; returns the dataset also written to ``output/dataset.nc``.
 
-    ``config``: what :func:`prepare` returned (used as it is), or anything :func:`prepare` takes.
+    ``config``: what ``prepare`` returned (used as it is), or anything ``prepare`` takes.
 
-    The output folder is locked for the run (:func:`~validation.app.files.locked_output`).
+    The output folder is locked for the run (``validation.app.files.locked_output``).
     With ``resume``, every stored checkpoint segment is checked as it is read: a good one is
     used, a damaged or missing one is named on stderr and computed again from the segment
     before it (the same steps, so the result is that of an uninterrupted run).

@@ -148,7 +148,7 @@ def _report(specs, studies, table, figures, seconds) -> str:
     parts = ["# Mean-field validation report", "",
              "Particles drawn iid from the initial density are evolved and compared with the PDE "
              "solution at each output time (exact W1 on the circle, heat-kernel MMD on S^2). "
-             "MODEL.md sec. 7 predicts distance ~ n^(-1/2) as n grows; the slope is fitted on the "
+             "Mean-field theory (docs/theory/references.md) predicts distance ~ n^(-1/2) as n grows; the slope is fitted on the "
              "largest counts, with a bootstrap interval over seeds. The saturation test compares it "
              "with the slope on the smallest counts: a difference whose interval excludes 0 means "
              "the small counts are pre-asymptotic.", "", table, ""]

@@ -1,0 +1,109 @@
+"""The documentation cannot rot: every code block of the README and of the user guide runs here.
+
+Python blocks run page by page, each page in one namespace, in a scratch folder that holds the
+repository's ``examples/``, with every warning an error. Shell blocks would take minutes to
+hours at their documented sizes (the example configs run at their sizes in test_faults.py):
+here every ``meanfield`` command of them must parse with the program's own argument parser and
+its config must pass the program's checks, and every ``make`` target must exist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs" / "guide").glob("*.md"))]
+
+
+def blocks(page: Path, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), re.S | re.M)
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    old = Path.cwd()
+    os.chdir(tmp_path)
+    yield tmp_path
+    os.chdir(old)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "python")], ids=lambda p: p.stem)
+def test_every_python_block_of_the_page_runs_clean(page, scratch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    namespace: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for block in blocks(page, "python"):
+            exec(compile(block, f"{page.name} code block", "exec"), namespace)
+
+
+def shell_commands() -> list[tuple[str, str]]:
+    commands = []
+    for page in PAGES:
+        for block in blocks(page, "bash"):
+            for line in block.splitlines():
+                line = line.split("#")[0].strip()
+                if line:
+                    commands.append((page.name, line))
+    return commands
+
+
+@pytest.mark.parametrize("page, line", shell_commands(), ids=lambda v: str(v)[:60])
+def test_every_shell_command_is_one_the_programs_accept(page, line):
+    from validation.app.cli import build_parser
+    from validation.app.config import load_config
+    from validation.app.stationary import load_stationary_config
+    from validation.app.sweep_config import load_sweep_config
+
+    words = shlex.split(line)
+    program = Path(words[0]).name
+    if program == "make":
+        targets = re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M)
+        assert set(words[1:]) <= set(targets), line
+    elif program == "meanfield":
+        args = build_parser().parse_args(words[1:])
+        load = {"run": load_config, "sweep": load_sweep_config, "stationary": load_stationary_config}
+        if args.command in load:
+            load[args.command](ROOT / args.config)
+    elif program in ("pip", "sudo", "source", "python"):
+        pass  # installation lines and scripts (the scripts run in test_faults.py)
+    else:
+        pytest.fail(f"{page}: no check for the command {line!r}")
+
+
+def test_the_readme_is_short_and_links_nothing_outside_the_repository():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    for target in re.findall(r"\]\(([^)]+)\)", text):
+        assert target.startswith(("docs/", "https://arxiv.org/", "https://github.com/borjanG")) or \
+            (ROOT / target).exists(), target
+
+
+def test_no_code_or_page_points_to_documents_outside_the_repository():
+    pattern = re.compile(r"shared/docs|MODEL\.md|CAUSAL\.md|ARCHITECTURE\.md")
+    files = [ROOT / "README.md", *ROOT.joinpath("docs").rglob("*.md")]
+    for package in ("meanfield", "solvers", "validation", "examples"):
+        files += ROOT.joinpath(package).rglob("*.py")
+    offenders = [str(f.relative_to(ROOT)) for f in files if not {"_build", "auto_examples"} & set(f.parts) and pattern.search(f.read_text())]
+    assert not offenders
+
+
+def test_the_api_reference_lists_every_public_name():
+    import meanfield
+    import solvers
+    import validation
+    import validation.app
+
+    for module in (meanfield, solvers, validation, validation.app):
+        page = (ROOT / "docs" / "api" / f"{module.__name__.replace('.', '_')}.rst").read_text()
+        listed = re.findall(r"^   (\w+)$", page, re.M)
+        assert sorted(listed) == sorted(module.__all__), module.__name__
