@@ -147,7 +147,7 @@ class GridSolver:
                     pace: Pace | None = None) -> "Interrupted":
         """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
 
-        Returns an :class:`Interrupted`: the outputs recorded before that step's output time,
+        Returns an ``Interrupted`` record (``solvers.grid_solver``): the outputs recorded before that step's output time,
         the time reached and the density there (all of ``times`` when ``stop`` never holds, or
         is ``None``).
         """

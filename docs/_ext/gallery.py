@@ -38,7 +38,11 @@ def quick_arguments(gallery_conf, script_vars) -> list[str]:
 
 
 def png_scraper(block, block_vars, gallery_conf) -> str:
-    """The PNG files the script wrote (sorted by name), copied where sphinx-gallery wants them."""
+    """The PNG files the script wrote (sorted by name), copied where sphinx-gallery wants them.
+
+    Each figure gets the page's full width (a multi-panel figure is unreadable as a thumbnail in
+    a row of several).
+    """
     from sphinx_gallery.scrapers import figure_rst
 
     out = output_folder(block_vars["src_file"])
@@ -48,4 +52,4 @@ def png_scraper(block, block_vars, gallery_conf) -> str:
         shutil.copyfile(png, target)
         block_vars["shown"].add(png.name)
         paths.append(target)
-    return figure_rst(paths, gallery_conf["src_dir"])
+    return "".join(figure_rst([path], gallery_conf["src_dir"]) for path in paths)
