@@ -50,7 +50,34 @@ def _is_seed(value: object) -> bool:
 
 def sample_uniform(n: int, d: int, rng: int | np.random.Generator | None = None,
                    *, batch: int | None = None) -> np.ndarray:
-    """``n`` iid uniform points on :math:`S^{d-1}`, shape ``(n, d)`` (``(batch, n, d)`` if ``batch``)."""
+    r"""``n`` iid points uniform on the unit sphere :math:`S^{d-1}` (normalised Gaussian vectors).
+
+    Parameters
+    ----------
+    n : int
+        Number of points (tokens), at least 1.
+    d : int
+        Ambient dimension, at least 2 (``d = 2``: the circle).
+    rng : int, numpy.random.Generator or None
+        Seed or generator; ``None`` draws fresh entropy.
+    batch : int, optional
+        Number of independent systems: a leading axis of that length.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(n, d)``, or ``(batch, n, d)``, each row of unit norm.
+
+    Raises
+    ------
+    ValueError
+        If ``n``, ``d`` or ``batch`` is not an integer in range (the message names it).
+
+    Examples
+    --------
+    >>> sample_uniform(4, 3, rng=0).shape
+    (4, 3)
+    """
     n = check_int(n, "n", minimum=1)
     d = check_int(d, "d", minimum=2)
     shape = (n, d) if batch is None else (check_int(batch, "batch", minimum=1), n, d)
@@ -93,7 +120,30 @@ def sample_circle(n: int, density: Callable[[np.ndarray], np.ndarray] | np.ndarr
 
 def sample_sphere(n: int, density: Callable[[np.ndarray], np.ndarray], d: int = 3,
                   rng: int | np.random.Generator | None = None) -> np.ndarray:
-    r"""``n`` iid points of :math:`S^{d-1}` from a callable density of points ``(..., d)``, by rejection."""
+    r"""``n`` iid points of :math:`S^{d-1}` drawn from a density, by rejection from the uniform law.
+
+    Parameters
+    ----------
+    n : int
+        Number of points, at least 1.
+    density : callable
+        ``density(points)`` for points of shape ``(..., d)``: non-negative values, with respect
+        to the surface measure; it need not be normalised (only its ratios matter).
+    d : int
+        Ambient dimension, at least 2 (default 3, the sphere :math:`S^2`).
+    rng : int, numpy.random.Generator or None
+        Seed or generator.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(n, d)``, unit rows.
+
+    Raises
+    ------
+    ValueError
+        If the density is negative, not finite, or zero on every probe point.
+    """
     n = check_int(n, "n", minimum=1)
     d = check_int(d, "d", minimum=2)
     gen = as_generator(rng)

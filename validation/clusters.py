@@ -40,7 +40,25 @@ class ClusterSummary:
 
 def cluster_statistics(ds: xr.Dataset, time_index: int = -1, *, separation: float = 0.2,
                        level: float = 2.0) -> ClusterSummary:
-    """Number, masses and positions of the clusters of ``ds`` at ``time_index``."""
+    r"""Number, masses and positions of the clusters of a particle or PDE dataset at one output.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Particles (``x``) or a grid density (``rho``) on the circle or :math:`S^2`.
+    time_index : int
+        Which output (default: the last).
+    separation : float
+        Particles: tokens closer than this (in radians of arc) belong to one cluster.
+    level : float
+        Densities: a cluster is a connected region where :math:`\rho` exceeds ``level``
+        times the uniform density.
+
+    Returns
+    -------
+    ClusterSummary
+        Masses and mean positions of the clusters, heaviest first (``count`` their number).
+    """
     geometry = measure_geometry(ds, "ds")
     if is_particles(ds):
         x = ds["x"].values[time_index]
@@ -88,7 +106,12 @@ def merge_times(ds: xr.Dataset, **rule) -> list[Merge]:
 
 
 def order_parameter(ds: xr.Dataset) -> xr.DataArray:
-    r""":math:`|\int x\, d\mu_t|` at every output time."""
+    r"""The order parameter :math:`|\int x\, d\mu_t|` at every output time.
+
+    1 when all the mass sits at one point, near 0 for a uniform (or antipodally balanced)
+    measure. ``ds`` holds particles (``x``, any batch axes kept) or a grid density (``rho``).
+    Returns a ``DataArray`` along ``time``.
+    """
     geometry = measure_geometry(ds, "ds")
     if is_particles(ds):
         values = np.linalg.norm(ds["x"].values.mean(axis=-2), axis=-1)
