@@ -28,8 +28,7 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build", "api/generated/*.md", "auto_examples/*.ipynb", "auto_examples/*.py",
-                    "auto_examples/*.zip", "auto_examples/*.md5", "auto_examples/*.json"]
+exclude_patterns = ["_build"]
 templates_path = ["_templates"]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]

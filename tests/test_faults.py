@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -427,8 +426,10 @@ def test_each_run_example_runs_clean_at_its_documented_size(example, tmp_path):
 
 
 # The quick size of each example script, shared with the docs gallery (the full sizes take minutes).
-SCRIPTS = {name: entry["arguments"] for name, entry in
-           tomllib.loads((ROOT / "docs" / "gallery_sizes.toml").read_text()).items()}
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+from gallery import quick_sizes, script_arguments  # noqa: E402
+
+SCRIPTS = quick_sizes()
 
 
 def test_every_example_script_is_run_by_the_suite():
@@ -437,10 +438,7 @@ def test_every_example_script_is_run_by_the_suite():
 
 @pytest.mark.parametrize("script", sorted(SCRIPTS))
 def test_each_example_script_runs_clean_at_a_quick_size(script, tmp_path):
-    config = tmp_path / "settings.toml"
-    config.write_text((ROOT / "examples" / "lost_in_the_middle.toml").read_text()
-                      .replace('output = "../output/', f'output = "{tmp_path}/'))
-    arguments = [a.format(out=tmp_path, config=config) for a in SCRIPTS[script]]
+    arguments = script_arguments(script, tmp_path)
     result = subprocess.run([sys.executable, str(ROOT / "examples" / script), *arguments], capture_output=True,
                             text=True, timeout=600, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -19,13 +19,22 @@ def output_folder(script: str | Path) -> Path:
     return DOCS / "_build" / "gallery_output" / Path(script).stem
 
 
+def quick_sizes() -> dict[str, list[str]]:
+    """Script name -> its quick-size arguments (with ``{out}`` and ``{config}`` placeholders)."""
+    return {name: entry["arguments"] for name, entry in tomllib.loads(SIZES.read_text()).items()}
+
+
 def script_arguments(script: str | Path, out: Path) -> list[str]:
-    """The quick-size arguments of an example script, writing into `out`."""
-    name = Path(script).name
+    """The quick-size arguments of an example script, writing into ``out``.
+
+    ``{config}`` is a copy of ``examples/lost_in_the_middle.toml`` whose output goes to ``out``
+    (written only for a script that takes it).
+    """
+    arguments = quick_sizes()[Path(script).name]
     config = out / "settings.toml"
-    config.write_text((ROOT / "examples" / "lost_in_the_middle.toml").read_text()
-                      .replace('output = "../output/', f'output = "{out}/'))
-    arguments = tomllib.loads(SIZES.read_text())[name]["arguments"]
+    if any("{config}" in a for a in arguments):
+        config.write_text((ROOT / "examples" / "lost_in_the_middle.toml").read_text()
+                          .replace('output = "../output/', f'output = "{out}/'))
     return [a.format(out=out, config=config) for a in arguments]
 
 
@@ -45,11 +54,9 @@ def png_scraper(block, block_vars, gallery_conf) -> str:
     """
     from sphinx_gallery.scrapers import figure_rst
 
-    out = output_folder(block_vars["src_file"])
-    written = sorted(p for p in out.rglob("*.png") if p.name not in block_vars.setdefault("shown", set()))
+    written = sorted(output_folder(block_vars["src_file"]).rglob("*.png"))  # each script is one block
     paths = []
     for png, target in zip(written, block_vars["image_path_iterator"]):
         shutil.copyfile(png, target)
-        block_vars["shown"].add(png.name)
         paths.append(target)
     return "".join(figure_rst([path], gallery_conf["src_dir"]) for path in paths)
