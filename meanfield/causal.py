@@ -113,14 +113,45 @@ class CausalAttention(TangentVelocity):
 
     # ------------------------------------------------------------------ velocity
     def velocity(self, x: np.ndarray) -> np.ndarray:
-        """Tangent velocities, shape ``(..., n, d)``, of tokens ``x`` of shape ``(..., n, d)`` in prompt order."""
+        """The velocity field of the causal particle system at the tokens ``x``.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens on the unit sphere in prompt order (token ``i`` attends to ``j < i``, or
+            ``j <= i`` with ``include_self``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocities, tangent to the sphere (zero for the first token when it sees none).
+
+        Raises
+        ------
+        ValueError
+            If ``x`` is not on the unit sphere or holds fewer than two tokens.
+        """
         x = check_points(x, "x")
         if x.shape[-2] < 2:
             raise ValueError(f"x must hold n >= 2 tokens along its second-to-last axis, got n={x.shape[-2]}")
         return self.velocity_unchecked(x)
 
     def positional_totals(self, n: int) -> np.ndarray:
-        r""":math:`Z_i = \sum_{j<i}\pi_{ij}` (or :math:`j \le i`), ``i = 1..n``, from the geometric sum."""
+        r"""The positional totals :math:`Z_i = \sum_{j<i}\pi_{ij}` (or :math:`j \le i`), ``i = 1..n``.
+
+        Summed in closed form (a geometric sum of the ALiBi weights
+        :math:`\pi_{ij} = e^{-\lambda (i-j)/n}`); they normalise the unnormalized causal attention.
+
+        Parameters
+        ----------
+        n : int
+            Number of tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            :math:`Z_1, \dots, Z_n`.
+        """
         rate = self.alibi / n
         count = np.arange(n, dtype=float)  # terms j < i: i - 1 of them
         if rate == 0.0:
@@ -162,12 +193,29 @@ class CausalAttention(TangentVelocity):
         return out
 
     def energy(self, x: np.ndarray) -> np.ndarray:
-        """Not defined: no interaction energy is known for causal attention (``has_energy`` is False)."""
+        """Not defined: no interaction energy is known for causal attention (``has_energy`` is False).
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            Ignored.
+
+        Raises
+        ------
+        NotImplementedError
+            Always.
+        """
         raise NotImplementedError("causal attention has no known interaction energy (has_energy is False)")
 
     # ------------------------------------------------------------------ records
     def to_dict(self) -> dict:
-        """A JSON-serializable description; :func:`meanfield.model_from_dict` rebuilds the model."""
+        """A JSON-serializable description of the model.
+
+        Returns
+        -------
+        dict
+            Plain values; :func:`meanfield.model_from_dict` rebuilds the model.
+        """
         return {"model": "CausalAttention", "beta": self.beta, "normalized": bool(self.normalized),
                 "alibi": self.alibi, "prefactor": self.prefactor, "include_self": bool(self.include_self),
                 "diffusion": self.diffusion}
@@ -194,6 +242,18 @@ def positional_cell_weights(alibi: float, layers: int) -> np.ndarray:
     like ``1/l``. All cell integrals are exact; every row sums to one, and every weight is
     nonnegative (the correction is at most a quarter of the own half cell's weight), so
     the mixed densities are convex combinations of the layers.
+
+    Parameters
+    ----------
+    alibi : float
+        The ALiBi slope :math:`\lambda \ge 0` (``0``: plain causal averaging).
+    layers : int
+        Number ``L`` of cells of the position ``s`` in ``[0, 1]``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (L, L)
+        Row ``l`` holds the weights of the layers ``m <= l`` in the mixed density of layer ``l``.
     """
     alibi = check_real(alibi, "alibi", minimum=0.0)
     edges = np.arange(layers + 1) / layers

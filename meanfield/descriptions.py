@@ -14,7 +14,30 @@ from .models import SelfAttention
 
 
 def model_from_dict(description: dict):
-    """Rebuild a :class:`SelfAttention`, :class:`~meanfield.causal.CausalAttention` or :class:`~meanfield.PureAttention` from its ``to_dict`` (or JSON)."""
+    """Rebuild a model from its description, as recorded in a dataset's ``attrs["model"]``.
+
+    Parameters
+    ----------
+    description : dict or str
+        The model's ``to_dict()``, or that dict as JSON.
+
+    Returns
+    -------
+    SelfAttention, CausalAttention or PureAttention
+        A model equal in every parameter to the one described.
+
+    Raises
+    ------
+    ValueError
+        If the description is of another kind (a :class:`~meanfield.ZonalAggregation` or a
+        model with a user field holds callables and must be rebuilt by hand).
+
+    Examples
+    --------
+    >>> from meanfield import SelfAttention, model_from_dict
+    >>> model_from_dict(SelfAttention(beta=4.0).to_dict()).beta
+    4.0
+    """
     if isinstance(description, str):
         description = json.loads(description)
     fields = dict(description)

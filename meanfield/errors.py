@@ -6,6 +6,15 @@ from __future__ import annotations
 class StepSizeCollapse(RuntimeError):
     """The time step fell below what the integrator can take; the run cannot go on.
 
+    Parameters
+    ----------
+    message : str
+        Why, and what to change.
+    time : float
+        The time reached.
+    partial : xarray.Dataset, optional
+        The outputs completed before the collapse.
+
     Attributes
     ----------
     time : float

@@ -91,6 +91,14 @@ class PureAttention:
         Hardmax only: token ``j`` is in the argmax set of row ``i`` when its logit is within
         ``tie_tolerance * max(1, max_l |logit_il|)`` of the row's largest.
 
+    Raises
+    ------
+    ValueError
+        If ``beta`` is not a number ``> 0``, the matrices' shapes disagree, or ``rescaled``
+        is asked with value matrices that differ between heads.
+
+    Notes
+    -----
     The model has no diffusion, no energy and no sphere: its tokens are any finite points of
     :math:`\mathbb{R}^d` (``d >= 1``).
     """
@@ -150,7 +158,18 @@ class PureAttention:
         return next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)), None)
 
     def head_matrices(self, d: int):
-        """``(Q, K, V)`` per head as ``d x d`` arrays."""
+        """The matrices of each head.
+
+        Parameters
+        ----------
+        d : int
+            Dimension of the tokens (used where a matrix is the identity or a scalar).
+
+        Returns
+        -------
+        list of tuple of numpy.ndarray
+            ``(Q, K, V)`` per head, each ``(d, d)``.
+        """
         eye = np.eye(d)
 
         def of(m, h):
@@ -162,13 +181,39 @@ class PureAttention:
         return [(of(self.query, h), of(self.key, h), of(self.value, h)) for h in range(self.heads)]
 
     def linear_part(self, d: int) -> np.ndarray:
-        r"""The matrix :math:`HV` whose exponential rescales the tokens (``rescaled`` needs one shared ``V``)."""
+        r"""The matrix :math:`HV` whose exponential rescales the tokens (``rescaled`` needs one shared ``V``).
+
+        Parameters
+        ----------
+        d : int
+            Dimension of the tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (d, d)
+            ``heads`` times the value matrix.
+        """
         return self.heads * self.head_matrices(d)[0][2]
 
     def rescaling(self, t: float, d: int) -> np.ndarray:
-        r""":math:`M(t) = e^{tHV}` (:func:`scipy.linalg.expm`), shape ``(d, d)``; the identity for original variables.
+        r"""The rescaling :math:`M(t) = e^{tHV}` with :math:`x = M(t) z` (:func:`scipy.linalg.expm`).
 
-        Raises :class:`OverflowError` naming ``t`` when an entry overflows.
+        Parameters
+        ----------
+        t : float
+            Time.
+        d : int
+            Dimension of the tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (d, d)
+            :math:`M(t)`; the identity for original variables (``rescaled=False``).
+
+        Raises
+        ------
+        OverflowError
+            Naming ``t``, when an entry overflows.
         """
         if not self.rescaled:
             return np.eye(d)
@@ -188,7 +233,27 @@ class PureAttention:
 
     # ------------------------------------------------------------------ velocity
     def velocity(self, x: np.ndarray, t: float = 0.0) -> np.ndarray:
-        """The velocity of tokens ``x`` of shape ``(..., n, d)`` at time ``t`` (``t`` matters for rescaled tokens)."""
+        r"""The velocity of the tokens: :math:`\dot x_i = \sum_h V_h \sum_j P^h_{ij} x_j`, or of ``z``.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Finite tokens (original variables ``x``, or ``z`` when ``rescaled``).
+        t : float
+            Time; it matters only for rescaled tokens, whose logits are taken at :math:`M(t) z`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            :math:`\dot x`, or :math:`\dot z = V \sum_h (P^h z - z)` when ``rescaled``.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` is not finite or of the wrong dimension.
+        OverflowError
+            If :math:`M(t)` overflows.
+        """
         x = check_tokens(x, "x", self.dimension)
         t = check_real(t, "t")
         return self.velocity_at(x, self.rescaling(t, x.shape[-1]))
@@ -197,6 +262,18 @@ class PureAttention:
         r"""The velocity, unchecked, with the logits taken at :math:`M x` (``rescaling`` = ``M``).
 
         Original variables: :math:`\sum_h V_h P^h x`; rescaled: :math:`V\sum_h (P^h z - z)`.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens (not checked: for integrators).
+        rescaling : numpy.ndarray, shape (d, d)
+            :math:`M(t)` (the identity for original variables).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocity.
         """
         flat = x.reshape((-1,) + x.shape[-2:])
         d = flat.shape[-1]
@@ -229,8 +306,19 @@ class PureAttention:
     def attention_matrix(self, x: np.ndarray, rescaling: np.ndarray | None = None) -> np.ndarray:
         r"""The attention matrices :math:`P^h(t)`, shape ``(..., heads, n, n)``, rows summing to one.
 
-        ``rescaling``: the :math:`M(t)` (``(d, d)``) at which rescaled tokens take their logits,
-        as recorded in their dataset; omitted, the tokens are taken as original variables.
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Finite tokens.
+        rescaling : numpy.ndarray, shape (d, d), optional
+            The :math:`M(t)` at which rescaled tokens take their logits, as recorded in their
+            dataset; omitted, the tokens are taken as original variables.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., heads, n, n)
+            Softmax (or, for hardmax, the uniform weights on the argmax set) of the logits
+            :math:`\langle Q_h x_i, K_h x_j\rangle`.
         """
         x = check_tokens(x, "x", self.dimension)
         d = x.shape[-1]
@@ -243,7 +331,20 @@ class PureAttention:
         return np.stack(heads, axis=-3)
 
     def check_interval(self, x0: np.ndarray, start: float, end: float) -> None:
-        r"""Refuse a run whose rescaling or logits overflow on ``[start, end]`` (checked at both ends)."""
+        r"""Refuse a run whose rescaling or logits overflow on ``[start, end]`` (checked at both ends).
+
+        Parameters
+        ----------
+        x0 : numpy.ndarray, shape (..., n, d)
+            Initial tokens (their largest entry bounds the logits).
+        start, end : float
+            The run's first and last times.
+
+        Raises
+        ------
+        ValueError
+            Naming ``times``, when :math:`M(t)` or the logits overflow at either end.
+        """
         d = x0.shape[-1]
         radius = float(np.abs(x0).max()) * math.sqrt(d)
         for t in (start, end):

@@ -56,11 +56,33 @@ class Perceptron:
         return self.directions.shape[1]
 
     def field(self, x: np.ndarray) -> np.ndarray:
-        r""":math:`\sum_j w_j\,\mathrm{ReLU}(a_j\cdot x)\,a_j`, shape of ``x`` (before :math:`P_x`)."""
+        r"""The perceptron's field :math:`\sum_j w_j\,\mathrm{ReLU}(a_j\cdot x)\,a_j` (before :math:`P_x`).
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., d)
+            Points.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., d)
+            The field at each point; the model projects it onto the tangent space.
+        """
         return (np.maximum(x @ self.directions.T, 0.0) * self.weights) @ self.directions
 
     def potential(self, x: np.ndarray) -> np.ndarray:
-        r""":math:`v(x) = \sum_j w_j \max(a_j\cdot x, 0)^2`, shape ``x.shape[:-1]``."""
+        r"""Its potential :math:`v(x) = \sum_j w_j \max(a_j\cdot x, 0)^2` (the field is :math:`\frac12\nabla v`).
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., d)
+            Points.
+
+        Returns
+        -------
+        numpy.ndarray, shape ``x.shape[:-1]``
+            :math:`v` at each point.
+        """
         return np.maximum(x @ self.directions.T, 0.0) ** 2 @ self.weights
 
     def to_dict(self) -> dict:
@@ -69,11 +91,24 @@ class Perceptron:
 
 @dataclass(frozen=True, eq=False)
 class UserField:
-    r"""Any field: ``field(x)`` maps points ``(..., d)`` to vectors ``(..., d)`` (projected onto the tangent space by the model).
+    r"""Any external field given by callables (projected onto the tangent space by the model).
 
-    ``potential`` (optional) is a ``v`` with :math:`P_x\,\mathrm{field} = \frac12\nabla_S v`, used
-    for the energy :math:`E + \frac12\int v\rho`; ``name`` labels the records (callables are
-    not serialized).
+    Parameters
+    ----------
+    function : callable
+        ``function(x)`` maps points ``(..., d)`` to vectors ``(..., d)``.
+    potential_function : callable, optional
+        A ``v`` with :math:`P_x\,\mathrm{function} = \frac12\nabla_S v`, mapping points
+        ``(..., d)`` to ``(...)``; used for the energy :math:`E + \frac12\int v\rho`. Without it
+        the model has no energy.
+    name : str
+        Labels the records (callables are not serialized, so such a model cannot be rebuilt
+        from its record).
+
+    Raises
+    ------
+    TypeError
+        If ``function`` or ``potential_function`` is not callable.
     """
 
     function: Callable[[np.ndarray], np.ndarray]

@@ -126,6 +126,27 @@ class HomogenizedLimit:
         values. ``"deterministic"``: time :math:`t = \ell\eta`, the mean-field ODE of the values'
         mean (:class:`GaussianWeights` only); the noise left per unit time is
         :math:`\sigma_V^2\eta/H`. Either is refused when its small parameter is not small.
+
+        Parameters
+        ----------
+        model : RandomAttention
+            The discrete random-weight model.
+        regime : {"diffusive", "deterministic"}
+            Which limit.
+        nodes : int
+            Quadrature nodes of the weight law in the limit's noise (see the class).
+
+        Returns
+        -------
+        limit : HomogenizedLimit
+            The limit.
+        layer_time : float
+            The limit's time per layer of ``model`` (:math:`\eta^2/H` or :math:`\eta`).
+
+        Raises
+        ------
+        ValueError
+            If the regime is unknown or its small parameter is above ``0.25``.
         """
         if regime == "diffusive":
             if model.layer_time > LARGEST_LAYER_TIME:
@@ -145,15 +166,38 @@ class HomogenizedLimit:
         raise ValueError(f"regime must be 'diffusive' or 'deterministic', got {regime!r}")
 
     def draw_nodes(self, rng: np.random.Generator, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """One path's quadrature nodes ``(Q, K, V)``, each ``(nodes, d, d)``."""
+        """One path's quadrature nodes of the weight law.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The path's generator.
+        d : int
+            Dimension of the tokens.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            ``(Q, K, V)``, each ``(node_count, d, d)``.
+        """
         return self.law.sample(rng, self.node_count, d)
 
     def noise_matrices(self, increments: np.ndarray, values: np.ndarray) -> np.ndarray:
         r"""The matrices :math:`G_m` that move :math:`x` by :math:`\sum_m G_m a_m(x)` over one step.
 
-        ``increments`` are the Brownian increments: ``(..., nodes, d, d)`` for
-        :class:`GaussianWeights` (a matrix Brownian motion per node, exact over :math:`V`),
-        ``(..., nodes)`` otherwise (one scalar per node, times that node's :math:`V_m`).
+        Parameters
+        ----------
+        increments : numpy.ndarray
+            The Brownian increments: ``(..., nodes, d, d)`` for :class:`GaussianWeights` (a
+            matrix Brownian motion per node, exact over :math:`V`), ``(..., nodes)`` otherwise
+            (one scalar per node, times that node's :math:`V_m`).
+        values : numpy.ndarray, shape (..., nodes, d, d)
+            The nodes' value matrices (used by sampled laws only).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., nodes, d, d)
+            :math:`G_m`.
         """
         if isinstance(self.law, GaussianWeights):
             d = increments.shape[-1]
@@ -161,7 +205,20 @@ class HomogenizedLimit:
         return values * (increments[..., None, None] / np.sqrt(self.node_count))
 
     def increment_shape(self, systems: int, d: int) -> tuple[int, ...]:
-        """Shape of one step's Brownian increments for ``systems`` paths."""
+        """Shape of one step's Brownian increments.
+
+        Parameters
+        ----------
+        systems : int
+            Number of independent paths.
+        d : int
+            Dimension of the tokens.
+
+        Returns
+        -------
+        tuple of int
+            ``(systems, nodes, d, d)`` for :class:`GaussianWeights`, ``(systems, nodes)`` otherwise.
+        """
         if isinstance(self.law, GaussianWeights):
             return (systems, self.node_count, d, d)
         return (systems, self.node_count)
@@ -201,8 +258,43 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
     ``dt``. Each system is one path with its own nodes and Brownian motions
     (``meanfield.common_noise.NoisePath``, from ``seed``); ``increments`` (shape
     ``(steps,) + limit.increment_shape(systems, d)``, variance ``dt``) replaces the Brownian
-    draws, for comparing step sizes on one path. Returns the dataset of
-    ``meanfield.random_weights.simulate_random_layers`` over ``times``.
+    draws, for comparing step sizes on one path.
+
+    Parameters
+    ----------
+    limit : HomogenizedLimit
+        The limit to integrate.
+    x0 : array_like, shape (n, d) or (systems, n, d)
+        Initial tokens on the unit sphere; each system is one path.
+    times : array_like
+        Increasing output times (the limit's time), on the grid of ``dt`` from ``times[0]``.
+    dt : float
+        Time step, ``> 0``.
+    seed : int or numpy.random.Generator, optional
+        Seed of the nodes and Brownian motions (drawn and recorded when omitted).
+    increments : numpy.ndarray, optional
+        Brownian increments to use instead of drawing them (see above).
+    scheme : {"euler", "heun"}
+        The integrator.
+    keep_positions : bool
+        Record the tokens ``x`` (else only the collapse observables).
+    progress : bool, optional
+        Progress bar (default: when stderr is a terminal).
+
+    Returns
+    -------
+    xarray.Dataset
+        As :func:`simulate_random_layers`: ``mean_inner_product`` and ``diameter`` per
+        system and time, the tokens ``x`` with ``keep_positions``, the settings (seed, dt,
+        scheme) in ``attrs``.
+
+    Raises
+    ------
+    TypeError
+        If ``limit`` is not a :class:`HomogenizedLimit`.
+    ValueError
+        If ``scheme`` is unknown, ``dt <= 0``, ``times`` is off the grid of ``dt``, or ``x0``
+        is not on the sphere.
     """
     if not isinstance(limit, HomogenizedLimit):
         raise TypeError(f"limit must be a HomogenizedLimit, got {type(limit).__name__}")

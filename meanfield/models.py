@@ -59,12 +59,33 @@ class TangentVelocity:
         them as ``v(x / |x|)``, which is orthogonal to ``x``, so ``|x|`` is conserved by the
         extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
         repulsive case and the norm drifts away.)
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Nonzero points (any leading batch axes), used through ``x / |x|``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocities, tangent at ``x / |x|``.
         """
         flat = normalize(_flatten_batch(x))
         return project_tangent(flat, self._attention(flat)).reshape(x.shape)
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
-        """The attention layer's output :math:`a_i` before the tangent projection, at ``x / |x|``, shape ``(..., n, d)``."""
+        """The attention layer's output :math:`a_i` before the tangent projection.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Nonzero points (any leading batch axes), used through ``x / |x|``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            :math:`a_i`, so that the velocity is :math:`P_{x_i} a_i`.
+        """
         return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
 
     def _attention(self, flat: np.ndarray) -> np.ndarray:
@@ -227,7 +248,24 @@ class SelfAttention(TangentVelocity):
 
     # ------------------------------------------------------------------ velocity
     def velocity(self, x: np.ndarray) -> np.ndarray:
-        """Tangent velocities, shape ``(..., n, d)``, of particles ``x`` of shape ``(..., n, d)``."""
+        r"""The velocity field :math:`\dot x_i` of the particle system at the tokens ``x``.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens on the unit sphere (any leading batch axes).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocities, tangent to the sphere at each token.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` is not finite, not of unit norm along its last axis, or of a dimension the
+            model's matrices do not have.
+        """
         x = check_points(x, "x")
         self._check_dimension(x)
         return self.velocity_unchecked(x)
@@ -282,9 +320,25 @@ class SelfAttention(TangentVelocity):
     def log_energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``).
 
-        ``log_pair_sum``, if given, computes :math:`\log\sum_{i,j} e^{\beta\langle x_i,
-        x_j\rangle}` of the ``(systems, n, d)`` tokens in place of the direct pair sum (an
-        engine's faster sum: ``meanfield.engines.energy_pair_sum``; zonal models only).
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens on the unit sphere (any leading batch axes).
+        log_pair_sum : callable, optional
+            Computes :math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` of the
+            ``(systems, n, d)`` tokens in place of the direct pair sum (an engine's faster sum:
+            ``meanfield.engines.energy_pair_sum``; zonal models only).
+
+        Returns
+        -------
+        numpy.ndarray, shape (...,)
+            :math:`\log E` per system.
+
+        Raises
+        ------
+        ValueError
+            At ``beta = 0`` (where :math:`E` may vanish), with an external field, or with
+            ``log_pair_sum`` on a non-zonal model.
         """
         if self.external is not None:
             raise ValueError("log_energy has no external-field term (E + (1/2) int v can be negative); use energy(x)")
@@ -334,8 +388,27 @@ class SelfAttention(TangentVelocity):
         :math:`m = \frac1n\sum_i x_i`. Attractive (``V = I``) SA and USA runs without
         diffusion make it non-decreasing; the repulsive one (``V = -I``) non-increasing.
         Raises :class:`OverflowError` where the value exceeds double precision
-        (SA at ``beta`` beyond ~700): use :meth:`log_energy` there. ``log_pair_sum``: as
-        for :meth:`log_energy`.
+        (SA at ``beta`` beyond ~700): use :meth:`log_energy` there. With an external field
+        with a potential :math:`\Phi`, :math:`\frac1n\sum_i \Phi(x_i)` is added.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens on the unit sphere (any leading batch axes).
+        log_pair_sum : callable, optional
+            As for :meth:`log_energy`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (...,)
+            The energy per system.
+
+        Raises
+        ------
+        OverflowError
+            If the energy exceeds double precision.
+        ValueError
+            If the external field has no potential.
         """
         x = check_points(x, "x")
         external = potential_energy(self.external, x)
@@ -362,6 +435,23 @@ class SelfAttention(TangentVelocity):
         The kernel is the one this model uses: :math:`e^{\beta\langle x,y\rangle}` for USA,
         :math:`e^{\beta(\langle x,y\rangle-1)}` for SA (scale-invariant, so the scaled,
         overflow-free values are used) and for time-rescaled USA.
+
+        Parameters
+        ----------
+        max_degree : int
+            Largest degree (on the circle: the largest Fourier mode).
+        d : int
+            Ambient dimension; the sphere is :math:`S^{d-1}`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (max_degree + 1,)
+            The eigenvalues, degree by degree.
+
+        Raises
+        ------
+        NotImplementedError
+            For general matrices or several heads (the kernel is not zonal).
         """
         self._require_zonal()
         return attention_spectrum(self.beta, max_degree, d, scaled=self.normalized or self.time_rescaled)
@@ -373,6 +463,25 @@ class SelfAttention(TangentVelocity):
         (SA or USA, the Kuramoto model) :math:`\Phi = c\, s`. SA at ``beta > 0`` is not linear
         in :math:`\rho` (:math:`v = \frac{c}{\beta}\nabla_S \log K*\rho`): use :meth:`kernel_spectrum`.
         Degree 0 carries no gradient and may be returned as 0.
+
+        Parameters
+        ----------
+        max_degree : int
+            Largest degree.
+        d : int
+            Ambient dimension; the sphere is :math:`S^{d-1}`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (max_degree + 1,)
+            The eigenvalues of :math:`\rho \mapsto \Phi * \rho`, degree by degree.
+
+        Raises
+        ------
+        ValueError
+            For SA with ``beta > 0`` (velocity nonlinear in :math:`\rho`).
+        NotImplementedError
+            For general matrices or several heads.
         """
         self._require_zonal()
         if not self.velocity_is_linear:
@@ -384,6 +493,25 @@ class SelfAttention(TangentVelocity):
 
         With ``scaled`` (or ``time_rescaled``) the values carry the factor :math:`e^{-\beta}`.
         At ``beta = 0`` degree 0 is dropped, matching :meth:`energy`'s convention there.
+
+        Parameters
+        ----------
+        max_degree : int
+            Largest degree.
+        d : int
+            Ambient dimension; the sphere is :math:`S^{d-1}`.
+        scaled : bool
+            Multiply by :math:`e^{-\beta}` (finite for any ``beta``).
+
+        Returns
+        -------
+        numpy.ndarray, shape (max_degree + 1,)
+            The eigenvalues, degree by degree.
+
+        Raises
+        ------
+        NotImplementedError
+            For general matrices or several heads.
         """
         self._require_zonal()
         return attention_spectrum_over_beta(self.beta, max_degree, d, scaled=scaled or self.time_rescaled)
@@ -395,7 +523,13 @@ class SelfAttention(TangentVelocity):
                 "harmonic spectra exist only for Q = K = I, V = cI and one head")
 
     def to_dict(self) -> dict:
-        """A JSON-serializable description from which :func:`model_from_dict` rebuilds the model."""
+        """A JSON-serializable description of the model.
+
+        Returns
+        -------
+        dict
+            Plain values (matrices as nested lists); :func:`model_from_dict` rebuilds the model.
+        """
         def plain(m):
             return m.tolist() if isinstance(m, np.ndarray) else m
         return {"model": "SelfAttention", "beta": self.beta, "normalized": bool(self.normalized),
@@ -452,7 +586,23 @@ class ZonalAggregation(TangentVelocity):
     velocity_is_linear = True
 
     def velocity(self, x: np.ndarray) -> np.ndarray:
-        """Tangent velocities, shape ``(..., n, d)``."""
+        r"""The velocity field :math:`\dot x_i = P_{x_i} a_i` at the tokens ``x``.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens on the unit sphere (any leading batch axes).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocities, tangent to the sphere at each token.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` is not finite or not of unit norm along its last axis.
+        """
         return self.velocity_unchecked(check_points(x, "x"))
 
     def _attention(self, flat: np.ndarray) -> np.ndarray:
@@ -466,7 +616,18 @@ class ZonalAggregation(TangentVelocity):
         return sums / flat.shape[-2]
 
     def energy(self, x: np.ndarray) -> np.ndarray:
-        r""":math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`, shape ``(...,)``."""
+        r"""Interaction energy :math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens on the unit sphere (any leading batch axes).
+
+        Returns
+        -------
+        numpy.ndarray, shape (...,)
+            The energy per system.
+        """
         flat = _flatten_batch(check_points(x, "x"))
         potential = self.potential
 
@@ -478,12 +639,48 @@ class ZonalAggregation(TangentVelocity):
         return (sums.sum(axis=(-2, -1)) / (2.0 * n * n)).reshape(x.shape[:-2])
 
     def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
-        r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`."""
+        r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`.
+
+        Parameters
+        ----------
+        max_degree : int
+            Largest degree.
+        d : int
+            Ambient dimension.
+
+        Returns
+        -------
+        numpy.ndarray, shape (max_degree + 1,)
+            See :func:`meanfield.funk_hecke_spectrum`.
+        """
         return funk_hecke_spectrum(self.potential, max_degree, d)
 
     def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
-        r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`); ``scaled`` is ignored."""
+        r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`).
+
+        Parameters
+        ----------
+        max_degree : int
+            Largest degree.
+        d : int
+            Ambient dimension.
+        scaled : bool
+            Ignored (the potential has no exponential scale); accepted for the shared interface.
+
+        Returns
+        -------
+        numpy.ndarray, shape (max_degree + 1,)
+            The same values as :meth:`potential_spectrum`.
+        """
         return self.potential_spectrum(max_degree, d)
 
     def to_dict(self) -> dict:
+        """A JSON-serializable description of the model.
+
+        Returns
+        -------
+        dict
+            The potential's registered name and the diffusion; :func:`model_from_dict` rebuilds
+            the model.
+        """
         return {"model": "ZonalAggregation", "name": self.name, "diffusion": self.diffusion}

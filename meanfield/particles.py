@@ -195,12 +195,42 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     them in the span's coordinates (``n`` components instead of ``d``), which saves mapping
     every frame back.
 
-    ``betas`` (shape ``(systems,)``, for :class:`SelfAttention` without external field) gives
-    each system its own inverse temperature in place of ``model.beta``: the systems of a
-    whole row of a phase diagram in one batch, on the array API kernel (any namespace, numpy
-    included), which is how a GPU is kept busy. System ``s`` then follows the run of
-    ``dataclasses.replace(model, beta=betas[s])`` to round-off (noise, if any, is drawn for
-    the whole batch).
+    Parameters
+    ----------
+    model, x0, times
+        As for :func:`simulate_particles`.
+    observe : callable
+        ``observe(x)`` of the particles, shape ``(n, d)`` or ``(systems, n, d)``, at each
+        output time; its results are returned in order.
+    method : str, optional
+        A fixed-step scheme of :func:`simulate_particles` (``"rk4"``, ``"euler"``, ``"layer"``;
+        default ``"rk4"`` without diffusion, ``"euler"`` with it).
+    dt : float, optional
+        Largest step (default ``0.01``).
+    rng : int, numpy.random.Generator or None
+        Seed or generator of the noise (``D > 0``).
+    kernel : {"auto", "fused", "numpy", "series"}
+        As for :func:`simulate_particles`.
+    invariant : bool
+        ``observe`` depends on the tokens only through their inner products (see above).
+    betas : array_like, shape (systems,), optional
+        For :class:`SelfAttention` without external field: each system's own inverse
+        temperature in place of ``model.beta`` (the systems of a whole row of a phase diagram
+        in one batch, on the array API kernel, any namespace, numpy included: how a GPU is
+        kept busy). System ``s`` then follows the run of
+        ``dataclasses.replace(model, beta=betas[s])`` to round-off (noise, if any, is drawn for
+        the whole batch).
+
+    Returns
+    -------
+    list
+        ``[observe(x(t)) for t in times]``.
+
+    Raises
+    ------
+    ValueError
+        For bad input (as :func:`simulate_particles`), an adaptive ``method``, or ``betas``,
+        ``invariant`` or ``kernel`` with a :class:`~meanfield.PureAttention` model.
     """
     if not model.on_sphere:
         if betas is not None or invariant or kernel != "auto":

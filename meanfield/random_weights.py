@@ -57,6 +57,22 @@ class GaussianWeights:
     (``beta`` carries the temperature). ``query_std=None`` (``key_std=None``) fixes :math:`Q = I`
     (:math:`K = I`): with both fixed the attention is that of :class:`~meanfield.SelfAttention`
     and only the values are random.
+
+    Parameters
+    ----------
+    value_std : float
+        :math:`\sigma_V \ge 0`.
+    value_mean : float
+        :math:`m_V`; non-zero only in the deterministic limit (the diffusive one needs centred values).
+    query_std : float or None
+        :math:`\sigma_Q \ge 0`, or ``None`` for :math:`Q = I`.
+    key_std : float or None
+        :math:`\sigma_K \ge 0`, or ``None`` for :math:`K = I`.
+
+    Raises
+    ------
+    ValueError
+        If a standard deviation is negative or a value is not finite.
     """
 
     value_std: float = 1.0
@@ -77,7 +93,22 @@ class GaussianWeights:
         return self.query_std is None and self.key_std is None
 
     def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``count`` draws of ``(Q, K, V)``, each of shape ``(count, d, d)``."""
+        """Independent draws of the weights.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The only source of randomness (runs repeat from their recorded seed).
+        count : int
+            Number of draws (heads times layers, or quadrature nodes).
+        d : int
+            Dimension of the tokens.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            ``(Q, K, V)``, each of shape ``(count, d, d)``.
+        """
         def matrices(std):
             if std is None:
                 return np.broadcast_to(np.eye(d), (count, d, d))
@@ -95,10 +126,21 @@ class GaussianWeights:
 
 @dataclass(frozen=True)
 class SampledWeights:
-    """Any weight law, given by a sampler ``sampler(rng, count, d) -> (Q, K, V)``, each ``(count, d, d)``.
+    """Any weight law, given by a sampler.
 
-    The sampler must draw only from ``rng`` (a :class:`numpy.random.Generator`), so that runs
-    repeat from their recorded seed. ``name`` labels the law in the run's record.
+    Parameters
+    ----------
+    sampler : callable
+        ``sampler(rng, count, d) -> (Q, K, V)``, each of shape ``(count, d, d)``. It must draw
+        only from ``rng`` (a :class:`numpy.random.Generator`), so that runs repeat from their
+        recorded seed.
+    name : str
+        Labels the law in the run's record (the callable itself is not serialized).
+
+    Raises
+    ------
+    TypeError
+        If ``sampler`` is not callable.
     """
 
     sampler: Callable[[np.random.Generator, int, int], tuple]
@@ -162,7 +204,20 @@ class RandomAttention:
         return self.step ** 2 / self.heads
 
     def layer(self, x: np.ndarray, query: np.ndarray, key: np.ndarray, value: np.ndarray) -> np.ndarray:
-        """One layer of tokens ``x`` ``(systems, n, d)`` with the heads' weights ``(systems, heads, d, d)``."""
+        r"""One layer :math:`x \mapsto \mathrm{normalize}(x + \frac{\eta}{H}\sum_h V_h a_{Q_hK_h}(x))`.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (systems, n, d)
+            Tokens on the unit sphere.
+        query, key, value : numpy.ndarray, shape (systems, heads, d, d)
+            This layer's weights, per system and head.
+
+        Returns
+        -------
+        numpy.ndarray, shape (systems, n, d)
+            The tokens after the layer, on the unit sphere.
+        """
         return normalize(x + (self.step / self.heads) * value_sum(attention_averages(x, query, key, self.beta), value))
 
     def to_dict(self) -> dict:
@@ -209,12 +264,34 @@ def system_generators(seed: int, systems: int) -> list[np.random.Generator]:
 
 
 def mean_inner_product(x: np.ndarray) -> np.ndarray:
-    r""":math:`\frac1{n^2}\sum_{i,j}\langle x_i, x_j\rangle = |\bar x|^2` of tokens ``(..., n, d)``: 1 at collapse, ~1/n when spread."""
+    r"""The mean inner product :math:`\frac1{n^2}\sum_{i,j}\langle x_i, x_j\rangle = |\bar x|^2`.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., n, d)
+        Tokens.
+
+    Returns
+    -------
+    numpy.ndarray, shape (...,)
+        1 at collapse (all tokens equal), about ``1/n`` for spread unit tokens.
+    """
     return np.sum(np.mean(x, axis=-2) ** 2, axis=-1)
 
 
 def diameter(x: np.ndarray) -> np.ndarray:
-    r""":math:`\max_{i,j}|x_i - x_j|` of tokens ``(..., n, d)``: 0 at collapse, 2 with antipodal tokens."""
+    r"""The diameter :math:`\max_{i,j}|x_i - x_j|` of unit tokens.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., n, d)
+        Tokens on the unit sphere (the distance is computed from their Gram matrix).
+
+    Returns
+    -------
+    numpy.ndarray, shape (...,)
+        0 at collapse, 2 with antipodal tokens.
+    """
     gram = x @ np.swapaxes(x, -1, -2)
     return np.sqrt(np.maximum(2.0 - 2.0 * gram.min(axis=(-1, -2)), 0.0))
 
@@ -256,6 +333,36 @@ def simulate_random_layers(model: RandomAttention, x0, layers: int, *, seed: int
     the ``layer`` index alongside), every ``record_every`` layers: ``mean_inner_product`` and
     ``diameter`` per system (the collapse observables) and, with ``keep_positions``, the tokens
     ``x``. ``attrs["settings"]`` records the seed that repeats the run.
+
+    Parameters
+    ----------
+    model : RandomAttention
+        The random-weight model (law, heads, step, ``beta``).
+    x0 : array_like, shape (n, d) or (systems, n, d)
+        Initial tokens on the unit sphere.
+    layers : int
+        Number of layers, ``>= 1``.
+    seed : int or numpy.random.Generator, optional
+        Seed of the weights (drawn and recorded when omitted); system ``s`` draws from
+        ``SeedSequence(seed, spawn_key=(s,))``, so its weights do not depend on the batch.
+    record_every : int
+        Record every that many layers (and the last).
+    keep_positions : bool
+        Record the tokens.
+    progress : bool, optional
+        Progress bar (default: when stderr is a terminal).
+
+    Returns
+    -------
+    xarray.Dataset
+        The collapse observables, the tokens, and the run's record in ``attrs``.
+
+    Raises
+    ------
+    TypeError
+        If ``model`` is not a :class:`RandomAttention`.
+    ValueError
+        If ``x0`` is not on the sphere or ``layers`` / ``record_every`` is not a positive integer.
     """
     if not isinstance(model, RandomAttention):
         raise TypeError(f"model must be a RandomAttention, got {type(model).__name__}")

@@ -101,6 +101,16 @@ def sample_circle(n: int, density: Callable[[np.ndarray], np.ndarray] | np.ndarr
         piecewise-constant density.
     rng : int, numpy.random.Generator or None
         Seed or generator of the draws.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, 2)
+        The points :math:`(\cos\theta_i, \sin\theta_i)`.
+
+    Raises
+    ------
+    ValueError
+        If ``n < 1`` or the cell values are negative, not finite, or of zero mass.
     """
     n = check_int(n, "n", minimum=1)
     gen = as_generator(rng)
@@ -201,6 +211,16 @@ def sample_von_mises_fisher(n: int, mean: np.ndarray, kappa: float,
         Concentration, ``>= 0`` (``0`` is uniform).
     rng : int, numpy.random.Generator or None
         Seed or generator of the draws.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, d)
+        The points, on the unit sphere.
+
+    Raises
+    ------
+    ValueError
+        If ``mean`` is not a nonzero finite vector of length ``>= 2``, ``kappa < 0`` or ``n < 1``.
     """
     mu = np.asarray(mean, dtype=float)
     if mu.ndim != 1 or mu.size < 2 or not np.all(np.isfinite(mu)) or np.linalg.norm(mu) == 0:
@@ -242,6 +262,18 @@ def in_common_hemisphere(x: np.ndarray) -> bool:
 
     True iff some :math:`w` has :math:`\langle w, x_i\rangle > 0` for all ``i``; decided by the
     linear program :math:`\max t` s.t. :math:`\langle w, x_i\rangle \ge t`, :math:`|w_k| \le 1`.
+    Tokens that start in a common open hemisphere converge to one cluster
+    (see Wendel's probability in ``docs/theory/references.md``).
+
+    Parameters
+    ----------
+    x : array_like, shape (n, d)
+        Points of the sphere.
+
+    Returns
+    -------
+    bool
+        Whether an open hemisphere contains all of them (an optimum above ``1e-12``).
     """
     from scipy.optimize import linprog  # here: sweep workers import this module, never this function
 

@@ -95,6 +95,27 @@ def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled
     linear growth rates. At ``beta = 0`` only degree 1 survives:
     :math:`\lambda_1/\beta \to |S^{d-1}| / d` (the Kuramoto limit), and degree 0, whose
     value diverges but which carries no gradient, is returned as 0.
+
+    Parameters
+    ----------
+    beta : float
+        Inverse temperature, ``>= 0``.
+    max_degree : int
+        Largest degree (on the circle: largest Fourier mode ``k``).
+    d : int
+        Ambient dimension; the sphere is :math:`S^{d-1}`.
+    scaled : bool
+        Return :math:`e^{-\beta}\lambda_l/\beta`, finite for any ``beta``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (max_degree + 1,)
+        :math:`\lambda_l/\beta` for ``l = 0..max_degree`` (``0`` at ``l = 0``).
+
+    Raises
+    ------
+    OverflowError
+        If an unscaled value overflows double precision (use ``scaled=True``).
     """
     beta, max_degree, d = _check_spectrum_arguments(beta, max_degree, d)
     if beta == 0.0:
@@ -125,7 +146,25 @@ def _bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled:
 
 
 def zonal_polynomial(l: int, d: int, s: np.ndarray) -> np.ndarray:
-    """Gegenbauer polynomial of degree ``l`` for ``S^{d-1}``, normalized to 1 at ``s = 1``."""
+    r"""Zonal (Gegenbauer) polynomial of degree ``l`` for :math:`S^{d-1}`, normalized to 1 at ``s = 1``.
+
+    :math:`P_l(s) = C_l^{(d-2)/2}(s) / C_l^{(d-2)/2}(1)`, and the Chebyshev polynomial
+    :math:`T_l(s) = \cos(l \arccos s)` on the circle (``d = 2``).
+
+    Parameters
+    ----------
+    l : int
+        Degree, ``>= 0``.
+    d : int
+        Ambient dimension, ``>= 2``.
+    s : array_like
+        Points of ``[-1, 1]`` (an inner product :math:`\langle x, y \rangle`).
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`P_l(s)`, of the shape of ``s``.
+    """
     if d == 2:
         return eval_chebyt(l, s)
     alpha = 0.5 * (d - 2)
@@ -148,6 +187,16 @@ def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], max_degre
         Largest degree and ambient dimension.
     nodes : int, optional
         Quadrature nodes; default ``max(256, 2 max_degree + 64)``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (max_degree + 1,)
+        :math:`\lambda_l = |S^{d-2}| \int_{-1}^{1} W(s) P_l(s) (1-s^2)^{(d-3)/2}\,ds`.
+
+    Raises
+    ------
+    ValueError
+        If ``potential`` does not return finite values of the shape of its argument.
     """
     max_degree = check_int(max_degree, "max_degree", minimum=0)
     d = check_int(d, "d", minimum=2)

@@ -12,12 +12,35 @@ def sphere_area(d: int) -> float:
     .. math:: |S^{d-1}| = \frac{2 \pi^{d/2}}{\Gamma(d/2)}
 
     so ``sphere_area(2) == 2 pi`` and ``sphere_area(3) == 4 pi``.
+
+    Parameters
+    ----------
+    d : int
+        Dimension of the ambient space (the sphere has dimension ``d - 1``).
+
+    Returns
+    -------
+    float
+        The area :math:`|S^{d-1}|`.
     """
     return float(2.0 * np.exp(0.5 * d * np.log(np.pi) - gammaln(0.5 * d)))
 
 
 def project_tangent(x: np.ndarray, v: np.ndarray) -> np.ndarray:
-    r"""Tangential part :math:`P_x v = v - \langle x, v \rangle x` (last axis is the component)."""
+    r"""Tangential part :math:`P_x v = v - \langle x, v \rangle x` of ``v`` at ``x``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., d)
+        Points of the unit sphere (the last axis is the component).
+    v : numpy.ndarray, shape (..., d)
+        Vectors at those points (broadcast against ``x``).
+
+    Returns
+    -------
+    numpy.ndarray, shape (..., d)
+        The projection of ``v`` onto the tangent space of the sphere at ``x``.
+    """
     return v - np.sum(x * v, axis=-1, keepdims=True) * x
 
 
@@ -27,20 +50,55 @@ def normalize(x: np.ndarray) -> np.ndarray:
 
 
 def circle_points(theta: np.ndarray) -> np.ndarray:
-    r"""Points :math:`(\cos\theta, \sin\theta)` of the circle, shape ``theta.shape + (2,)``."""
+    r"""Points :math:`(\cos\theta, \sin\theta)` of the unit circle.
+
+    Parameters
+    ----------
+    theta : array_like
+        Angles in radians (any shape).
+
+    Returns
+    -------
+    numpy.ndarray, shape ``theta.shape + (2,)``
+        The points; :func:`circle_angles` is the inverse.
+    """
     theta = np.asarray(theta, dtype=float)
     return np.stack([np.cos(theta), np.sin(theta)], axis=-1)
 
 
 def circle_angles(x: np.ndarray) -> np.ndarray:
-    """Angles in ``[0, 2 pi)`` of points ``(..., 2)`` of the circle."""
+    r"""Angles in ``[0, 2 pi)`` of points of the circle.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., 2)
+        Points of the plane (only their direction matters).
+
+    Returns
+    -------
+    numpy.ndarray, shape ``x.shape[:-1]``
+        The angles :math:`\theta` with :math:`x = |x| (\cos\theta, \sin\theta)`, in ``[0, 2 pi)``.
+    """
     return np.mod(np.arctan2(x[..., 1], x[..., 0]), 2.0 * np.pi)
 
 
 def sphere_points(colatitude: np.ndarray, longitude: np.ndarray) -> np.ndarray:
-    """Points of ``S^2`` from colatitude ``t`` in ``[0, pi]`` and longitude ``p``.
+    r"""Points of :math:`S^2` from colatitude and longitude.
 
-    ``x = (sin t cos p, sin t sin p, cos t)``; the result has the broadcast shape plus ``(3,)``.
+    :math:`x = (\sin t \cos p, \sin t \sin p, \cos t)` for colatitude :math:`t` and
+    longitude :math:`p` (the convention of the sphere solver's grid).
+
+    Parameters
+    ----------
+    colatitude : array_like
+        Colatitude :math:`t \in [0, \pi]` in radians (``0`` is the north pole).
+    longitude : array_like
+        Longitude :math:`p` in radians; broadcast against ``colatitude``.
+
+    Returns
+    -------
+    numpy.ndarray
+        The points, of the broadcast shape plus ``(3,)``.
     """
     t, p = np.broadcast_arrays(np.asarray(colatitude, float), np.asarray(longitude, float))
     return np.stack([np.sin(t) * np.cos(p), np.sin(t) * np.sin(p), np.cos(t)], axis=-1)

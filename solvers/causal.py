@@ -116,7 +116,7 @@ class CausalCircleFV(CircleFV):
         Cells in :math:`\theta` per layer.
     layers : int
         Number ``L`` of layers in ``s`` (module docstring).
-    rtol, cfl, min_cluster_cells
+    rtol, cfl, min_cluster_cells, error_level, tableau, implicit_substeps, interaction
         As for :class:`CircleFV` (the error is measured over all layers together).
     """
 
@@ -138,9 +138,24 @@ class CausalCircleFV(CircleFV):
     def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
         """Cell averages per layer, shape ``(layers, cells)``, each of mass one.
 
-        ``rho0`` is a callable ``rho0(s, theta)`` (averaged over each cell by 4-point Gauss in
-        ``theta``, taken at the layer's position ``s``), an array ``(layers, cells)``, or an
-        array ``(cells,)`` used in every layer.
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A callable ``rho0(s, theta)`` (averaged over each cell by 4-point Gauss in
+            ``theta``, taken at the layer's position ``s``), an array ``(layers, cells)``, or an
+            array ``(cells,)`` used in every layer.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (layers, cells)
+            The cell averages per layer.
+
+        Raises
+        ------
+        ValueError
+            If a layer's density is negative, not finite, of zero mass or of the wrong shape.
         """
         nodes, weights = roots_legendre(4)
         h = self.operators.width
@@ -181,7 +196,7 @@ class CausalSphereSpectral(SphereSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    lmax, rtol, tail_threshold
+    lmax, rtol, tail_threshold, tableau, interaction
         As for :class:`SphereSpectral` (the error is measured over all layers together; the
         spectral tail is the largest over layers).
     layers : int
@@ -201,6 +216,7 @@ class CausalSphereSpectral(SphereSpectral):
 
     @property
     def kernel_model(self):
+        """The non-causal model whose velocity at a layer's mixed density is that layer's velocity."""
         return self.model.mixed_model
 
     @property
@@ -209,7 +225,18 @@ class CausalSphereSpectral(SphereSpectral):
         return layer_positions(self.layers)
 
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Grid components of every layer's velocity, each of shape ``(layers, nlat, nlon)``."""
+        """Every layer's velocity, at its mixed density.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (layers, ...)
+            Spherical-harmonic coefficients per layer.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The colatitude and longitude components on the grid, each ``(layers, nlat, nlon)``.
+        """
         along = [super(CausalSphereSpectral, self).velocity(mixed) for mixed in self.weights @ coefficients]
         return np.stack([a[0] for a in along]), np.stack([a[1] for a in along])
 
@@ -217,6 +244,20 @@ class CausalSphereSpectral(SphereSpectral):
         return single_threaded_blas()  # the layers' mixing is a product between transforms
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+        r"""Every layer's transport term at its own density and mixed velocity, and the largest speed.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (layers, ...)
+            Spherical-harmonic coefficients per layer.
+
+        Returns
+        -------
+        transport : numpy.ndarray, shape (layers, ...)
+            Coefficients of :math:`-\mathrm{div}_S(\rho_l v_l)` per layer.
+        speed : float
+            The largest speed over the layers.
+        """
         grid, speed, result = self.grid, 0.0, []
         for own, mixed in zip(coefficients, self.weights @ coefficients):
             rho = grid.synthesise(own)
@@ -234,9 +275,24 @@ class CausalSphereSpectral(SphereSpectral):
     def initial_coefficients(self, rho0, *, name: str = "rho0") -> np.ndarray:
         """Coefficients per layer, shape ``(layers, coefficients)``, each of mass one.
 
-        ``rho0`` is a callable ``rho0(s, points)`` (points ``(..., 3)`` on the grid, ``s``
-        broadcast as ``(layers, 1, 1)``), an array ``(layers, *grid.shape)``, or grid values
-        used in every layer.
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A callable ``rho0(s, points)`` (points ``(..., 3)`` on the grid, ``s`` broadcast as
+            ``(layers, 1, 1)``), an array ``(layers, *grid.shape)``, or grid values used in
+            every layer.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (layers, coefficients)
+            The coefficients per layer.
+
+        Raises
+        ------
+        ValueError
+            If a layer's density is negative, not finite, of zero mass or of the wrong shape.
         """
         points = self.grid.points()
         values = _layer_values(rho0, self.layers, lambda f, s: f(s, points), self.grid.shape, name)
@@ -244,6 +300,18 @@ class CausalSphereSpectral(SphereSpectral):
         return coefficients / (np.sqrt(4 * np.pi) * coefficients[:, :1].real)
 
     def density(self, coefficients: np.ndarray) -> np.ndarray:
+        """Every layer's density on the Gauss grid.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (layers, ...)
+            Spherical-harmonic coefficients per layer.
+
+        Returns
+        -------
+        numpy.ndarray, shape (layers, nlat, nlon)
+            The values.
+        """
         return np.stack([self.grid.synthesise(layer) for layer in coefficients])
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):

@@ -160,10 +160,24 @@ class CircleFV(GridSolver):
 
     def initial_density(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
                         name: str = "rho0") -> np.ndarray:
-        """Cell averages of ``rho0`` normalized to mass one (a callable is averaged by 4-point Gauss).
+        r"""Cell averages of ``rho0`` normalized to mass one (a callable is averaged by 4-point Gauss).
 
-        ``rho0`` is a density of :math:`\\theta` or an array of ``cells`` cell values; errors
-        call it ``name``.
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized density of :math:`\theta`, or an array of ``cells`` cell values.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages, of mass one.
+
+        Raises
+        ------
+        ValueError
+            If the density is negative, not finite, of zero mass or of the wrong shape.
         """
         values = gauss_cell_averages(rho0, self.cells, name)
         return values / self.operators.mass(values)
@@ -195,6 +209,16 @@ class CircleFV(GridSolver):
 
         Passing ``ds.rho[-1]`` instead restarts the shadow from the density: the estimate then
         counts only the error made after the restart.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            A dataset this solver returned.
+
+        Returns
+        -------
+        numpy.ndarray
+            The last density, followed by the shadow grid's when the run kept one.
         """
         last = ds.rho.values[-1]
         if self.shadow is None or "shadow_rho" not in ds or not np.all(np.isfinite(ds.shadow_rho.values[-1])):
@@ -210,7 +234,18 @@ class CircleFV(GridSolver):
         return {} if self.shadow is None else {"shadow_theta": self.shadow.theta}
 
     def density(self, deviation: np.ndarray) -> np.ndarray:
-        """Cell averages of the density, shape ``(cells,)``, from the solver's state."""
+        """Cell averages of the density from the solver's state.
+
+        Parameters
+        ----------
+        deviation : numpy.ndarray
+            The state: the deviation from the uniform density (followed by the shadow's).
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The density's cell averages.
+        """
         return self.operators.uniform + deviation[..., :self.cells]
 
     def _stepper(self, deviation: np.ndarray, times: np.ndarray):
@@ -228,13 +263,36 @@ class CircleFV(GridSolver):
         return attempt, first, dict
 
     def error_estimate(self, state: np.ndarray) -> float:
-        """The Richardson estimate of the max-norm error of the density (module docstring); NaN without a shadow."""
+        """The Richardson estimate of the max-norm error of the density (module docstring).
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The solver's state (the density's deviation and the shadow's).
+
+        Returns
+        -------
+        float
+            Half the largest difference between the density restricted to the shadow's grid and
+            the shadow; NaN without a shadow.
+        """
         if self.shadow is None:
             return np.nan
         return float(np.abs(_restricted(state[:self.cells]) - state[self.cells:]).max() / 2.0)
 
     def beyond_error_level(self, state: np.ndarray) -> bool:
-        """Whether the estimated error exceeds ``error_level`` times ``max rho`` (never without a shadow)."""
+        """Whether the estimated error exceeds ``error_level`` times ``max rho``.
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The solver's state.
+
+        Returns
+        -------
+        bool
+            Never true without a shadow.
+        """
         return self.shadow is not None and self.error_estimate(state) > self.error_level * self.density(state).max()
 
     def diagnose(self, state: np.ndarray, rho: np.ndarray):

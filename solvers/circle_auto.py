@@ -92,7 +92,20 @@ class CircleAuto:
         return self.finite_volumes.theta
 
     def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
-        """Cell averages of ``rho0`` on the ``cells`` cells, mass one (as :meth:`CircleFV.initial_density`)."""
+        """Cell averages of ``rho0`` on the ``cells`` cells, mass one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            As for :meth:`CircleFV.initial_density <solvers.CircleFV.initial_density>`.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages.
+        """
         return self.finite_volumes.initial_density(rho0, name=name)
 
     def _spectrally_smooth(self, averages: np.ndarray) -> bool:
@@ -110,6 +123,23 @@ class CircleAuto:
         ``attrs["settings"]`` records ``handover_time`` (NaN: none, the spectral solver
         covered every output; ``times[0]``: the finite volumes from the start) and both
         solvers' settings and step counts.
+
+        Parameters
+        ----------
+        rho0, times, progress, observer, max_steps, first_step, continued, pace
+            As for :meth:`CircleFV.solve <solvers.CircleFV.solve>`; with ``continued``,
+            ``rho0`` is what :meth:`continuation_state` returned.
+
+        Returns
+        -------
+        xarray.Dataset
+            As :class:`~solvers.CircleFV` records, with ``spectral`` (bool per time) and both
+            solvers' diagnostics (NaN where the other ran).
+
+        Raises
+        ------
+        StepSizeCollapse
+            As for ``CircleFV.solve``.
         """
         times = check_times(times)
         common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
@@ -136,7 +166,19 @@ class CircleAuto:
         return self._annotated(finite, part.dataset, part.time, clipped)
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
-        """As :meth:`CircleFV.continuation_state` once the finite volumes have taken over; the density before."""
+        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            A dataset this solver returned.
+
+        Returns
+        -------
+        numpy.ndarray
+            The last density while the spectral solver ran; the finite volumes' state (their
+            shadow included) once they have taken over.
+        """
         if ds.spectral.values[-1]:
             return ds.rho.values[-1]
         return self.finite_volumes.continuation_state(ds)

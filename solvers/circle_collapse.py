@@ -84,7 +84,20 @@ class CircleFVLagrangian:
         return self.finite_volumes.theta
 
     def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
-        """Cell averages of ``rho0``, mass one (as :meth:`CircleFV.initial_density`)."""
+        """Cell averages of ``rho0`` on the ``cells`` cells, mass one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            As for :meth:`CircleFV.initial_density <solvers.CircleFV.initial_density>`.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages.
+        """
         return self.finite_volumes.initial_density(rho0, name=name)
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
@@ -93,6 +106,23 @@ class CircleFVLagrangian:
 
         ``attrs["settings"]`` records ``handover_time`` (NaN: the finite volumes covered
         every output) and both solvers' settings and step counts.
+
+        Parameters
+        ----------
+        rho0, times, progress, observer, max_steps, first_step, continued, pace
+            As for :meth:`CircleFV.solve <solvers.CircleFV.solve>`; with ``continued``,
+            ``rho0`` is what :meth:`continuation_state` returned.
+
+        Returns
+        -------
+        xarray.Dataset
+            As :class:`~solvers.CircleFV` records, with ``position`` (the labels), the
+            clusters' masses and positions, and ``lagrangian`` (bool per time).
+
+        Raises
+        ------
+        StepSizeCollapse
+            As for ``CircleFV.solve``.
         """
         times = check_times(times)
         finite = self.finite_volumes
@@ -114,7 +144,18 @@ class CircleFVLagrangian:
         return self._annotated(grid, measure, part.time)
 
     def continuation_state(self, ds: xr.Dataset):
-        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``."""
+        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            A dataset this solver returned.
+
+        Returns
+        -------
+        numpy.ndarray or LabelPositions
+            The finite volumes' state before the hand-over; the labels' positions after.
+        """
         if ds.lagrangian.values[-1]:
             return LabelPositions(ds.position.values[-1])
         return self.finite_volumes.continuation_state(ds)

@@ -83,7 +83,23 @@ class CommonNoiseCircle:
         return self.points // 3
 
     def initial_density(self, rho0) -> np.ndarray:
-        """Values of ``rho0`` (a callable of the angle, or values at ``theta``), normalised to mass 1."""
+        """Values of an initial density at the grid, normalised to mass 1.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized callable of the angle, or values at ``theta``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The values.
+
+        Raises
+        ------
+        ValueError
+            If the density is negative, not finite, of zero mass or of the wrong shape.
+        """
         values = rho0(self.theta) if callable(rho0) else rho0
         rho = check_density(np.asarray(values, dtype=float), (self.points,), "rho0")
         mass = 2 * np.pi / self.points * rho.sum()
@@ -102,6 +118,34 @@ class CommonNoiseCircle:
         :class:`xarray.Dataset` with the density ``rho`` ``(system, time, theta)``, its ``mass``,
         the collapse observable ``mean_inner_product`` :math:`|\int x\rho|^2`, ``resolved``
         (per system and time), and in the settings ``substeps``, the most one step of ``dt`` took.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density (see :meth:`initial_density`), the same for every system.
+        times : array_like
+            Increasing output times, on the grid of ``dt`` from ``times[0]``.
+        dt : float
+            The noise's step, ``> 0`` (each step is split into substeps along the Brownian
+            bridge where the transport needs it).
+        systems : int
+            Number of independent noise paths.
+        seed : int or numpy.random.Generator, optional
+            Seed of the paths (drawn and recorded when omitted).
+        increments : numpy.ndarray, optional
+            Brownian increments to use instead of drawing them.
+        progress : bool, optional
+            Progress bar (default: when stderr is a terminal).
+
+        Returns
+        -------
+        xarray.Dataset
+            As described above.
+
+        Raises
+        ------
+        ValueError
+            If ``dt <= 0``, ``times`` is off its grid, or ``rho0`` is not a density.
         """
         times = check_times(times)
         steps_at, dt = output_steps(times, dt)

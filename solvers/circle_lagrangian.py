@@ -68,7 +68,22 @@ QUANTILE_NEWTON_STEPS = 2
 
 @dataclass(frozen=True)
 class PointMasses:
-    """A discrete measure on the circle: Dirac masses ``masses`` at ``angles`` (normalized to total one)."""
+    r"""A discrete measure on the circle: Dirac masses ``masses`` at ``angles``.
+
+    An initial measure for :class:`CircleLagrangian` (clusters from the start).
+
+    Parameters
+    ----------
+    angles : array_like, shape (J,)
+        Positions of the masses (radians, any real; stored modulo :math:`2\pi`, sorted).
+    masses : array_like, shape (J,)
+        Positive masses (normalized to total one).
+
+    Raises
+    ------
+    ValueError
+        If the arrays are empty, of different lengths, not finite, or a mass is not positive.
+    """
 
     angles: np.ndarray
     masses: np.ndarray
@@ -171,11 +186,26 @@ class CircleLagrangian(GridSolver):
     def initial_quantile(self, rho0, *, name: str = "rho0") -> np.ndarray:
         r"""The labels' positions :math:`X(m_i)` of an initial measure, nondecreasing, in :math:`[0, 2\pi)` first.
 
-        ``rho0``: a density of :math:`\theta` (a callable: its distribution function by 4-point
-        Gauss on ``16 M`` cells, inverted there and polished by Newton steps), an array of
-        ``cells`` cell values (a piecewise constant density, inverted exactly), or a
-        :class:`PointMasses` (each label at the Dirac mass its mass falls in: exact when the
-        masses are multiples of ``1/M``).
+        Parameters
+        ----------
+        rho0 : callable, numpy.ndarray or PointMasses
+            A density of :math:`\theta` (a callable: its distribution function by 4-point
+            Gauss on ``16 M`` cells, inverted there and polished by Newton steps), an array of
+            ``cells`` cell values (a piecewise constant density, inverted exactly), or a
+            :class:`PointMasses` (each label at the Dirac mass its mass falls in: exact when
+            the masses are multiples of ``1/M``).
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The positions :math:`X(m_i)` of the labels :math:`m_i = (i + 1/2)/M`.
+
+        Raises
+        ------
+        ValueError
+            If the density is negative, not finite, of zero mass or of the wrong shape.
         """
         if isinstance(rho0, PointMasses):
             edges = np.concatenate([[0.0], np.cumsum(rho0.masses)])
@@ -191,6 +221,18 @@ class CircleLagrangian(GridSolver):
         r"""The lifted distribution function :math:`G(\theta)` (:math:`G(\theta + 2\pi) = G(\theta) + 1`).
 
         Piecewise linear through the labels :math:`(X_i, m_i)` and their shifts by whole turns.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        theta : numpy.ndarray
+            Angles (any real).
+
+        Returns
+        -------
+        numpy.ndarray
+            :math:`G(\theta)`, of the shape of ``theta``.
         """
         lifted = np.concatenate([positions - TWO_PI, positions, positions + TWO_PI])
         lifted = np.maximum.accumulate(lifted)  # labels that crossed by round-off keep a monotone G
@@ -199,7 +241,18 @@ class CircleLagrangian(GridSolver):
         return np.interp(theta - TWO_PI * turns, lifted, mass) + turns
 
     def density(self, positions: np.ndarray) -> np.ndarray:
-        """Cell averages of the measure on the ``cells`` recording cells: mass in each over its width."""
+        """Cell averages of the measure on the ``cells`` recording cells: mass in each over its width.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages (a cluster's mass shows as one tall cell).
+        """
         edges = np.arange(self.cells + 1) * (TWO_PI / self.cells)
         return np.diff(self.distribution(positions, edges)) / (TWO_PI / self.cells)
 
@@ -208,6 +261,18 @@ class CircleLagrangian(GridSolver):
 
         A cluster is a maximal run of consecutive labels with gaps below ``cluster_separation``
         and mass at least ``min_cluster_mass``; a measure with no such gap is one cluster.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        masses : numpy.ndarray
+            The clusters' masses, heaviest first.
+        positions : numpy.ndarray
+            Their mean positions, in ``[0, 2 pi)``.
         """
         gaps = np.diff(np.concatenate([positions, [positions[0] + TWO_PI]]))
         breaks = np.flatnonzero(gaps > self.cluster_separation)
@@ -226,22 +291,68 @@ class CircleLagrangian(GridSolver):
 
     # ------------------------------------------------------------------ the right-hand side
     def velocity(self, positions: np.ndarray) -> np.ndarray:
-        r"""The attention velocity :math:`d X_i/dt` (angular) of the labels, ``D`` aside."""
+        r"""The attention velocity :math:`d X_i/dt` (angular) of the labels, ``D`` aside.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The angular velocities.
+        """
         unit = circle_points(positions)
         tangent = self.engine.velocity_unchecked(unit[None])[0]
         return unit[:, 0] * tangent[:, 1] - unit[:, 1] * tangent[:, 0]
 
     def diffusion_velocity(self, positions: np.ndarray) -> np.ndarray:
-        r""":math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`."""
+        r"""The diffusion's velocity in mass coordinates, :math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The velocities (zero at ``D = 0``).
+        """
         inverse = 1.0 / _gaps(positions)
         return -self.model.diffusion * (inverse - np.roll(inverse, 1))
 
     def rhs(self, positions: np.ndarray) -> np.ndarray:
-        """The semi-discrete right-hand side :math:`dX_i/dt`."""
+        r"""The semi-discrete right-hand side :math:`dX_i/dt`.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            Attention and diffusion velocities.
+        """
         return self.velocity(positions) + (self.diffusion_velocity(positions) if self.model.diffusion else 0.0)
 
     def linearly_implicit_step(self, positions: np.ndarray, dt: float) -> np.ndarray:
-        r"""One linearly implicit Euler step: :math:`(I - dt\,J)\,\Delta X = dt\,(v + f_D)`, ``J`` the diffusion's Jacobian."""
+        r"""One linearly implicit Euler step: :math:`(I - dt\,J)\,\Delta X = dt\,(v + f_D)`, ``J`` the diffusion's Jacobian.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        dt : float
+            The step.
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The positions after the step.
+        """
         spread = self.model.diffusion / _gaps(positions) ** 2  # D / (X_{i+1} - X_i)^2
         before = np.roll(spread, 1)
         change = solve_cyclic_tridiagonal(-dt * before, 1.0 + dt * (spread + before), -dt * spread,
@@ -300,7 +411,18 @@ class CircleLagrangian(GridSolver):
 
     # ------------------------------------------------------------------ functionals
     def energy(self, positions: np.ndarray) -> float:
-        """The model's interaction energy of the labels' measure (NaN where the model has none)."""
+        """The model's interaction energy of the labels' measure.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        float
+            NaN where the model has none (or it overflows).
+        """
         model = self.model
         if not model.has_energy:
             return np.nan
@@ -313,7 +435,18 @@ class CircleLagrangian(GridSolver):
             return np.nan
 
     def entropy(self, positions: np.ndarray) -> float:
-        r"""The discrete :math:`\int\rho\log\rho = \sum_i \frac1M \log\frac{1/M}{X_{i+1} - X_i}`."""
+        r"""The discrete entropy :math:`\int\rho\log\rho = \sum_i \frac1M \log\frac{1/M}{X_{i+1} - X_i}`.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        float
+            The entropy (infinite for coinciding labels).
+        """
         return float(-np.mean(np.log(self.points * _gaps(positions))))
 
     def lyapunov(self, positions: np.ndarray, energy: float) -> float:
@@ -321,6 +454,18 @@ class CircleLagrangian(GridSolver):
 
         Gradient flows of the energy (USA, zonal aggregation): :math:`D\int\rho\log\rho - cE`;
         zonal SA without diffusion: :math:`-cE`; otherwise none is known.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        energy : float
+            :meth:`energy` of the same positions.
+
+        Returns
+        -------
+        float
+            The functional, or NaN.
         """
         model = self.model
         if model.external is not None or not model.is_zonal:
@@ -331,7 +476,18 @@ class CircleLagrangian(GridSolver):
         return -scale * energy if model.diffusion == 0 else np.nan
 
     def deviation_norm(self, positions: np.ndarray) -> float:
-        """Root-mean-square distance of the labels from the uniform measure's quantile nearest to them."""
+        """Root-mean-square distance of the labels from the uniform measure's quantile nearest to them.
+
+        Parameters
+        ----------
+        positions : numpy.ndarray, shape (points,)
+            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+
+        Returns
+        -------
+        float
+            Zero exactly for the uniform measure (up to a rotation).
+        """
         offset = positions - TWO_PI * self.labels
         return float(np.sqrt(np.mean((offset - offset.mean()) ** 2)))
 

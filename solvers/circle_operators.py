@@ -73,7 +73,7 @@ def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
 
 
 def gauss_cell_averages(rho0, cells: int, name: str = "rho0") -> np.ndarray:
-    """Cell averages of a density of :math:`\theta` on ``cells`` equal cells by 4-point Gauss, checked.
+    r"""Cell averages of a density of :math:`\theta` on ``cells`` equal cells by 4-point Gauss, checked.
 
     ``rho0`` is a callable, or an array of ``cells`` values taken as they are.
     """

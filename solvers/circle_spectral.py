@@ -176,7 +176,7 @@ class CircleSpectral(GridSolver):
 
     @property
     def flux_grid(self) -> np.ndarray:
-        """The ``M`` points :math:`2\\pi j/M` where the flux is formed."""
+        r"""The ``M`` points :math:`2\pi j/M` where the flux is formed."""
         return np.arange(self.points) * (2 * np.pi / self.points)
 
     @property
@@ -185,24 +185,74 @@ class CircleSpectral(GridSolver):
 
     # ------------------------------------------------------------------ transforms
     def values(self, coefficients: np.ndarray, derivative: bool = False) -> np.ndarray:
-        """The series (or its derivative) at the flux grid's ``M`` points."""
+        r"""The series (or its derivative) at the flux grid's ``M`` points.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        derivative : bool
+            Evaluate :math:`\partial_\theta\rho` instead of :math:`\rho`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The values at :math:`2\pi j/M` (:attr:`flux_grid`).
+        """
         if derivative:
             coefficients = self._derivative * coefficients
         return np.fft.irfft(coefficients, self.points) * self.points
 
     def analyse(self, values: np.ndarray) -> np.ndarray:
-        """Coefficients of modes :math:`0 \\le k < N/2` of values at the flux grid's points."""
+        r"""Coefficients of modes :math:`0 \le k < N/2` of values at the flux grid's points.
+
+        Parameters
+        ----------
+        values : numpy.ndarray, shape (points,)
+            Real values at :attr:`flux_grid`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells // 2,)
+            Their discrete Fourier coefficients (the modes from ``N/2`` on are dropped: the
+            dealiasing of a product of two series of modes below ``N/2``, since ``M >= 3N/2``).
+        """
         return np.fft.rfft(values)[: self.cells // 2] / self.points
 
     def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
-        """The averages over the ``record_cells`` cells, exactly (the recorded density)."""
+        r"""The averages over the ``record_cells`` cells, exactly (the recorded density).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        numpy.ndarray, shape (record_cells,)
+            The cell averages of the series.
+        """
         n = self.record_cells
         return np.fft.irfft(coefficients * _averaging(self.cells // 2, n), n) * n
 
     def coefficients_of_averages(self, averages: np.ndarray, modes: int | None = None) -> np.ndarray:
         """Coefficients of modes ``0 .. modes - 1`` (default: the kept ones) of ``record_cells`` cell averages.
 
-        Exact for a series of modes below ``record_cells / 2``; ``modes`` up to ``record_cells / 2``.
+        Exact for a series of modes below ``record_cells / 2``.
+
+        Parameters
+        ----------
+        averages : numpy.ndarray, shape (record_cells,)
+            Cell averages.
+        modes : int, optional
+            Number of modes returned, at most ``record_cells / 2``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (modes,)
+            The coefficients :math:`c_k` of the series whose cell averages these are.
         """
         n = self.record_cells
         modes = self.cells // 2 if modes is None else modes
@@ -210,7 +260,19 @@ class CircleSpectral(GridSolver):
 
     # ------------------------------------------------------------------ velocity and transport
     def velocity(self, coefficients: np.ndarray) -> np.ndarray:
-        """The velocity :math:`v[\\rho]` at the flux grid's points."""
+        r"""The velocity :math:`v[\rho]` at the flux grid's points.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The tangential velocity at :attr:`flux_grid`, external field included.
+        """
         if self.general is not None:
             modes = self.cells // 2
             # rho_hat(q) = int e^{-iq phi} rho = 2 pi c_q, q = -(modes - 1) .. modes - 1, as the general operators take them
@@ -229,31 +291,105 @@ class CircleSpectral(GridSolver):
         return velocity if self.external_velocity is None else velocity + self.external_velocity
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        r"""Coefficients of :math:`-\partial_\theta(\rho v[\rho])` and :math:`\max|v|` on the flux grid."""
+        r"""The transport term of the equation and the largest speed.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        transport : numpy.ndarray, shape (cells // 2,)
+            Coefficients of :math:`-\partial_\theta(\rho v[\rho])` (dealiased).
+        speed : float
+            :math:`\max|v|` on the flux grid.
+        """
         velocity = self.velocity(coefficients)
         flux = self.analyse(self.values(coefficients) * velocity)
         return -self._derivative * flux, float(np.abs(velocity).max())
 
     def largest_speed(self, coefficients: np.ndarray) -> float:
-        r""":math:`\max|v|` on the flux grid."""
+        r"""The largest speed :math:`\max|v|` on the flux grid.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            The largest speed (sets :meth:`stable_step`).
+        """
         return float(np.abs(self.velocity(coefficients)).max())
 
     def stable_step(self, speed: float) -> float:
-        """Largest step at which the explicit pair damps the advection of every mode (at this speed)."""
+        r"""Largest step at which the explicit pair damps the advection of every mode.
+
+        Parameters
+        ----------
+        speed : float
+            The largest speed :math:`\max|v|`.
+
+        Returns
+        -------
+        float
+            The pair's imaginary stability limit over :math:`(N/2)\,\max|v|`.
+        """
         return self.tableau.imaginary_stability / max((self.cells // 2) * speed, 1e-300)
 
     # ------------------------------------------------------------------ norms and functionals
     def deviation_norm(self, coefficients: np.ndarray) -> float:
-        r""":math:`\|\rho - \bar\rho\|_{L^2}` (Parseval over modes :math:`k \ne 0`)."""
+        r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            By Parseval over the modes :math:`k \ne 0`.
+        """
         deviation = coefficients[1:]
         return float(np.sqrt(4 * np.pi * np.vdot(deviation, deviation).real))
 
     def norm(self, coefficients: np.ndarray) -> float:
-        """:math:`L^2` norm of the series (its mean's part and its deviation's)."""
+        r"""The :math:`L^2` norm of the series (its mean's part and its deviation's).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            :math:`\|\rho\|_{L^2}`.
+        """
         return float(np.hypot(np.sqrt(2 * np.pi) * abs(coefficients[0]), self.deviation_norm(coefficients)))
 
     def local_tolerance(self, coefficients: np.ndarray) -> float:
-        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``)."""
+        r"""The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
+            norm (so that a run from the uniform state takes steps).
+        """
         uniform_norm = abs(coefficients[0]) * np.sqrt(2 * np.pi)
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
 
@@ -272,13 +408,39 @@ class CircleSpectral(GridSolver):
         return self.values(coefficients * np.exp(1j * np.pi * self.wavenumber / self.points))
 
     def energy(self, coefficients: np.ndarray) -> float:
-        r""":math:`E = \frac12\int\rho\,(\Psi*\rho)` (times :math:`e^{-\beta}` where it would overflow), plus :math:`\frac12\int w\rho` of an external potential."""
+        r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of an external potential.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            :math:`E`, times :math:`e^{-\beta}` where it would overflow (``energy_scaled``).
+        """
         if self.general is not None:
             return self.general.energy(self._centred_values(coefficients))
         return self._quadratic(coefficients, self._energy_symbol) + self._external_energy(self.values(coefficients))
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
-        """Free energy (gradient flows), ``-cE`` (SA, ``D = 0``), NaN where none is known or ``rho`` is not positive."""
+        r"""The functional the dynamics decreases, where one is known.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            The free energy (gradient flows: USA, zonal aggregation, Kuramoto), ``-cE`` (SA
+            without diffusion); NaN where none is known or, with diffusion, where the density
+            is not positive.
+        """
         if self.general is not None:
             rho = self._centred_values(coefficients)
             return np.nan if self.model.diffusion > 0 and rho.min() <= 0 else self.general.lyapunov(rho)
@@ -296,13 +458,44 @@ class CircleSpectral(GridSolver):
         return diffusion * 2 * np.pi / self.points * float(np.dot(rho, np.log(rho))) - potential
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
-        """Fraction of the spectral energy of ``rho - rho_bar`` held by the top 10 % of modes."""
+        r"""Fraction of the spectral energy of ``rho - rho_bar`` held by the top 10 % of modes.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``; the resolution diagnostic (compared with ``tail_threshold``).
+        """
         return tail_fraction(coefficients, self.cells // 2 - 1)
 
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
                              name: str = "rho0") -> np.ndarray:
-        """Coefficients of ``rho0``, mass one: a callable of :math:`\\theta` (point values) or ``record_cells`` cell averages."""
+        r"""The coefficients of an initial density, normalized to mass one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized callable of :math:`\theta` (sampled at ``4 cells`` points, so modes
+            up to ``4N`` fold onto none of the kept ones), or ``record_cells`` cell averages.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells // 2,)
+            The coefficients :math:`c_k`, with :math:`2\pi c_0 = 1`.
+
+        Raises
+        ------
+        ValueError
+            If the density is negative, not finite, of zero mass or of the wrong shape.
+        """
         if callable(rho0):
             samples = 4 * self.cells  # modes up to 4N fold onto none of the kept ones
             theta = np.arange(samples) * (2 * np.pi / samples)
@@ -319,7 +512,19 @@ class CircleSpectral(GridSolver):
         return self.initial_coefficients(rho0)
 
     def density(self, coefficients: np.ndarray) -> np.ndarray:
-        """The averages over the ``record_cells`` cells of the density with these coefficients."""
+        r"""The recorded density: the averages over the ``record_cells`` cells.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        numpy.ndarray, shape (record_cells,)
+            As :meth:`cell_averages`.
+        """
         return self.cell_averages(coefficients)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
@@ -330,7 +535,20 @@ class CircleSpectral(GridSolver):
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
     def resolves(self, coefficients: np.ndarray) -> bool:
-        """Whether the spectral tail is below ``tail_threshold`` and the density nowhere negative beyond round-off."""
+        r"""Whether the series still resolves the solution.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (cells // 2,)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+
+        Returns
+        -------
+        bool
+            The spectral tail is below ``tail_threshold`` and the density nowhere negative
+            beyond round-off (``-1e-8`` of its maximum).
+        """
         return self._resolution(coefficients)[0]
 
     def _resolution(self, coefficients: np.ndarray) -> tuple[bool, float, float]:

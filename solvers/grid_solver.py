@@ -147,9 +147,29 @@ class GridSolver:
                     pace: Pace | None = None) -> "Interrupted":
         """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
 
-        Returns an ``Interrupted`` record (``solvers.grid_solver``): the outputs recorded before that step's output time,
-        the time reached and the density there (all of ``times`` when ``stop`` never holds, or
-        is ``None``).
+        How one solver hands a run over to another (:class:`~solvers.CircleAuto`,
+        :class:`~solvers.CircleFVLagrangian`).
+
+        Parameters
+        ----------
+        rho0, times
+            As for :meth:`solve`.
+        stop : callable or None
+            ``stop(state)`` of the solver's state after each accepted step; ``None`` never stops.
+        progress, observer, max_steps, first_step, continued, pace
+            As for :meth:`solve`.
+
+        Returns
+        -------
+        Interrupted
+            The outputs recorded before that step's output time, the time reached and the
+            density there (all of ``times`` when ``stop`` never holds, or is ``None``), and the
+            step the run would have taken next (``solvers.grid_solver.Interrupted``).
+
+        Raises
+        ------
+        StepSizeCollapse
+            As for :meth:`solve`.
         """
         times = check_times(times)
         state = self._initial_state(rho0, continued)
@@ -192,7 +212,18 @@ class GridSolver:
         return {}
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
-        """What ``solve(..., continued=True)`` takes to go on from the end of ``ds`` (its last density)."""
+        """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            A dataset this solver returned.
+
+        Returns
+        -------
+        numpy.ndarray
+            Its last density (a solver with more state, such as a shadow grid, adds it).
+        """
         return ds.rho.values[-1]
 
     def recorded_coordinates(self) -> dict[str, np.ndarray]:

@@ -95,7 +95,20 @@ class LineFV:
 
     # ------------------------------------------------------------------ the discretisation
     def face_velocity(self, t: float, masses: np.ndarray) -> np.ndarray:
-        """:math:`u(t, z)` at the interior faces, by the midpoint rule over the cells."""
+        """The velocity :math:`u(t, z)` at the interior faces, by the midpoint rule over the cells.
+
+        Parameters
+        ----------
+        t : float
+            Time (the logits of the original variables grow like :math:`e^{2Vt}`).
+        masses : numpy.ndarray, shape (cells,)
+            The cells' masses.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells - 1,)
+            :math:`u` at the faces between cells.
+        """
         return self._face_velocity_and_ghost_share(t, masses)[0]
 
     def _face_velocity_and_ghost_share(self, t: float, masses: np.ndarray) -> tuple[np.ndarray, float]:
@@ -136,7 +149,18 @@ class LineFV:
     decay = None
 
     def stable_step(self, state: np.ndarray) -> float:
-        """The upwind CFL bound ``h / max|u|``."""
+        """The upwind CFL bound ``h / max|u|``.
+
+        Parameters
+        ----------
+        state : numpy.ndarray, shape (cells + 1,)
+            The time followed by the cells' masses.
+
+        Returns
+        -------
+        float
+            The bound (infinite where nothing moves).
+        """
         speed = float(np.abs(self._evaluated(state)[1]).max(initial=0.0))
         return self.width / speed if speed > 0 else np.inf
 
@@ -155,7 +179,24 @@ class LineFV:
 
     # ------------------------------------------------------------------ the run
     def initial_masses(self, rho0) -> np.ndarray:
-        """Cell masses of ``rho0`` (a callable of ``z``, integrated by 8-point Gauss-Legendre per cell, or cell averages), total one."""
+        """The cells' masses of an initial density, total one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized density of ``z`` (integrated by 8-point Gauss-Legendre per cell), or
+            ``cells`` cell averages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The masses.
+
+        Raises
+        ------
+        ValueError
+            If the density is negative, not finite, of zero mass or of the wrong shape.
+        """
         if callable(rho0):
             nodes, weights = np.polynomial.legendre.leggauss(8)
             points = self.centres[:, None] + 0.5 * self.width * nodes[None, :]
@@ -170,7 +211,29 @@ class LineFV:
         return masses / masses.sum()
 
     def solve(self, rho0, times, *, progress: bool | None = None):
-        """The density at ``times`` as an ``xarray.Dataset``: ``rho`` (time, z), ``mass`` (time)."""
+        """Evolve ``rho0`` and record it at ``times``.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density (see :meth:`initial_masses`).
+        times : array_like
+            Strictly increasing output times; the run starts at ``times[0]``.
+        progress : bool, optional
+            Progress bar (default: when stderr is a terminal).
+
+        Returns
+        -------
+        xarray.Dataset
+            ``rho`` (time, z), ``mass`` (time) and ``ghost_attention`` (time): the largest
+            share of a face's attention on nearly empty cells since the previous output (the
+            resolution diagnostic); the settings and step counts in ``attrs``.
+
+        Raises
+        ------
+        StepSizeCollapse
+            When the adaptive step collapses; ``partial`` holds the outputs so far.
+        """
         times = check_times(times)
         state = np.concatenate([[times[0]], self.initial_masses(rho0)])
         frames: list[np.ndarray] = []

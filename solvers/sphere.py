@@ -173,7 +173,19 @@ class SphereSpectral(GridSolver):
         return by_degree[self.grid.degree.astype(int)]
 
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Grid components (colatitude, longitude) of :math:`v[\\rho]`."""
+        r"""The velocity :math:`v[\rho]` on the grid.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            Its colatitude and longitude components, each of ``grid.shape``, external field
+            included.
+        """
         if self.general is not None:
             return self._with_external(*self.general.velocity(coefficients))
         grid = self.grid
@@ -201,11 +213,35 @@ class SphereSpectral(GridSolver):
         return along_t + self.external_velocity[0], along_p + self.external_velocity[1]
 
     def transport(self, coefficients: np.ndarray) -> np.ndarray:
-        r"""Coefficients of :math:`-\mathrm{div}_S(\rho v[\rho])`."""
+        r"""The transport term :math:`-\mathrm{div}_S(\rho v[\rho])`.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        numpy.ndarray
+            Its coefficients.
+        """
         return self.transport_and_speed(coefficients)[0]
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        r"""``transport`` and :math:`\max|v|` on the grid (the stability bound needs it)."""
+        r"""The transport term and the largest speed.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        transport : numpy.ndarray
+            As :meth:`transport`.
+        speed : float
+            :math:`\max|v|` on the grid (the stability bound needs it).
+        """
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
         speed = _largest_speed(along_t, along_p)
@@ -214,26 +250,82 @@ class SphereSpectral(GridSolver):
         return self.grid.divergence(along_t, along_p, sign=-1.0), speed
 
     def largest_speed(self, coefficients: np.ndarray) -> float:
-        r""":math:`\max|v|` on the grid."""
+        r"""The largest speed :math:`\max|v|` on the grid.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        float
+            The largest speed (sets :meth:`stable_step`).
+        """
         return _largest_speed(*self.velocity(coefficients))
 
     def stable_step(self, speed: float) -> float:
-        """Largest step at which the explicit pair damps the advection of every degree (at this speed)."""
+        r"""Largest step at which the explicit pair damps the advection of every degree.
+
+        Parameters
+        ----------
+        speed : float
+            The largest speed :math:`\max|v|`.
+
+        Returns
+        -------
+        float
+            The pair's imaginary stability limit over :math:`(l_{max} + 1)\max|v|`.
+        """
         return self.tableau.imaginary_stability / max((self.lmax + 1) * speed, 1e-300)
 
     def deviation_norm(self, coefficients: np.ndarray) -> float:
-        r""":math:`\|\rho - \bar\rho\|_{L^2}` (Parseval over degrees :math:`\ge 1`)."""
+        r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        float
+            By Parseval over the degrees :math:`l \ge 1`.
+        """
         return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
 
     def local_tolerance(self, coefficients: np.ndarray) -> float:
-        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``)."""
+        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        float
+            ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
+            norm (so that a run from the uniform state takes steps).
+        """
         # The uniform part's norm (one coefficient per layer when the state holds several layers).
         uniform_norm = float(np.sqrt(np.sum(coefficients[..., 0].real ** 2)))
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
 
     # ------------------------------------------------------------------ functionals
     def energy(self, coefficients: np.ndarray) -> float:
-        r""":math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2` (times :math:`e^{-\beta}` where it would overflow)."""
+        r"""The interaction energy :math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2`, plus :math:`\frac12\int w\rho` of an external potential.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        float
+            :math:`E`, times :math:`e^{-\beta}` where it would overflow (``energy_scaled``).
+        """
         if self.general is not None:
             energy = self.general.energy(coefficients)
         else:
@@ -243,7 +335,20 @@ class SphereSpectral(GridSolver):
         return energy
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
-        """Free energy ``D int rho log rho - (1/2) int rho (Phi * rho)`` (gradient flows), ``-cE`` (SA, ``D = 0``), else NaN."""
+        r"""The functional the dynamics decreases, where one is known.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        float
+            The free energy :math:`D\int\rho\log\rho - \frac12\int\rho\,(\Phi*\rho)` (gradient flows),
+            ``-cE`` (SA without diffusion); NaN where none is known or, with diffusion, where the
+            density is not positive.
+        """
         if self.external_velocity is not None and (self.external_potential is None or not self.linear):
             return np.nan  # no known functional: SA with a field, or a field without potential
         if self.general is not None:
@@ -270,7 +375,18 @@ class SphereSpectral(GridSolver):
         return diffusion * self.grid.integrate(rho * np.log(rho)) - potential
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
-        """Fraction of the spectral energy of ``rho - rho_0`` held by the top 10 % of degrees."""
+        """Fraction of the spectral energy of ``rho - rho_0`` held by the top 10 % of degrees.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``; the resolution diagnostic (compared with ``tail_threshold``).
+        """
         power = self.grid.parseval_weight * np.abs(coefficients) ** 2
         degree = self.grid.degree
         deviation = power[degree > 0].sum()
@@ -281,7 +397,25 @@ class SphereSpectral(GridSolver):
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
                              name: str = "rho0") -> np.ndarray:
-        """Coefficients of ``rho0`` (callable of points ``(..., 3)`` or grid values), mass one; errors call it ``name``."""
+        """The coefficients of an initial density, normalized to mass one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized callable of points ``(..., 3)``, or values on the grid (``grid.shape``).
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray
+            The spherical-harmonic coefficients.
+
+        Raises
+        ------
+        ValueError
+            If the density is negative, not finite, of zero mass or of the wrong shape.
+        """
         values = rho0(self.grid.points()) if callable(rho0) else rho0
         values = check_density(values, self.grid.shape, name)
         coefficients = self.grid.analyse(values)
@@ -293,7 +427,18 @@ class SphereSpectral(GridSolver):
         return self.initial_coefficients(rho0)
 
     def density(self, coefficients: np.ndarray) -> np.ndarray:
-        """Values on the Gauss grid, shape ``grid.shape``, of the density with these coefficients."""
+        """The density on the Gauss grid.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+
+        Returns
+        -------
+        numpy.ndarray
+            Its values, of ``grid.shape``.
+        """
         return self.grid.synthesise(coefficients)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):

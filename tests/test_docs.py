@@ -9,9 +9,13 @@ its config must pass the program's checks, and every ``make`` target must exist.
 
 from __future__ import annotations
 
+import doctest
+import importlib
+import io
 import os
 import re
 import shlex
+import tokenize
 import warnings
 from pathlib import Path
 
@@ -107,3 +111,33 @@ def test_the_api_reference_lists_every_public_name():
         page = (ROOT / "docs" / "api" / f"{module.__name__.replace('.', '_')}.rst").read_text()
         listed = re.findall(r"^   (\w+)$", page, re.M)
         assert sorted(listed) == sorted(module.__all__), module.__name__
+
+
+PACKAGES = ("meanfield", "solvers", "validation", "validation.app")
+
+
+def test_the_examples_in_the_docstrings_run():
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    examples = 0
+    for package in PACKAGES:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            for test in finder.find(getattr(module, name), f"{package}.{name}"):
+                examples += len(test.examples)
+                runner.run(test, out=lambda text: None)
+    assert examples > 0  # the collector sees the examples
+    assert runner.summarize(verbose=False).failed == 0
+
+
+def test_docstrings_with_backslashes_are_raw_strings():
+    """In a plain string ``\\theta`` is a tab and ``\\beta`` a backspace: TeX must sit in r-strings."""
+    offenders = []
+    for package in ("meanfield", "solvers", "validation"):
+        for path in ROOT.joinpath(package).rglob("*.py"):
+            for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
+                literal = token.string
+                if token.type == tokenize.STRING and literal.startswith('"""') and \
+                        re.search(r"\\[A-Za-z]", literal.replace("\\\\", "")):
+                    offenders.append(f"{path.relative_to(ROOT)}:{token.start[0]}")
+    assert not offenders

@@ -28,7 +28,15 @@ MAX_LINKAGE_PARTICLES = 5000
 
 @dataclass(frozen=True)
 class ClusterSummary:
-    """Clusters at one time, heaviest first: ``masses`` (k,) sum to at most one, ``positions`` (k, d)."""
+    """Clusters at one time, heaviest first (what :func:`cluster_statistics` returns).
+
+    Parameters
+    ----------
+    masses : numpy.ndarray, shape (k,)
+        The clusters' masses, summing to at most one (mass outside every cluster is left out).
+    positions : numpy.ndarray, shape (k, d)
+        Their mean positions, on the circle or the sphere.
+    """
 
     masses: np.ndarray
     positions: np.ndarray
@@ -80,7 +88,15 @@ def cluster_statistics(ds: xr.Dataset, time_index: int = -1, *, separation: floa
 
 @dataclass(frozen=True)
 class Merge:
-    """Clusters merged between the outputs at ``start`` and ``end``: ``before`` clusters, then ``after``."""
+    """Clusters merged between two consecutive outputs (what :func:`merge_times` returns).
+
+    Parameters
+    ----------
+    start, end : float
+        The output times between which the count fell.
+    before, after : int
+        The cluster counts at ``start`` and at ``end``.
+    """
 
     start: float
     end: float
@@ -95,6 +111,18 @@ def merge_times(ds: xr.Dataset, **rule) -> list[Merge]:
     otherwise :func:`cluster_statistics` at each output (``rule``: its ``separation`` and
     ``level``). A merge is known to the output spacing: refine the output times around it to
     pin it down.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        A particle or PDE run on the circle or :math:`S^2`.
+    **rule
+        ``separation`` and ``level`` of :func:`cluster_statistics`.
+
+    Returns
+    -------
+    list of Merge
+        One per fall of the count, in time order.
     """
     if "cluster_count" in ds:
         counts = ds.cluster_count.values
@@ -109,8 +137,20 @@ def order_parameter(ds: xr.Dataset) -> xr.DataArray:
     r"""The order parameter :math:`|\int x\, d\mu_t|` at every output time.
 
     1 when all the mass sits at one point, near 0 for a uniform (or antipodally balanced)
-    measure. ``ds`` holds particles (``x``, any batch axes kept) or a grid density (``rho``).
-    Returns a ``DataArray`` along ``time``.
+    measure.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Particles (``x``, any batch axes kept) or a grid density (``rho``) on the circle or
+        :math:`S^2`.
+
+    Returns
+    -------
+    xarray.DataArray
+        The order parameter along ``time`` (and the batch axes of particles). On the circle the
+        cell averages are corrected for averaging, so the value is that of the smooth density
+        behind them (exact when it is band-limited).
     """
     geometry = measure_geometry(ds, "ds")
     if is_particles(ds):

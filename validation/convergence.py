@@ -44,11 +44,26 @@ class PDEErrorWarning(RuntimeWarning):
 
 @dataclass(frozen=True)
 class StudySettings:
-    """Numerical settings of a study (defaults suit the default ``meanfield validate`` run)."""
+    """Numerical settings of a study (defaults suit the default ``meanfield validate`` run).
 
-    cells: int = 2048            # CircleFV resolution
-    lmax: int = 47               # SphereSpectral resolution
-    particle_dt: float = 0.01    # fixed-step particle scheme (RK4 without noise, Euler-Maruyama with)
+    Parameters
+    ----------
+    cells : int
+        Cells of the :class:`~solvers.CircleFV` reference (its error estimate is the distance
+        to a run at half the cells).
+    lmax : int
+        Largest degree of the :class:`~solvers.SphereSpectral` reference.
+    particle_dt : float
+        Step of the fixed-step particle scheme (RK4 without noise, Euler-Maruyama with).
+    bootstrap : int
+        Bootstrap resamples of the seeds for the rate's interval.
+    confidence : float
+        Confidence level of that interval.
+    """
+
+    cells: int = 2048
+    lmax: int = 47
+    particle_dt: float = 0.01
     bootstrap: int = 2000
     confidence: float = 0.95
 
@@ -61,10 +76,12 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     Parameters
     ----------
     model : SelfAttention or ZonalAggregation
+        The model run by both the particles and the PDE.
     rho0 : callable
         Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere
         (need not be normalized). Particles are drawn from it exactly, the PDE starts from it.
     geometry : {"circle", "sphere"}
+        Where: :class:`~solvers.CircleFV` or :class:`~solvers.SphereSpectral` as the reference.
     sizes : sequence of int
         Particle counts ``n`` (at least two distinct values, each ``>= 2``).
     seeds : int
@@ -72,10 +89,13 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     times : sequence of float
         Output times, starting at the initial time.
     settings : StudySettings, optional
+        Resolutions, particle step and bootstrap (default ``StudySettings()``).
     rng : int, numpy.random.Generator or None
         Base seed (or a generator to draw it from, or None for fresh entropy); seed ``s`` of
         size ``n`` uses a generator derived from ``(seed, n, s)``. The base seed is recorded
         in ``attrs["settings"]["rng"]``: passing it as ``rng`` repeats the study.
+    progress : bool, optional
+        Progress bars of the PDE and particle runs (default: when stderr is a terminal).
 
     Returns
     -------

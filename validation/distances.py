@@ -121,6 +121,19 @@ def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_S
 
     :math:`W_1` on the circle (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`.
 
+    Parameters
+    ----------
+    ds_a, ds_b : xarray.Dataset
+        Two runs of one model with the same output times: particles (``x``) or densities
+        (``rho``), in any combination.
+    smoothing : float
+        The sphere's MMD kernel smoothing (ignored on the circle).
+
+    Returns
+    -------
+    xarray.DataArray
+        The distance along ``time`` (named ``w1`` or ``mmd``, with its description).
+
     Raises
     ------
     ValueError

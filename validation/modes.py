@@ -45,6 +45,16 @@ def kde_mode_count(samples, bandwidth: float, *, circle: bool = False, resolutio
         Periodic estimate on the circle.
     resolution : int
         Grid points per bandwidth.
+
+    Returns
+    -------
+    int
+        The number of local maxima of the estimate above the round-off floor.
+
+    Raises
+    ------
+    ValueError
+        If ``samples`` is empty or not finite, or ``bandwidth`` is not positive.
     """
     samples = np.asarray(samples, dtype=float).ravel()
     if samples.size == 0 or not np.all(np.isfinite(samples)):

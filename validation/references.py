@@ -24,6 +24,20 @@ def growth_rate(model, degree: int, d: int) -> float:
 
     with :math:`\rho_0 = 1/|S^{d-1}|`, :math:`\hat\Phi_l = c\lambda_l/\beta` for USA (``c`` the
     value scalar), the Funk-Hecke spectrum of ``W`` for zonal aggregation.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        A zonal model.
+    degree : int
+        The degree ``l`` (on the circle: the Fourier mode ``k``).
+    d : int
+        Ambient dimension; the sphere is :math:`S^{d-1}`.
+
+    Returns
+    -------
+    float
+        :math:`\gamma_l` (``0`` at ``l = 0``).
     """
     degree = check_int(degree, "degree", minimum=0)
     d = check_int(d, "d", minimum=2)
@@ -47,6 +61,20 @@ def orthogonal_token_inner_product(model, n: int, times) -> np.ndarray:
 
     (the SA form is the library's divided by :math:`e^{\beta r}`, which cannot overflow;
     time-rescaled USA carries :math:`e^{\beta(r-1)}`), solved to ``rtol = 1e-13``.
+
+    Parameters
+    ----------
+    model : SelfAttention
+        Zonal SA or USA (``Q = K = I``, ``V = cI``).
+    n : int
+        Number of tokens, ``>= 2`` (the tokens must fit: ``n <= d``).
+    times : array_like
+        Increasing times from the initial one, where :math:`r = 0`.
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`r(t)` at ``times``.
     """
     n = check_int(n, "n", minimum=2)
     times = check_times(times)
@@ -62,6 +90,27 @@ def orthogonal_token_clustering_time(model, n: int, level: float, horizon: float
     does not reach ``level`` before ``horizon``. It approximates the boundary
     :math:`\{(\beta, t): \langle x_1(t), x_2(t)\rangle = \text{level}\}` of the phase diagram
     of iid uniform tokens when ``d >> n``.
+
+    Parameters
+    ----------
+    model : SelfAttention
+        Zonal SA or USA.
+    n : int
+        Number of tokens, ``>= 2``.
+    level : float
+        The inner product to reach, in ``(0, 1)``.
+    horizon : float
+        The last time searched.
+
+    Returns
+    -------
+    float
+        The first time, or ``inf``.
+
+    Raises
+    ------
+    ValueError
+        If ``level`` is not in ``(0, 1)``.
     """
     n = check_int(n, "n", minimum=2)
     if not 0.0 < level < 1.0:
@@ -92,6 +141,18 @@ def wendel_probability(n: int, d: int) -> float:
     r"""Probability that ``n`` iid uniform points of :math:`S^{d-1}` lie in a common open hemisphere.
 
     .. math:: p_{n,d} = 2^{-(n-1)} \sum_{k=0}^{d-1} \binom{n-1}{k}
+
+    Parameters
+    ----------
+    n : int
+        Number of points, ``>= 1``.
+    d : int
+        Ambient dimension, ``>= 1``.
+
+    Returns
+    -------
+    float
+        :math:`p_{n,d}` (``1`` when ``n <= d``).
     """
     n = check_int(n, "n", minimum=1)
     d = check_int(d, "d", minimum=1)
@@ -109,8 +170,30 @@ def circle_stationary_density(model, cells: int, start: np.ndarray, *, tol: floa
     convolution) from ``start``, which selects the branch (the uniform density is always a
     solution). Values are point values at the cell centres, normalized to mass one.
 
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        A zonal model with diffusion ``D > 0``.
+    cells : int
+        Number of equispaced points, ``>= 8``.
+    start : numpy.ndarray, shape (cells,)
+        The first iterate (positive; it selects the branch).
+    tol : float
+        Convergence threshold on the relative max-norm change of an iteration.
+    damping : float
+        Weight of the new iterate in each update, in ``(0, 1]``.
+    max_iterations : int
+        Iterations before giving up.
+
+    Returns
+    -------
+    numpy.ndarray, shape (cells,)
+        The stationary density's point values.
+
     Raises
     ------
+    ValueError
+        If the model has no diffusion.
     RuntimeError
         If the iteration does not converge to ``tol`` (relative, max norm).
     """

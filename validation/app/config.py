@@ -306,7 +306,24 @@ def read_toml(path: Path) -> dict:
 
 
 def load_config(path: str | Path) -> ExperimentConfig:
-    """Read and check a TOML experiment file; returns the complete config (defaults filled in)."""
+    """Read and check a TOML experiment file (the input of ``meanfield run``).
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The TOML file; relative paths inside it are taken from its folder.
+
+    Returns
+    -------
+    ExperimentConfig
+        The complete config, defaults filled in (see the configuration reference).
+
+    Raises
+    ------
+    ConfigError
+        If the file cannot be read, is not TOML, or any key is unknown, missing, of the wrong
+        type or out of range; the message names the key and the value.
+    """
     path = Path(path)
     return check_config(read_toml(path), base=path.parent)
 
@@ -316,6 +333,23 @@ def check_config(raw: dict, base: Path = Path(".")) -> ExperimentConfig:
 
     Paths (``output``, ``initial.path``, matrix files) are taken from ``base`` and resolved;
     matrices are read and stored as nested tuples, so the result holds everything the run needs.
+
+    Parameters
+    ----------
+    raw : dict
+        The tables of a TOML experiment file, as ``tomllib`` reads them.
+    base : pathlib.Path
+        The folder relative paths are taken from.
+
+    Returns
+    -------
+    ExperimentConfig
+        The complete config.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first bad key and its value.
     """
     if not isinstance(raw, dict):
         raise ConfigError(f"a config is a table of keys, got {type(raw).__name__}")

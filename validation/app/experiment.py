@@ -61,14 +61,27 @@ def prepare(config: ExperimentConfig | dict | str | Path) -> RunObjects:
 
 def run_experiment(config: RunObjects | ExperimentConfig | dict | str | Path, *, resume: bool = False,
                    progress: bool | None = None) -> xr.Dataset:
-    """Run an experiment; returns the dataset also written to ``output/dataset.nc``.
-
-    ``config``: what ``prepare`` returned (used as it is), or anything ``prepare`` takes.
+    """Run an experiment (``meanfield run``); returns the dataset also written to ``output/dataset.nc``.
 
     The output folder is locked for the run (``validation.app.files.locked_output``).
     With ``resume``, every stored checkpoint segment is checked as it is read: a good one is
     used, a damaged or missing one is named on stderr and computed again from the segment
     before it (the same steps, so the result is that of an uninterrupted run).
+
+    Parameters
+    ----------
+    config : RunObjects, ExperimentConfig, dict or path
+        A TOML file, its tables, a checked config, or what ``prepare`` returned (used as it is).
+    resume : bool
+        Go on from the checkpoints of an interrupted run of the same config.
+    progress : bool, optional
+        Progress bar (default: when stderr is a terminal).
+
+    Returns
+    -------
+    xarray.Dataset
+        The run's dataset (particles, PDE, or both with their distance), with the config in
+        ``attrs``.
 
     Raises
     ------

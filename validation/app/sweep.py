@@ -332,10 +332,14 @@ def run_sweep(sweep: SweepConfig | str | Path, *, scheduler: str | None = None, 
     sweep : SweepConfig or path of a TOML file
     scheduler : str, optional
         Address of a running Dask scheduler (``tcp://host:8786``); by default a local cluster
-        of ``workers`` single-threaded worker processes (default: one per core) is started.
+        of ``workers`` single-threaded worker processes is started.
+    workers : int, optional
+        Worker processes of the local cluster (default: one per core).
     resume : bool
         Skip tasks whose results ``output/parts`` already holds. Without it, finished parts
         from an earlier run are an error (they would be silently reused otherwise).
+    progress : bool, optional
+        Progress bar over the tasks (default: when stderr is a terminal).
 
     Returns
     -------

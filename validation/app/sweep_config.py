@@ -80,7 +80,17 @@ PARAMETERS = {spec.name: (section, spec) for section, cls in SECTIONS.items()
 
 @dataclass(frozen=True)
 class SweepConfig:
-    """A checked sweep: the base experiment, the grid (name -> values, in order) and the settings."""
+    """A checked sweep (what :func:`load_sweep_config` returns).
+
+    Parameters
+    ----------
+    base : ExperimentConfig
+        The experiment every grid point modifies.
+    grid : dict
+        Parameter name -> list of values, in the order of the dataset's dimensions.
+    settings : SweepSettings
+        The ``[sweep]`` table: observables, realisations, output file.
+    """
 
     base: ExperimentConfig
     grid: dict[str, list]
@@ -99,11 +109,28 @@ class SweepConfig:
         return tuple(len(values) for values in self.grid.values())
 
     def describe(self, index: tuple[int, ...]) -> str:
-        """``"beta = 4.0, d = 2"`` for the point at ``index``."""
+        """A point's parameters in words.
+
+        Parameters
+        ----------
+        index : tuple of int
+            The point's position in the grid.
+
+        Returns
+        -------
+        str
+            For example ``"beta = 4.0, d = 2"``.
+        """
         return ", ".join(f"{name} = {values[i]!r}" for (name, values), i in zip(self.grid.items(), index))
 
     def points(self) -> list[tuple[tuple[int, ...], ExperimentConfig]]:
-        """Every grid point as ``(index, experiment config)``, in C order."""
+        """Every grid point with its experiment.
+
+        Returns
+        -------
+        list of tuple
+            ``(index, ExperimentConfig)`` per point, in C order.
+        """
         names = list(self.grid)
         result = []
         for index in itertools.product(*(range(size) for size in self.shape)):
@@ -113,7 +140,25 @@ class SweepConfig:
 
 
 def load_sweep_config(path: str | Path) -> SweepConfig:
-    """Read and check a TOML sweep file (see the module docstring)."""
+    """Read and check a TOML sweep file (the input of ``meanfield sweep``).
+
+    The base experiment, the sweep table and every grid point are checked before anything runs.
+
+    Parameters
+    ----------
+    path : str or pathlib.Path
+        The TOML file; relative paths inside it are taken from its folder.
+
+    Returns
+    -------
+    SweepConfig
+        The checked sweep.
+
+    Raises
+    ------
+    ConfigError
+        Naming the first bad key (or grid point) and its value.
+    """
     path = Path(path)
     return check_sweep_config(read_toml(path), base=path.parent)
 

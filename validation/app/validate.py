@@ -42,19 +42,36 @@ class StudySpec:
 
 def default_specs(*, beta_circle: float = 5.0, beta_sphere: float = 1.0, diffusion_sphere: float = 0.05,
                   sizes: list[int] | None = None, seeds: int | None = None) -> dict[str, StudySpec]:
-    """Circle: SA, ``beta = 5``, ``D = 0``, perturbed uniform density, until clusters start to form.
+    """The two studies of the default ``meanfield validate`` run.
+
+    Circle: SA, ``beta = 5``, ``D = 0``, perturbed uniform density, until clusters start to form.
     Sphere: USA, ``beta = 1``, small diffusion ``D = 0.05``, perturbed uniform density.
 
     The circle's last output time is the linear-theory cluster onset: the perturbation
     (relative amplitude 0.2) grown to order one at the fastest rate of the dispersion relation.
-    There the slope on small counts flattens (about -0.42 for n = 64..512): the counts reach
-    16384 so that the rate is fitted where it is asymptotic, and the report shows both.
+    There the slope on small counts is not yet asymptotic, so the counts reach 16384 and the
+    report shows the slopes on both the smallest and the largest counts. The seeds are chosen
+    so that the 95 % interval of the fitted rate is about 0.03 wide on each side, and the
+    particle steps so that their error is far below the distances (the numbers are in
+    ``docs/performance.md``).
 
-    Seeds: the half-width of the 95 % interval of the rate on the largest counts is about
-    0.28 / sqrt(seeds) on the circle and 0.27 / sqrt(seeds) on the sphere (measured with 64
-    and 80 to 112 seeds), so 112 and 96 seeds keep it below 0.03 (about 0.026 and 0.028). Particle steps: RK4
-    with ``dt = 0.1`` moves the circle's tokens by 1.5e-7 from a ``dt = 0.01`` run at the
-    onset (n = 1024), far below the distances (1e-2).
+    Parameters
+    ----------
+    beta_circle : float
+        Inverse temperature of the circle's study.
+    beta_sphere : float
+        Inverse temperature of the sphere's study.
+    diffusion_sphere : float
+        Diffusion of the sphere's study.
+    sizes : list of int, optional
+        Particle counts of both studies (default: each study's own).
+    seeds : int, optional
+        Independent samples per count (default: each study's own).
+
+    Returns
+    -------
+    dict
+        ``{"circle": StudySpec, "sphere": StudySpec}``, for :func:`run_validation`.
     """
     circle_model = mf.SelfAttention(beta_circle)
     amplitude = 0.2
@@ -119,7 +136,26 @@ def explain_outside(row: dict, study: xr.Dataset) -> str:
 
 def run_validation(specs: dict[str, StudySpec], output: Path, *, progress: bool | None = None,
                    echo: Callable[[str], None] = print) -> list[dict]:
-    """Run the studies, write NetCDF, figures and a Markdown report to ``output``; return the summary."""
+    """Run the studies, write NetCDF, figures and a Markdown report to ``output`` (``meanfield validate``).
+
+    Parameters
+    ----------
+    specs : dict
+        Study name -> ``StudySpec`` (as :func:`default_specs` returns).
+    output : pathlib.Path
+        Folder of the report (created if needed).
+    progress : bool, optional
+        Progress bars (default: when stderr is a terminal).
+    echo : callable
+        Where the progress lines and the final table go (default ``print``).
+
+    Returns
+    -------
+    list of dict
+        One row per study and output time: the fitted ``rate`` with its interval (``low``,
+        ``high``), whether it ``contains`` -1/2, the ``small_rate`` and ``saturation`` test, the
+        ``pde_error`` and whether it reached the particle distances (``floor``).
+    """
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     studies, rows, figures, seconds = {}, [], [], {}
