@@ -24,8 +24,8 @@ sees), one product of the stacked heads' matrices with these four columns gives
 :math:`Z_h, N_h`, and they are synthesised from degree :math:`L_k` onto the solver's grid (four
 per head for SA; USA combines the value matrices in coefficient space first, three in
 all); then the zonal path's divergence. Against the zonal right-hand side (one synthesis
-and one gradient synthesis) this costs 2-3x at ``lmax = 63``, ``beta = 1.5``
-(``benchmarks/bench_general.py``). Direct quadrature on the solver's grid would cost
+and one gradient synthesis) this costs a few times more (``benchmarks/bench_general.py``,
+``docs/performance.md``). Direct quadrature on the solver's grid would cost
 :math:`(2 l_{max}^2)^2` kernel values per step; the rotation to the singular frames of
 :math:`A_h` plus a Jacobi-Anger expansion in longitude would need Wigner rotations of
 ``rho`` at every step.

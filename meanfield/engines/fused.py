@@ -4,12 +4,12 @@ One step of ``b`` systems of ``n`` tokens in ``R^d`` runs over blocks of systems
 arrays (tokens, weights, sums, output) fit in half the L2 cache (:data:`BLOCK_ELEMENTS`),
 each block through all its passes while it is in the cache:
 
-1. ``[u, 1]`` and the transposed keys :math:`\beta u^T` in one numba pass (numpy's strided
-   copy of the transpose cost more than the product it feeds at d = 32),
+1. ``[u, 1]`` and the transposed keys :math:`\beta u^T` in one numba pass (a strided copy of
+   the transpose would be a pass over memory of its own),
 2. the logits :math:`\beta\langle Q_h u_i, K_h u_j\rangle` (:math:`(u_i M_h)\cdot u_j`
    with :math:`M_h = Q_h^T K_h` formed once), shifted where needed,
-3. numpy's vectorized ``exp`` in place (numba's scalar ``exp`` costs five times more, and
-   the exponentials are the floor of the step),
+3. numpy's vectorized ``exp`` in place (numba's scalar ``exp`` is not vectorized, and the
+   exponentials are the floor of the step),
 4. the product of the weights with ``[u, 1]``, which gives the weighted sums and, in its
    last column, the softmax denominators,
 5. division, the value matrix, the tangent projection, the residual step, the noise and the
@@ -74,8 +74,8 @@ OUTPUT, VELOCITY, STEP = 0, 1, 2
 def _prepare_system(tokens, normalize, beta, ext, keys):
     r"""``ext = [u, 1]`` (``n x (d + 1)``) and ``keys[:d] = \beta u^T``, ``u = x / |x|`` or ``x``.
 
-    The transpose is written contiguously in a loop of its own (faster than one loop writing
-    both; numpy's strided copy cost more than the product it feeds).
+    The transpose is written contiguously in a loop of its own (one loop writing both would
+    write one of them with a stride).
     """
     n, d = tokens.shape
     for i in range(n):
@@ -128,12 +128,12 @@ def finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise
     ``x`` and ``sums`` may carry more columns than ``out`` (``[x, 1]``, the sums with their
     denominators): only the first ``d`` are read. ``noise[ns]`` is the system's noise; ``noise``
     of no tokens stands for none. ``out`` may be ``sums``. Systems are indices into 3-d arrays,
-    not 2-d views, which made this pass slower. ``d`` is the number of
+    not 2-d views (``benchmarks/bench_particles.py`` times the step). ``d`` is the number of
     components of ``out``, a parameter so that a caller passing a constant gets its loops
     compiled for that size (:func:`_finish_of`).
     """
     n = out.shape[1]
-    # one loop per mode: a branch on the mode inside the loop made the step pass slower
+    # one loop per mode: no branch inside the loop over the tokens
     if mode == OUTPUT:
         for i in range(n):
             scale = weight / (sums[ss, i, d] if denominator == 0.0 else denominator)

@@ -254,8 +254,8 @@ def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, nois
     through :func:`meanfield.engines.fused.finish_rows` (the velocity, or the step with ``h``,
     ``noise``, ...) while it is in the L1 cache. Scratch arrays are allocated once per thread.
 
-    The synthesis is written out in the parallel loop's body: in a function of its own it ran
-    slower (so did the streamed sums; ``benchmarks/bench_series.py``).
+    The synthesis is written out in the parallel loop's body rather than in a function of its
+    own, and the sums are not streamed (``benchmarks/bench_series.py`` times the variants).
     """
     b, n, _ = x.shape
     modes = a.size - 1

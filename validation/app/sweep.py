@@ -183,7 +183,7 @@ def run_tasks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     """Compute a batch of :func:`plan_batches` (on a worker): one result per task, in order.
 
     numba's parallel loops (the circle's series) run on this thread alone: the sweep runs a
-    worker per core, and workers whose threads each took every core ran several times slower.
+    worker per core, and workers whose threads each took every core would oversubscribe them.
     (Not ``NUMBA_NUM_THREADS`` in the workers'
     environment: Dask sets that environment in the calling process too, where numba then
     refuses to compile once its threads run.)
@@ -265,8 +265,8 @@ def _observed_sums(x, tolerance, sums):
 def token_mean(x, xp, averages: dict):
     """``mean(x, axis=1)`` of ``(b, n, k)`` tokens as one matrix product.
 
-    numpy reduces a middle axis with a short last axis element by element (far slower at
-    ``k = 2``); ``averages`` keeps the ``(n k, k)`` averaging matrix per shape.
+    numpy reduces a middle axis with a short last axis element by element, where a product
+    is one BLAS call; ``averages`` keeps the ``(n k, k)`` averaging matrix per shape.
     """
     b, n, k = x.shape
     if (n, k) not in averages:
@@ -506,8 +506,8 @@ def worker_environment() -> dict:
     """Dask's environment for new worker processes, less its ``MALLOC_TRIM_THRESHOLD_``.
 
     Any explicit malloc threshold turns off glibc's dynamic mmap threshold, so every
-    temporary above 128 KiB (a block of weights) is mapped and unmapped at each step: millions
-    of page faults, a task much slower than in a plain process (``benchmarks/bench_particles.py``
+    temporary above 128 KiB (a block of weights) is mapped and unmapped at each step: page
+    faults at every step that a plain process does not take (``benchmarks/bench_particles.py``
     times both). glibc's own behaviour keeps
     them on the heap once freed. The single-thread BLAS/OpenMP settings stay.
     """
