@@ -60,6 +60,12 @@ nitpick_ignore_regex = [
 html_theme = "pydata_sphinx_theme"
 html_title = f"meanfield-attention {release}"
 html_static_path: list[str] = []
+# MathJax from the copy `scripts/setup.sh docs` keeps in the environment (an offline site);
+# without it Sphinx's default, MathJax from its CDN.
+_MATHJAX = Path(sys.prefix) / "share" / "docs-static"
+if (_MATHJAX / "mathjax" / "tex-mml-chtml.js").is_file():
+    html_static_path.append(str(_MATHJAX))
+    mathjax_path = "mathjax/tex-mml-chtml.js"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,

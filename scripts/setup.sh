@@ -45,3 +45,33 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     fi
     touch "$stamp"
 fi
+
+# The docs render formulas with MathJax; a copy kept in the environment makes the built site
+# work offline. npm only fetches the package (a pinned version); without npm (or a network)
+# the site loads MathJax from its CDN instead and still builds.
+MATHJAX_VERSION=3.2.2
+fetch_mathjax() {
+    local target=$1 scratch
+    scratch=$(mktemp -d)
+    if (cd "$scratch" && npm pack "mathjax@$MATHJAX_VERSION" --silent >/dev/null 2>&1) &&
+       tar xzf "$scratch/mathjax-$MATHJAX_VERSION.tgz" -C "$scratch"; then
+        mkdir -p "$target/output/chtml/fonts"
+        cp "$scratch/package/es5/tex-mml-chtml.js" "$scratch/package/LICENSE" "$target/"
+        cp -r "$scratch/package/es5/output/chtml/fonts/woff-v2" "$target/output/chtml/fonts/"
+        rm -rf "$scratch"
+        return 0
+    fi
+    rm -rf "$scratch"
+    return 1
+}
+
+if [ "$EXTRAS" = test,docs ]; then
+    mathjax="$VENV/share/docs-static/mathjax"
+    if [ ! -f "$mathjax/tex-mml-chtml.js" ]; then
+        if command -v npm >/dev/null && fetch_mathjax "$mathjax"; then
+            echo "setup: MathJax $MATHJAX_VERSION copied to $mathjax (formulas render offline)"
+        else
+            echo "setup: could not fetch MathJax with npm; the docs will load it from its CDN" >&2
+        fi
+    fi
+fi
