@@ -25,6 +25,7 @@ extensions = [
     "sphinx_copybutton",
     "sphinx_gallery.gen_gallery",
     "config_reference",  # docs/_ext: the TOML reference generated from the config schema
+    "offline_site",  # docs/_ext: no page loads a script or stylesheet from the network
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -86,4 +87,7 @@ sphinx_gallery_conf = {
     "plot_gallery": "True",
     "capture_repr": (),
     "show_memory": False,
+    # The computation-times page loads jQuery and DataTables from CDNs; the gallery pages say
+    # which size each script runs at.
+    "write_computation_times": False,
 }
