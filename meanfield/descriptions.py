@@ -10,7 +10,9 @@ import json
 
 from .causal import CausalAttention
 from .euclidean import PureAttention
+from .homogenized import HomogenizedLimit
 from .models import SelfAttention
+from .random_weights import GaussianWeights, RandomAttention
 
 
 def model_from_dict(description: dict):
@@ -23,14 +25,15 @@ def model_from_dict(description: dict):
 
     Returns
     -------
-    SelfAttention, CausalAttention or PureAttention
+    SelfAttention, CausalAttention, PureAttention, RandomAttention or HomogenizedLimit
         A model equal in every parameter to the one described.
 
     Raises
     ------
     ValueError
-        If the description is of another kind (a :class:`~meanfield.ZonalAggregation` or a
-        model with a user field holds callables and must be rebuilt by hand).
+        If the description is of another kind: a :class:`~meanfield.ZonalAggregation`, a
+        model with a user field, or a weight law given by a user sampler
+        (:class:`~meanfield.SampledWeights`) holds callables and must be rebuilt by hand.
 
     Examples
     --------
@@ -46,7 +49,22 @@ def model_from_dict(description: dict):
         return CausalAttention(**fields)
     if kind == "PureAttention":
         return PureAttention(**{**fields, "beta": float(fields.get("beta", 1.0))})  # "inf": hardmax
+    if kind in RANDOM_MODELS:
+        return RANDOM_MODELS[kind](**{**fields, "law": _law_from_dict(fields.get("law"))})
     if kind != "SelfAttention":
-        raise ValueError(f"description['model'] must be 'SelfAttention', 'CausalAttention' or 'PureAttention' to be rebuilt, "
-                         f"got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
+        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', *RANDOM_MODELS)} "
+                         f"to be rebuilt, got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
     return SelfAttention(**fields)
+
+
+#: The models whose description holds a weight law.
+RANDOM_MODELS = {"RandomAttention": RandomAttention, "HomogenizedLimit": HomogenizedLimit}
+
+
+def _law_from_dict(description) -> GaussianWeights:
+    fields = dict(description or {})
+    kind = fields.pop("law", None)
+    if kind != "GaussianWeights":
+        raise ValueError(f"description['law']['law'] must be 'GaussianWeights' to be rebuilt, got {kind!r} "
+                         "(a SampledWeights holds a user sampler and must be rebuilt by hand)")
+    return GaussianWeights(**fields)

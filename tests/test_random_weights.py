@@ -160,3 +160,27 @@ def test_bad_regimes_and_laws_are_refused_with_the_reason():
         simulate_homogenized(HomogenizedLimit(1.0), mf.sample_uniform(3, 2, rng=0), [0, 0.25], dt=0.1)
     with pytest.raises(ValueError, match="unit sphere"):
         simulate_random_layers(RandomAttention(1.0), np.ones((3, 2)), 1)
+
+
+def test_a_run_repeats_from_its_record_alone():
+    """The model and the seed a dataset records rebuild the run: the same tokens, bit for bit."""
+    from meanfield.records import dataset_model, dataset_settings
+
+    model = RandomAttention(2.0, heads=3, step=0.1, law=GaussianWeights(value_std=0.7, query_std=None))
+    x0 = mf.sample_uniform(8, 4, rng=1, batch=2)
+    first = simulate_random_layers(model, x0, 5)
+    again = simulate_random_layers(mf.model_from_dict(dataset_model(first)), x0, 5,
+                                   seed=dataset_settings(first)["seed"])
+    np.testing.assert_array_equal(again.x.values, first.x.values)
+
+    limit, _ = HomogenizedLimit.of(model)
+    first = simulate_homogenized(limit, x0, [0.0, 0.1], dt=0.05)
+    again = simulate_homogenized(mf.model_from_dict(dataset_model(first)), x0, [0.0, 0.1], dt=0.05,
+                                 seed=dataset_settings(first)["seed"])
+    np.testing.assert_array_equal(again.x.values, first.x.values)
+
+
+def test_a_user_sampler_is_refused_by_name_when_rebuilding():
+    model = RandomAttention(1.0, law=SampledWeights(lambda rng, count, d: None, name="mine"))
+    with pytest.raises(ValueError, match="SampledWeights"):
+        mf.model_from_dict(model.to_dict())
