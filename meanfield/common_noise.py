@@ -71,7 +71,11 @@ class NoisePath:
                 raise ValueError(f"increments must have shape {(steps,) + self.shape}, got {increments.shape}")
         self.given = increments
         self.bridges = [np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(s, 1))) for s in range(systems)]
-        self.field_matrices = self._field_matrices()
+        # The matrices of all the fields, kept when they are few (the density solvers' d = 2);
+        # for d^2 fields of d x d matrices in high d they are built a block at a time.
+        self._all_fields = None
+        if self._family_size(self.field_count) <= ATTENTION_BLOCK:
+            self._all_fields = self.field_matrices(0, self.field_count)
 
     def increment(self, step: int) -> np.ndarray:
         """The Brownian increments of step ``step`` (counted from 1), over ``dt``."""
@@ -91,15 +95,34 @@ class NoisePath:
         r"""The ambient noise move :math:`\sum_k f_k\,\Delta W_k` of averages ``(systems, nodes, P, d)``."""
         return value_sum(averages, self.limit.noise_matrices(increment, self.value))
 
-    def _field_matrices(self) -> np.ndarray:
-        r"""The matrices :math:`L_k` as ``(systems, fields, nodes, d, d)``: a field per entry for Gaussian values, one otherwise."""
+    @property
+    def field_count(self) -> int:
+        """Number of noise fields per node: one per entry of :math:`V` for Gaussian values, one otherwise."""
+        d = self.value.shape[-1]
+        return d * d if isinstance(self.limit.law, GaussianWeights) else 1
+
+    def _family_size(self, fields: int) -> int:
+        """Doubles held by the matrices of ``fields`` fields."""
+        return int(np.prod(self.value.shape)) * fields
+
+    def field_matrices(self, start: int, stop: int) -> np.ndarray:
+        r"""The matrices :math:`L_k` of the fields ``start <= k < stop``, as ``(systems, fields, nodes, d, d)``."""
+        if self._all_fields is not None:
+            return self._all_fields[:, start:stop]
         systems, nodes, d = self.value.shape[:3]
         if isinstance(self.limit.law, GaussianWeights):
-            units = np.zeros((systems, d * d, nodes, d, d))
-            for entry in range(d * d):
-                units[:, entry, :, entry // d, entry % d] = 1.0
+            units = np.zeros((systems, stop - start, nodes, d, d))
+            for field, entry in enumerate(range(start, stop)):
+                units[:, field, :, entry // d, entry % d] = 1.0
             return self.limit.noise_matrices(units, self.value[:, None])
         return self.limit.noise_matrices(np.ones((systems, 1, nodes)), self.value[:, None])
+
+    def field_blocks(self, points: int, atoms: int):
+        """``(start, stop)`` blocks of fields whose work arrays stay within :data:`ATTENTION_BLOCK` doubles."""
+        nodes = self.value.shape[1]
+        per_field = max(nodes * points * atoms, self._family_size(1))
+        chunk = max(1, ATTENTION_BLOCK // per_field)
+        return [(start, min(start + chunk, self.field_count)) for start in range(0, self.field_count, chunk)]
 
 
 class WeightedAttention:
@@ -171,11 +194,8 @@ class WeightedAttention:
         drift = np.zeros_like(self.points)
         spread = np.zeros(self.points.shape[:-1])
         if self.path.limit.noise:
-            families = self.path.field_matrices  # (systems, fields, nodes, d, d)
-            nodes, count, atoms = families.shape[2], self.points.shape[1], self.atom_points.shape[1]
-            chunk = max(1, ATTENTION_BLOCK // (nodes * count * atoms))
-            for start in range(0, families.shape[1], chunk):
-                family = families[:, start:start + chunk]
+            for start, stop in self.path.field_blocks(self.points.shape[1], self.atom_points.shape[1]):
+                family = self.path.field_matrices(start, stop)  # (systems, fields, nodes, d, d)
                 fields = np.einsum("sfmab,smpb->sfmpa", family, self.averages)
                 moves = project_tangent(x, fields)
                 total = np.einsum("sfmab,sfmpb->sfmpa", family, self.derivative(moves))
