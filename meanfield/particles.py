@@ -47,7 +47,7 @@ from .checks import check_points, check_real, check_rtol, check_step, check_time
 from .errors import StepSizeCollapse
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
 from .integration.runs import dop853_frames, embedded_pair_run, equal_steps
-from .integration.tableaux import TABLEAUX, tableau_named
+from .integration.tableaux import ADAPTIVE_PAIRS, tableau_named
 from . import euclidean_particles
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
 from .progress import time_progress
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 #: Adaptive embedded pairs of ``meanfield.integration``, by name (``method=``).
-PAIRS = tuple(name for name, tableau in TABLEAUX.items() if tableau.adaptive)
+PAIRS = ADAPTIVE_PAIRS
 METHODS = ("dop853", "rk4", "euler", "layer") + PAIRS
 FIXED_STEP_METHODS = ("rk4", "euler", "layer")
 NOISY_METHODS = ("euler", "layer")

@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from meanfield.integration import ExplicitTableau, tableau_named
+
 
 class SpectralTransport:
     """The discretisation of a spectral solver: ``solver`` provides ``transport_and_speed(q)``,
@@ -47,3 +49,27 @@ class SpectralTransport:
     @staticmethod
     def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
         return new, None
+
+
+def transport_tableau(tableau: str | ExplicitTableau, diffusion: float) -> ExplicitTableau:
+    """The pair a spectral solver's ``tableau`` argument names, checked against the model's diffusion.
+
+    ``"auto"``: Dormand-Prince 8(5,3) without diffusion (the advection spectrum is nearly
+    imaginary, and it reaches six times further along that axis than 5(4) for twice the
+    stages), Dormand-Prince 5(4) with diffusion (its integrating-factor form needs
+    nondecreasing abscissas, which 8(5,3) lacks).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name, a pair without an error estimate, or a pair whose abscissas
+        decrease when there is diffusion.
+    """
+    if isinstance(tableau, str) and tableau == "auto":
+        tableau = "dormand_prince" if diffusion > 0 else "dormand_prince_853"
+    found = tableau_named(tableau)
+    if diffusion > 0 and not found.nondecreasing_abscissas:
+        raise ValueError(f"tableau {found.name!r} cannot integrate diffusion exactly (the integrating-factor form "
+                         f"needs nondecreasing abscissas, got {found.c}); with diffusion={diffusion} use "
+                         "'dormand_prince' or tableau='auto'")
+    return found

@@ -76,7 +76,10 @@ class AdaptiveStep:
         if dt > bound:
             self.controller.rejected()
             return None, STABILITY_MARGIN * bound, "stability"
-        new, error = self.stepper.step(state, dt)
+        # A step too long for the solution can overflow in its stages: it is rejected as
+        # non-finite just below, so the overflow is the controller's business, not a warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            new, error = self.stepper.step(state, dt)
         if not np.isfinite(error):
             self.controller.rejected()
             return None, 0.25 * dt, "non-finite"

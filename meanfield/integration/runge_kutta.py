@@ -42,7 +42,7 @@ class ExplicitRungeKutta:
     def __init__(self, tableau: ExplicitTableau, rhs: Callable[[np.ndarray], np.ndarray], *,
                  decay: np.ndarray | None = None, norm: Norm | None = None,
                  tolerance: Callable[[np.ndarray], float] | None = None):
-        if decay is not None and any(later < earlier for earlier, later in zip(tableau.c, tableau.c[1:])):
+        if decay is not None and not tableau.nondecreasing_abscissas:
             raise ValueError(f"tableau {tableau.name!r}: the integrating-factor form needs nondecreasing "
                              f"abscissas (only decaying exponentials), got {tableau.c}")
         self.tableau, self.rhs, self.decay, self.norm, self.tolerance = tableau, rhs, decay, norm, tolerance
