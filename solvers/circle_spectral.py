@@ -13,8 +13,8 @@ points (the 3/2 rule: a quadratic product of modes :math:`|k| < N/2` has no alia
 them) and its derivative taken exactly in coefficient space.
 
 Time: the diffusion :math:`-Dk^2` is integrated exactly (integrating factor, Lawson form)
-and the transport by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by
-default) with the error control of ``solvers.tolerance`` (``rtol`` relative to the
+and the transport by an embedded Runge-Kutta pair (``tableau``: by default Dormand-Prince
+8(5,3) without diffusion, 5(4) with it) with the error control of ``solvers.tolerance`` (``rtol`` relative to the
 deviation from the uniform density) and a stability bound: mode :math:`k` advected by
 :math:`v` has a nearly imaginary frequency up to :math:`k\max|v|`, so the step stays within
 :math:`\Delta t\,(N/2)\max|v| \le y_I`, the pair's imaginary stability (as on :math:`S^2`,
@@ -44,12 +44,12 @@ import numpy as np
 from scipy.fft import next_fast_len
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
-from meanfield.integration import ExplicitTableau, explicit_adaptive_step, tableau_named
+from meanfield.integration import ExplicitTableau, explicit_adaptive_step
 from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
 from .grid_solver import Diagnosis, GridSolver
-from .spectral_transport import SpectralTransport
+from .spectral_transport import SpectralTransport, transport_tableau
 from .heads import takes_general_path
 from .tolerance import error_tolerance
 
@@ -81,6 +81,8 @@ class CircleSpectral(GridSolver):
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair (``meanfield.integration.TABLEAUX``), in
         integrating-factor form with diffusion; held within its imaginary stability.
+        ``"auto"``: ``"dormand_prince_853"`` without diffusion, ``"dormand_prince"`` with it
+        (as for :class:`~solvers.SphereSpectral`).
     record_cells : int, optional
         Cells of the recorded averages (and of an array ``rho0``): a multiple of ``cells``
         (default ``cells``), e.g. the grid of a finite-volume run to compare with or hand over to.
@@ -91,7 +93,7 @@ class CircleSpectral(GridSolver):
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
     interaction: str = "auto"
-    tableau: str | ExplicitTableau = "dormand_prince"
+    tableau: str | ExplicitTableau = "auto"
     record_cells: int | None = None
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)
@@ -118,7 +120,7 @@ class CircleSpectral(GridSolver):
             set_(self, "record_cells", self.cells)
         elif check_int(self.record_cells, "record_cells", minimum=self.cells) % self.cells:
             raise ValueError(f"record_cells must be a multiple of cells={self.cells}, got {self.record_cells}")
-        set_(self, "tableau", tableau_named(self.tableau))
+        set_(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
         model = self.model
         if model.dimension not in (None, 2):
             raise ValueError(f"CircleSpectral solves on the circle: the model's matrices are "

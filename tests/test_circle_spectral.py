@@ -76,17 +76,21 @@ def test_spectral_convergence_on_the_exact_kuramoto_solution():
 
 # The order of the semi-discrete system in time: its few modes under-resolve the density on purpose.
 @pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")
-@pytest.mark.parametrize("model, cells, sizes", [
-    (mf.SelfAttention(0.0), 8, (12, 24, 48, 96)),
-    (mf.SelfAttention(1.0, diffusion=0.1), 20, (24, 48, 96, 192)),
-    (mf.SelfAttention(1.0, normalized=False, diffusion=0.1), 20, (96, 192, 384))], ids=["Kuramoto", "SA-D0.1", "USA-D0.1"])
-def test_fifth_order_in_time(model, cells, sizes):
-    """Fixed steps (the tolerance never rejects them): Dormand-Prince's order 5, diffusion integrated exactly.
+@pytest.mark.parametrize("model, cells, sizes, tableau", [
+    (mf.SelfAttention(0.0), 8, (12, 24, 48, 96), "dormand_prince"),
+    (mf.SelfAttention(0.0), 8, (6, 8, 12, 16), "auto"),
+    (mf.SelfAttention(1.0, diffusion=0.1), 20, (24, 48, 96, 192), "auto"),
+    (mf.SelfAttention(1.0, normalized=False, diffusion=0.1), 20, (96, 192, 384), "auto")],
+    ids=["Kuramoto-DP5", "Kuramoto-DP853", "SA-D0.1", "USA-D0.1"])
+def test_order_in_time(model, cells, sizes, tableau):
+    """Fixed steps (the tolerance never rejects them): the pair's order (5 for Dormand-Prince
+    5(4), the default with diffusion, which is integrated exactly; 8 for 8(5,3), the default
+    without).
 
-    Few modes, so that the stability bound (steps below 1/(N/2 max|v|)) admits steps whose
+    Few modes, so that the stability bound (steps below y_I/(N/2 max|v|)) admits steps whose
     error stands well above round-off; the step counts are those in the asymptotic range.
     """
-    solver = CircleSpectral(model, cells=cells, rtol=1e6)
+    solver = CircleSpectral(model, cells=cells, rtol=1e6, tableau=tableau)
     start = lambda th: 1 + 0.6 * np.cos(th) + 0.3 * np.sin(2 * th)  # noqa: E731
     finals = {}
     for steps in (*sizes, 8 * sizes[-1]):
