@@ -13,8 +13,8 @@ points (the 3/2 rule: a quadratic product of modes :math:`|k| < N/2` has no alia
 them) and its derivative taken exactly in coefficient space.
 
 Time: the diffusion :math:`-Dk^2` is integrated exactly (integrating factor, Lawson form)
-and the transport by an embedded Runge-Kutta pair (``tableau``: by default Dormand-Prince
-8(5,3) without diffusion, 5(4) with it) with the error control of ``solvers.tolerance`` (``rtol`` relative to the
+and the transport by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by
+default) with the error control of ``solvers.tolerance`` (``rtol`` relative to the
 deviation from the uniform density) and a stability bound: mode :math:`k` advected by
 :math:`v` has a nearly imaginary frequency up to :math:`k\max|v|`, so the step stays within
 :math:`\Delta t\,(N/2)\max|v| \le y_I`, the pair's imaginary stability (as on :math:`S^2`,
@@ -81,8 +81,7 @@ class CircleSpectral(GridSolver):
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair (``meanfield.integration.TABLEAUX``), in
         integrating-factor form with diffusion; held within its imaginary stability.
-        ``"auto"``: ``"dormand_prince_853"`` without diffusion, ``"dormand_prince"`` with it
-        (as for :class:`~solvers.SphereSpectral`).
+        ``"dormand_prince_853"``: as for :class:`~solvers.SphereSpectral`.
     record_cells : int, optional
         Cells of the recorded averages (and of an array ``rho0``): a multiple of ``cells``
         (default ``cells``), e.g. the grid of a finite-volume run to compare with or hand over to.
@@ -93,7 +92,7 @@ class CircleSpectral(GridSolver):
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
     interaction: str = "auto"
-    tableau: str | ExplicitTableau = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
     record_cells: int | None = None
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)

@@ -54,10 +54,8 @@ class SpectralTransport:
 def transport_tableau(tableau: str | ExplicitTableau, diffusion: float) -> ExplicitTableau:
     """The pair a spectral solver's ``tableau`` argument names, checked against the model's diffusion.
 
-    ``"auto"``: Dormand-Prince 8(5,3) without diffusion (the advection spectrum is nearly
-    imaginary, and it reaches six times further along that axis than 5(4) for twice the
-    stages), Dormand-Prince 5(4) with diffusion (its integrating-factor form needs
-    nondecreasing abscissas, which 8(5,3) lacks).
+    Diffusion is integrated exactly in integrating-factor form, which needs abscissas that
+    never decrease (Dormand-Prince 8(5,3)'s do): such a pair is refused at once, by name.
 
     Raises
     ------
@@ -65,11 +63,9 @@ def transport_tableau(tableau: str | ExplicitTableau, diffusion: float) -> Expli
         For an unknown name, a pair without an error estimate, or a pair whose abscissas
         decrease when there is diffusion.
     """
-    if isinstance(tableau, str) and tableau == "auto":
-        tableau = "dormand_prince" if diffusion > 0 else "dormand_prince_853"
     found = tableau_named(tableau)
     if diffusion > 0 and not found.nondecreasing_abscissas:
         raise ValueError(f"tableau {found.name!r} cannot integrate diffusion exactly (the integrating-factor form "
                          f"needs nondecreasing abscissas, got {found.c}); with diffusion={diffusion} use "
-                         "'dormand_prince' or tableau='auto'")
+                         "'dormand_prince'")
     return found

@@ -8,14 +8,15 @@ velocity :math:`v = \nabla_S(\Phi*\rho)` (USA, Kuramoto, zonal aggregation) or
 :math:`v = \frac{c}{\beta}\nabla_S\log(K*\rho)` (SA) is formed on a dealiased Gauss grid,
 and the divergence of the flux comes back through the spheroidal/toroidal analysis.
 Diffusion, :math:`-D\,l(l+1)`, is integrated exactly (Lawson integrating factor); the
-transport part by an embedded Runge-Kutta pair (``tableau``: by default Dormand-Prince 8(5,3)
-without diffusion, Dormand-Prince 5(4) with it) with error control (``rtol``, relative to the deviation from the uniform density:
+transport part by an embedded Runge-Kutta pair (``tableau``, Dormand-Prince 5(4) by default)
+with error control (``rtol``, relative to the deviation from the uniform density:
 ``solvers.tolerance``) and a stability bound: the advection of degree :math:`l` by
 :math:`v` has frequencies up to about :math:`l\max|v|`, nearly imaginary, where the explicit
 pair is stable only for :math:`\Delta t\,(l_{max}+1)\max|v| \le y_I`, its imaginary
-stability (0.997 for Dormand-Prince 5(4), 5.96 for 8(5,3): with twice the stages, a six
-times longer step, which is why it is the default where it can be used; the
-integrating-factor form of diffusion needs nondecreasing abscissas, which 8(5,3) lacks).
+stability (0.997 for Dormand-Prince 5(4); 5.96 for 8(5,3), ``tableau="dormand_prince_853"``:
+with twice the stages a six times longer step, so resolved runs without diffusion are about
+twice as cheap; past under-resolution its error estimates reject many steps, and the
+integrating-factor form of diffusion needs nondecreasing abscissas, which it lacks).
 Without that bound the error estimate
 lets the top degrees grow from round-off until they dominate it: the error then sits in
 the top degrees, grows with ``lmax`` and sets off the resolution diagnostic.
@@ -73,9 +74,10 @@ class SphereSpectral(GridSolver):
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair of the transport part (``meanfield.integration.TABLEAUX``),
         in integrating-factor form when there is diffusion; its step is also held within the
-        pair's imaginary stability over the fastest advection frequency. ``"auto"``:
-        ``"dormand_prince_853"`` without diffusion, ``"dormand_prince"`` with it (the
-        integrating-factor form needs nondecreasing abscissas).
+        pair's imaginary stability over the fastest advection frequency.
+        ``"dormand_prince_853"`` reaches six times further along the imaginary axis: about
+        twice as cheap on resolved runs without diffusion (it is refused with diffusion,
+        and slower than the default once the run is under-resolved).
     """
 
     model: object
@@ -83,7 +85,7 @@ class SphereSpectral(GridSolver):
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
     interaction: str = "auto"
-    tableau: str | ExplicitTableau = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)

@@ -78,14 +78,13 @@ def test_spectral_convergence_on_the_exact_kuramoto_solution():
 @pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")
 @pytest.mark.parametrize("model, cells, sizes, tableau", [
     (mf.SelfAttention(0.0), 8, (12, 24, 48, 96), "dormand_prince"),
-    (mf.SelfAttention(0.0), 8, (6, 8, 12, 16), "auto"),
-    (mf.SelfAttention(1.0, diffusion=0.1), 20, (24, 48, 96, 192), "auto"),
-    (mf.SelfAttention(1.0, normalized=False, diffusion=0.1), 20, (96, 192, 384), "auto")],
+    (mf.SelfAttention(0.0), 8, (6, 8, 12, 16), "dormand_prince_853"),
+    (mf.SelfAttention(1.0, diffusion=0.1), 20, (24, 48, 96, 192), "dormand_prince"),
+    (mf.SelfAttention(1.0, normalized=False, diffusion=0.1), 20, (96, 192, 384), "dormand_prince")],
     ids=["Kuramoto-DP5", "Kuramoto-DP853", "SA-D0.1", "USA-D0.1"])
 def test_order_in_time(model, cells, sizes, tableau):
     """Fixed steps (the tolerance never rejects them): the pair's order (5 for Dormand-Prince
-    5(4), the default with diffusion, which is integrated exactly; 8 for 8(5,3), the default
-    without).
+    5(4), with diffusion integrated exactly; 8 for 8(5,3)).
 
     Few modes, so that the stability bound (steps below y_I/(N/2 max|v|)) admits steps whose
     error stands well above round-off; the step counts are those in the asymptotic range.

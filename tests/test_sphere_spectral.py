@@ -258,3 +258,18 @@ def test_rtol_has_no_effect_where_the_stability_bound_sets_the_steps():
         errors.append(np.abs(ds.rho.values[-1] - reference).max() / deviation)
     assert len(steps) == 1, steps
     assert max(errors) < 1e-8, errors
+
+
+def test_dormand_prince_853_by_name_meets_rtol_and_is_refused_with_diffusion():
+    """The pair taken by name: its solution within rtol of the deviation against a
+    Dormand-Prince 5(4) run at rtol 1e-12, in fewer right-hand sides than the default's."""
+    model, times = mf.SelfAttention(5.0), [0.0, 1.5]
+    reference = SphereSpectral(model, lmax=31, rtol=1e-12).solve(smooth_density, times).rho.values[-1]
+    deviation = np.abs(reference - reference.mean()).max()
+    runs = {name: SphereSpectral(model, lmax=31, tableau=name).solve(smooth_density, times)
+            for name in ("dormand_prince_853", "dormand_prince")}
+    assert np.abs(runs["dormand_prince_853"].rho.values[-1] - reference).max() < 1e-6 * deviation
+    evaluations = {name: json.loads(ds.attrs["settings"])["rhs_evaluations"] for name, ds in runs.items()}
+    assert evaluations["dormand_prince_853"] < evaluations["dormand_prince"], evaluations
+    with pytest.raises(ValueError, match="dormand_prince_853.*nondecreasing abscissas"):
+        SphereSpectral(mf.SelfAttention(1.0, diffusion=0.1), tableau="dormand_prince_853")
