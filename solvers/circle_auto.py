@@ -22,6 +22,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_density, check_int, check_times
+from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE, PDE, record_attrs
 
 from .circle import CircleFV
@@ -48,6 +49,9 @@ class CircleAuto:
     tail_threshold : float
         The spectral solver's resolution threshold (:class:`~solvers.CircleSpectral`): the hand-over.
     interaction : {"auto", "zonal", "general"}
+        As for :class:`~solvers.CircleFV`.
+    tableau : str or ExplicitTableau
+        The spectral solver's pair (:class:`~solvers.CircleSpectral`); the finite volumes keep theirs.
     """
 
     model: object
@@ -56,6 +60,7 @@ class CircleAuto:
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
     interaction: str = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
     spectral: CircleSpectral | None = field(init=False, repr=False)
     finite_volumes: CircleFV = field(init=False, repr=False)
 
@@ -70,7 +75,7 @@ class CircleAuto:
 
     def _spectral_solver(self) -> CircleSpectral | None:
         settings = dict(rtol=self.rtol, tail_threshold=self.tail_threshold, interaction=self.interaction,
-                        record_cells=self.cells)
+                        record_cells=self.cells, tableau=self.tableau)
         if self.spectral_cells is not None:
             check_int(self.spectral_cells, "spectral_cells", minimum=8)
             if self.cells % self.spectral_cells:

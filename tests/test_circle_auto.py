@@ -76,3 +76,18 @@ def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     # the segments' boundaries round-trip cell averages through coefficients: round-off only
     np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-12 * direct.rho.values.max())
     np.testing.assert_array_equal(ds.spectral.values, direct.spectral.values)
+
+
+def test_the_spectral_pair_is_named_through_circle_auto():
+    """Dormand-Prince 8(5,3) for the spectral part (the finite volumes keep theirs): the same
+    density within the tolerance, in fewer right-hand sides."""
+    model = mf.SelfAttention(5.0)
+    start = lambda th: 1 + 0.1 * np.cos(th) + 0.05 * np.sin(3 * th + 0.4)  # noqa: E731
+    runs = {name: CircleAuto(model, cells=384, spectral_cells=96, rtol=1e-8, tableau=name).solve(
+        start, [0.0, 4.0], progress=False) for name in ("dormand_prince", "dormand_prince_853")}
+    assert all(bool(ds.spectral.all()) for ds in runs.values())
+    counts = {name: json.loads(ds.attrs["settings"])["runs"]["CircleSpectral"]["rhs_evaluations"]
+              for name, ds in runs.items()}
+    assert counts["dormand_prince_853"] < counts["dormand_prince"], counts
+    difference = np.abs(runs["dormand_prince_853"].rho.values - runs["dormand_prince"].rho.values).max()
+    assert difference < 1e-6 * runs["dormand_prince"].rho.values.max()
