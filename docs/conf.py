@@ -29,7 +29,7 @@ extensions = [
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
-exclude_patterns = ["_build"]
+exclude_patterns = ["_build", "**sg_execution_times.rst"]  # left by builds that wrote the page
 templates_path = ["_templates"]
 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]

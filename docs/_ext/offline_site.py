@@ -23,7 +23,9 @@ def check(app, exception) -> None:
     if exception is not None or app.builder.format != "html":
         return
     fallback = app.config.mathjax_path
-    for page in sorted(Path(app.outdir).rglob("*.html")):
+    # The pages of this build's documents (an incremental build keeps older pages around).
+    pages = [Path(app.builder.get_outfilename(name)) for name in sorted(app.env.found_docs)]
+    for page in (page for page in pages if page.is_file()):
         for match in REMOTE.finditer(page.read_text(encoding="utf-8")):
             if (match.group(1) or match.group(2)).startswith(fallback):
                 continue
