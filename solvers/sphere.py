@@ -14,8 +14,8 @@ with error control (``rtol``, relative to the deviation from the uniform density
 :math:`v` has frequencies up to about :math:`l\max|v|`, nearly imaginary, where the explicit
 pair is stable only for :math:`\Delta t\,(l_{max}+1)\max|v| \le y_I`, its imaginary
 stability (0.997 for Dormand-Prince 5(4); 5.96 for 8(5,3), ``tableau="dormand_prince_853"``:
-with twice the stages a six times longer step, so resolved runs without diffusion are about
-twice as cheap; past under-resolution its error estimates reject many steps, and the
+with twice the stages a six times longer step, so resolved runs without diffusion are
+cheaper (``docs/performance.md``); past under-resolution its error estimates reject many steps, and the
 integrating-factor form of diffusion needs nondecreasing abscissas, which it lacks).
 Without that bound the error estimate
 lets the top degrees grow from round-off until they dominate it: the error then sits in
@@ -76,7 +76,7 @@ class SphereSpectral(GridSolver):
         in integrating-factor form when there is diffusion; its step is also held within the
         pair's imaginary stability over the fastest advection frequency.
         ``"dormand_prince_853"`` reaches six times further along the imaginary axis: about
-        twice as cheap on resolved runs without diffusion (it is refused with diffusion,
+        cheaper on resolved runs without diffusion (``docs/performance.md``; it is refused with diffusion,
         and slower than the default once the run is under-resolved).
     """
 

@@ -194,8 +194,8 @@ def dormand_prince_853() -> ExplicitTableau:
     solutions), which overestimates the error of the eighth-order solution. Its abscissas
     decrease once (:math:`c_7 < c_6`), so the integrating-factor form (diffusion) refuses it.
     """
-    # Imported here, on first use of this pair: scipy.integrate adds a third to the time of
-    # `import meanfield`, which every sweep worker pays at start-up.
+    # Imported here, on first use of this pair: scipy.integrate is slow to import, and every
+    # sweep worker would pay for it at start-up through `import meanfield`.
     from scipy.integrate._ivp import dop853_coefficients as k
 
     stages = k.N_STAGES
@@ -225,12 +225,14 @@ class TableauRegistry(Mapping):
         return len(set(self._built) | set(self._deferred))
 
 
+_BUILT = (HEUN_EULER, BOGACKI_SHAMPINE, MERSON, DORMAND_PRINCE, CLASSICAL_RK4)
+_DEFERRED = {"dormand_prince_853": dormand_prince_853}
+
 #: The pairs and methods by name (``tableau=`` of the solvers).
-TABLEAUX = TableauRegistry((HEUN_EULER, BOGACKI_SHAMPINE, MERSON, DORMAND_PRINCE, CLASSICAL_RK4),
-                           {"dormand_prince_853": dormand_prince_853})
+TABLEAUX = TableauRegistry(_BUILT, _DEFERRED)
 
 #: The names of the embedded pairs (every deferred entry is one), known without building them.
-ADAPTIVE_PAIRS = tuple(t.name for t in (HEUN_EULER, BOGACKI_SHAMPINE, MERSON, DORMAND_PRINCE)) + ("dormand_prince_853",)
+ADAPTIVE_PAIRS = tuple(t.name for t in _BUILT if t.adaptive) + tuple(_DEFERRED)
 
 
 def tableau_named(tableau: str | ExplicitTableau, *, adaptive: bool = True) -> ExplicitTableau:
