@@ -2,7 +2,7 @@
 spherical harmonics on S^2; the measure in mass coordinates through cluster formation), of the layered equation of causal attention on both, and of pure
 attention on the line (d = 1, rescaled tokens)."""
 
-from .causal import CausalCircleFV, CausalSphereSpectral
+from .causal import CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral
 from .circle import CircleFV
 from .circle_auto import CircleAuto
 from .circle_common_noise import CommonNoiseCircle
@@ -13,4 +13,4 @@ from .line import LineFV
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "CausalCircleFV", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]

@@ -8,19 +8,20 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_int, check_real
-from meanfield.records import CIRCLE, package_version
+from meanfield.records import CIRCLE, SPHERE, package_version
 
 from .continuation import EIGENVALUES, Branch, Point, branch_from_uniform, uniform_bifurcations
 from .stationary_circle import CircleStationary
+from .stationary_sphere import SphereStationary
 
 #: Order parameters |int rho e^{ik theta}| recorded per point, k = 1..ORDER_MODES.
 ORDER_MODES = 4
 
 
-def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *, cells: int = 256,
-                        modes=None, max_points: int = 200, uniform_points: int = 41,
-                        tol: float = 1e-10, progress: bool | None = None) -> xr.Dataset:
-    r"""Branches of stationary states on the circle from the uniform state, over ``interval`` of ``parameter``.
+def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *, geometry: str = CIRCLE,
+                        cells: int = 256, lmax: int = 31, modes=None, max_points: int = 200,
+                        uniform_points: int = 41, tol: float = 1e-10, progress: bool | None = None) -> xr.Dataset:
+    r"""Branches of stationary states from the uniform state, over ``interval`` of ``parameter``.
 
     The uniform branch with its stability; every bifurcation point on it (a mode's eigenvalue
     crossing zero: the dispersion relation's zero); from each, the bifurcating branch followed
@@ -35,10 +36,17 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
     parameter : {"diffusion", "beta"}
     interval : (float, float)
         The range of the parameter.
+    geometry : {"circle", "sphere"}
+        The circle (:class:`~solvers.stationary_circle.CircleStationary`, the finite volumes'
+        discretisation) or :math:`S^2` (:class:`~solvers.stationary_sphere.SphereStationary`,
+        spherical harmonics, axisymmetric states; a zonal model).
     cells : int
-        Cells of the finite-volume discretisation (:class:`~solvers.stationary_circle.CircleStationary`).
+        Circle: cells of the finite-volume discretisation.
+    lmax : int
+        Sphere: highest degree.
     modes : iterable of int, optional
-        Wavenumbers whose bifurcations are followed (default ``1..8``).
+        Wavenumbers (sphere: degrees of the zonal harmonics) whose bifurcations are followed
+        (default ``1..8``).
     max_points : int
         Points per bifurcating branch at most.
     uniform_points : int
@@ -48,8 +56,9 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
     -------
     xarray.Dataset
         Per ``point``: ``on_branch`` (index of its ``branch``, 0 the uniform one), the parameter, ``norm``
-        (:math:`\|\rho - \bar\rho\|_{L^2}`), ``order_parameter`` (``wavenumber`` 1..4),
-        ``density`` (``theta``), ``stable``, ``growth_rate`` and ``frequency`` (real and
+        (:math:`\|\rho - \bar\rho\|_{L^2}`), ``order_parameter`` (``wavenumber`` 1..4: circle
+        :math:`|\int\rho e^{ik\theta}|`, sphere :math:`|\int\rho P_k(\cos\theta)|`),
+        ``density`` (``theta``; sphere: ``colatitude``), ``stable``, ``growth_rate`` and ``frequency`` (real and
         imaginary parts of the leading eigenvalues), ``fold``, ``residual_evaluations``. Per
         ``branch``: ``mode``, ``bifurcation_value`` and ``end`` (why it stopped).
     """
@@ -57,7 +66,12 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
     if not low < high:
         raise ValueError(f"interval must be increasing, got {interval!r}")
     check_int(uniform_points, "uniform_points", minimum=2)
-    problem = CircleStationary(model, cells, parameter=parameter, tol=tol)
+    if geometry == CIRCLE:
+        problem = CircleStationary(model, cells, parameter=parameter, tol=tol)
+    elif geometry == SPHERE:
+        problem = SphereStationary(model, lmax, parameter=parameter, tol=tol)
+    else:
+        raise ValueError(f"geometry must be {CIRCLE!r} or {SPHERE!r}, got {geometry!r}")
     problem.check_value(low)  # a parameter range without diffusion is refused before any work
     problem.check_value(high)
     modes = [k for k in (range(1, 9) if modes is None else modes) if k in problem.modes()]
@@ -68,7 +82,7 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
         branches.append(branch_from_uniform(problem, mode, value, (low, high), max_points=max_points,
                                             progress=progress))
     uniform.points.sort(key=lambda point: point.value)
-    return _dataset(problem, branches, model)
+    return _dataset(problem, branches, model, geometry)
 
 
 def _uniform_point(problem, value: float, modes) -> Point:
@@ -82,7 +96,7 @@ def _uniform_branch(problem, values: np.ndarray, modes) -> Branch:
     return Branch([_uniform_point(problem, v, modes) for v in values], 0, np.nan, end="the uniform state")
 
 
-def _dataset(problem, branches: list[Branch], model) -> xr.Dataset:
+def _dataset(problem, branches: list[Branch], model, geometry: str) -> xr.Dataset:
     points = [(b, point) for b, branch in enumerate(branches) for point in branch.points]
     eigen = np.array([point.eigenvalues for _, point in points])
     folds = {(b, i) for b, branch in enumerate(branches) for i in branch.folds}
@@ -92,7 +106,7 @@ def _dataset(problem, branches: list[Branch], model) -> xr.Dataset:
         "norm": ("point", np.array([problem.norm(p.unknowns) for _, p in points])),
         "order_parameter": (("point", "wavenumber"),
                             np.array([problem.order_parameters(p.unknowns, ORDER_MODES) for _, p in points])),
-        "density": (("point", "theta"), np.array([problem.density(p.unknowns) for _, p in points])),
+        "density": (("point", problem.coordinate[0]), np.array([problem.density(p.unknowns) for _, p in points])),
         # A state is stable when no eigenvalue has a positive real part.
         "stable": ("point", np.nanmax(eigen.real, axis=1) < 0),
         "growth_rate": (("point", "eigenvalue"), eigen.real),
@@ -104,7 +118,9 @@ def _dataset(problem, branches: list[Branch], model) -> xr.Dataset:
         "bifurcation_value": ("branch", np.array([branch.start_value for branch in branches])),
         "end": ("branch", np.array([branch.end for branch in branches], dtype=object)),
     }
-    coords = {"theta": problem.theta, "branch": np.arange(len(branches)), "wavenumber": np.arange(1, ORDER_MODES + 1)}
-    attrs = {"geometry": CIRCLE, "parameter": problem.parameter, "solver": "CircleFV", "cells": problem.cells,
+    name, values = problem.coordinate
+    coords = {name: values, "branch": np.arange(len(branches)), "wavenumber": np.arange(1, ORDER_MODES + 1)}
+    resolution = {"cells": problem.cells} if geometry == CIRCLE else {"lmax": problem.lmax}
+    attrs = {"geometry": geometry, "parameter": problem.parameter, "solver": problem.name, **resolution,
              "tol": problem.tol, "model": json.dumps(model.to_dict()), "version": package_version()}
     return xr.Dataset(variables, coords=coords, attrs=attrs)

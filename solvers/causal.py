@@ -18,7 +18,9 @@ uniform density is stationary in every layer, and the first layer obeys the non-
 equation. Each layer is then moved by the existing scheme of its geometry, with the mixed
 density's velocity: :class:`CausalCircleFV` shares :class:`~solvers.circle.CircleFV`'s
 operators and steps (flux form: mass kept per layer to round-off, positivity, CFL),
-:class:`CausalSphereSpectral` :class:`~solvers.sphere.SphereSpectral`'s transforms and
+:class:`CausalCircleSpectral` :class:`~solvers.CircleSpectral`'s Fourier transforms and
+integrator (each layer's transport in Fourier space: spectral accuracy while the layers are
+smooth), :class:`CausalSphereSpectral` :class:`~solvers.sphere.SphereSpectral`'s transforms and
 integrator. All layers advance together with one step (the system is lower triangular in
 ``s``; marching layer by layer would need each layer's history at every step of the next).
 
@@ -41,6 +43,7 @@ from meanfield.checks import check_density, check_int
 
 from .circle import CircleFV
 from .circle_operators import CircleOperators
+from .circle_spectral import CircleSpectral, tail_fraction
 from .grid_solver import Diagnosis
 from .resolution import sharpest_cluster_width
 from .sphere import SphereSpectral
@@ -188,8 +191,157 @@ class CausalCircleFV(CircleFV):
         return {**super().recorded_settings(), "layers": self.layers}
 
 
+class _LayeredSpectral:
+    """What a layered spectral solver adds to its geometry's solver: the layers in ``s`` and their mixing.
+
+    Mixed in before the solver's dataclass, whose ``layers`` and ``weights`` fields it fills.
+    """
+
+    def __post_init__(self) -> None:
+        _require_causal(self.model, self.name)
+        check_int(self.layers, "layers", minimum=1)
+        super().__post_init__()
+        object.__setattr__(self, "weights", positional_cell_weights(self.model.alibi, self.layers))
+
+    @property
+    def kernel_model(self):
+        """The non-causal model whose velocity at a layer's mixed density is that layer's velocity."""
+        return self.model.mixed_model
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Relative positions ``s`` of the layers, shape ``(layers,)``."""
+        return layer_positions(self.layers)
+
+    def recorded_settings(self) -> dict:
+        return {**super().recorded_settings(), "layers": self.layers}
+
+
 @dataclass(frozen=True, eq=False)
-class CausalSphereSpectral(SphereSpectral):
+class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
+    r"""The layered causal equation on the circle: :class:`~solvers.CircleSpectral` per layer, mixed velocities.
+
+    The state holds every layer's Fourier coefficients, shape ``(layers, cells // 2)``; the
+    transforms act along the last axis, so the layers share each transform call, and the
+    mixing :math:`\tilde\rho = W\rho` is a product with the coefficients.
+
+    Parameters
+    ----------
+    model : CausalAttention
+        Causal SA or USA, any ALiBi slope, prefactor and diffusion.
+    cells, rtol, tail_threshold, tableau, record_cells
+        As for :class:`~solvers.CircleSpectral` (the error is measured over all layers
+        together; the spectral tail is the largest over layers).
+    layers : int
+        Number ``L`` of layers in ``s`` (module docstring).
+    """
+
+    layers: int = 32
+    weights: np.ndarray = field(init=False, repr=False)
+
+    name = "CausalCircleSpectral"
+
+    def velocity(self, coefficients: np.ndarray) -> np.ndarray:
+        """Every layer's velocity at the flux grid's points, at its mixed density.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (layers, cells // 2)
+            Fourier coefficients per layer.
+
+        Returns
+        -------
+        numpy.ndarray, shape (layers, points)
+            The tangential velocity of each layer.
+        """
+        return super().velocity(self.weights @ coefficients)
+
+    def energy(self, coefficients: np.ndarray) -> float:
+        """NaN: causal attention has no known interaction energy or Lyapunov functional (not a gradient flow).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (layers, cells // 2)
+            Fourier coefficients per layer.
+
+        Returns
+        -------
+        float
+            NaN.
+        """
+        return np.nan
+
+    lyapunov = energy
+
+    def spectral_tail(self, coefficients: np.ndarray) -> float:
+        """The largest over layers of :meth:`CircleSpectral.spectral_tail <solvers.CircleSpectral.spectral_tail>`.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (layers, cells // 2)
+            Fourier coefficients per layer.
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``.
+        """
+        return max(tail_fraction(layer, self.cells // 2 - 1) for layer in coefficients)
+
+    def initial_coefficients(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        r"""Coefficients per layer, shape ``(layers, cells // 2)``, each of mass one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A callable ``rho0(s, theta)`` (sampled at ``4 cells`` points, ``s`` broadcast as
+            ``(layers, 1)``), an array ``(layers, record_cells)`` of cell averages, or an array
+            ``(record_cells,)`` used in every layer.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (layers, cells // 2)
+            The coefficients per layer, :math:`2\pi c_{l,0} = 1`.
+
+        Raises
+        ------
+        ValueError
+            If a layer's density is negative, not finite, of zero mass or of the wrong shape.
+        """
+        if callable(rho0):
+            samples = 4 * self.cells  # modes up to 4N fold onto none of the kept ones
+            theta = np.arange(samples) * (2 * np.pi / samples)
+            values = _layer_values(rho0, self.layers, lambda f, s: f(s, theta), (samples,), name)
+            coefficients = np.fft.rfft(values)[:, : self.cells // 2] / samples
+        else:
+            coefficients = self.coefficients_of_averages(
+                _layer_values(rho0, self.layers, None, (self.record_cells,), name))
+        coefficients[:, 0] = coefficients[:, 0].real
+        return coefficients / (2 * np.pi * coefficients[:, :1].real)
+
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if continued:
+            shape = (self.layers, self.record_cells)
+            return self.coefficients_of_averages(check_density(rho0, shape, "rho0", evolved=True))
+        return self.initial_coefficients(rho0)
+
+    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        resolved, tail, lowest = self._resolution(coefficients)
+        reason = (f"the top 10% of modes hold {tail:.2g} of the spectral energy of a layer (> {self.tail_threshold:g})"
+                  if tail >= self.tail_threshold else f"the density is negative ({lowest:.3g})")
+        mass = 2 * np.pi * coefficients[:, 0].real
+        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": lowest,
+                  "spectral_tail": tail}
+        return Diagnosis(values, resolved, reason)
+
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"position": self.positions, "theta": self.theta}
+
+
+@dataclass(frozen=True, eq=False)
+class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     r"""The layered causal equation on :math:`S^2`: :class:`SphereSpectral` per layer, mixed velocities.
 
     Parameters
@@ -206,23 +358,7 @@ class CausalSphereSpectral(SphereSpectral):
     layers: int = 16
     weights: np.ndarray = field(init=False, repr=False)
 
-    def __post_init__(self) -> None:
-        _require_causal(self.model, "CausalSphereSpectral")
-        check_int(self.layers, "layers", minimum=1)
-        super().__post_init__()
-        object.__setattr__(self, "weights", positional_cell_weights(self.model.alibi, self.layers))
-
     name = "CausalSphereSpectral"
-
-    @property
-    def kernel_model(self):
-        """The non-causal model whose velocity at a layer's mixed density is that layer's velocity."""
-        return self.model.mixed_model
-
-    @property
-    def positions(self) -> np.ndarray:
-        """Relative positions ``s`` of the layers, shape ``(layers,)``."""
-        return layer_positions(self.layers)
 
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every layer's velocity, at its mixed density.
@@ -327,6 +463,3 @@ class CausalSphereSpectral(SphereSpectral):
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"position": self.positions, **super().grid_coordinates()}
-
-    def recorded_settings(self) -> dict:
-        return {**super().recorded_settings(), "layers": self.layers}

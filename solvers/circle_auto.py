@@ -50,8 +50,15 @@ class CircleAuto:
         The spectral solver's resolution threshold (:class:`~solvers.CircleSpectral`): the hand-over.
     interaction : {"auto", "zonal", "general"}
         As for :class:`~solvers.CircleFV`.
+    error_level : float or None
+        The finite volumes' error level (:class:`~solvers.CircleFV`; ``None``: no error estimate).
     tableau : str or ExplicitTableau
-        The spectral solver's pair (:class:`~solvers.CircleSpectral`); the finite volumes keep theirs.
+        The spectral solver's pair (:class:`~solvers.CircleSpectral`); the finite volumes keep
+        theirs. ``"auto"``: Dormand-Prince 8(5,3) without diffusion (its stability region
+        reaches 6x further along the imaginary axis, where the transport's spectrum lies, and
+        the hand-over ends the spectral part before the density is rough enough for its
+        error estimates to reject step after step), Dormand-Prince 5(4) with diffusion (the
+        integrating-factor form needs its nondecreasing abscissas).
     """
 
     model: object
@@ -60,7 +67,8 @@ class CircleAuto:
     rtol: float = 1e-6
     tail_threshold: float = 1e-10
     interaction: str = "auto"
-    tableau: str | ExplicitTableau = "dormand_prince"
+    error_level: float | None = 1e-3
+    tableau: str | ExplicitTableau = "auto"
     spectral: CircleSpectral | None = field(init=False, repr=False)
     finite_volumes: CircleFV = field(init=False, repr=False)
 
@@ -69,13 +77,14 @@ class CircleAuto:
 
     def __post_init__(self) -> None:
         check_int(self.cells, "cells", minimum=8)
-        finite = CircleFV(self.model, cells=self.cells, rtol=self.rtol, interaction=self.interaction)
+        finite = CircleFV(self.model, cells=self.cells, rtol=self.rtol, interaction=self.interaction,
+                          error_level=self.error_level)
         object.__setattr__(self, "finite_volumes", finite)
         object.__setattr__(self, "spectral", self._spectral_solver())
 
     def _spectral_solver(self) -> CircleSpectral | None:
         settings = dict(rtol=self.rtol, tail_threshold=self.tail_threshold, interaction=self.interaction,
-                        record_cells=self.cells, tableau=self.tableau)
+                        record_cells=self.cells, tableau=self._spectral_tableau())
         if self.spectral_cells is not None:
             check_int(self.spectral_cells, "spectral_cells", minimum=8)
             if self.cells % self.spectral_cells:
@@ -91,6 +100,11 @@ class CircleAuto:
                 if "does not resolve the kernel" not in str(error):
                     raise
         return None
+
+    def _spectral_tableau(self) -> str | ExplicitTableau:
+        if self.tableau != "auto":
+            return self.tableau
+        return "dormand_prince" if self.model.diffusion > 0 else "dormand_prince_853"
 
     @property
     def theta(self) -> np.ndarray:

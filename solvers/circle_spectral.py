@@ -120,7 +120,7 @@ class CircleSpectral(GridSolver):
         elif check_int(self.record_cells, "record_cells", minimum=self.cells) % self.cells:
             raise ValueError(f"record_cells must be a multiple of cells={self.cells}, got {self.record_cells}")
         set_(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
-        model = self.model
+        model = self.kernel_model
         if model.dimension not in (None, 2):
             raise ValueError(f"CircleSpectral solves on the circle: the model's matrices are "
                              f"{model.dimension} x {model.dimension}, not 2 x 2")
@@ -159,7 +159,7 @@ class CircleSpectral(GridSolver):
 
     def _set_external(self) -> None:
         """The external field's tangential component and potential on the flux grid (it is fixed)."""
-        external = self.model.external
+        external = self.kernel_model.external
         velocity = potential = None
         if external is not None:
             theta = self.flux_grid
@@ -169,6 +169,11 @@ class CircleSpectral(GridSolver):
             potential = external.potential(points)
         object.__setattr__(self, "external_velocity", velocity)
         object.__setattr__(self, "external_potential", potential)
+
+    @property
+    def kernel_model(self):
+        """The model whose kernel and velocity law the solver uses (the layered causal solver's differs)."""
+        return self.model
 
     @property
     def theta(self) -> np.ndarray:
@@ -219,7 +224,7 @@ class CircleSpectral(GridSolver):
             Their discrete Fourier coefficients (the modes from ``N/2`` on are dropped: the
             dealiasing of a product of two series of modes below ``N/2``, since ``M >= 3N/2``).
         """
-        return np.fft.rfft(values)[: self.cells // 2] / self.points
+        return np.fft.rfft(values)[..., : self.cells // 2] / self.points
 
     def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
         r"""The averages over the ``record_cells`` cells, exactly (the recorded density).
@@ -257,7 +262,7 @@ class CircleSpectral(GridSolver):
         """
         n = self.record_cells
         modes = self.cells // 2 if modes is None else modes
-        return np.fft.rfft(averages)[:modes] / n / _averaging(modes, n)
+        return np.fft.rfft(averages)[..., :modes] / n / _averaging(modes, n)
 
     # ------------------------------------------------------------------ velocity and transport
     def velocity(self, coefficients: np.ndarray) -> np.ndarray:
@@ -279,10 +284,10 @@ class CircleSpectral(GridSolver):
             # rho_hat(q) = int e^{-iq phi} rho = 2 pi c_q, q = -(modes - 1) .. modes - 1, as the general operators take them
             spectrum = 2 * np.pi * np.concatenate([np.conj(coefficients[:0:-1]), coefficients])
             velocity = self.general.point_velocity(spectrum, -(modes - 1))
-        elif self.model.velocity_is_linear:
+        elif self.kernel_model.velocity_is_linear:
             velocity = self.values(self._symbol * coefficients, derivative=True)
         else:
-            c, beta = self.model.value_scale, self.model.beta
+            c, beta = self.kernel_model.value_scale, self.kernel_model.beta
             convolution = self._symbol * coefficients
             velocity = (c / beta) * self.values(convolution, derivative=True) / np.maximum(
                 self.values(convolution), np.finfo(float).tiny)
@@ -357,7 +362,7 @@ class CircleSpectral(GridSolver):
         float
             By Parseval over the modes :math:`k \ne 0`.
         """
-        deviation = coefficients[1:]
+        deviation = coefficients[..., 1:]  # (layered solvers: over all layers)
         return float(np.sqrt(4 * np.pi * np.vdot(deviation, deviation).real))
 
     def norm(self, coefficients: np.ndarray) -> float:
@@ -374,7 +379,12 @@ class CircleSpectral(GridSolver):
         float
             :math:`\|\rho\|_{L^2}`.
         """
-        return float(np.hypot(np.sqrt(2 * np.pi) * abs(coefficients[0]), self.deviation_norm(coefficients)))
+        return float(np.hypot(self._uniform_norm(coefficients), self.deviation_norm(coefficients)))
+
+    @staticmethod
+    def _uniform_norm(coefficients: np.ndarray) -> float:
+        """The :math:`L^2` norm of the mean's part (over all layers of a layered solver)."""
+        return float(np.sqrt(2 * np.pi) * np.linalg.norm(coefficients[..., 0]))
 
     def local_tolerance(self, coefficients: np.ndarray) -> float:
         r"""The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
@@ -391,8 +401,7 @@ class CircleSpectral(GridSolver):
             ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
             norm (so that a run from the uniform state takes steps).
         """
-        uniform_norm = abs(coefficients[0]) * np.sqrt(2 * np.pi)
-        return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
+        return error_tolerance(self.rtol, self.deviation_norm(coefficients), self._uniform_norm(coefficients))
 
     def _quadratic(self, coefficients: np.ndarray, symbol: np.ndarray) -> float:
         r""":math:`\frac12\int\rho\,(S*\rho) = \pi\sum_k S_k|\hat\rho_k|^2` over all :math:`k` (both signs)."""

@@ -324,10 +324,16 @@ def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str,
         sizes.update({dim: max(size, sizes.get(dim, 0)) for dim, size in part.sizes.items() if dim != "time"})
     filled = []
     for part, value in zip(padded_to_longest([part for part, _ in parts]), [flag for _, flag in parts]):
-        part = part.assign_coords({dim: values for dim, values in (coordinates or {}).items() if dim not in part.coords})
-        missing = {name: (shape, np.full([part.sizes["time"] if d == "time" else sizes[d] for d in shape], np.nan))
-                   for name, shape in dims.items() if name not in part.data_vars}
-        filled.append(part.assign({flag: ("time", np.full(part.sizes["time"], value)), **missing}))
+        # one Dataset built per part (xarray's assign and assign_coords each merge and align:
+        # on a short spectral run that was most of its time)
+        outputs = part.sizes["time"]
+        variables = {name: part[name].variable for name in part.data_vars}
+        variables.update({name: (shape, np.full([outputs if d == "time" else sizes[d] for d in shape], np.nan))
+                          for name, shape in dims.items() if name not in part.data_vars})
+        variables[flag] = ("time", np.full(outputs, value))
+        coords = {name: part.coords[name].variable for name in part.coords}
+        coords.update({dim: values for dim, values in (coordinates or {}).items() if dim not in part.coords})
+        filled.append(xr.Dataset(variables, coords=coords, attrs=part.attrs))
     ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
     ds[flag].attrs["long_name"] = long_name
     return ds

@@ -30,22 +30,17 @@ and is refused.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from meanfield.checks import check_int, check_real
-from meanfield.models import SelfAttention
 
 from .circle import ROUNDOFF_NEGATIVE
 from .circle_general import GeneralCircleOperators
 from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
 from .heads import head_matrices, takes_general_path
 from .resolution import sharpest_cluster_width
-
-#: The parameters a branch may follow.
-PARAMETERS = ("diffusion", "beta")
+from .stationary_problem import ParameterFamily
 
 _ROTATION = np.array([[0.0, -1.0], [1.0, 0.0]])
 _REFLECTION = np.diag([1.0, -1.0])
@@ -69,7 +64,7 @@ def symmetries(model) -> tuple[bool, bool]:
             all(_commutes(a, _REFLECTION) and _commutes(v, _REFLECTION) for a, v in pairs))
 
 
-class CircleStationary:
+class CircleStationary(ParameterFamily):
     r"""Stationary states of the mean-field equation on the circle with diffusion, and their stability.
 
     Parameters
@@ -99,12 +94,7 @@ class CircleStationary:
         self.cells = check_int(cells, "cells", minimum=8)
         if self.cells % 2:
             raise ValueError(f"cells must be even (the even states are half the cells), got {cells}")
-        if parameter not in PARAMETERS:
-            raise ValueError(f"parameter must be one of {PARAMETERS}, got {parameter!r}")
-        if parameter == "beta" and not isinstance(model, SelfAttention):
-            raise ValueError(f"parameter 'beta' needs a SelfAttention model, got {type(model).__name__}")
-        self.model, self.parameter = model, parameter
-        self.tol = check_real(tol, "tol", minimum=0.0, strictly=True)
+        super().__init__(model, parameter, tol)
         self.min_cluster_cells = check_real(min_cluster_cells, "min_cluster_cells", minimum=0.0)
         self.interaction = interaction
         self.rotations, reflection = symmetries(model)
@@ -123,25 +113,6 @@ class CircleStationary:
         self.size = self.cells // 2 if self.even else self.cells
 
     # ------------------------------------------------------------------ the parameter
-    @property
-    def value(self) -> float:
-        """The parameter's value in the model given."""
-        return float(getattr(self.model, self.parameter))
-
-    def check_value(self, value: float) -> None:
-        """Refuse a parameter value without stationary densities (no diffusion) or outside the model's range."""
-        diffusion = self.diffusion_at(value)
-        if not diffusion > 0:
-            raise ValueError(f"{self.parameter}={value:.6g} leaves diffusion={diffusion!r}: without diffusion "
-                             "the stationary states are sums of Dirac masses, not densities")
-        if self.parameter == "beta" and value < 0:
-            raise ValueError(f"beta must be >= 0, got {value:.6g}")
-
-    def model_at(self, value: float):
-        """The model with the parameter set to ``value`` (checked by :meth:`check_value`)."""
-        self.check_value(value)
-        return replace(self.model, **{self.parameter: float(value)})
-
     def operators_at(self, value: float) -> CircleOperators:
         """The finite-volume operators at this parameter value (the last one kept)."""
         cached_value, operators = self._operators
@@ -152,9 +123,6 @@ class CircleStationary:
         operators = (GeneralCircleOperators if general else CircleOperators)(model, self.cells)
         self._operators = (value, operators)
         return operators
-
-    def diffusion_at(self, value: float) -> float:
-        return float(value) if self.parameter == "diffusion" else float(self.model.diffusion)
 
     # ------------------------------------------------------------------ unknowns
     def expand(self, unknowns: np.ndarray) -> np.ndarray:
@@ -167,6 +135,11 @@ class CircleStationary:
     def density(self, unknowns: np.ndarray) -> np.ndarray:
         """Cell values of the density, shape ``(cells,)``."""
         return self.uniform + self.expand(unknowns)
+
+    @property
+    def coordinate(self) -> tuple[str, np.ndarray]:
+        """The name and values of the coordinate :meth:`density` is given on."""
+        return "theta", self.theta
 
     def mode(self, wavenumber: int) -> np.ndarray:
         r"""The unknowns of :math:`\cos(k\theta)`, an eigenvector of the linearisation at the uniform state."""

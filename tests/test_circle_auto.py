@@ -91,3 +91,12 @@ def test_the_spectral_pair_is_named_through_circle_auto():
     assert counts["dormand_prince_853"] < counts["dormand_prince"], counts
     difference = np.abs(runs["dormand_prince_853"].rho.values - runs["dormand_prince"].rho.values).max()
     assert difference < 1e-6 * runs["dormand_prince"].rho.values.max()
+
+
+def test_the_default_spectral_pair_is_8_5_3_without_diffusion_and_5_4_with():
+    """``tableau="auto"``: the hand-over ends the spectral part while the density is smooth, where
+    8(5,3)'s reach along the imaginary axis pays; diffusion's integrating factor needs 5(4)."""
+    assert CircleAuto(mf.SelfAttention(5.0), cells=256).spectral.tableau.name == "dormand_prince_853"
+    assert CircleAuto(mf.SelfAttention(5.0, diffusion=0.05), cells=256).spectral.tableau.name == "dormand_prince"
+    assert CircleAuto(mf.SelfAttention(5.0), cells=256, tableau="dormand_prince").spectral.tableau.name \
+        == "dormand_prince"

@@ -26,6 +26,8 @@ BASES = [
     {"geometry": "sphere", "times": {"stop": 0.5, "count": 2}, "model": {"beta": 1.0},
      "method": {"kind": "particles", "n": 6, "scheme": "layer"},
      "initial": {"kind": "von_mises_fisher", "means": [[0.0, 0.0, 1.0]]}},
+    {"geometry": "euclidean", "times": {"stop": 0.5, "count": 2}, "model": {"beta": 1.0, "rescaled": True},
+     "method": {"kind": "particles", "n": 6, "d": 2}, "initial": {"kind": "gaussian"}},
 ]
 
 SECTIONS = ("model", "method", "initial", "times")
@@ -83,6 +85,6 @@ def test_a_config_is_refused_in_one_line_naming_a_key_or_runs(base, edits, tmp_p
             assert all(math.isfinite(v) for v in ds[name].values.ravel()[:100])
 
 
-@pytest.mark.parametrize("config", BASES, ids=["CircleFV", "noisy-particles", "SphereSpectral", "layer"])
+@pytest.mark.parametrize("config", BASES, ids=["CircleFV", "noisy-particles", "SphereSpectral", "layer", "euclidean"])
 def test_every_base_of_the_property_runs(config, tmp_path):
     assert run_experiment(check_config({**config, "output": str(tmp_path)}), progress=False).sizes["time"] >= 2

@@ -50,6 +50,14 @@ def test_every_python_block_of_the_page_runs_clean(page, scratch):
             exec(compile(block, f"{page.name} code block", "exec"), namespace)
 
 
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p, "toml")], ids=lambda p: p.stem)
+def test_every_toml_block_of_the_page_is_a_config_that_checks(page, scratch):
+    from validation.app.config import check_config, tomllib
+
+    for block in blocks(page, "toml"):
+        check_config(tomllib.loads(block), base=scratch)
+
+
 def shell_commands() -> list[tuple[str, str]]:
     commands = []
     for page in PAGES:

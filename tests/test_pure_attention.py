@@ -302,3 +302,77 @@ def test_bad_input_is_refused_with_the_argument_named():
         lg.leading_eigenpair(np.diag([1.0, -1.0]))
     with pytest.raises(ValueError, match="betas"):
         mf.observe_particles(model, np.ones((1, 3, 2)), [0, 1], np.copy, betas=[1.0])
+
+
+# ---------------------------------------------------------------------------- configs
+PURE_CONFIG = {"geometry": "euclidean", "times": {"stop": 20.0, "count": 5}, "model": {"beta": 1.0, "rescaled": True},
+               "method": {"kind": "particles", "n": 40, "d": 3, "dt": 0.05, "seed": 3},
+               "initial": {"kind": "gaussian", "std": 0.5}}
+
+
+def test_a_config_runs_pure_attention_as_the_api_does(tmp_path):
+    """``geometry = "euclidean"``: the run of ``meanfield run`` is ``simulate_particles`` of PureAttention from the
+    seed's Gaussian tokens, bit for bit; the dataset rebuilds its model, and Thm 3.1 shows (V = I: vertices)."""
+    from validation.app import run_experiment
+    from validation.app.experiment_figures import experiment_figures
+
+    ds = run_experiment({**PURE_CONFIG, "output": str(tmp_path / "run")}, progress=False)
+    x0 = 0.5 * np.random.default_rng(3).standard_normal((40, 3))
+    direct = mf.simulate_particles(mf.PureAttention(rescaled=True), x0, np.linspace(0, 20, 5), method="rk4", dt=0.05)
+    np.testing.assert_array_equal(ds.x.values, direct.x.values)
+    assert ds.attrs["geometry"] == "R^3" and model_from_dict(ds.attrs["model"]).rescaled
+    final = ds.x.values[-1]
+    assert lg.vertex_distance(final, lg.polytope_vertices(final, 1e-3)).max() < 1e-3
+    names = {path.name for path in experiment_figures(ds, tmp_path / "run", "euclidean", animation=False)}
+    assert names == {"snapshots.png", "diagnostics.png"}
+
+
+def test_a_config_takes_the_tokens_from_a_file_and_any_dimension(tmp_path):
+    from validation.app import run_experiment
+
+    tokens = np.linspace(-1.0, 1.0, 6)[:, None]
+    np.save(tmp_path / "tokens.npy", tokens)
+    config = {**PURE_CONFIG, "output": str(tmp_path / "run"), "times": {"stop": 1.0, "count": 3},
+              "method": {"kind": "particles", "n": 6, "d": 1, "dt": 0.1, "scheme": "layer"},
+              "initial": {"kind": "file", "path": str(tmp_path / "tokens.npy")}}
+    ds = run_experiment(config, progress=False)
+    direct = mf.simulate_particles(mf.PureAttention(rescaled=True), tokens, [0.0, 0.5, 1.0], method="layer", dt=0.1)
+    np.testing.assert_array_equal(ds.x.values, direct.x.values)
+    from validation.app import ConfigError
+    from validation.app.experiment import prepare
+    with pytest.raises(ConfigError, match=r"initial.path must hold the tokens, shape \(method.n, method.d\) = \(7, 1\)"):
+        prepare({**config, "output": str(tmp_path / "other"), "method": {**config["method"], "n": 7}})
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"method": {"kind": "CircleFV"}}, "geometry = 'euclidean' runs with method.kind = 'particles'"),
+    ({"method": {"kind": "particles", "n": 8}}, "geometry = 'euclidean' needs method.d"),
+    ({"model": {"beta": 1.0, "diffusion": 0.1}}, "model.diffusion does not apply to pure attention"),
+    ({"model": {"beta": 1.0, "normalized": False}}, "model.normalized does not apply to pure attention"),
+    ({"model": {"beta": 0.0}}, "model: beta must be a number > 0"),
+    ({"initial": {"kind": "perturbed_uniform"}}, "initial.kind = 'perturbed_uniform' is a density"),
+    ({"initial": {"kind": "gaussian", "std": -1.0}}, "initial.std"),
+    ({"initial": {"kind": "file", "path": "none.npy"}}, "initial.path: no file"),
+    ({"method": {"kind": "particles", "d": 1}, "initial": {"kind": "uniform"}}, "needs method.d >= 2"),
+    ({"model": {"beta": 1.0, "value": [[1.0, 0.0], [0.0, 1.0]]}}, "model.value must have shape \\(3, 3\\)"),
+])
+def test_a_bad_pure_attention_config_is_refused_naming_the_key(tmp_path, edit, message):
+    from validation.app import ConfigError
+    from validation.app.experiment import prepare
+
+    with pytest.raises(ConfigError, match=message):
+        prepare({**PURE_CONFIG, "output": str(tmp_path / "run"), **edit})
+
+
+def test_sphere_and_circle_configs_refuse_the_euclidean_keys_and_sweeps_refuse_euclidean(tmp_path):
+    from validation.app import ConfigError, check_config
+    from validation.app.sweep_config import check_sweep_config
+
+    circle = {"geometry": "circle", "output": str(tmp_path), "times": {"stop": 1.0, "count": 2}, "model": {"beta": 1.0},
+              "method": {"kind": "particles", "n": 4}, "initial": {"kind": "uniform"}}
+    with pytest.raises(ConfigError, match="model.rescaled applies to geometry = 'euclidean'"):
+        check_config({**circle, "model": {"beta": 1.0, "rescaled": True}})
+    with pytest.raises(ConfigError, match="initial.kind = 'gaussian' draws tokens in R\\^d"):
+        check_config({**circle, "initial": {"kind": "gaussian"}})
+    with pytest.raises(ConfigError, match="not in sweeps yet"):
+        check_sweep_config({**PURE_CONFIG, "output": str(tmp_path), "sweep": {"grid": {"beta": [1.0, 2.0]}}})

@@ -189,7 +189,7 @@ def test_the_stationary_command_writes_the_diagram_and_refuses_bad_configs(tmp_p
     ds = xr.open_dataset(tmp_path / "out" / "bifurcation.nc")
     assert abs(float(ds.bifurcation_value[1]) - 0.5) < 1e-8 and (tmp_path / "out" / "bifurcation.png").is_file()
     assert main(["run", str(config)]) == 2  # a stationary config is not an experiment
-    for bad, message in (("start = 0.2", "start = 0.0"), ('"circle"', '"sphere"'), ("modes = [1]", "modes = [0]")):
+    for bad, message in (("start = 0.2", "start = 0.0"), ('"circle"', '"torus"'), ("modes = [1]", "modes = [0]")):
         config.write_text(config.read_text().replace(bad, message))
         assert main(["stationary", str(config), "--quiet"]) == 2
         config.write_text(config.read_text().replace(message, bad))

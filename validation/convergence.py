@@ -32,7 +32,7 @@ import meanfield as mf
 from meanfield.checks import check_int, check_real, check_times
 from meanfield.records import CIRCLE, STUDY, record_attrs
 from meanfield.sampling import reproducible_seed
-from solvers import CircleFV, SphereSpectral
+from solvers import CircleAuto, SphereSpectral
 
 from .distances import distance, distance_description
 from .measures import GEOMETRIES
@@ -49,8 +49,9 @@ class StudySettings:
     Parameters
     ----------
     cells : int
-        Cells of the :class:`~solvers.CircleFV` reference (its error estimate is the distance
-        to a run at half the cells).
+        Cells of the circle's reference, :class:`~solvers.CircleAuto` (Fourier while the
+        density is smooth, finite volumes after; its recorded cell averages): its error
+        estimate is the distance to a run at half the cells.
     lmax : int
         Largest degree of the :class:`~solvers.SphereSpectral` reference.
     particle_dt : float
@@ -81,7 +82,7 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
         Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere
         (need not be normalized). Particles are drawn from it exactly, the PDE starts from it.
     geometry : {"circle", "sphere"}
-        Where: :class:`~solvers.CircleFV` or :class:`~solvers.SphereSpectral` as the reference.
+        Where: :class:`~solvers.CircleAuto` or :class:`~solvers.SphereSpectral` as the reference.
     sizes : sequence of int
         Particle counts ``n`` (at least two distinct values, each ``>= 2``).
     seeds : int
@@ -165,9 +166,10 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
 
 def _solve_pde(model, rho0, geometry, times, settings, progress):
     if geometry == CIRCLE:
-        # the study measures the PDE's error itself (pde_error, in its distance): no shadow runs
-        fine = CircleFV(model, cells=settings.cells, error_level=None).solve(rho0, times, progress=progress)
-        coarse = CircleFV(model, cells=settings.cells // 2, error_level=None).solve(rho0, times, progress=False)
+        # Fourier while the density is smooth, finite volumes after (CircleAuto); the study
+        # measures the reference's error itself (pde_error, in its distance): no shadow runs
+        fine = CircleAuto(model, cells=settings.cells, error_level=None).solve(rho0, times, progress=progress)
+        coarse = CircleAuto(model, cells=settings.cells // 2, error_level=None).solve(rho0, times, progress=False)
     else:
         fine = SphereSpectral(model, lmax=settings.lmax).solve(rho0, times, progress=progress)
         coarse = SphereSpectral(model, lmax=(3 * settings.lmax) // 4).solve(rho0, times, progress=False)

@@ -33,7 +33,8 @@ def bifurcation_figure(diagram: xr.Dataset, path: Path | None = None, *, measure
             ax.plot(x[folds], y[folds], "x", color=colour, ms=8)
     starts = diagram.bifurcation_value.values[1:]
     ax.plot(starts, np.zeros_like(starts), "o", color="k", ms=4, label="bifurcation points")
-    ax.set(xlabel=parameter, ylabel="‖ρ − ρ̄‖₂" if measure == "norm" else "|∫ρ exp(iθ)|",
+    order = "|∫ρ exp(iθ)|" if diagram.attrs["geometry"] == "circle" else "|∫ρ P₁(cos θ)|"
+    ax.set(xlabel=parameter, ylabel="‖ρ − ρ̄‖₂" if measure == "norm" else order,
            title="stationary states (solid: stable, dashed: unstable)")
     ax.legend(fontsize=8)
     if path is not None:

@@ -50,6 +50,11 @@ class ExplicitRungeKutta:
         self.error_estimator_order = tableau.error_estimator_order
         self.evaluations = 0
         self._cached: tuple[np.ndarray, np.ndarray] | None = None
+        # The nonzero weights of each row, as (stage, weight, abscissa): the step loops over these only.
+        c = tableau.c + (1.0,)
+        self._rows = [_nonzero(tableau.a[j], c) for j in range(tableau.stages)]
+        self._weights = _nonzero(tableau.b, c)
+        self._error_weights = _nonzero(tableau.error or (), c)
 
     def _evaluate(self, q: np.ndarray) -> np.ndarray:
         self.evaluations += 1
@@ -59,35 +64,33 @@ class ExplicitRungeKutta:
         """The kept solution after ``h``, the stages, and the damping of the step (for the estimate)."""
         tableau = self.tableau
         factors: dict[float, np.ndarray] = {}
+        decay = self.decay
 
         def damping(span: float) -> np.ndarray | float:
-            if span == 0.0 or self.decay is None:
+            if span == 0.0 or decay is None:
                 return 1.0
             if span not in factors:
-                factors[span] = np.exp(-self.decay * (span * h))
+                factors[span] = np.exp(-decay * (span * h))
             return factors[span]
-
-        def propagated(span: float) -> np.ndarray:
-            return q if self.decay is None else damping(span) * q
 
         def combination(weights, until: float) -> np.ndarray:
             # h sum_i w_i exp(-mu (until - c_i) h) k_i, accumulated in place (one pass per term).
             total = None
-            for i, weight in enumerate(weights):
-                if weight != 0.0:
-                    term = (h * weight) * damping(until - c[i]) * stages[i]
-                    if total is None:
-                        total = term
-                    else:
-                        total += term
+            for i, weight, abscissa in weights:
+                term = (h * weight) * damping(until - abscissa) * stages[i]
+                if total is None:
+                    total = term
+                else:
+                    total += term
             return total
 
         first = self._cached[1] if self._cached is not None and self._cached[0] is q else self._evaluate(q)
         stages = [first]
         c = tableau.c
         for j in range(1, tableau.stages):
-            stages.append(self._evaluate(propagated(c[j]) + combination(tableau.a[j], c[j])))
-        new = propagated(1.0) + combination(tableau.b, 1.0)
+            start = q if decay is None else damping(c[j]) * q
+            stages.append(self._evaluate(start + combination(self._rows[j], c[j])))
+        new = (q if decay is None else damping(1.0) * q) + combination(self._weights, 1.0)
         return new, stages, damping
 
     def step(self, q: np.ndarray, h: float) -> tuple[np.ndarray, float]:
@@ -97,10 +100,16 @@ class ExplicitRungeKutta:
             last = self._evaluate(new)
             stages.append(last)
             self._cached = (new, last)
-        c = self.tableau.c + (1.0,)
-        error_vector = sum((h * e) * damping(1.0 - c[i]) * stages[i] for i, e in enumerate(self.tableau.error) if e != 0.0)
+        error_vector = None
+        for i, weight, abscissa in self._error_weights:
+            term = (h * weight) * damping(1.0 - abscissa) * stages[i]
+            error_vector = term if error_vector is None else error_vector + term
         scale = max(self.tolerance(q), self.tolerance(new))
         return new, self.norm(error_vector) / scale
+
+
+def _nonzero(weights, abscissas) -> list[tuple[int, float, float]]:
+    return [(i, weight, abscissas[i]) for i, weight in enumerate(weights) if weight != 0.0]
 
 
 class ExtrapolatedImplicitEuler:

@@ -39,17 +39,19 @@ def build_run(config: ExperimentConfig) -> RunObjects:
     return RunObjects(config, config.times.array(), model, build_solver(config, model), initial_density(config))
 
 
-def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttention:
+def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttention | mf.PureAttention:
     spec = config.model
+    matrices = {key: (value if value is None or np.ndim(value) == 0 else np.asarray(value, dtype=float))
+                for key, value in (("query", spec.query), ("key", spec.key), ("value", spec.value))}
     try:
+        if config.euclidean:
+            return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, **matrices)
         if spec.causal:
             return mf.CausalAttention(spec.beta, normalized=spec.normalized, alibi=spec.alibi,
                                       prefactor=spec.value, include_self=spec.include_self,
                                       diffusion=spec.diffusion)
         perceptron = spec.perceptron
         external = None if perceptron is None else mf.Perceptron(perceptron.weights, perceptron.directions)
-        matrices = {key: (value if value is None or np.ndim(value) == 0 else np.asarray(value, dtype=float))
-                    for key, value in (("query", spec.query), ("key", spec.key), ("value", spec.value))}
         return mf.SelfAttention(spec.beta, normalized=spec.normalized, diffusion=spec.diffusion,
                                 time_rescaled=spec.time_rescaled, external=external, **matrices)
     except (ValueError, TypeError) as error:
@@ -57,8 +59,14 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
 
 
 def initial_density(config: ExperimentConfig):
-    """A callable (of angles or of points) or an array of grid values, as the config says."""
+    """A callable (of angles or of points) or an array of grid values, as the config says.
+
+    Pure attention (``geometry = "euclidean"``) has no density on a grid: ``None``, or the
+    tokens of ``initial.kind = "file"``.
+    """
     initial, circle = config.initial, config.geometry == "circle"
+    if config.euclidean:
+        return load_initial_file(initial.path) if initial.kind == "file" else None
     if initial.kind == "uniform":
         return (lambda theta: np.ones_like(theta)) if circle else (lambda points: np.ones(points.shape[:-1]))
     if initial.kind == "file":
@@ -114,6 +122,8 @@ def initial_particles(config: ExperimentConfig, rho0, generator: np.random.Gener
                       systems: int | None = None) -> np.ndarray:
     """``n`` particles drawn from the initial density, shape ``(n, d)`` (``(systems, n, d)`` if given)."""
     n = config.method.n
+    if config.euclidean:
+        return _euclidean_tokens(config, rho0, generator, systems)
     if config.initial.kind == "uniform":
         return mf.sample_uniform(n, config.dimension, generator, batch=systems)
     if config.geometry == "sphere" and not callable(rho0):
@@ -125,6 +135,21 @@ def initial_particles(config: ExperimentConfig, rho0, generator: np.random.Gener
         return mf.sample_sphere(n, rho0, 3, generator)
 
     return draw() if systems is None else np.stack([draw() for _ in range(systems)])
+
+
+def _euclidean_tokens(config: ExperimentConfig, tokens, generator: np.random.Generator,
+                      systems: int | None) -> np.ndarray:
+    """Pure attention's tokens: Gaussian, uniform on the unit sphere, or the file's (every system the same)."""
+    n, d, kind = config.method.n, config.method.d, config.initial.kind
+    shape = (n, d) if systems is None else (systems, n, d)
+    if kind == "gaussian":
+        return config.initial.std * generator.standard_normal(shape)
+    if kind == "uniform":
+        return mf.sample_uniform(n, d, generator, batch=systems)
+    if tokens.shape != (n, d):
+        raise ConfigError(f"initial.path must hold the tokens, shape (method.n, method.d) = ({n}, {d}), "
+                          f"got shape {tokens.shape}")
+    return np.array(np.broadcast_to(tokens, shape))
 
 
 def particle_method(config: ExperimentConfig) -> str:

@@ -2,7 +2,9 @@
 
 Example (see ``examples/``)::
 
-    geometry = "circle"                 # or "sphere"
+    geometry = "circle"                 # or "sphere"; "euclidean": pure attention in R^d
+                                        # (particles, method.d required; initial "gaussian",
+                                        # "uniform" or "file" of tokens; model.rescaled)
     output = "output/metastability_circle"
     times = { stop = 20.0, count = 41 }  # or start/stop/count, or an explicit list
     checkpoint_every = 5                # output intervals between checkpoints (0: none)
@@ -23,7 +25,7 @@ Example (see ``examples/``)::
     # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
 
     [method]
-    kind = "CircleFV"                   # "CircleFV" | "CircleSpectral" | "CircleAuto" | "CircleFVLagrangian"
+    kind = "CircleAuto"                 # "CircleAuto" | "CircleFV" | "CircleSpectral" | "CircleFVLagrangian"
                                         # | "SphereSpectral" | "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
                                         # CircleFVLagrangian: points = 4096 (mass labels after
@@ -139,6 +141,10 @@ class ConfigSection:
 #: The PDE solvers of ``method.kind`` on the circle (``solvers``).
 CIRCLE_SOLVERS = ("CircleFV", "CircleSpectral", "CircleAuto", "CircleFVLagrangian")
 
+#: Tokens in R^d without layer normalization: pure attention (particles only).
+EUCLIDEAN = "euclidean"
+GEOMETRIES = ("circle", "sphere", EUCLIDEAN)
+
 @dataclass(frozen=True)
 class PerceptronConfig:
     """``[model.perceptron]``: the weights ``w_j`` and the directions ``a_j`` (one ``d``-vector each)."""
@@ -162,6 +168,8 @@ class ModelConfig(ConfigSection):
     perceptron: Any = option(None, types=(dict, PerceptronConfig),
                              help="the perceptron block: weights (J numbers), directions (J d-vectors)")
     time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
+    rescaled: bool = option(False, types=bool, help="geometry = 'euclidean': evolve the rescaled tokens "
+                                                    "z = exp(-tV) x (pure attention)")
     causal: bool = option(False, types=bool, help="causal attention (particles only)")
     alibi: float = option(0.0, types=NUMBER, minimum=0, help="ALiBi slope of causal attention")
     include_self: bool = option(False, types=bool, help="causal attention sums over j <= i")
@@ -191,7 +199,8 @@ class MethodConfig(ConfigSection):
     seed: int = option(0, types=int, minimum=0, help="particles: random seed")
     dt: float = option(0.01, types=NUMBER, minimum=0, strict=True, help="particles: step")
     scheme: str = option("rk4", types=str, choices=("rk4", "euler", "layer"), help="particles: scheme")
-    d: int = option(None, types=int, minimum=2, help="particles: dimension (with initial.kind = 'uniform')")
+    d: int = option(None, types=int, minimum=1, help="particles: dimension (with initial.kind = 'uniform'; "
+                                                     "geometry = 'euclidean': R^d, required)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,15 +210,19 @@ class InitialConfig(ConfigSection):
     PREFIX: ClassVar[str] = "initial."
     KEYS: ClassVar[dict] = {"perturbed_uniform": {"kind", "amplitude", "mode"},
                             "von_mises_fisher": {"kind", "means", "kappa"}, "file": {"kind", "path"},
-                            "uniform": {"kind"}}
-    kind: str = option(types=str, choices=("perturbed_uniform", "von_mises_fisher", "file", "uniform"),
-                       help="rho_0 (1 + amplitude Y_mode), a von Mises-Fisher mixture, grid values from a file, "
-                            "or uniform")
+                            "uniform": {"kind"}, "gaussian": {"kind", "std"}}
+    kind: str = option(types=str, choices=("perturbed_uniform", "von_mises_fisher", "file", "uniform", "gaussian"),
+                       help="rho_0 (1 + amplitude Y_mode), a von Mises-Fisher mixture, grid values from a file "
+                            "(euclidean: the tokens), uniform (euclidean: on the unit sphere), or gaussian "
+                            "(euclidean)")
     amplitude: float = option(0.01, types=NUMBER, minimum=0, help="perturbed_uniform: amplitude")
     mode: int = option(4, types=int, minimum=1, help="perturbed_uniform: circle mode / sphere degree")
     means: Any = option(None, types=(list, tuple), help="von_mises_fisher: the mixture's mean directions")
     kappa: float = option(10.0, types=NUMBER, minimum=0, strict=True, help="von_mises_fisher: concentration")
-    path: str = option(None, types=str, help="file: a .npy file of density values on the grid")
+    path: str = option(None, types=str, help="file: a .npy file of density values on the grid (euclidean: "
+                                             "the tokens, shape (n, d))")
+    std: float = option(1.0, types=NUMBER, minimum=0, strict=True,
+                        help="gaussian: each coordinate's standard deviation (mean 0)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +274,8 @@ class ExperimentConfig(ConfigSection):
     """
 
     PREFIX: ClassVar[str] = ""
-    geometry: str = option(types=str, choices=("circle", "sphere"), help="S^1 or S^2 (particles: S^{d-1})")
+    geometry: str = option(types=str, choices=GEOMETRIES,
+                           help="S^1 or S^2 (particles: S^{d-1}), or R^d without layer normalization")
     output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
     times: TimesConfig = option(types=TimesConfig, help="output times: a table {start, stop, count} "
                                                         "(below) or a strictly increasing array")
@@ -274,6 +288,11 @@ class ExperimentConfig(ConfigSection):
     @property
     def particles(self) -> bool:
         return self.method.kind == "particles"
+
+    @property
+    def euclidean(self) -> bool:
+        """Tokens in R^d without layer normalization (pure attention, ``meanfield.PureAttention``)."""
+        return self.geometry == EUCLIDEAN
 
     @property
     def dimension(self) -> int:
@@ -382,6 +401,14 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     if method.rtol is not None and method.rtol >= 1:
         raise ConfigError(f"method.rtol must be < 1 (a local error relative to the deviation from the uniform "
                           f"density; the default is 1e-6), got {method.rtol!r}")
+    if config.euclidean:
+        return _checked_euclidean(config, output, base)
+    if config.model.rescaled:
+        raise ConfigError(f"model.rescaled applies to geometry = 'euclidean' (pure attention), "
+                          f"got geometry = {geometry!r}")
+    if initial.kind == "gaussian":
+        raise ConfigError(f"initial.kind = 'gaussian' draws tokens in R^d (geometry = 'euclidean'), "
+                          f"got geometry = {geometry!r}")
     _check_mode_resolved(config)
     model = read_matrices(config, base)
     _check_causal(config)
@@ -407,6 +434,43 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     if initial.kind == "file":
         if initial.path is None:
             raise ConfigError("missing key initial.path (a .npy file of density values on the grid)")
+        path = (base / initial.path).resolve()
+        if not path.is_file():
+            raise ConfigError(f"initial.path: no file {str(path)!r}")
+        initial = dataclasses.replace(initial, path=str(path))
+    return dataclasses.replace(config, output=output, model=model, initial=initial)
+
+
+#: What pure attention takes from ``[model]``; every other key must keep its default.
+EUCLIDEAN_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled"}
+
+
+def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> ExperimentConfig:
+    """Pure attention in R^d: particles only, ``method.d`` given, the model's sphere-only keys left out."""
+    method, initial = config.method, config.initial
+    if method.kind != "particles":
+        raise ConfigError(f"geometry = 'euclidean' runs with method.kind = 'particles' (the d = 1 mean-field "
+                          f"equation is solvers.LineFV from Python), got method.kind = {method.kind!r}")
+    if method.d is None:
+        raise ConfigError("geometry = 'euclidean' needs method.d, the dimension of the tokens (>= 1)")
+    values = values_of(config.model)
+    for spec in dataclasses.fields(ModelConfig):
+        if spec.name not in EUCLIDEAN_MODEL_KEYS and values[spec.name] != spec.default:
+            raise ConfigError(f"model.{spec.name} does not apply to pure attention (geometry = 'euclidean'); "
+                              f"allowed: {', '.join(f'model.{key}' for key in sorted(EUCLIDEAN_MODEL_KEYS))}")
+    if initial.kind not in ("gaussian", "uniform", "file"):
+        raise ConfigError(f"initial.kind = {initial.kind!r} is a density on the circle or the sphere; "
+                          "geometry = 'euclidean' takes 'gaussian', 'uniform' (on the unit sphere) or 'file' "
+                          "(the tokens)")
+    if initial.kind == "uniform" and method.d < 2:
+        raise ConfigError("initial.kind = 'uniform' draws tokens on the unit sphere S^{d-1}: it needs method.d >= 2 "
+                          "(use 'gaussian' or 'file' for d = 1)")
+    _no_foreign_keys(method, MethodConfig.KEYS["particles"])
+    _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
+    model = read_matrices(config, base)
+    if initial.kind == "file":
+        if initial.path is None:
+            raise ConfigError(f"missing key initial.path (a .npy file of the tokens, shape ({method.n}, {method.d}))")
         path = (base / initial.path).resolve()
         if not path.is_file():
             raise ConfigError(f"initial.path: no file {str(path)!r}")

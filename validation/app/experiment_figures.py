@@ -16,6 +16,7 @@ from meanfield.records import PARTICLES, dataset_kind
 from meanfield.sphere import circle_angles
 from validation.figures import subplots
 
+from .config import EUCLIDEAN
 from .files import write_atomically
 
 
@@ -42,6 +43,9 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
     ax.clear()
     t = float(ds.time[k])
     mappable = None
+    if geometry == EUCLIDEAN:
+        _draw_tokens(ax, ds, k)
+        return None
     if geometry == "circle":
         if _particles(ds):
             ax.hist(circle_angles(ds.x.values[k]), bins=128, range=(0, 2 * np.pi), density=True, color="0.5")
@@ -62,6 +66,37 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
     ax.set_xticklabels([])
     ax.grid(True, alpha=0.3)
     return mappable
+
+
+def _variable(ds: xr.Dataset) -> str:
+    """``z`` for rescaled tokens (their limits are the paper's theorems), ``x`` otherwise."""
+    return "z" if "rescaling" in ds else "x"
+
+
+def _draw_tokens(ax, ds: xr.Dataset, k: int) -> None:
+    """Pure attention in R^d: the first two coordinates of the tokens (d = 1: each token's value)."""
+    x, name = ds.x.values[k], _variable(ds)
+    if x.shape[-1] == 1:
+        ax.plot(np.arange(x.shape[0]), x[:, 0], ".", color="C0")
+        ax.set(xlabel="token i", ylabel=f"{name}_i")
+    else:
+        ax.scatter(x[:, 0], x[:, 1], s=6, c="C0")
+        ax.set(xlabel=f"{name}₁", ylabel=f"{name}₂")
+    ax.set_title(f"t = {float(ds.time[k]):g}")
+
+
+def _token_norms(ds: xr.Dataset, output: Path) -> Path:
+    """Pure attention: the smallest and largest token norm against time (log scale)."""
+    norms = np.linalg.norm(ds.x.values, axis=-1)  # (time, particle): a run of a config is one system
+    fig, ax = subplots(figsize=(5, 3.4))
+    name = _variable(ds)
+    for values, label in ((norms.max(axis=1), f"max |{name}_i|"), (norms.min(axis=1), f"min |{name}_i|")):
+        ax.plot(ds.time, values, ".-", label=label)
+    if np.all(norms > 0):
+        ax.set_yscale("log")
+    ax.set(xlabel="time", ylabel="token norm")
+    ax.legend()
+    return _save(fig, output / "diagnostics.png")
 
 
 def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
@@ -118,6 +153,11 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         ax.set(xlabel="angle θ (rad)", ylabel="time", title="space-time")
         paths.append(_save(fig, output / "spacetime.png"))
 
+    if geometry == EUCLIDEAN:
+        paths.append(_token_norms(ds, output))
+        if animation:
+            paths.append(_animation(ds, output, geometry, progress))
+        return paths
     names = [name for name in DIAGNOSTIC_LABELS if name in ds]
     fig, axes = subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
     for ax, name in zip(axes[0], names):

@@ -52,7 +52,15 @@ def preflight(config: ExperimentConfig) -> RunObjects:
 
 
 def _check_particle_initial(config: ExperimentConfig, initial) -> None:
-    if callable(initial):
+    if callable(initial) or initial is None:
+        return
+    if config.euclidean:  # the tokens themselves
+        n, d = config.method.n, config.method.d
+        if initial.shape != (n, d):
+            raise ConfigError(f"initial.path must hold the tokens, shape (method.n, method.d) = ({n}, {d}), "
+                              f"got shape {initial.shape}")
+        if not np.all(np.isfinite(initial)):
+            raise ConfigError("initial.path holds NaN or infinite tokens")
         return
     if config.geometry != "circle":
         raise ConfigError("initial.kind = 'file' is not supported for particles on the sphere "
@@ -169,7 +177,8 @@ def check_particle_duration(run: RunObjects) -> None:
     steps = _check_particle_steps(config)
     method = config.method
     probe = min(method.n, PROBE_TOKENS)
-    x = mf.sample_uniform(probe, config.dimension, 0)
+    x = (np.random.default_rng(0).standard_normal((probe, config.dimension)) if config.euclidean
+         else mf.sample_uniform(probe, config.dimension, 0))
     _timed_steps(model, x, config, 1)  # compiles and fills the caches
     per_step = max(0.0, _timed_steps(model, x, config, 3) - _timed_steps(model, x, config, 1)) / 2
     per_step *= max(1.0, method.n / probe) ** 2

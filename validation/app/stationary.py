@@ -2,7 +2,7 @@
 
 The config::
 
-    geometry = "circle"
+    geometry = "circle"               # or "sphere" (axisymmetric states of a zonal model)
     output = "bifurcation"            # folder: bifurcation.nc, bifurcation.png
 
     [model]                           # as for `meanfield run` (diffusion: the value not followed)
@@ -13,7 +13,7 @@ The config::
     parameter = "diffusion"           # or "beta"
     start = 0.02
     stop = 0.4
-    cells = 256
+    cells = 256                       # sphere: lmax = 31
     modes = [1, 2, 3, 4]
     max_points = 200
 """
@@ -42,8 +42,10 @@ class ContinuationConfig(ConfigSection):
     parameter: str = option(types=str, choices=("diffusion", "beta"), help="the parameter the branches follow")
     start: float = option(types=NUMBER, minimum=0, help="one end of the parameter's range")
     stop: float = option(types=NUMBER, minimum=0, help="the other end")
-    cells: int = option(256, types=int, minimum=8, help="cells of the finite volumes (even)")
-    modes: tuple = option((1, 2, 3, 4, 5, 6, 7, 8), types=(list, tuple), help="wavenumbers whose branches are followed")
+    cells: int = option(256, types=int, minimum=8, help="circle: cells of the finite volumes (even)")
+    lmax: int = option(31, types=int, minimum=2, help="sphere: highest degree of the spherical harmonics")
+    modes: tuple = option((1, 2, 3, 4, 5, 6, 7, 8), types=(list, tuple),
+                          help="wavenumbers (sphere: degrees) whose branches are followed")
     max_points: int = option(200, types=int, minimum=2, help="points per branch at most")
     tol: float = option(1e-10, types=NUMBER, minimum=0, strict=True, help="Newton's tolerance, relative to the uniform density")
 
@@ -53,23 +55,29 @@ class StationaryConfig(ConfigSection):
     """A checked ``meanfield stationary`` config."""
 
     PREFIX: ClassVar[str] = ""
-    geometry: str = option(types=str, choices=("circle",), help="stationary states on S^2 are not available yet")
+    geometry: str = option(types=str, choices=("circle", "sphere"),
+                           help="the circle, or S^2 (axisymmetric states of a zonal model)")
     output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
     model: ModelConfig = option(types=ModelConfig)
     continuation: ContinuationConfig = option(types=ContinuationConfig)
-    dimension: ClassVar[int] = 2
+    euclidean: ClassVar[bool] = False
+
+    @property
+    def dimension(self) -> int:
+        """``d`` of the model's matrices: 2 on the circle, 3 on the sphere."""
+        return 2 if self.geometry == "circle" else 3
 
 
 def load_stationary_config(path: str | Path) -> StationaryConfig:
     """Read and check the config: keys, types, the model, and the parameter range against the model."""
     path = Path(path)
     tables = dict(read_toml(path))
-    if tables.get("geometry") == "sphere":
-        raise ConfigError("geometry = 'sphere': stationary states on S^2 are not available yet; use 'circle'")
     for name, cls in (("model", ModelConfig), ("continuation", ContinuationConfig)):
         if name in tables:
             tables[name] = section_from_table(cls, tables[name], name)
     config = section_from_table(StationaryConfig, tables, "config")
+    if config.model.rescaled:
+        raise ConfigError("model.rescaled applies to geometry = 'euclidean' (pure attention), not to stationary states")
     modes = config.continuation.modes
     if not modes or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in modes):
         raise ConfigError(f"continuation.modes must be positive integers, got {list(modes)!r}")
@@ -83,10 +91,16 @@ def load_stationary_config(path: str | Path) -> StationaryConfig:
 
 def _problem(config: StationaryConfig):
     from solvers.stationary_circle import CircleStationary  # the command's own modules (cli docstring)
+    from solvers.stationary_sphere import SphereStationary
 
     settings = config.continuation
     try:
-        problem = CircleStationary(build_model(config), settings.cells, parameter=settings.parameter, tol=settings.tol)
+        if config.geometry == "circle":
+            problem = CircleStationary(build_model(config), settings.cells, parameter=settings.parameter,
+                                       tol=settings.tol)
+        else:
+            problem = SphereStationary(build_model(config), settings.lmax, parameter=settings.parameter,
+                                       tol=settings.tol)
         for end in (settings.start, settings.stop):
             problem.check_value(end)
     except ValueError as error:
@@ -103,9 +117,9 @@ def run_stationary(config: StationaryConfig, *, progress: bool | None = None):
 
     settings = config.continuation
     interval = tuple(sorted((float(settings.start), float(settings.stop))))
-    diagram = bifurcation_diagram(build_model(config), settings.parameter, interval, cells=settings.cells,
-                                  modes=settings.modes, max_points=settings.max_points, tol=settings.tol,
-                                  progress=progress)
+    diagram = bifurcation_diagram(build_model(config), settings.parameter, interval, geometry=config.geometry,
+                                  cells=settings.cells, lmax=settings.lmax, modes=settings.modes,
+                                  max_points=settings.max_points, tol=settings.tol, progress=progress)
     output = Path(config.output)
     output.mkdir(parents=True, exist_ok=True)
     dataset = write_atomically(output / DATASET, diagram.to_netcdf)

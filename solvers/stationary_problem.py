@@ -1,0 +1,60 @@
+"""What every stationary problem shares: the family of models along one parameter, and the checks of its values.
+
+:class:`~solvers.stationary_circle.CircleStationary` and
+:class:`~solvers.stationary_sphere.SphereStationary` are stationary problems of one model
+whose ``diffusion`` or ``beta`` a branch varies (:mod:`solvers.continuation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from meanfield.checks import check_real
+from meanfield.models import SelfAttention
+
+#: The parameters a branch may follow.
+PARAMETERS = ("diffusion", "beta")
+
+
+class ParameterFamily:
+    """A model and the parameter a branch varies, with the values the stationary problem admits.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        The model at the family's starting value.
+    parameter : {"diffusion", "beta"}
+        The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
+    tol : float
+        Newton's tolerance on the residual, relative to the uniform density.
+    """
+
+    def __init__(self, model, parameter: str, tol: float):
+        if parameter not in PARAMETERS:
+            raise ValueError(f"parameter must be one of {PARAMETERS}, got {parameter!r}")
+        if parameter == "beta" and not isinstance(model, SelfAttention):
+            raise ValueError(f"parameter 'beta' needs a SelfAttention model, got {type(model).__name__}")
+        self.model, self.parameter = model, parameter
+        self.tol = check_real(tol, "tol", minimum=0.0, strictly=True)
+
+    @property
+    def value(self) -> float:
+        """The parameter's value in the model given."""
+        return float(getattr(self.model, self.parameter))
+
+    def check_value(self, value: float) -> None:
+        """Refuse a parameter value without stationary densities (no diffusion) or outside the model's range."""
+        diffusion = self.diffusion_at(value)
+        if not diffusion > 0:
+            raise ValueError(f"{self.parameter}={value:.6g} leaves diffusion={diffusion!r}: without diffusion "
+                             "the stationary states are sums of Dirac masses, not densities")
+        if self.parameter == "beta" and value < 0:
+            raise ValueError(f"beta must be >= 0, got {value:.6g}")
+
+    def model_at(self, value: float):
+        """The model with the parameter set to ``value`` (checked by :meth:`check_value`)."""
+        self.check_value(value)
+        return replace(self.model, **{self.parameter: float(value)})
+
+    def diffusion_at(self, value: float) -> float:
+        return float(value) if self.parameter == "diffusion" else float(self.model.diffusion)
