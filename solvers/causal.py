@@ -229,7 +229,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    cells, rtol, tail_threshold, tableau, record_cells
+    cells, rtol, tail_threshold, interaction, tableau, record_cells
         As for :class:`~solvers.CircleSpectral` (the error is measured over all layers
         together; the spectral tail is the largest over layers).
     layers : int

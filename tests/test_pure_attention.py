@@ -364,7 +364,7 @@ def test_a_bad_pure_attention_config_is_refused_naming_the_key(tmp_path, edit, m
         prepare({**PURE_CONFIG, "output": str(tmp_path / "run"), **edit})
 
 
-def test_sphere_and_circle_configs_refuse_the_euclidean_keys_and_sweeps_refuse_euclidean(tmp_path):
+def test_sphere_and_circle_configs_refuse_the_euclidean_keys_and_euclidean_sweeps_run_on_numpy(tmp_path):
     from validation.app import ConfigError, check_config
     from validation.app.sweep_config import check_sweep_config
 
@@ -374,5 +374,31 @@ def test_sphere_and_circle_configs_refuse_the_euclidean_keys_and_sweeps_refuse_e
         check_config({**circle, "model": {"beta": 1.0, "rescaled": True}})
     with pytest.raises(ConfigError, match="initial.kind = 'gaussian' draws tokens in R\\^d"):
         check_config({**circle, "initial": {"kind": "gaussian"}})
-    with pytest.raises(ConfigError, match="not in sweeps yet"):
-        check_sweep_config({**PURE_CONFIG, "output": str(tmp_path), "sweep": {"grid": {"beta": [1.0, 2.0]}}})
+    with pytest.raises(ConfigError, match="runs on numpy only"):
+        check_sweep_config({**PURE_CONFIG, "output": str(tmp_path),
+                            "sweep": {"device": "array_api_strict", "grid": {"beta": [1.0, 2.0]}}})
+
+
+def test_a_sweep_of_pure_attention_reads_its_statistics_on_the_directions(tmp_path):
+    """Each chunk's tokens come from the generator seeded [method.seed, chunk] (the sweep's documented
+    rule); the statistics, recomputed here from simulate_particles of the same tokens, agree."""
+    from validation.app.sweep import run_sweep
+    from validation.app.sweep_config import check_sweep_config
+
+    config = {**PURE_CONFIG, "output": str(tmp_path / "sweep"), "times": {"stop": 10.0, "count": 3},
+              "method": {"kind": "particles", "n": 8, "d": 2, "dt": 0.1, "seed": 5},
+              "sweep": {"realisations": 16, "batch": 8, "cluster_tolerance": 1e-3, "grid": {"beta": [1.0, 4.0]}}}
+    ds = run_sweep(check_sweep_config(config), workers=1, progress=False)
+    assert "u_1" in ds.inner_product.attrs["long_name"]
+    for beta in (1.0, 4.0):
+        x0 = np.concatenate([0.5 * np.random.default_rng([5, chunk]).standard_normal((8, 8, 2)) for chunk in (0, 1)])
+        x = mf.simulate_particles(mf.PureAttention(beta=beta, rescaled=True), x0, [0.0, 5.0, 10.0], method="rk4",
+                                  dt=0.1).x.values  # (system, time, token, component)
+        first, second = x[:, :, 0], x[:, :, 1]
+        norm_1, norm_2 = np.linalg.norm(first, axis=-1), np.linalg.norm(second, axis=-1)
+        together = np.linalg.norm(first - second, axis=-1) <= 1e-3 * np.maximum(norm_1, norm_2)
+        cosine = np.sum(first * second, axis=-1) / (norm_1 * norm_2)
+        row = ds.sel(beta=beta)
+        np.testing.assert_allclose(row.clustered_probability.values, together.mean(axis=0), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(row.inner_product.values, cosine.mean(axis=0), rtol=0, atol=1e-12)
+    assert 0 < float(ds.clustered_probability.isel(time=-1).min()) < 1  # some pairs share a vertex, not all

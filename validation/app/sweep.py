@@ -12,7 +12,11 @@ worker ran it. Each task returns sums over its systems, at every output time, of
 - ``<x_1, x_2>``, giving ``inner_product`` (the mean),
 - the order parameter :math:`|\frac1n \sum_i x_i|`, giving ``order_parameter`` (the mean),
 
-and a point adds its chunks in chunk order. A PDE grid point is one task: the solver's
+and a point adds its chunks in chunk order. Pure attention in :math:`\mathbb{R}^d`
+(``geometry = "euclidean"``) reads the same statistics on the tokens' directions
+:math:`u_i = x_i/|x_i|` (``<u_1, u_2>``, :math:`|\frac1n\sum_i u_i|`), and tokens 1 and 2
+count as clustered when :math:`|x_1 - x_2| \le` ``cluster_tolerance`` :math:`\max(|x_1|, |x_2|)`
+(the same limit point; on the sphere this is close to the inner-product test). A PDE grid point is one task: the solver's
 time series (``mass``, ``energy``, ...) and whether the run stayed resolved.
 
 Tasks run in batches (:func:`plan_batches`), each task's result still its own (and stored
@@ -230,10 +234,25 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
         return [xp.sum(xp.astype(inner >= 1.0 - task.tolerance, xp.float64), axis=1), xp.sum(inner, axis=1),
                 xp.sum(order, axis=1)]
 
-    frames = mf.observe_particles(model, x0, config.times.array(), observe, method=particle_method(config),
-                                  dt=config.method.dt, rng=generators[0], invariant=True, betas=betas)
+    if config.euclidean:
+        frames = mf.observe_particles(model, x0, config.times.array(),
+                                      lambda x: euclidean_sums(x, task.tolerance, per_task),
+                                      method=particle_method(config), dt=config.method.dt)
+    else:
+        frames = mf.observe_particles(model, x0, config.times.array(), observe, method=particle_method(config),
+                                      dt=config.method.dt, rng=generators[0], invariant=True, betas=betas)
     sums = np.array([[to_numpy(value) for value in frame] for frame in frames])  # (time, 3, task)
     return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
+
+
+def euclidean_sums(x: np.ndarray, tolerance: float, per_task: tuple[int, int]) -> list[np.ndarray]:
+    """Pure attention's sums per task (module docstring): clustered pairs, ``<u_1, u_2>``, the mean direction's norm."""
+    norms = np.linalg.norm(x, axis=-1)
+    directions = x / norms[..., None]
+    together = np.linalg.norm(x[:, 0] - x[:, 1], axis=-1) <= tolerance * np.maximum(norms[:, 0], norms[:, 1])
+    cosine = np.sum(directions[:, 0] * directions[:, 1], axis=-1)
+    order = np.linalg.norm(directions.mean(axis=1), axis=-1)
+    return [values.reshape(per_task).sum(axis=1) for values in (together.astype(float), cosine, order)]
 
 
 @numba.njit(cache=True)
@@ -574,10 +593,15 @@ def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) 
         data[name] = (dims + ("time",) * sample.ndim, array)  # time series, or a scalar (`trustworthy`)
     ds = xr.Dataset(data, coords={**sweep.grid, "time": sweep.base.times.array()})
     if sweep.particles:
-        ds["clustered_probability"].attrs["long_name"] = (
-            f"P(<x_1, x_2> >= 1 - {sweep.settings.cluster_tolerance:g})")
-        ds["inner_product"].attrs["long_name"] = "mean <x_1, x_2>"
-        ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i x_i|"
+        tolerance = sweep.settings.cluster_tolerance
+        if sweep.base.euclidean:  # the tokens' directions u_i = x_i / |x_i| (module docstring)
+            ds["clustered_probability"].attrs["long_name"] = f"P(|x_1 - x_2| <= {tolerance:g} max(|x_1|, |x_2|))"
+            ds["inner_product"].attrs["long_name"] = "mean <u_1, u_2>"
+            ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i u_i|"
+        else:
+            ds["clustered_probability"].attrs["long_name"] = f"P(<x_1, x_2> >= 1 - {tolerance:g})"
+            ds["inner_product"].attrs["long_name"] = "mean <x_1, x_2>"
+            ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i x_i|"
     ds.attrs.update(kind=SWEEP, method=sweep.base.method.kind, config=json.dumps(sweep.base.to_dict()),
                     grid=json.dumps(sweep.grid), settings=json.dumps(dataclasses.asdict(sweep.settings)),
                     version=package_version())

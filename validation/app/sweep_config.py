@@ -32,7 +32,7 @@ Example (``examples/phase_diagram.toml``)::
 Grid names are the keys of the ``model``, ``method`` and ``initial`` tables (``beta``,
 ``n``, ``seed``, ``dt``, ``d``, ``amplitude``, ...), with ``D`` for ``diffusion``; the
 dotted form ``model.beta`` works too. Sweeping ``d`` sets the geometry of each point
-(circle for ``d = 2``, sphere above).
+(circle for ``d = 2``, sphere above; pure attention stays in R^d).
 """
 
 from __future__ import annotations
@@ -192,9 +192,9 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
         raise ConfigError(f"sweep.grid has {points:.3g} points, more than {MAX_POINTS}: each is a run of its own "
                           f"(checked up front, stored as parts); lower the counts or split the sweep")
     config = SweepConfig(check_config(raw, base), grid, settings)
-    if config.base.euclidean:
-        raise ConfigError("geometry = 'euclidean' (pure attention) runs with meanfield run, not in sweeps yet: a "
-                          "sweep's statistics (<x_1, x_2> and clustering on the sphere) are the sphere's")
+    if config.base.euclidean and settings.device != "numpy":
+        raise ConfigError(f"sweep.device = {settings.device!r}: pure attention (geometry = 'euclidean') runs on "
+                          "numpy only")
     for index, point in config.points():  # every point is checked as a run would be, before anything runs
         try:
             if config.particles and point.method.n < 2:
@@ -233,7 +233,7 @@ def point_config(base: ExperimentConfig, values: dict) -> ExperimentConfig:
     for name, value in values.items():
         section, _ = PARAMETERS[name]
         raw[section][name] = value
-        if name == "d":
+        if name == "d" and not base.euclidean:
             raw["geometry"] = "circle" if value == 2 else "sphere"
     try:
         return check_config(raw)
