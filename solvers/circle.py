@@ -439,3 +439,28 @@ class _RichardsonPair:
         admitted = np.concatenate([fine, coarse])
         self._halves = [(admitted, fine, coarse)] + self._halves[:2]
         return admitted, None
+
+
+class StartsWithFiniteVolumes:
+    """The grid and initial density of a solver whose run starts on :class:`CircleFV` (its ``finite_volumes``)."""
+
+    @property
+    def theta(self) -> np.ndarray:
+        return self.finite_volumes.theta
+
+    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """Cell averages of ``rho0`` on the ``cells`` cells, mass one.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            As for :meth:`CircleFV.initial_density <solvers.CircleFV.initial_density>`.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages.
+        """
+        return self.finite_volumes.initial_density(rho0, name=name)

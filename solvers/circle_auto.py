@@ -25,13 +25,17 @@ from meanfield.checks import check_density, check_int, check_times
 from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE, PDE, record_attrs
 
-from .circle import CircleFV
+from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
 from .grid_solver import earliest_underresolution, joined_runs, joined_settings
 
 
+#: The meaning of a CircleAuto dataset's ``spectral``.
+SPECTRAL_FLAG = "whether CircleSpectral computed this output (else CircleFV)"
+
+
 @dataclass(frozen=True, eq=False)
-class CircleAuto:
+class CircleAuto(StartsWithFiniteVolumes):
     r"""Fourier pseudo-spectral on the circle while it resolves the density, then finite volumes.
 
     Parameters
@@ -106,27 +110,6 @@ class CircleAuto:
             return self.tableau
         return "dormand_prince" if self.model.diffusion > 0 else "dormand_prince_853"
 
-    @property
-    def theta(self) -> np.ndarray:
-        return self.finite_volumes.theta
-
-    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
-        """Cell averages of ``rho0`` on the ``cells`` cells, mass one.
-
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            As for :meth:`CircleFV.initial_density <solvers.CircleFV.initial_density>`.
-        name : str
-            The argument's name in error messages.
-
-        Returns
-        -------
-        numpy.ndarray, shape (cells,)
-            The cell averages.
-        """
-        return self.finite_volumes.initial_density(rho0, name=name)
-
     def _spectrally_smooth(self, averages: np.ndarray) -> bool:
         """Whether the spectral solver resolves these cell averages: its tail criterion over all ``cells`` modes."""
         spectral = self.spectral
@@ -172,7 +155,7 @@ class CircleAuto:
                                                              **common), None, float(times[0]), 0.0)
         spectral = self.spectral
         part = spectral.solve_until(averages, times, lambda c: not spectral.resolves(c), first_step=first_step,
-                                    continued=True, **common)
+                                    continued=True, annotate=self._finite_volume_fields, **common)
         recorded = part.dataset.sizes["time"]
         if recorded == times.size:
             return self._annotated(None, part.dataset, np.nan, 0.0)
@@ -202,6 +185,16 @@ class CircleAuto:
             return ds.rho.values[-1]
         return self.finite_volumes.continuation_state(ds)
 
+    def _finite_volume_fields(self, outputs: int) -> tuple[dict, dict]:
+        """The spectral part's flag and what the finite volumes record, NaN (``solve_until``'s ``annotate``)."""
+        finite_volumes = self.finite_volumes
+        fields = {"spectral": ("time", np.ones(outputs, bool), {"long_name": SPECTRAL_FLAG}),
+                  **{name: ("time", np.full(outputs, np.nan)) for name in ("cluster_width", "error_estimate")}}
+        coordinates = finite_volumes.recorded_coordinates()
+        if finite_volumes.shadow is not None:
+            fields["shadow_rho"] = (("time", "shadow_theta"), np.full((outputs, coordinates["shadow_theta"].size), np.nan))
+        return fields, coordinates
+
     def _annotated(self, finite: xr.Dataset | None, spectral: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
@@ -210,12 +203,16 @@ class CircleAuto:
         expected = {"spectral_tail": ("time",), "cluster_width": ("time",), "error_estimate": ("time",)}
         if finite_volumes.shadow is not None:
             expected["shadow_rho"] = ("time", "shadow_theta")
-        ds = joined_runs(parts, "spectral", "whether CircleSpectral computed this output (else CircleFV)",
-                         expected=expected, coordinates=finite_volumes.recorded_coordinates())
+        if finite is None:  # the spectral part carries the finite volumes' fields already (one dataset built)
+            ds = spectral
+        else:
+            ds = joined_runs(parts, "spectral", SPECTRAL_FLAG, expected=expected,
+                             coordinates=finite_volumes.recorded_coordinates())
         settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
                     "handover_clipped": clipped, **joined_settings(parts)}
+        since = earliest_underresolution(parts)
         ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
-        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
+        ds.attrs["underresolved_since"] = since
         return ds
 
 

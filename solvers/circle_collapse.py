@@ -22,7 +22,7 @@ import xarray as xr
 from meanfield.checks import check_times
 from meanfield.records import CIRCLE, PDE, record_attrs
 
-from .circle import CircleFV
+from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_lagrangian import CircleLagrangian
 from .grid_solver import earliest_underresolution, joined_runs, joined_settings, stacked_fields
 
@@ -35,7 +35,7 @@ class LabelPositions:
 
 
 @dataclass(frozen=True, eq=False)
-class CircleFVLagrangian:
+class CircleFVLagrangian(StartsWithFiniteVolumes):
     r"""Finite volumes until their estimated error passes ``error_level``, then :class:`CircleLagrangian`.
 
     Parameters
@@ -78,27 +78,6 @@ class CircleFVLagrangian:
         object.__setattr__(self, "lagrangian", CircleLagrangian(self.model, points=self.points, cells=self.cells,
                                                                 rtol=self.rtol,
                                                                 cluster_separation=self.cluster_separation))
-
-    @property
-    def theta(self) -> np.ndarray:
-        return self.finite_volumes.theta
-
-    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
-        """Cell averages of ``rho0`` on the ``cells`` cells, mass one.
-
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            As for :meth:`CircleFV.initial_density <solvers.CircleFV.initial_density>`.
-        name : str
-            The argument's name in error messages.
-
-        Returns
-        -------
-        numpy.ndarray, shape (cells,)
-            The cell averages.
-        """
-        return self.finite_volumes.initial_density(rho0, name=name)
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
               first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:

@@ -144,7 +144,7 @@ class GridSolver:
     def solve_until(self, rho0, times, stop: Callable[[Any], bool] | None, *, progress: bool | None = None,
                     observer: Callable[[float, np.ndarray], None] | None = None, max_steps: int | None = None,
                     first_step: float | None = None, continued: bool = False,
-                    pace: Pace | None = None) -> "Interrupted":
+                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> "Interrupted":
         """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
 
         How one solver hands a run over to another (:class:`~solvers.CircleAuto`,
@@ -158,6 +158,10 @@ class GridSolver:
             ``stop(state)`` of the solver's state after each accepted step; ``None`` never stops.
         progress, observer, max_steps, first_step, continued, pace
             As for :meth:`solve`.
+        annotate : callable, optional
+            ``annotate(outputs) -> (variables, coordinates)``: more variables (name: ``(dims,
+            values[, attrs])``) and coordinates for the dataset of ``outputs`` recorded times,
+            built into it at once (what a solver handing over adds for the other one's records).
 
         Returns
         -------
@@ -183,7 +187,7 @@ class GridSolver:
                 collapse=record.collapse, observer=watch, progress=progress, name=self.name,
                 max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts,
                 pace=pace, stop=until)
-        return Interrupted(record.dataset(), float(reached), self.density(state), record.counts.next_step)
+        return Interrupted(record.dataset(annotate), float(reached), self.density(state), record.counts.next_step)
 
     def _threads(self) -> AbstractContextManager:
         """Context the steps run in (:mod:`solvers.threads`); none by default."""
@@ -259,17 +263,18 @@ class SolveRecord:
         self.fields.append(self.solver.recorded_fields(state))
         self.diagnostics.append({**diagnosis.values, "resolved": diagnosis.resolved})
 
-    def dataset(self) -> xr.Dataset:
+    def dataset(self, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> xr.Dataset:
         solver = self.solver
         coordinates = solver.grid_coordinates()
+        added, added_coordinates = ({}, {}) if annotate is None else annotate(len(self.frames))
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
         if "energy" in series:  # the layered causal equation has none
             series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
-                         **series, **stacked_fields(self.fields)},
+                         **series, **stacked_fields(self.fields), **added},
                         coords={"time": self.times[:len(self.frames)], **coordinates,
-                                **solver.recorded_coordinates()})
+                                **solver.recorded_coordinates(), **added_coordinates})
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
