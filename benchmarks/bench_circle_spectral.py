@@ -95,14 +95,42 @@ def measured(settings, run, error) -> list[tuple[object, float, float]]:
     return rows
 
 
+def cost_accuracy_figure(curves: dict, path: str) -> None:
+    """Error against time of every measured setting, each code's lower envelope drawn (one panel per case)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(curves), figsize=(6.2 * len(curves), 4.4), squeeze=False, layout="constrained")
+    for ax, (case, codes) in zip(axes[0], curves.items()):
+        for colour, (code, rows) in enumerate(codes.items()):
+            points = sorted((seconds, error) for _, seconds, error in rows if np.isfinite(error) and error > 0)
+            ax.plot(*zip(*points), ".", color=f"C{colour}", alpha=0.35)
+            envelope, best = [], np.inf  # the most accurate result reached at each cost
+            for seconds, error in points:
+                if error < best:
+                    best = error
+                    envelope.append((seconds, error))
+            ax.plot(*zip(*envelope), "-", color=f"C{colour}", label=code)
+        ax.set(xscale="log", yscale="log", xlabel="wall time (s, one thread)", ylabel="L1 error at the final time",
+               title=f"SA beta = {BETA:g}, {case}")
+        ax.legend(fontsize=8)
+    fig.savefig(path, dpi=110)
+
+
 def cheapest(rows, target):
     """The fastest setting whose error is at most ``target``, or None."""
     reaching = [(seconds, setting) for setting, seconds, error in rows if error <= target]
     return min(reaching, key=lambda pair: pair[0])[1] if reaching else None
 
 
-def run(targets=TARGETS, cases=CASES, tableau="auto"):
-    """The table; ``tableau``: CircleAuto's spectral pair (its default ``"auto"``; another name runs the D = 0 cases only)."""
+def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None):
+    """The table; ``tableau``: CircleAuto's spectral pair (its default ``"auto"``; another name runs the D = 0 cases only).
+
+    ``curves``, when given, receives per case the measured ``(setting, seconds, error)`` of
+    every setting of each code (the cost-accuracy figure's points).
+    """
     rows = []
     for name, (diffusion, t_end) in cases.items():
         if diffusion > 0 and tableau not in ("auto", "dormand_prince"):
@@ -136,6 +164,8 @@ def run(targets=TARGETS, cases=CASES, tableau="auto"):
             rows.append((f"circle {name} L1 {target:g}: CircleAuto {ours} vs plain {theirs}", seconds, base, ratio))
         fv_rows = measured(FV_CELLS, lambda cells: CircleFV(model, cells=cells, rtol=1e-8).solve(
             initial, [0.0, t_end], progress=False), lambda ds: l1_error(ds.rho.values[-1], reference))
+        if curves is not None:
+            curves[name] = {"CircleAuto": ours_rows, "plain pseudo-spectral": theirs_rows, "CircleFV": fv_rows}
         fv = cheapest(fv_rows, 1e-4)
         if fv is not None:
             seconds = next(seconds for setting, seconds, _ in fv_rows if setting == fv)
@@ -149,6 +179,10 @@ if __name__ == "__main__":
     parser.add_argument("--targets", type=float, nargs="+", default=list(TARGETS))
     parser.add_argument("--tableau", default="auto", help="CircleAuto's spectral pair (D = 0 cases only "
                         "for another than the default)")
+    parser.add_argument("--figure", help="also draw the cost-accuracy curves (PNG path)")
     arguments = parser.parse_args()
-    for label, ours, base, ratio in run(tuple(arguments.targets), tableau=arguments.tableau):
+    measured_curves: dict = {}
+    for label, ours, base, ratio in run(tuple(arguments.targets), tableau=arguments.tableau, curves=measured_curves):
         print(json.dumps({"case": label, "ours_s": ours, "baseline_s": base, "ratio": ratio}))
+    if arguments.figure:
+        cost_accuracy_figure(measured_curves, arguments.figure)

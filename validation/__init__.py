@@ -7,12 +7,13 @@ is the subpackage :mod:`validation.app`; validation proper never imports it.
 __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarning", "growth_rate",
            "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
-           "merge_times", "Merge"]
+           "merge_times", "Merge", "circle_cluster_counts", "settling_time"]
 
 
 def __getattr__(name: str):
     # Loaded on first use (a sweep's worker needs none of them).
-    if name in ("ClusterSummary", "cluster_statistics", "order_parameter", "merge_times", "Merge"):
+    if name in ("ClusterSummary", "cluster_statistics", "order_parameter", "merge_times", "Merge",
+                "circle_cluster_counts", "settling_time"):
         from . import clusters as module
     elif name in ("PDEErrorWarning", "StudySettings", "mean_field_convergence"):
         from . import convergence as module

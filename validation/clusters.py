@@ -3,7 +3,8 @@ r"""Cluster statistics and the order parameter, from particle or PDE datasets.
 A cluster of particles is a group linked by gaps smaller than ``separation`` (single
 linkage, geodesic distance); a cluster of a density is a connected region where it
 exceeds ``level`` times the uniform density; a dataset of the mass-coordinate solvers
-records its own clusters (``cluster_count``). :func:`merge_times` lists when the count falls. The order parameter is
+records its own clusters (``cluster_count``). :func:`merge_times` lists when the count falls,
+:func:`settling_time` dates the last fall to a given count. The order parameter is
 :math:`|\int x\, d\mu|` (1 for a single Dirac mass, 0 for the uniform measure).
 """
 
@@ -131,6 +132,65 @@ def merge_times(ds: xr.Dataset, **rule) -> list[Merge]:
     times = ds.time.values
     return [Merge(float(times[i]), float(times[i + 1]), int(counts[i]), int(counts[i + 1]))
             for i in range(times.size - 1) if counts[i + 1] < counts[i]]
+
+
+def circle_cluster_counts(x: np.ndarray, *, separation: float = 0.2) -> np.ndarray:
+    """Cluster counts of tokens on the circle, one per system, by :func:`cluster_statistics`' gap rule.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., n, 2)
+        Tokens on the unit circle; leading axes are systems.
+    separation : float
+        Tokens closer than this (radians) belong to one cluster.
+
+    Returns
+    -------
+    numpy.ndarray of int, shape (...)
+        The number of clusters of each system.
+
+    Examples
+    --------
+    >>> from meanfield import circle_points
+    >>> circle_cluster_counts(circle_points(np.array([0.0, 0.01, 2.0, 2.05, 4.0])))
+    array(3)
+    """
+    x = np.asarray(x, dtype=float)
+    flat = x.reshape(-1, *x.shape[-2:])
+    counts = np.array([_circle_particle_labels(system, separation).max() + 1 for system in flat])
+    return counts.reshape(x.shape[:-2])
+
+
+def settling_time(times, counts, final: int) -> float:
+    """The first output from which the cluster count stays at most ``final``, after having been above it.
+
+    How a merge is dated in a run whose count also fluctuates on the way (clusters forming one
+    after the other, a stray token): the last fall below ``final + 1``.
+
+    Parameters
+    ----------
+    times : array_like, shape (k,)
+        Output times.
+    counts : array_like of int, shape (k,)
+        The cluster count at each.
+    final : int
+        The count the run settles at.
+
+    Returns
+    -------
+    float
+        That output time; NaN if the count never exceeded ``final`` or is above it at the end.
+
+    Examples
+    --------
+    >>> settling_time([0, 1, 2, 3, 4, 5], [1, 3, 2, 3, 2, 2], final=2)
+    4.0
+    """
+    times, counts = np.asarray(times, dtype=float), np.asarray(counts)
+    above = np.flatnonzero(counts > final)
+    if above.size == 0 or above[-1] + 1 == counts.size:
+        return float("nan")
+    return float(times[above[-1] + 1])
 
 
 def order_parameter(ds: xr.Dataset) -> xr.DataArray:
