@@ -8,11 +8,18 @@
    ``k = 1..32`` with random phases: which mode wins is not put in by hand. The number of
    density clusters that form is compared with the fastest-growing mode ``k*`` of the
    dispersion relation ``gamma_k = k^2 I_k(beta) / (beta I_0(beta))`` (docs/theory/references.md).
+3. How many clusters (the seeds' question): for each ``beta`` of ``--kde-betas``, systems of
+   256 tokens iid uniform; the number of metastable clusters (the most frequent count over
+   ``t`` in [10, 40], tokens closer than 0.1 rad joined) against the number of modes of the
+   initial tokens' kernel density estimate at bandwidth ``beta^{-1/2}`` (the attention kernel
+   itself, ``validation.kde_mode_count(..., circle=True)``), means over the systems with their
+   correlation system by system.
 
-Writes ``OUTPUT/metastability_particles.png``, ``OUTPUT/metastability_pde.png`` and the
-data (``particles_beta*.nc``, ``pde_beta*.nc``, ``cluster_counts.csv``).
+Writes ``OUTPUT/metastability_particles.png``, ``OUTPUT/metastability_pde.png``,
+``OUTPUT/cluster_count_kde.png`` and the data (``particles_beta*.nc``, ``pde_beta*.nc``,
+``cluster_counts.csv``, ``cluster_count_kde.csv``).
 
-    python examples/metastability.py            # about 10 s
+    python examples/metastability.py            # about 15 s
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ import numpy as np  # noqa: E402
 
 import meanfield as mf  # noqa: E402
 from solvers import CircleFV, UnderResolvedWarning  # noqa: E402
-from validation import cluster_statistics, growth_rate  # noqa: E402
+from meanfield.sphere import circle_angles  # noqa: E402
+from validation import circle_cluster_counts, cluster_statistics, growth_rate, kde_mode_count  # noqa: E402
 from validation.app.files import write_atomically, write_text  # noqa: E402
 
 BETAS = (4.0, 9.0)
@@ -121,11 +129,42 @@ def pde_figure(runs: dict, path: Path) -> dict:
     return summary
 
 
+def kde_comparison(args) -> None:
+    """Section 3 of the module docstring: metastable clusters against the initial tokens' KDE modes."""
+    times = np.linspace(0.0, 40.0, 81)
+    plateau = times >= 10.0
+    rows, means = ["beta,system,kde_modes,metastable_clusters"], []
+    for beta in args.kde_betas:
+        x0 = mf.sample_uniform(256, 2, rng=np.random.default_rng([args.seed, int(beta)]), batch=args.kde_systems)
+        modes = np.array([kde_mode_count(circle_angles(x), beta ** -0.5, circle=True) for x in x0])
+        counts = np.array(mf.observe_particles(mf.SelfAttention(beta), x0, times,
+                                               lambda x: circle_cluster_counts(x, separation=0.1),
+                                               method="rk4", dt=0.05))
+        clusters = np.array([np.bincount(counts[plateau, s]).argmax() for s in range(args.kde_systems)])
+        rows += [f"{beta:g},{s},{m},{c}" for s, (m, c) in enumerate(zip(modes, clusters))]
+        correlation = np.corrcoef(modes, clusters)[0, 1] if modes.std() > 0 and clusters.std() > 0 else np.nan
+        means.append((beta, modes.mean(), modes.std() / np.sqrt(modes.size), clusters.mean(),
+                      clusters.std() / np.sqrt(clusters.size)))
+        print(f"beta = {beta:g}: KDE modes of the initial tokens {modes.mean():.2f}, metastable clusters "
+              f"{clusters.mean():.2f} (mean of {args.kde_systems} systems of 256 tokens; correlation {correlation:.2f})")
+    write_text(args.output / "cluster_count_kde.csv", "\n".join(rows) + "\n")
+    beta, modes, modes_error, clusters, clusters_error = np.array(means).T
+    fig, ax = plt.subplots(figsize=(5.5, 4), constrained_layout=True)
+    ax.errorbar(beta, modes, modes_error, fmt="o-", label="modes of the initial KDE (bandwidth β^-1/2)")
+    ax.errorbar(beta, clusters, clusters_error, fmt="s-", label="metastable clusters of the particles")
+    ax.set(xscale="log", xlabel="β", ylabel="count (mean over systems)", title="n = 256 tokens on the circle")
+    ax.legend(fontsize=8)
+    fig.savefig(args.output / "cluster_count_kde.png", dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument("--t-particles", type=float, default=300.0)
     parser.add_argument("--t-pde", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--kde-betas", type=float, nargs="+", default=[4.0, 9.0, 16.0, 36.0, 64.0])
+    parser.add_argument("--kde-systems", type=int, default=16)
     parser.add_argument("--output", type=Path, default=Path("output/metastability"))
     args = parser.parse_args()
     args.output.mkdir(parents=True, exist_ok=True)
@@ -138,6 +177,7 @@ def main() -> None:
         print(f"PDE, beta = {beta:g}: fastest-growing mode k* = {k_star}; clusters formed: {counts.max()} "
               f"(at t = {args.t_pde:g}: {counts[-1]})")
     write_text(args.output / "cluster_counts.csv", "\n".join(lines) + "\n")
+    kde_comparison(args)
     print(f"figures and data in {args.output}")
 
 
