@@ -15,11 +15,6 @@ Writes ``OUTPUT/metastability_limit.png`` (cluster count against log t: the limi
 each ``n``'s median with its quartiles) and ``OUTPUT/metastability_limit.csv``.
 
     python examples/metastability_limit.py      # about 18 minutes on 2 cores (n up to 16384, t = 1000)
-
-Measured at that size: at ``beta = 4`` the limit settles at two clusters at ``t = 22.9``; the
-quartiles of the systems' times are [6.6, 34.4] at ``n = 256``, [24.1, 29.1] at 1024,
-[23.7, 26.8] at 4096 and [20.6, 25.5] at 16384 (median 22.9). At ``beta = 9`` every system of
-1024 tokens or more keeps three clusters to ``t = 1000``, as the limit does.
 """
 
 from __future__ import annotations

@@ -185,29 +185,32 @@ class CircleAuto(StartsWithFiniteVolumes):
             return ds.rho.values[-1]
         return self.finite_volumes.continuation_state(ds)
 
+    def _finite_volume_dims(self) -> dict[str, tuple[str, ...]]:
+        """What the finite volumes record and the spectral solver does not, with its dimensions."""
+        dims = {"cluster_width": ("time",), "error_estimate": ("time",)}
+        if self.finite_volumes.shadow is not None:
+            dims["shadow_rho"] = ("time", "shadow_theta")
+        return dims
+
     def _finite_volume_fields(self, outputs: int) -> tuple[dict, dict]:
         """The spectral part's flag and what the finite volumes record, NaN (``solve_until``'s ``annotate``)."""
-        finite_volumes = self.finite_volumes
-        fields = {"spectral": ("time", np.ones(outputs, bool), {"long_name": SPECTRAL_FLAG}),
-                  **{name: ("time", np.full(outputs, np.nan)) for name in ("cluster_width", "error_estimate")}}
-        coordinates = finite_volumes.recorded_coordinates()
-        if finite_volumes.shadow is not None:
-            fields["shadow_rho"] = (("time", "shadow_theta"), np.full((outputs, coordinates["shadow_theta"].size), np.nan))
+        coordinates = self.finite_volumes.recorded_coordinates()
+        sizes = {"time": outputs, **{name: values.size for name, values in coordinates.items()}}
+        fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan))
+                  for name, dims in self._finite_volume_dims().items()}
+        fields["spectral"] = ("time", np.ones(outputs, bool), {"long_name": SPECTRAL_FLAG})
         return fields, coordinates
 
     def _annotated(self, finite: xr.Dataset | None, spectral: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
-        # both solvers' diagnostics in every dataset (NaN where the other solver ran): segments of one run concatenate
-        finite_volumes = self.finite_volumes
-        expected = {"spectral_tail": ("time",), "cluster_width": ("time",), "error_estimate": ("time",)}
-        if finite_volumes.shadow is not None:
-            expected["shadow_rho"] = ("time", "shadow_theta")
         if finite is None:  # the spectral part carries the finite volumes' fields already (one dataset built)
             ds = spectral
         else:
+            # both solvers' diagnostics in every dataset (NaN where the other ran): segments of one run concatenate
+            expected = {"spectral_tail": ("time",), **self._finite_volume_dims()}
             ds = joined_runs(parts, "spectral", SPECTRAL_FLAG, expected=expected,
-                             coordinates=finite_volumes.recorded_coordinates())
+                             coordinates=self.finite_volumes.recorded_coordinates())
         settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
                     "handover_clipped": clipped, **joined_settings(parts)}
         since = earliest_underresolution(parts)
