@@ -161,6 +161,11 @@ class CausalAttention(TangentVelocity):
             totals = np.exp(-rate) * np.expm1(-rate * count) / np.expm1(-rate)
         return totals + 1.0 if self.include_self else totals
 
+    def weighted_velocity(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
+        """Refused: causal attention reads the tokens' order, which a weighted measure does not have."""
+        raise TypeError("CausalAttention has no velocity of a weighted measure: token i attends to the tokens "
+                        "before it, an order a measure does not carry")
+
     def _attention(self, flat: np.ndarray) -> np.ndarray:
         """Direct ``O(n^2)`` causal sums of unit vectors ``(b, n, d)``, in blocks of systems and rows."""
         b, n, d = flat.shape

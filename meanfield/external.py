@@ -152,9 +152,14 @@ def as_external(value) -> Perceptron | UserField | None:
     raise TypeError(f"external must be None, a Perceptron, a UserField or a callable of points, got {value!r}")
 
 
-def potential_energy(external, x: np.ndarray) -> np.ndarray | None:
-    r""":math:`\frac12\int v\,d\mu` of the empirical measures of ``x`` (shape ``x.shape[:-2]``), or ``None``."""
+def potential_energy(external, x: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray | None:
+    r""":math:`\frac12\int v\,d\mu` of the empirical measures of ``x`` (shape ``x.shape[:-2]``), or ``None``.
+
+    With ``masses`` (shape ``x.shape[:-1]``), of :math:`\mu = \sum_j m_j\delta_{x_j}`.
+    """
     if external is None:
         return 0.0
     v = external.potential(x)
-    return None if v is None else 0.5 * v.mean(axis=-1)
+    if v is None:
+        return None
+    return 0.5 * (v.mean(axis=-1) if masses is None else np.sum(v * np.reshape(masses, v.shape), axis=-1))

@@ -88,8 +88,40 @@ class TangentVelocity:
         """
         return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
 
-    def _attention(self, flat: np.ndarray) -> np.ndarray:
+    def weighted_velocity(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
+        r"""The mean-field velocity :math:`v[\mu]` of the measure :math:`\mu = \sum_j m_j\delta_{x_j}` at its atoms.
+
+        The particle velocity is the case :math:`m_j = 1/n`; with other masses it is the
+        velocity field of the mean-field equation for a weighted measure, which the equation
+        (without diffusion) transports atom by atom with the masses fixed: a sum of weighted
+        Diracs is an exact solution (the weighted-particle continuation of
+        :class:`solvers.SphereSpectralParticles`).
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Nonzero points, used through ``x / |x|`` (as :meth:`velocity_unchecked`).
+        masses : numpy.ndarray, shape (..., n)
+            Nonnegative masses of the atoms (of total 1 for a probability measure).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocities, tangent at ``x / |x|``.
+        """
+        flat = normalize(_flatten_batch(x))
+        masses = np.asarray(masses, dtype=float).reshape(flat.shape[:-1])
+        return project_tangent(flat, self._attention(flat, masses)).reshape(x.shape)
+
+    def _attention(self, flat: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray:
         raise NotImplementedError
+
+
+def _carried(flat: np.ndarray, masses: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:
+    """The keys' points times their masses, the masses, and the divisor of the plain sum (``n`` without masses)."""
+    if masses is None:
+        return flat, np.ones(flat.shape[:-1] + (1,)), float(flat.shape[-2])
+    return flat * masses[..., None], masses[..., None], 1.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -270,27 +302,31 @@ class SelfAttention(TangentVelocity):
         self._check_dimension(x)
         return self.velocity_unchecked(x)
 
-    def _attention(self, flat: np.ndarray) -> np.ndarray:
+    def _attention(self, flat: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray:
         r""":meth:`attention_output` of unit vectors of shape ``(batch, n, d)``.
 
         .. math:: a_i = \sum_h V_h \sum_j w^h_{ij}\, x_j,
 
         with the softmax weights (SA) or :math:`e^{\beta\langle Q_h x_i, K_h x_j\rangle}/n` (USA);
-        the paper's discrete layer is :math:`x \leftarrow (x + h a) / |x + h a|`.
+        the paper's discrete layer is :math:`x \leftarrow (x + h a) / |x + h a|`. With
+        ``masses`` ``(batch, n)``, token ``j`` counts with weight :math:`m_j` in place of :math:`1/n`.
         """
         total = np.zeros_like(flat)
         for q, k, v in self.head_matrices():
-            drive = self._head_drive(flat, q, k)
+            drive = self._head_drive(flat, q, k, masses)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
         if self.external is not None:
             total += self.external.field(flat)
         return total
 
-    def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None) -> np.ndarray:
-        """Attention-weighted average (SA) or mean (USA) of the keys' points, before V."""
-        n, d = x.shape[-2:]
+    def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None,
+                    masses: np.ndarray | None = None) -> np.ndarray:
+        """Attention-weighted average (SA) or mean (USA) of the keys' points (weighted by ``masses``), before V."""
+        d = x.shape[-1]
+        carried, weights, divisor = _carried(x, masses)
         if self.beta == 0.0:
-            return np.broadcast_to(x.mean(axis=-2, keepdims=True), x.shape)
+            mean = carried.sum(axis=-2, keepdims=True) / weights.sum(axis=-2, keepdims=True)
+            return np.broadcast_to(mean, x.shape)
         beta = self.beta
         queries = x if q is None else x @ q.T
         keys = x if k is None else x @ k.T
@@ -302,7 +338,7 @@ class SelfAttention(TangentVelocity):
                 block -= beta if identity else block.max(axis=-1, keepdims=True)
                 np.exp(block, out=block)
 
-            values = np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
+            values = np.concatenate([carried, weights], axis=-1)
             sums, _ = pair_sums(queries, keys, values, softmax_weight)
             return sums[..., :d] / sums[..., d:]
         shift = beta * self.logit_bound if self.time_rescaled else 0.0
@@ -313,11 +349,12 @@ class SelfAttention(TangentVelocity):
                 block -= shift
             np.exp(block, out=block)
 
-        sums, _ = pair_sums(queries, keys, x, kernel_weight)
-        return sums / n
+        sums, _ = pair_sums(queries, keys, carried, kernel_weight)
+        return sums / divisor
 
     # ------------------------------------------------------------------ energy
-    def log_energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    def log_energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None,
+                   masses: np.ndarray | None = None) -> np.ndarray:
         r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``).
 
         Parameters
@@ -328,6 +365,8 @@ class SelfAttention(TangentVelocity):
             Computes :math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` of the
             ``(systems, n, d)`` tokens in place of the direct pair sum (an engine's faster sum:
             ``meanfield.engines.energy_pair_sum``; zonal models only).
+        masses : numpy.ndarray, shape (..., n), optional
+            As for :meth:`energy`.
 
         Returns
         -------
@@ -342,9 +381,9 @@ class SelfAttention(TangentVelocity):
         """
         if self.external is not None:
             raise ValueError("log_energy has no external-field term (E + (1/2) int v can be negative); use energy(x)")
-        return self._log_attention_energy(x, log_pair_sum)
+        return self._log_attention_energy(x, log_pair_sum, masses)
 
-    def _log_attention_energy(self, x: np.ndarray, log_pair_sum=None) -> np.ndarray:
+    def _log_attention_energy(self, x: np.ndarray, log_pair_sum=None, masses: np.ndarray | None = None) -> np.ndarray:
         x = check_points(x, "x")
         self._check_dimension(x)
         if self.beta == 0.0:
@@ -353,7 +392,13 @@ class SelfAttention(TangentVelocity):
         flat = _flatten_batch(x)
         n = flat.shape[-2]
         beta = self.beta
+        if masses is not None:  # sum_ij m_i m_j e^{...}: the keys carry m_j, the rows log m_i, no 1/n^2
+            masses = np.asarray(masses, dtype=float).reshape(flat.shape[:-1])
+            with np.errstate(divide="ignore"):
+                row_log_masses, n = np.log(masses), 1.0
         if log_pair_sum is not None:
+            if masses is not None:
+                raise ValueError("log_pair_sum sums equal masses only")
             if not self.is_zonal:
                 raise ValueError("log_pair_sum sums the zonal kernel e^{beta <x_i, x_j>}: the model has matrices or heads")
             log_total = log_pair_sum(flat) - np.log(2.0 * beta * n * n)
@@ -371,14 +416,20 @@ class SelfAttention(TangentVelocity):
 
             queries = flat if q is None else flat @ q.T
             keys = flat if k is None else flat @ k.T
-            sums, shifts = pair_sums(queries, keys, np.ones(flat.shape[:-1] + (1,)), stable_exp)
-            per_head.append(logsumexp(np.log(sums[..., 0]) + shifts[..., 0], axis=-1))
+            key_masses = np.ones(flat.shape[:-1] + (1,)) if masses is None else masses[..., None]
+            sums, shifts = pair_sums(queries, keys, key_masses, stable_exp)
+            with np.errstate(divide="ignore"):  # atoms of zero mass add nothing (log 0 = -inf)
+                row_terms = np.log(sums[..., 0]) + shifts[..., 0]
+            if masses is not None:
+                row_terms = row_terms + row_log_masses
+            per_head.append(logsumexp(row_terms, axis=-1))
         log_total = logsumexp(np.stack(per_head), axis=0) - np.log(2.0 * beta * n * n)
         if self.time_rescaled:
             log_total = log_total - beta * self.logit_bound
         return log_total.reshape(x.shape[:-2])
 
-    def energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    def energy(self, x: np.ndarray, *, log_pair_sum: Callable[[np.ndarray], np.ndarray] | None = None,
+               masses: np.ndarray | None = None) -> np.ndarray:
         r"""Interaction energy of the empirical measure, shape ``(...,)``.
 
         .. math:: E = \frac{1}{2\beta n^2} \sum_h \sum_{i,j} e^{\beta \langle Q_h x_i, K_h x_j\rangle}
@@ -397,6 +448,8 @@ class SelfAttention(TangentVelocity):
             Tokens on the unit sphere (any leading batch axes).
         log_pair_sum : callable, optional
             As for :meth:`log_energy`.
+        masses : numpy.ndarray, shape (..., n), optional
+            The energy of :math:`\sum_j m_j\delta_{x_j}` (:math:`m_i m_j` in place of :math:`1/n^2`).
 
         Returns
         -------
@@ -411,18 +464,18 @@ class SelfAttention(TangentVelocity):
             If the external field has no potential.
         """
         x = check_points(x, "x")
-        external = potential_energy(self.external, x)
+        external = potential_energy(self.external, x, masses)
         if external is None:
             raise ValueError("the external field has no potential: the energy E + (1/2) int v is undefined")
         if self.beta == 0.0:  # per head (1/2) m^T Q^T K m, the limit of E - 1/(2 beta)
-            mean = x.mean(axis=-2)
+            mean = x.mean(axis=-2) if masses is None else np.einsum("...n,...nd->...d", masses, x)
             total = np.zeros(mean.shape[:-1])
             for q, k, _ in self.head_matrices():
                 queries = mean if q is None else mean @ q.T
                 keys = mean if k is None else mean @ k.T
                 total += 0.5 * np.sum(queries * keys, axis=-1)
             return total + external
-        log_e = self._log_attention_energy(x, log_pair_sum)
+        log_e = self._log_attention_energy(x, log_pair_sum, masses)
         if np.max(log_e) > EXP_OVERFLOW:
             raise OverflowError(f"the energy at beta={self.beta} exceeds double precision "
                                 f"(log E = {np.max(log_e):.6g}); use log_energy(x)")
@@ -605,23 +658,26 @@ class ZonalAggregation(TangentVelocity):
         """
         return self.velocity_unchecked(check_points(x, "x"))
 
-    def _attention(self, flat: np.ndarray) -> np.ndarray:
-        r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` of unit vectors ``(batch, n, d)``."""
+    def _attention(self, flat: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray:
+        r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` of unit vectors ``(batch, n, d)`` (:math:`m_j` for :math:`1/n` with ``masses``)."""
         derivative = self.derivative
+        carried, _, divisor = _carried(flat, masses)
 
         def weight(block: np.ndarray) -> None:
             block[...] = derivative(block)
 
-        sums, _ = pair_sums(flat, flat, flat, weight)
-        return sums / flat.shape[-2]
+        sums, _ = pair_sums(flat, flat, carried, weight)
+        return sums / divisor
 
-    def energy(self, x: np.ndarray) -> np.ndarray:
+    def energy(self, x: np.ndarray, *, masses: np.ndarray | None = None) -> np.ndarray:
         r"""Interaction energy :math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`.
 
         Parameters
         ----------
         x : numpy.ndarray, shape (..., n, d)
             Tokens on the unit sphere (any leading batch axes).
+        masses : numpy.ndarray, shape (..., n), optional
+            The energy of :math:`\sum_j m_j\delta_{x_j}` (:math:`m_i m_j` in place of :math:`1/n^2`).
 
         Returns
         -------
@@ -634,9 +690,13 @@ class ZonalAggregation(TangentVelocity):
         def weight(block: np.ndarray) -> None:
             block[...] = potential(block)
 
-        sums, _ = pair_sums(flat, flat, np.ones(flat.shape[:-1] + (1,)), weight)
-        n = flat.shape[-2]
-        return (sums.sum(axis=(-2, -1)) / (2.0 * n * n)).reshape(x.shape[:-2])
+        if masses is None:
+            sums, _ = pair_sums(flat, flat, np.ones(flat.shape[:-1] + (1,)), weight)
+            n = flat.shape[-2]
+            return (sums.sum(axis=(-2, -1)) / (2.0 * n * n)).reshape(x.shape[:-2])
+        masses = np.asarray(masses, dtype=float).reshape(flat.shape[:-1])
+        sums, _ = pair_sums(flat, flat, masses[..., None], weight)
+        return (0.5 * np.einsum("bn,bn->b", masses, sums[..., 0])).reshape(x.shape[:-2])
 
     def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
         r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`.

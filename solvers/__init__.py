@@ -1,5 +1,5 @@
 """solvers: discretizations of the mean-field PDE (finite volumes and Fourier on the circle,
-spherical harmonics on S^2; the measure in mass coordinates through cluster formation), of the layered equation of causal attention on both, and of pure
+spherical harmonics on S^2; the measure in mass coordinates on the circle and weighted particles on S^2 through cluster formation), of the layered equation of causal attention on both, and of pure
 attention on the line (d = 1, rescaled tokens)."""
 
 from .causal import CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral
@@ -12,5 +12,6 @@ from .circle_spectral import CircleSpectral
 from .line import LineFV
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
+from .sphere_particles import SphereSpectralParticles, SphereWeightedParticles
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]

@@ -455,11 +455,32 @@ class SphereSpectral(GridSolver):
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+    def resolves(self, coefficients: np.ndarray, rho: np.ndarray | None = None) -> bool:
+        """Whether the truncated series still represents the density (the hand-over criterion).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        rho : numpy.ndarray, optional
+            Its grid values, when already synthesised.
+
+        Returns
+        -------
+        bool
+            The spectral tail is below ``tail_threshold`` and the density nowhere negative
+            beyond round-off (``-1e-8`` of its maximum).
+        """
+        return self._resolution(coefficients, self.density(coefficients) if rho is None else rho)[0]
+
+    def _resolution(self, coefficients: np.ndarray, rho: np.ndarray) -> tuple[bool, float]:
         tail = self.spectral_tail(coefficients)
         # Negative values beyond round-off mean the truncated series no longer represents rho.
         negative = rho.min() < -1e-8 * rho.max()
-        resolved = bool(tail < self.tail_threshold and not negative)
+        return bool(tail < self.tail_threshold and not negative), tail
+
+    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+        resolved, tail = self._resolution(coefficients, rho)
         reason = (f"the top 10% of degrees hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
                   if tail >= self.tail_threshold else f"the density is negative ({rho.min():.3g})")
         values = {"mass": self.grid.mass(coefficients), "energy": self.energy(coefficients),

@@ -133,6 +133,19 @@ class SphereGrid:
     def mass(self, coefficients: np.ndarray) -> float:
         return float(np.sqrt(4 * np.pi) * coefficients[0].real)
 
+    def values_on(self, coefficients: np.ndarray, other: "SphereGrid") -> np.ndarray:
+        """The band-limited field of these coefficients at the points of another grid (of any ``lmax``).
+
+        Degrees above ``other.lmax`` are dropped (none when ``other.lmax >= lmax``: then the
+        values are exact).
+        """
+        target = np.zeros(other.transform.nlm, dtype=complex)
+        kept = self.transform.l <= other.lmax
+        # shtns orders (l, m) by m, then l: the index of (l, m) is m (2 L + 3 - m) / 2 + l - m for L = lmax
+        l, m, big = self.transform.l[kept], self.transform.m[kept], other.lmax
+        target[m * (2 * big + 3 - m) // 2 + l - m] = coefficients[kept]
+        return other.synthesise(target)
+
     def point_values(self, coefficients: np.ndarray, points: np.ndarray) -> np.ndarray:
         """Values of the band-limited field at arbitrary unit vectors ``points`` of shape ``(k, 3)``."""
         points = np.asarray(points, dtype=float).reshape(-1, 3)

@@ -1,0 +1,487 @@
+r"""The sphere through cluster formation: harmonics while they resolve the density, then weighted particles.
+
+Without diffusion the mean-field equation transports a measure along the velocity it
+generates, so a weighted sum of Diracs :math:`\mu = \sum_j m_j\delta_{x_j}` is an exact
+solution when each atom follows :math:`\dot x_j = v[\mu](x_j)` with its mass fixed
+(:meth:`meanfield.SelfAttention.weighted_velocity`). :class:`SphereWeightedParticles`
+evolves such a measure; started from the Gauss-grid quadrature of a density (an atom at
+each grid point, of mass :math:`\rho(x_j)\,w_j`, :math:`w_j` the grid's area weight) it
+matches every moment of degree up to about :math:`2 l_{max}` of the density it starts from,
+and the velocity of the atoms is that of the density up to the kernel's own truncation.
+Clusters are then what they are, atoms coming together, with no grid to run out of.
+
+:class:`SphereSpectralParticles` runs :class:`~solvers.SphereSpectral` while it resolves the
+density (its tail criterion, and no negative values) and, after the first accepted step at
+which it no longer does, continues from there with the quadrature atoms of that density
+(negative values set to zero and the mass they removed restored): one call follows a run
+from smooth data to merged clusters, as :class:`~solvers.CircleFVLagrangian` does on the
+circle. The hand-over time and each output's solver are recorded.
+
+After the hand-over ``rho`` is the measure's mass in each cell of the Gauss grid over the
+cell's area (cells: latitude bands whose areas are the Gauss weights, longitude sectors
+centred on the grid's longitudes), which at the hand-over equals the density at the grid
+points; the atoms' positions and masses and the clusters are recorded at every output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import xarray as xr
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+
+from meanfield.checks import check_density, check_int, check_real, check_rtol, check_times
+from meanfield.integration import explicit_adaptive_step, tableau_named
+from meanfield.integration.tableaux import ExplicitTableau
+from meanfield.models import SelfAttention
+from meanfield.records import PDE, SPHERE, record_attrs
+from meanfield.sphere import normalize
+
+from .grid_solver import Diagnosis, GridSolver, earliest_underresolution, joined_runs, joined_settings
+from .sphere import SphereSpectral
+from .sphere_grid import SphereGrid
+from .tolerance import ROUNDOFF
+
+#: ``(n, 4)`` states: the atoms' unit vectors, then their masses (which the equation keeps).
+MASS = 3
+
+
+@dataclass(frozen=True, eq=False)
+class SphereWeightedParticles(GridSolver):
+    r"""The mean-field equation on :math:`S^2` without diffusion, for a weighted sum of Diracs (module docstring).
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        Any model of tokens on :math:`S^2` with ``diffusion = 0`` that is not causal (matrices,
+        heads and external fields included).
+    lmax : int
+        The recording grid: that of :class:`~solvers.SphereSpectral` at this ``lmax`` (the cells
+        of the recorded ``rho``).
+    quadrature_lmax : int, optional
+        The Gauss grid whose points and weights turn a density into atoms (default ``lmax``):
+        the particle method's resolution. The atoms' moments are exact at the start; as the
+        flow compresses the measure into clusters, the quadrature of the transported density
+        loses accuracy, and more atoms (a larger ``quadrature_lmax``, cost growing as the square
+        of the atom count) reduce that error.
+    rtol : float
+        Local error per step: the largest change of an atom's position (a unit vector) the
+        error estimate lets through.
+    tableau : str or ExplicitTableau
+        The embedded Runge-Kutta pair (``meanfield.integration.TABLEAUX``).
+    cluster_separation : float
+        Atoms closer than this (chord length) are in one cluster (linked in chains).
+    min_cluster_mass : float
+        Lighter groups are stray mass between clusters, in no cluster.
+    dropped_mass : float
+        When a density is turned into atoms, the lightest atoms are dropped while their total
+        mass stays below this (the empty parts of the sphere cost no pair sums); recorded.
+    """
+
+    model: object
+    lmax: int = 31
+    quadrature_lmax: int | None = None
+    rtol: float = 1e-6
+    tableau: str | ExplicitTableau = "dormand_prince"
+    cluster_separation: float = 0.2
+    min_cluster_mass: float = 0.01
+    dropped_mass: float = 1e-12
+    grid: SphereGrid = field(init=False, repr=False)
+    quadrature: SphereGrid = field(init=False, repr=False)
+    energy_scaled: bool = field(init=False, repr=False)
+
+    name = "SphereWeightedParticles"
+    geometry = SPHERE
+    default_max_steps = 1_000_000
+    resolution_advice = ""
+
+    def __post_init__(self) -> None:
+        check_int(self.lmax, "lmax", minimum=2)
+        if self.quadrature_lmax is not None:
+            check_int(self.quadrature_lmax, "quadrature_lmax", minimum=2)
+        check_rtol(self.rtol)
+        check_real(self.cluster_separation, "cluster_separation", minimum=0.0, strictly=True)
+        check_real(self.min_cluster_mass, "min_cluster_mass", minimum=0.0)
+        check_real(self.dropped_mass, "dropped_mass", minimum=0.0)
+        object.__setattr__(self, "tableau", tableau_named(self.tableau))
+        model = self.model
+        if not model.on_sphere or model.dimension not in (None, 3):
+            raise ValueError(f"SphereWeightedParticles solves on S^2: got a model of dimension {model.dimension}"
+                             f"{'' if model.on_sphere else ' off the sphere'}")
+        if model.causal:
+            raise ValueError("SphereWeightedParticles evolves a measure, which has no token order: a causal model "
+                             "takes CausalSphereSpectral")
+        if model.diffusion > 0:
+            raise ValueError(f"weighted particles carry no diffusion (got diffusion={model.diffusion}): a density "
+                             "with D > 0 stays smooth; solve it with SphereSpectral")
+        object.__setattr__(self, "grid", SphereGrid(self.lmax))
+        same = self.quadrature_lmax in (None, self.lmax)
+        object.__setattr__(self, "quadrature", self.grid if same else SphereGrid(self.quadrature_lmax))
+        object.__setattr__(self, "energy_scaled", _spectral_energy_scaled(model, self.lmax))
+
+    # ------------------------------------------------------------------ atoms
+    def quadrature_atoms(self, values: np.ndarray, *, name: str = "rho0") -> np.ndarray:
+        r"""The atoms of a density's Gauss-grid quadrature: grid points with masses :math:`\rho(x_j)\,w_j`.
+
+        Parameters
+        ----------
+        values : numpy.ndarray, shape ``quadrature.shape``
+            The density at the quadrature grid's points (nonnegative).
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (atoms, 4)
+            Unit vectors and masses; the lightest atoms, of total mass below ``dropped_mass``,
+            are left out.
+        """
+        values = check_density(values, self.quadrature.shape, name)
+        masses = (values * self.quadrature.area_weight).ravel()
+        order = np.argsort(masses, kind="stable")
+        kept = order[np.cumsum(masses[order]) > self.dropped_mass]
+        kept.sort()
+        return np.column_stack([self.quadrature.points().reshape(-1, 3)[kept], masses[kept]])
+
+    def band_limited_atoms(self, coefficients: np.ndarray, grid: SphereGrid, *,
+                           name: str = "the density") -> tuple[np.ndarray, float]:
+        """The quadrature atoms of a density given by its harmonic coefficients, and the negative mass removed.
+
+        The density is evaluated on the quadrature grid (exactly, when ``quadrature_lmax`` is at
+        least the coefficients' degree); negative values are set to zero and the mass they
+        removed is taken back from the rest, proportionally.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Its coefficients in ``grid``'s (shtns) layout.
+        grid : SphereGrid
+            The grid (degree) they belong to.
+        name : str
+            The density's name in error messages.
+
+        Returns
+        -------
+        atoms : numpy.ndarray, shape (atoms, 4)
+        clipped : float
+            The negative mass set to zero.
+        """
+        values = grid.values_on(coefficients, self.quadrature)
+        weight = self.quadrature.area_weight
+        positive = np.maximum(values, 0.0)
+        clipped = float(np.sum(weight * (positive - values)))
+        if clipped > 0:
+            positive *= np.sum(weight * values) / np.sum(weight * positive)
+        return self.quadrature_atoms(positive, name=name), clipped
+
+    def cell_edges(self) -> tuple[np.ndarray, float]:
+        r"""The recording cells: :math:`\cos\theta` at the latitude bands' edges (north to south), and the sector width.
+
+        Each band holds one Gauss latitude and has the area of its weight, so a cell's area is
+        the grid's area weight.
+        """
+        weights = self.grid.area_weight[:, 0] / (2 * np.pi / self.grid.shape[1])
+        return 1.0 - np.concatenate([[0.0], np.cumsum(weights)]), 2 * np.pi / self.grid.shape[1]
+
+    def density(self, atoms: np.ndarray) -> np.ndarray:
+        """The measure's mass per recording cell over the cell's area.
+
+        Parameters
+        ----------
+        atoms : numpy.ndarray, shape (atoms, 4)
+            Unit vectors and masses.
+
+        Returns
+        -------
+        numpy.ndarray, shape ``grid.shape``
+            Cell averages of the measure (at the quadrature atoms of a density: that density
+            at the grid points).
+        """
+        z_edges, width = self.cell_edges()
+        x = atoms[:, :MASS]
+        band = np.clip(np.searchsorted(-z_edges, -np.clip(x[:, 2], -1.0, 1.0), side="right") - 1,
+                       0, self.grid.shape[0] - 1)
+        sector = np.floor((np.arctan2(x[:, 1], x[:, 0]) + 0.5 * width) / width).astype(int) % self.grid.shape[1]
+        mass = np.bincount(band * self.grid.shape[1] + sector, weights=atoms[:, MASS],
+                           minlength=self.grid.area_weight.size)
+        return mass.reshape(self.grid.shape) / self.grid.area_weight
+
+    def clusters(self, atoms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Masses and positions (unit vectors) of the clusters, heaviest first.
+
+        A cluster is a connected group of atoms linked by distances below
+        ``cluster_separation``, of mass at least ``min_cluster_mass``; its position is the
+        normalized mass-weighted mean of its atoms.
+
+        Parameters
+        ----------
+        atoms : numpy.ndarray, shape (atoms, 4)
+            Unit vectors and masses.
+
+        Returns
+        -------
+        masses : numpy.ndarray, shape (clusters,)
+        positions : numpy.ndarray, shape (clusters, 3)
+        """
+        x, masses = atoms[:, :MASS], atoms[:, MASS]
+        pairs = cKDTree(x).query_pairs(self.cluster_separation, output_type="ndarray")
+        links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
+        count, label = connected_components(links, directed=False)
+        totals = np.bincount(label, weights=masses, minlength=count)
+        sums = np.stack([np.bincount(label, weights=masses * x[:, k], minlength=count) for k in range(3)], axis=1)
+        order = np.argsort(-totals, kind="stable")
+        order = order[totals[order] >= self.min_cluster_mass]
+        return totals[order], normalize(sums[order])
+
+    # ------------------------------------------------------------------ the right-hand side
+    def rhs(self, atoms: np.ndarray) -> np.ndarray:
+        """The atoms' velocities, and zero for their masses."""
+        change = np.zeros_like(atoms)
+        change[:, :MASS] = self.model.weighted_velocity(atoms[:, :MASS], atoms[:, MASS])
+        return change
+
+    # ------------------------------------------------------------------ GridSolver
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if not continued:
+            values = rho0(self.quadrature.points()) if callable(rho0) else rho0
+            atoms = self.quadrature_atoms(values)
+            atoms[:, MASS] /= atoms[:, MASS].sum()
+            return atoms
+        atoms = np.array(rho0, dtype=float)
+        if atoms.ndim != 2 or atoms.shape[1] != 4 or not np.all(np.isfinite(atoms)) or np.any(atoms[:, MASS] < 0):
+            raise ValueError(f"a continued run takes atoms of shape (n, 4): finite unit vectors and nonnegative "
+                             f"masses (continuation_state of an earlier run), got shape {atoms.shape}")
+        atoms[:, :MASS] = normalize(atoms[:, :MASS])
+        return atoms
+
+    def _stepper(self, atoms: np.ndarray, times: np.ndarray):
+        attempt = explicit_adaptive_step(_AtomTransport(self), self.tableau)
+        span = times[-1] - times[0]
+        speed = float(np.abs(self.rhs(atoms)).max())
+        first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
+        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations, "atoms": len(atoms)}
+
+    def diagnose(self, atoms: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        energy = self.energy(atoms)
+        return Diagnosis({"mass": float(atoms[:, MASS].sum()), "energy": energy,
+                          "lyapunov": self.lyapunov(energy), "min_density": float(rho.min())}, True, "")
+
+    def energy(self, atoms: np.ndarray) -> float:
+        r"""The model's interaction energy of the measure, as :class:`~solvers.SphereSpectral` records it.
+
+        :math:`E`, or :math:`e^{-\beta B}E` where the spectral solver at this ``lmax`` scales it
+        (large-``beta`` SA), so that the two parts of a run join; NaN where the model has none.
+        """
+        model = self.model
+        if not model.has_energy:
+            return np.nan
+        x, masses = atoms[None, :, :MASS], atoms[None, :, MASS]
+        if self.energy_scaled and not model.time_rescaled:  # only SA at large beta overflows
+            if model.external is not None:
+                return np.nan
+            return float(np.exp(model.log_energy(x, masses=masses)[0] - model.beta * model.logit_bound))
+        return float(model.energy(x, masses=masses)[0])
+
+    def lyapunov(self, energy: float) -> float:
+        """``-cE`` for a zonal model without diffusion (``V = cI``; ``-E`` for zonal aggregation); NaN otherwise."""
+        if not self.model.is_zonal or self.model.external is not None:
+            return np.nan
+        return -(self.model.value_scale if isinstance(self.model, SelfAttention) else 1.0) * energy
+
+    def recorded_fields(self, atoms: np.ndarray) -> dict:
+        masses, where = self.clusters(atoms)
+        return {"atom_position": (("atom", "xyz"), atoms[:, :MASS].copy()),
+                "atom_mass": (("atom",), atoms[:, MASS].copy()),
+                "cluster_mass": (("cluster",), masses), "cluster_position": (("cluster", "xyz"), where),
+                "cluster_count": ((), float(masses.size))}
+
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
+
+    def recorded_settings(self) -> dict:
+        return {"lmax": self.lmax, "quadrature_lmax": self.quadrature.lmax, "rtol": self.rtol,
+                "tableau": self.tableau.name,
+                "cluster_separation": self.cluster_separation, "min_cluster_mass": self.min_cluster_mass,
+                "dropped_mass": self.dropped_mass, "velocity": "weighted_velocity (the model's reference sums)"}
+
+    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
+        """The atoms at the end of ``ds`` (what ``solve(..., continued=True)`` takes)."""
+        return atoms_of(ds)
+
+
+def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
+    """The ``(n, 4)`` atoms recorded at output ``index`` (padding dropped)."""
+    position, mass = ds.atom_position.values[index], ds.atom_mass.values[index]
+    kept = np.isfinite(mass)
+    return np.column_stack([position[kept], mass[kept]])
+
+
+def _spectral_energy_scaled(model, lmax: int) -> bool:
+    """Whether :class:`SphereSpectral` records :math:`e^{-\\beta B}E` for this model (its energy overflows)."""
+    try:
+        return SphereSpectral(model, lmax=lmax).energy_scaled
+    except ValueError:  # an lmax that does not resolve the kernel: the unscaled energy unless it overflows
+        return False
+
+
+class _AtomTransport:
+    """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation` (no stability bound)."""
+
+    decay = None
+
+    def __init__(self, solver: SphereWeightedParticles):
+        self.solver = solver
+
+    def rhs(self, atoms: np.ndarray) -> np.ndarray:
+        return self.solver.rhs(atoms)
+
+    def stable_step(self, atoms: np.ndarray) -> float:
+        return np.inf
+
+    def norm(self, change: np.ndarray) -> float:
+        return float(np.sqrt(np.max(np.sum(change[:, :MASS] ** 2, axis=1))))
+
+    def tolerance(self, atoms: np.ndarray) -> float:
+        return self.solver.rtol + ROUNDOFF
+
+    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
+        new[:, :MASS] = normalize(new[:, :MASS])
+        return new, None
+
+
+@dataclass(frozen=True, eq=False)
+class SphereSpectralParticles:
+    r""":class:`~solvers.SphereSpectral` while it resolves the density, then :class:`SphereWeightedParticles` (module docstring).
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        Any model both solvers take; the hand-over needs ``diffusion = 0`` (with diffusion the
+        run stays spectral, and warns where it stops resolving the density).
+    lmax, rtol, tail_threshold, interaction, tableau
+        The spectral solver's (:class:`~solvers.SphereSpectral`); ``lmax`` and ``rtol`` are also
+        the particles'.
+    quadrature_lmax, cluster_separation, min_cluster_mass, dropped_mass
+        The particles' (:class:`SphereWeightedParticles`; the cluster rule is applied to every
+        output, before the hand-over to the density's quadrature atoms).
+    """
+
+    model: object
+    lmax: int = 31
+    rtol: float = 1e-6
+    tail_threshold: float = 1e-10
+    interaction: str = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
+    cluster_separation: float = 0.2
+    min_cluster_mass: float = 0.01
+    dropped_mass: float = 1e-12
+    quadrature_lmax: int | None = None
+    spectral: SphereSpectral = field(init=False, repr=False)
+    particles: SphereWeightedParticles | None = field(init=False, repr=False)
+
+    name = "SphereSpectralParticles"
+    geometry = SPHERE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "spectral", SphereSpectral(self.model, lmax=self.lmax, rtol=self.rtol,
+                                                            tail_threshold=self.tail_threshold,
+                                                            interaction=self.interaction, tableau=self.tableau))
+        particles = None
+        if self.model.diffusion == 0:
+            particles = SphereWeightedParticles(self.model, lmax=self.lmax, quadrature_lmax=self.quadrature_lmax,
+                                                rtol=self.rtol,
+                                                cluster_separation=self.cluster_separation,
+                                                min_cluster_mass=self.min_cluster_mass,
+                                                dropped_mass=self.dropped_mass)
+        object.__setattr__(self, "particles", particles)
+
+    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
+              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
+        """As ``SphereSpectral.solve``; the dataset also holds the atoms, the clusters and ``particles``.
+
+        ``attrs["settings"]`` records ``handover_time`` (NaN: the harmonics covered every
+        output), ``handover_clipped`` (the negative mass set to zero there) and both solvers'
+        settings and step counts.
+
+        Parameters
+        ----------
+        rho0, times, progress, observer, max_steps, first_step, continued, pace
+            As for :meth:`SphereSpectral.solve <solvers.SphereSpectral.solve>`; with
+            ``continued``, ``rho0`` is what :meth:`continuation_state` returned.
+
+        Returns
+        -------
+        xarray.Dataset
+            As :class:`~solvers.SphereSpectral` records, with ``atom_position``,
+            ``atom_mass`` (NaN before the hand-over), the clusters' masses and positions (of the
+            density's quadrature atoms before it), and ``particles`` (bool per time).
+
+        Raises
+        ------
+        StepSizeCollapse
+            As for ``SphereSpectral.solve``.
+        """
+        times = check_times(times)
+        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
+        particles = self.particles
+        if continued and np.ndim(rho0) == 2 and np.shape(rho0)[1] == 4:  # atoms: after the hand-over
+            if particles is None:
+                raise ValueError("a run with diffusion has no particle part to continue")
+            measure = particles.solve(rho0, times, continued=True, first_step=first_step, **common)
+            return self._annotated(None, measure, float(times[0]), 0.0)
+        spectral = self.spectral
+        stop = None if particles is None else (lambda c: not spectral.resolves(c))
+        part = spectral.solve_until(rho0, times, stop, first_step=first_step, continued=continued, **common)
+        harmonics = self._with_clusters(part.dataset)
+        if harmonics.sizes["time"] == times.size:
+            return self._annotated(harmonics, None, np.nan, 0.0)
+        grid = spectral.grid
+        atoms, clipped = particles.band_limited_atoms(grid.analyse(part.density), grid,
+                                                      name="the density at the hand-over")
+        later = times[times > part.time]
+        measure = particles.solve(atoms, np.concatenate([[part.time], later]), continued=True, **common)
+        if part.time not in times:
+            measure = measure.isel(time=slice(1, None))
+        return self._annotated(harmonics, measure, part.time, clipped)
+
+    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
+        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
+
+        Returns
+        -------
+        numpy.ndarray
+            The last density on the grid while the harmonics ran; the atoms ``(n, 4)`` after.
+        """
+        if ds.particles.values[-1]:
+            return atoms_of(ds)
+        return ds.rho.values[-1]
+
+    def _with_clusters(self, ds: xr.Dataset) -> xr.Dataset:
+        """The spectral outputs with the clusters of their densities' quadrature atoms (the particles' rule)."""
+        if self.particles is None:
+            return ds
+        particles, grid = self.particles, self.spectral.grid
+        frames = [particles.clusters(particles.band_limited_atoms(grid.analyse(rho), grid, name="rho")[0])
+                  for rho in ds.rho.values]
+        width = max(1, max(masses.size for masses, _ in frames))
+        masses = np.full((len(frames), width), np.nan)
+        where = np.full((len(frames), width, 3), np.nan)
+        for index, (mass, position) in enumerate(frames):
+            masses[index, : mass.size], where[index, : mass.size] = mass, position
+        counts = np.array([float(mass.size) for mass, _ in frames])
+        return ds.assign(cluster_mass=(("time", "cluster"), masses), cluster_position=(("time", "cluster", "xyz"), where),
+                         cluster_count=("time", counts))
+
+    def _annotated(self, harmonics: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
+                   clipped: float) -> xr.Dataset:
+        parts = [(part, flag) for part, flag in ((harmonics, False), (measure, True)) if part is not None]
+        ds = joined_runs(parts, "particles", "whether SphereWeightedParticles computed this output "
+                         "(else SphereSpectral)", expected={"spectral_tail": ("time",)})
+        settings = {"solver": self.name, "lmax": self.lmax, "rtol": self.rtol, "handover_time": handover,
+                    "handover_clipped": clipped, **joined_settings(parts)}
+        ds.attrs = record_attrs(PDE, SPHERE, self.model, settings)
+        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
+        return ds
