@@ -161,8 +161,21 @@ class CausalAttention(TangentVelocity):
             totals = np.exp(-rate) * np.expm1(-rate * count) / np.expm1(-rate)
         return totals + 1.0 if self.include_self else totals
 
-    def weighted_velocity(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
-        """Refused: causal attention reads the tokens' order, which a weighted measure does not have."""
+    def weighted_velocity(self, x: np.ndarray, masses: np.ndarray):
+        """Refused: causal attention reads the tokens' order, which a weighted measure does not have.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            The atoms.
+        masses : numpy.ndarray, shape (..., n)
+            Their masses.
+
+        Raises
+        ------
+        TypeError
+            Always.
+        """
         raise TypeError("CausalAttention has no velocity of a weighted measure: token i attends to the tokens "
                         "before it, an order a measure does not carry")
 

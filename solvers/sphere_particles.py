@@ -182,6 +182,13 @@ class SphereWeightedParticles(GridSolver):
 
         Each band holds one Gauss latitude and has the area of its weight, so a cell's area is
         the grid's area weight.
+
+        Returns
+        -------
+        z_edges : numpy.ndarray, shape (nlat + 1,)
+            From 1 down to -1.
+        width : float
+            The longitude sectors' width, centred on the grid's longitudes.
         """
         weights = self.grid.area_weight[:, 0] / (2 * np.pi / self.grid.shape[1])
         return 1.0 - np.concatenate([[0.0], np.cumsum(weights)]), 2 * np.pi / self.grid.shape[1]
@@ -238,7 +245,18 @@ class SphereWeightedParticles(GridSolver):
 
     # ------------------------------------------------------------------ the right-hand side
     def rhs(self, atoms: np.ndarray) -> np.ndarray:
-        """The atoms' velocities, and zero for their masses."""
+        """The right-hand side of the atoms' motion.
+
+        Parameters
+        ----------
+        atoms : numpy.ndarray, shape (atoms, 4)
+            Unit vectors and masses.
+
+        Returns
+        -------
+        numpy.ndarray, shape (atoms, 4)
+            The velocities (:meth:`meanfield.SelfAttention.weighted_velocity`), and zero for the masses.
+        """
         change = np.zeros_like(atoms)
         change[:, :MASS] = self.model.weighted_velocity(atoms[:, :MASS], atoms[:, MASS])
         return change
@@ -272,8 +290,16 @@ class SphereWeightedParticles(GridSolver):
     def energy(self, atoms: np.ndarray) -> float:
         r"""The model's interaction energy of the measure, as :class:`~solvers.SphereSpectral` records it.
 
-        :math:`E`, or :math:`e^{-\beta B}E` where the spectral solver at this ``lmax`` scales it
-        (large-``beta`` SA), so that the two parts of a run join; NaN where the model has none.
+        Parameters
+        ----------
+        atoms : numpy.ndarray, shape (atoms, 4)
+            Unit vectors and masses.
+
+        Returns
+        -------
+        float
+            :math:`E`, or :math:`e^{-\beta B}E` where the spectral solver at this ``lmax`` scales
+            it (large-``beta`` SA), so that the two parts of a run join; NaN where the model has none.
         """
         model = self.model
         if not model.has_energy:
@@ -286,7 +312,18 @@ class SphereWeightedParticles(GridSolver):
         return float(model.energy(x, masses=masses)[0])
 
     def lyapunov(self, energy: float) -> float:
-        """``-cE`` for a zonal model without diffusion (``V = cI``; ``-E`` for zonal aggregation); NaN otherwise."""
+        """The functional the flow decreases, as :class:`~solvers.SphereSpectral` records it.
+
+        Parameters
+        ----------
+        energy : float
+            :meth:`energy` of the measure.
+
+        Returns
+        -------
+        float
+            ``-cE`` for a zonal model (``V = cI``; ``-E`` for zonal aggregation); NaN otherwise.
+        """
         if not self.model.is_zonal or self.model.external is not None:
             return np.nan
         return -(self.model.value_scale if isinstance(self.model, SelfAttention) else 1.0) * energy
@@ -308,7 +345,18 @@ class SphereWeightedParticles(GridSolver):
                 "dropped_mass": self.dropped_mass, "velocity": "weighted_velocity (the model's reference sums)"}
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
-        """The atoms at the end of ``ds`` (what ``solve(..., continued=True)`` takes)."""
+        """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            A dataset this solver returned.
+
+        Returns
+        -------
+        numpy.ndarray, shape (atoms, 4)
+            The atoms at its last output.
+        """
         return atoms_of(ds)
 
 
@@ -449,6 +497,11 @@ class SphereSpectralParticles:
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
+
+        Parameters
+        ----------
+        ds : xarray.Dataset
+            A dataset this solver returned.
 
         Returns
         -------

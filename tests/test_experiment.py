@@ -222,3 +222,37 @@ def test_a_checkpoint_costs_the_same_whatever_the_history_before_it(tmp_path, mo
     assert len(written) == 39  # after every segment but the last
     assert max(written[1:]) <= 1.05 * min(written[1:])
     assert not (tmp_path / "checkpoint").exists()
+
+
+SPHERE_HANDOVER = """
+geometry = "sphere"
+output = "{output}"
+times = {{ stop = 4.0, count = 5 }}
+checkpoint_every = {every}
+[model]
+beta = 4.0
+[method]
+kind = "SphereSpectralParticles"
+lmax = 15
+rtol = 1e-8
+[initial]
+kind = "von_mises_fisher"
+means = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+kappa = 3.0
+"""
+
+
+def test_sphere_config_hands_over_to_atoms_across_checkpoints(tmp_path):
+    """method.kind = "SphereSpectralParticles": segments before and after the hand-over join into one run."""
+    runs = {}
+    for every in (1, 5):
+        config = load_config(write_config(tmp_path / f"c{every}.toml",
+                                          SPHERE_HANDOVER.format(output=tmp_path / f"out{every}", every=every)))
+        runs[every] = run_experiment(config, progress=False)
+    segmented, whole = runs[1], runs[5]
+    assert bool(whole.particles.values[-1]) and not bool(whole.particles.values[0])
+    np.testing.assert_array_equal(segmented.particles.values, whole.particles.values)
+    np.testing.assert_allclose(segmented.mass.values, 1.0, atol=1e-12)
+    # a segment boundary restarts the steps (clipped at the boundary): equal within the step error
+    np.testing.assert_allclose(segmented.energy.values, whole.energy.values, rtol=1e-7)
+    assert whole.attrs["trustworthy"] == 1

@@ -101,7 +101,7 @@ def load_initial_file(path: str) -> np.ndarray:
 def build_solver(config: ExperimentConfig, model):
     """The PDE solver the config names, or None for particles."""
     # here: particle sweep workers start without solvers/xarray
-    from solvers import CircleAuto, CircleFV, CircleFVLagrangian, CircleSpectral, SphereSpectral
+    from solvers import CircleAuto, CircleFV, CircleFVLagrangian, CircleSpectral, SphereSpectral, SphereSpectralParticles
 
     method = config.method
     extra = {} if method.rtol is None else {"rtol": method.rtol}
@@ -113,6 +113,8 @@ def build_solver(config: ExperimentConfig, model):
             return circle[method.kind](model, cells=method.cells, **extra)
         if method.kind == "SphereSpectral":
             return SphereSpectral(model, lmax=method.lmax, **extra)
+        if method.kind == "SphereSpectralParticles":
+            return SphereSpectralParticles(model, lmax=method.lmax, quadrature_lmax=method.quadrature_lmax, **extra)
     except (ValueError, NotImplementedError) as error:
         raise ConfigError(f"method: {error}") from None
     return None

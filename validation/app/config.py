@@ -26,10 +26,12 @@ Example (see ``examples/``)::
 
     [method]
     kind = "CircleAuto"                 # "CircleAuto" | "CircleFV" | "CircleSpectral" | "CircleFVLagrangian"
-                                        # | "SphereSpectral" | "particles"
+                                        # | "SphereSpectral" | "SphereSpectralParticles" | "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
                                         # CircleFVLagrangian: points = 4096 (mass labels after
                                         # the finite volumes' error passes 1e-3 of max rho)
+                                        # SphereSpectralParticles: lmax, quadrature_lmax = lmax
+                                        # (the atoms' grid once the harmonics stop resolving)
                                         # particles: n = 512, seed = 0, dt = 0.01,
                                         # scheme = "rk4" | "euler" | "layer" (the paper's
                                         # normalize(x + h a); with diffusion "rk4" becomes
@@ -138,8 +140,9 @@ class ConfigSection:
         check_fields(self)
 
 
-#: The PDE solvers of ``method.kind`` on the circle (``solvers``).
+#: The PDE solvers of ``method.kind`` on the circle and on the sphere (``solvers``).
 CIRCLE_SOLVERS = ("CircleFV", "CircleSpectral", "CircleAuto", "CircleFVLagrangian")
+SPHERE_SOLVERS = ("SphereSpectral", "SphereSpectralParticles")
 
 #: Tokens in R^d without layer normalization: pure attention (particles only).
 EUCLIDEAN = "euclidean"
@@ -184,15 +187,18 @@ class MethodConfig(ConfigSection):
                             "CircleAuto": {"kind", "cells", "rtol"},
                             "CircleFVLagrangian": {"kind", "cells", "rtol", "points"},
                             "SphereSpectral": {"kind", "lmax", "rtol"},
+                            "SphereSpectralParticles": {"kind", "lmax", "rtol", "quadrature_lmax"},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
-    kind: str = option(types=str, choices=CIRCLE_SOLVERS + ("SphereSpectral", "particles"),
+    kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + ("particles",),
                        help="a PDE solver of the geometry (solvers), or the particle system")
     cells: int = option(1024, types=int, minimum=8,
                         help="the circle's solvers: cells (CircleSpectral: modes |k| < cells/2; CircleAuto: "
                              "those of its finite volumes)")
     points: int = option(4096, types=int, minimum=8,
                          help="CircleFVLagrangian: mass labels of the measure after the hand-over")
-    lmax: int = option(63, types=int, minimum=2, help="SphereSpectral: highest degree")
+    lmax: int = option(63, types=int, minimum=2, help="SphereSpectral(Particles): highest degree")
+    quadrature_lmax: int = option(None, types=int, minimum=2,
+                                  help="SphereSpectralParticles: the Gauss grid of the atoms (default lmax)")
     rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
                          help="PDE: local error per step relative to the deviation from uniform (< 1)")
     n: int = option(512, types=int, minimum=1, help="particles: tokens")
@@ -412,7 +418,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     _check_mode_resolved(config)
     model = read_matrices(config, base)
     _check_causal(config)
-    expected = {"circle": CIRCLE_SOLVERS, "sphere": ("SphereSpectral",)}[geometry]
+    expected = {"circle": CIRCLE_SOLVERS, "sphere": SPHERE_SOLVERS}[geometry]
     if method.kind not in (*expected, "particles"):
         raise ConfigError(f"method.kind {method.kind!r} does not solve on the {geometry}; "
                           f"use {' or '.join(map(repr, expected))} or 'particles'")

@@ -19,12 +19,12 @@ from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
-from solvers import CircleAuto, CircleFVLagrangian, CircleSpectral
+from solvers import CircleAuto, CircleFVLagrangian, CircleSpectral, SphereSpectralParticles
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
 from .builders import RunObjects, build_run, particle_method
-from .config import ExperimentConfig
+from .config import CIRCLE_SOLVERS, ExperimentConfig
 from .errors import ConfigError
 
 #: A run may use at most this fraction of the machine's memory.
@@ -32,7 +32,8 @@ MEMORY_FRACTION = 0.5
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
-WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleFVLagrangian": 24, "SphereSpectral": 48}
+WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleFVLagrangian": 24, "SphereSpectral": 48,
+                  "SphereSpectralParticles": 48}
 
 
 def preflight(config: ExperimentConfig) -> RunObjects:
@@ -73,6 +74,8 @@ def _check_particle_initial(config: ExperimentConfig, initial) -> None:
 
 def _check_pde_initial(solver, initial) -> np.ndarray:
     """The initial cell values (circle) or coefficients (sphere), once checked."""
+    if isinstance(solver, SphereSpectralParticles):  # it starts with its harmonics
+        solver = solver.spectral
     circle = solver.geometry == CIRCLE
     if not callable(initial):
         shape = (solver.cells,) if circle else solver.grid.shape
@@ -123,6 +126,8 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
     """
     span = float(config.times.stop - config.times.start)
     model = solver.model
+    if isinstance(solver, SphereSpectralParticles):  # the harmonics' part (the atoms' has no stability limit)
+        solver = solver.spectral
     speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
     if isinstance(solver, (CircleAuto, CircleFVLagrangian)):
         solver = solver.finite_volumes
@@ -215,11 +220,14 @@ def _check_memory(config: ExperimentConfig) -> None:
         needed = 8 * (count + 16) * method.n * config.dimension + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method.n} particles at times.count = {count} outputs"
     else:
-        circle = method.kind != "SphereSpectral"
+        circle = method.kind in CIRCLE_SOLVERS
         points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
         needed = 8 * points * (count + WORKING_FIELDS[method.kind])
         if method.kind == "CircleFVLagrangian":  # the labels' positions at every output
             needed += 8 * method.points * (count + WORKING_FIELDS[method.kind])
+        if method.kind == "SphereSpectralParticles":  # the atoms (position and mass) at every output
+            atoms = int(np.prod(grid_shape(method.quadrature_lmax or method.lmax)))
+            needed += 8 * 4 * atoms * (count + WORKING_FIELDS[method.kind])
         key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
         what = f"{key} ({points} grid points) at times.count = {count} outputs"
     available = _physical_memory()
