@@ -348,9 +348,9 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    lmax, rtol, tail_threshold, tableau, interaction
-        As for :class:`SphereSpectral` (the error is measured over all layers together; the
-        spectral tail is the largest over layers).
+    lmax, rtol, tail_threshold, tableau, interaction, error_level
+        As for :class:`SphereSpectral` (the steps' error is measured over all layers together;
+        the spectral tail and the error estimate are the largest over layers).
     layers : int
         Number ``L`` of layers in ``s`` (module docstring).
     """
@@ -450,16 +450,15 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
         """
         return np.stack([self.grid.synthesise(layer) for layer in coefficients])
 
+    def _layers(self, coefficients: np.ndarray):
+        return coefficients
+
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
-        tail = max(self.spectral_tail(layer) for layer in coefficients)
-        negative = rho.min() < -1e-8 * rho.max()
-        resolved = bool(tail < self.tail_threshold and not negative)
-        reason = (f"the top 10% of degrees hold {tail:.2g} of the spectral energy of a layer (> {self.tail_threshold:g})"
-                  if tail >= self.tail_threshold else f"the density is negative ({rho.min():.3g})")
+        resolution = self._resolution(coefficients, rho)  # over all layers: the largest tail and estimate
         mass = np.sqrt(4 * np.pi) * coefficients[:, 0].real
         values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
-                  "spectral_tail": tail}
-        return Diagnosis(values, resolved, reason)
+                  **resolution.values}
+        return Diagnosis(values, resolution.resolved, resolution.reason)
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"position": self.positions, **super().grid_coordinates()}

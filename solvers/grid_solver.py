@@ -30,7 +30,8 @@ DIAGNOSTIC_ATTRS = {
     "min_density": {"long_name": "smallest grid value of the density"},
     "cluster_width": {"units": "cells", "long_name": "FWHM of the sharpest cluster"},
     "spectral_tail": {"long_name": "spectral energy fraction in the top 10% of degrees"},
-    "error_estimate": {"long_name": "estimated max-norm error of the density (Richardson, shadow grid)"},
+    "error_estimate": {"long_name": "estimated max-norm error of the density (CircleFV: Richardson against a "
+                                    "shadow grid; SphereSpectral: the spectrum's geometric tail)"},
 }
 
 

@@ -11,7 +11,8 @@ and the velocity of the atoms is that of the density up to the kernel's own trun
 Clusters are then what they are, atoms coming together, with no grid to run out of.
 
 :class:`SphereSpectralParticles` runs :class:`~solvers.SphereSpectral` while it resolves the
-density (its tail criterion, and no negative values) and, after the first accepted step at
+density (its estimated error, and its negative values, below ``error_level`` times
+:math:`\max\rho`) and, after the first accepted step at
 which it no longer does, continues from there with the quadrature atoms of that density
 (negative values set to zero and the mass they removed restored): one call follows a run
 from smooth data to merged clusters, as :class:`~solvers.CircleFVLagrangian` does on the
@@ -409,9 +410,10 @@ class SphereSpectralParticles:
     model : SelfAttention or ZonalAggregation
         Any model both solvers take; the hand-over needs ``diffusion = 0`` (with diffusion the
         run stays spectral, and warns where it stops resolving the density).
-    lmax, rtol, tail_threshold, interaction, tableau
-        The spectral solver's (:class:`~solvers.SphereSpectral`); ``lmax`` and ``rtol`` are also
-        the particles'.
+    lmax, rtol, error_level, tail_threshold, interaction, tableau
+        The spectral solver's (:class:`~solvers.SphereSpectral`): it hands over after the first
+        step at which it no longer resolves the density (by default: its estimated error passes
+        ``error_level`` times :math:`\max\rho`); ``lmax`` and ``rtol`` are also the particles'.
     quadrature_lmax, cluster_separation, min_cluster_mass, dropped_mass
         The particles' (:class:`SphereWeightedParticles`; the cluster rule is applied to every
         output, before the hand-over to the density's quadrature atoms).
@@ -420,6 +422,7 @@ class SphereSpectralParticles:
     model: object
     lmax: int = 31
     rtol: float = 1e-6
+    error_level: float | None = 1e-3
     tail_threshold: float = 1e-10
     interaction: str = "auto"
     tableau: str | ExplicitTableau = "dormand_prince"
@@ -436,6 +439,7 @@ class SphereSpectralParticles:
     def __post_init__(self) -> None:
         object.__setattr__(self, "spectral", SphereSpectral(self.model, lmax=self.lmax, rtol=self.rtol,
                                                             tail_threshold=self.tail_threshold,
+                                                            error_level=self.error_level,
                                                             interaction=self.interaction, tableau=self.tableau))
         particles = None
         if self.model.diffusion == 0:
