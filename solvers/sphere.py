@@ -20,6 +20,10 @@ integrating-factor form of diffusion needs nondecreasing abscissas, which it lac
 Without that bound the error estimate
 lets the top degrees grow from round-off until they dominate it: the error then sits in
 the top degrees, grows with ``lmax`` and sets off the resolution diagnostic.
+
+The resolution diagnostic is an estimate of the spatial error (:meth:`SphereSpectral.error_estimate`:
+the degrees beyond ``lmax`` that the decay of the top ones predicts), recorded per output;
+the run is under-resolved once it passes ``error_level`` times :math:`\max\rho`.
 """
 
 from __future__ import annotations
@@ -413,13 +417,13 @@ class SphereSpectral(GridSolver):
     def error_estimate(self, coefficients: np.ndarray) -> float:
         r"""An estimate of the max-norm error the truncation at ``lmax`` puts in the density.
 
-        From the decay of the top degrees (:func:`solvers.resolution.geometric_tail_error`:
-        the :math:`L^2` norm of the degrees beyond ``lmax`` that their geometric decay
-        predicts, times :math:`\sqrt{(2 l_{max} + 3)/4\pi}`, the largest value of a degree
+        From the decay of the top degrees (``solvers.resolution.geometric_tail_error``: the
+        :math:`L^2` norm of the degrees beyond ``lmax`` that their geometric decay predicts,
+        times :math:`\sqrt{(2 l_{max} + 3)/4\pi}`, the largest value of a degree
         :math:`l_{max} + 1` harmonic of unit norm, times a calibration constant). Calibrated
-        against runs at :math:`2 l_{max} + 1` (SA :math:`eta` = 4, 9, 16, USA
-        :math:`eta = 3`, SA with :math:`D = 0.01`; ``lmax`` 15 to 31; outputs whose true
-        error is above :math:`10^{-6}\maxho` while the reference resolves its density): the
+        against runs at :math:`2 l_{max} + 1` (SA :math:`\beta` = 4, 9, 16, USA
+        :math:`\beta = 3`, SA with :math:`D = 0.01`; ``lmax`` 15 to 31; outputs whose true
+        error is above :math:`10^{-6}\max\rho` while the reference resolves its density): the
         estimate was 0.9 to 3.1 times the true max-norm error. It measures the spatial error
         only; the steps' error is ``rtol``'s.
 
@@ -431,7 +435,7 @@ class SphereSpectral(GridSolver):
         Returns
         -------
         float
-            The estimated :math:`\max|ho - ho_{exact}|` (``inf`` when the top degrees do not decay).
+            The estimated :math:`\max|\rho - \rho_{exact}|` (``inf`` when the top degrees do not decay).
         """
         power = self.grid.parseval_weight * np.abs(coefficients) ** 2
         amplitudes = np.sqrt(np.bincount(self.grid.transform.l, weights=power, minlength=self.lmax + 1))
