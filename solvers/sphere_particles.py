@@ -34,7 +34,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from meanfield.checks import check_density, check_int, check_real, check_rtol, check_times
+from meanfield.checks import EXP_OVERFLOW, check_density, check_int, check_real, check_rtol, check_times
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -372,8 +372,8 @@ def _spectral_energy_scaled(model, lmax: int) -> bool:
     """Whether :class:`SphereSpectral` records :math:`e^{-\\beta B}E` for this model (its energy overflows)."""
     try:
         return SphereSpectral(model, lmax=lmax).energy_scaled
-    except ValueError:  # an lmax that does not resolve the kernel: the unscaled energy unless it overflows
-        return False
+    except ValueError:  # an lmax that does not resolve the kernel: scaled where E = e^{beta B} / (2 beta) ... overflows
+        return isinstance(model, SelfAttention) and model.normalized and model.beta * model.logit_bound > EXP_OVERFLOW
 
 
 class _AtomTransport:
