@@ -80,6 +80,14 @@ class SphereWeightedParticles(GridSolver):
     dropped_mass : float
         When a density is turned into atoms, the lightest atoms are dropped while their total
         mass stays below this (the empty parts of the sphere cost no pair sums); recorded.
+    merge_distance : float, optional
+        Atoms closer than this (chord length) after a step become one, of their total mass at
+        their mass-weighted mean (normalized): a cluster of atoms then costs the pair sums of
+        one. Default ``rtol``: the steps' error lets through changes of that size in every
+        atom, so closer atoms are not told apart (their distances stall near it instead of
+        shrinking as the exact flow's do). A merge moves each merged atom by less than this
+        distance (its mass times it, in Wasserstein-1); ``0`` never merges (tokens of mass
+        ``1/n`` then follow the particle system).
     """
 
     model: object
@@ -90,6 +98,7 @@ class SphereWeightedParticles(GridSolver):
     cluster_separation: float = 0.2
     min_cluster_mass: float = 0.01
     dropped_mass: float = 1e-12
+    merge_distance: float | None = None
     grid: SphereGrid = field(init=False, repr=False)
     quadrature: SphereGrid = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
@@ -107,6 +116,9 @@ class SphereWeightedParticles(GridSolver):
         check_real(self.cluster_separation, "cluster_separation", minimum=0.0, strictly=True)
         check_real(self.min_cluster_mass, "min_cluster_mass", minimum=0.0)
         check_real(self.dropped_mass, "dropped_mass", minimum=0.0)
+        if self.merge_distance is None:
+            object.__setattr__(self, "merge_distance", self.rtol)
+        check_real(self.merge_distance, "merge_distance", minimum=0.0)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
         if not model.on_sphere or model.dimension not in (None, 3):
@@ -217,6 +229,28 @@ class SphereWeightedParticles(GridSolver):
                            minlength=self.grid.area_weight.size)
         return mass.reshape(self.grid.shape) / self.grid.area_weight
 
+    def merged(self, atoms: np.ndarray) -> np.ndarray:
+        """The atoms with those linked by distances below ``merge_distance`` made one.
+
+        Parameters
+        ----------
+        atoms : numpy.ndarray, shape (atoms, 4)
+            Unit vectors and masses.
+
+        Returns
+        -------
+        numpy.ndarray, shape (fewer, 4)
+            Each group's total mass at its normalized mass-weighted mean, in the order of the
+            groups' first atoms (``atoms`` itself when no two are that close).
+        """
+        if self.merge_distance == 0 or len(atoms) < 2:
+            return atoms
+        pairs = cKDTree(atoms[:, :MASS]).query_pairs(self.merge_distance, output_type="ndarray")
+        if len(pairs) == 0:
+            return atoms
+        masses, positions = _components(atoms, pairs)
+        return np.column_stack([positions, masses])
+
     def clusters(self, atoms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Masses and positions (unit vectors) of the clusters, heaviest first.
 
@@ -234,15 +268,11 @@ class SphereWeightedParticles(GridSolver):
         masses : numpy.ndarray, shape (clusters,)
         positions : numpy.ndarray, shape (clusters, 3)
         """
-        x, masses = atoms[:, :MASS], atoms[:, MASS]
-        pairs = cKDTree(x).query_pairs(self.cluster_separation, output_type="ndarray")
-        links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
-        count, label = connected_components(links, directed=False)
-        totals = np.bincount(label, weights=masses, minlength=count)
-        sums = np.stack([np.bincount(label, weights=masses * x[:, k], minlength=count) for k in range(3)], axis=1)
+        pairs = cKDTree(atoms[:, :MASS]).query_pairs(self.cluster_separation, output_type="ndarray")
+        totals, positions = _components(atoms, pairs)
         order = np.argsort(-totals, kind="stable")
         order = order[totals[order] >= self.min_cluster_mass]
-        return totals[order], normalize(sums[order])
+        return totals[order], positions[order]
 
     # ------------------------------------------------------------------ the right-hand side
     def rhs(self, atoms: np.ndarray) -> np.ndarray:
@@ -281,7 +311,7 @@ class SphereWeightedParticles(GridSolver):
         span = times[-1] - times[0]
         speed = float(np.abs(self.rhs(atoms)).max())
         first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
-        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations, "atoms": len(atoms)}
+        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations, "initial_atoms": len(atoms)}
 
     def diagnose(self, atoms: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(atoms)
@@ -343,7 +373,8 @@ class SphereWeightedParticles(GridSolver):
         return {"lmax": self.lmax, "quadrature_lmax": self.quadrature.lmax, "rtol": self.rtol,
                 "tableau": self.tableau.name,
                 "cluster_separation": self.cluster_separation, "min_cluster_mass": self.min_cluster_mass,
-                "dropped_mass": self.dropped_mass, "velocity": "weighted_velocity (the model's reference sums)"}
+                "dropped_mass": self.dropped_mass, "merge_distance": self.merge_distance,
+                "velocity": "weighted_velocity (the model's reference sums)"}
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``.
@@ -359,6 +390,16 @@ class SphereWeightedParticles(GridSolver):
             The atoms at its last output.
         """
         return atoms_of(ds)
+
+
+def _components(atoms: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Total masses and normalized mass-weighted mean positions of the groups the linked ``pairs`` make."""
+    x, masses = atoms[:, :MASS], atoms[:, MASS]
+    links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
+    count, label = connected_components(links, directed=False)
+    totals = np.bincount(label, weights=masses, minlength=count)
+    sums = np.stack([np.bincount(label, weights=masses * x[:, k], minlength=count) for k in range(MASS)], axis=1)
+    return totals, normalize(sums)
 
 
 def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
@@ -398,7 +439,7 @@ class _AtomTransport:
 
     def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
         new[:, :MASS] = normalize(new[:, :MASS])
-        return new, None
+        return self.solver.merged(new), None
 
 
 @dataclass(frozen=True, eq=False)
@@ -414,7 +455,7 @@ class SphereSpectralParticles:
         The spectral solver's (:class:`~solvers.SphereSpectral`): it hands over after the first
         step at which it no longer resolves the density (by default: its estimated error passes
         ``error_level`` times :math:`\max\rho`); ``lmax`` and ``rtol`` are also the particles'.
-    quadrature_lmax, cluster_separation, min_cluster_mass, dropped_mass
+    quadrature_lmax, cluster_separation, min_cluster_mass, dropped_mass, merge_distance
         The particles' (:class:`SphereWeightedParticles`; the cluster rule is applied to every
         output, before the hand-over to the density's quadrature atoms).
     """
@@ -430,6 +471,7 @@ class SphereSpectralParticles:
     min_cluster_mass: float = 0.01
     dropped_mass: float = 1e-12
     quadrature_lmax: int | None = None
+    merge_distance: float | None = None
     spectral: SphereSpectral = field(init=False, repr=False)
     particles: SphereWeightedParticles | None = field(init=False, repr=False)
 
@@ -447,7 +489,8 @@ class SphereSpectralParticles:
                                                 rtol=self.rtol,
                                                 cluster_separation=self.cluster_separation,
                                                 min_cluster_mass=self.min_cluster_mass,
-                                                dropped_mass=self.dropped_mass)
+                                                dropped_mass=self.dropped_mass,
+                                                merge_distance=self.merge_distance)
         object.__setattr__(self, "particles", particles)
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,

@@ -241,3 +241,41 @@ def test_refusals():
         SphereWeightedParticles(mf.SelfAttention(1.0)).solve(np.ones((3, 3)), [0, 1], continued=True)
     # with diffusion the run stays spectral (no particle part), and says so
     assert SphereSpectralParticles(mf.SelfAttention(4.0, diffusion=0.1), lmax=15).particles is None
+
+
+def test_atoms_of_a_collapsed_cluster_merge_into_one():
+    """Two groups of 100 tokens collapse into two clusters: merged (at rtol), two atoms carry them,
+    where the unmerged run's clusters are, with the mass and the mass-weighted mean kept exactly."""
+    rng = np.random.default_rng(4)
+    centres = np.array([[1.0, 0.0, 0.0], [-0.5, 0.6, 0.62]])
+    x = np.repeat(centres, 100, axis=0) + 0.2 * rng.normal(size=(200, 3))
+    atoms = np.column_stack([x / np.linalg.norm(x, axis=1, keepdims=True), rng.uniform(0.5, 1.5, 200)])
+    atoms[:, 3] /= atoms[:, 3].sum()
+    times = [0.0, 10.0, 30.0]
+    model = mf.SelfAttention(9.0)
+    merged = SphereWeightedParticles(model, lmax=15, rtol=1e-7).solve(atoms, times, continued=True, progress=False)
+    exact = SphereWeightedParticles(model, lmax=15, rtol=1e-7, merge_distance=0.0).solve(atoms, times, continued=True,
+                                                                                         progress=False)
+    end = atoms_of(merged)
+    assert len(end) == 2 and len(atoms_of(exact)) == 200
+    np.testing.assert_allclose(np.sort(end[:, 3]), np.sort(exact.cluster_mass.values[-1][:2]), rtol=1e-14)
+    assert end[:, 3].sum() == pytest.approx(1.0, abs=1e-15)
+    for mass, position in zip(exact.cluster_mass.values[-1][:2], exact.cluster_position.values[-1][:2]):
+        nearest = end[np.argmin(np.linalg.norm(end[:, :3] - position, axis=1))]
+        assert nearest[3] == pytest.approx(mass, rel=1e-14)
+        np.testing.assert_allclose(nearest[:3], position, atol=1e-6)  # both within the steps' error of the flow
+    assert merged.energy.values[-1] == pytest.approx(exact.energy.values[-1], rel=1e-6)
+
+
+def test_merging_keeps_mass_and_centre():
+    solver = SphereWeightedParticles(mf.SelfAttention(1.0), lmax=15, merge_distance=1e-3)
+    rng = np.random.default_rng(5)
+    base = np.array([0.0, 0.0, 1.0])
+    x = base + 1e-4 * rng.normal(size=(5, 3))
+    atoms = np.vstack([np.column_stack([x / np.linalg.norm(x, axis=1, keepdims=True), rng.uniform(size=5)]),
+                       [[1.0, 0.0, 0.0, 0.3]]])
+    merged = solver.merged(atoms)
+    assert len(merged) == 2
+    assert merged[:, 3].sum() == pytest.approx(atoms[:, 3].sum(), rel=1e-15)
+    centre = atoms[:5, 3] @ atoms[:5, :3]
+    np.testing.assert_allclose(merged[0, :3], centre / np.linalg.norm(centre), atol=1e-15)
