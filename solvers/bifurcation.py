@@ -25,7 +25,7 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
 
     The uniform branch with its stability; every bifurcation point on it (a mode's eigenvalue
     crossing zero: the dispersion relation's zero); from each, the bifurcating branch followed
-    by pseudo-arclength continuation (:mod:`solvers.continuation`) until it leaves the
+    by pseudo-arclength continuation (``solvers.continuation``) until it leaves the
     interval or the resolved range, with the leading eigenvalues of every state.
 
     Parameters
@@ -51,6 +51,10 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
         Points per bifurcating branch at most.
     uniform_points : int
         Parameter values at which the uniform branch's stability is recorded.
+    tol : float
+        Newton's tolerance (the stationary problem's ``tol``).
+    progress : bool, optional
+        A progress bar per branch (default: on a terminal).
 
     Returns
     -------

@@ -49,7 +49,19 @@ EIGENVALUES = 4
 
 @dataclass
 class Point:
-    """One stationary state: unknowns, parameter value, Newton's cost and its leading eigenvalues."""
+    """One stationary state: unknowns, parameter value, Newton's cost and its leading eigenvalues.
+
+    Parameters
+    ----------
+    unknowns : numpy.ndarray
+        The problem's unknowns (its ``density(unknowns)`` is the state).
+    value : float
+        The parameter value.
+    residual_evaluations : int
+        Right-hand sides Newton-Krylov took to find it.
+    eigenvalues : numpy.ndarray
+        The leading eigenvalues of the linearisation (NaN-padded to ``EIGENVALUES``).
+    """
 
     unknowns: np.ndarray
     value: float
@@ -59,7 +71,21 @@ class Point:
 
 @dataclass
 class Branch:
-    """A branch of stationary states: its points, where it came from and why it ended."""
+    """A branch of stationary states: its points, where it came from and why it ended.
+
+    Parameters
+    ----------
+    points : list of Point
+        The states in the order of the continuation.
+    mode : int
+        The mode of the uniform state it bifurcates from.
+    start_value : float
+        The parameter value of that bifurcation.
+    end : str
+        Why the continuation stopped.
+    folds : list of int
+        Indices of the points after which the parameter turns back.
+    """
 
     points: list[Point]
     mode: int
@@ -97,8 +123,24 @@ def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
 def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> Point:
     """The stationary state nearest ``guess`` (unknowns) at the parameter ``value`` (default: the model's).
 
+    Parameters
+    ----------
+    problem : CircleStationary or SphereStationary
+        The stationary problem (``solvers.stationary_circle``, ``solvers.stationary_sphere``).
+    guess : numpy.ndarray, shape (problem.size,)
+        Unknowns to start Newton-Krylov from.
+    value : float, optional
+        The parameter value.
+
+    Returns
+    -------
+    Point
+        The state, with Newton's cost and the leading eigenvalues (its stability).
+
     Raises
     ------
+    ValueError
+        If ``guess`` has the wrong shape or ``value`` is refused by the problem.
     RuntimeError
         If Newton-Krylov does not reach the problem's tolerance.
     """
@@ -133,6 +175,25 @@ def uniform_bifurcations(problem, interval: tuple[float, float], modes) -> list[
 
     Sign changes on 64 equispaced values, each refined by :func:`scipy.optimize.brentq` to
     relative ``1e-14``.
+
+    Parameters
+    ----------
+    problem : CircleStationary or SphereStationary
+        A stationary problem of a rotation-invariant model.
+    interval : (float, float)
+        The parameter range searched.
+    modes : iterable of int
+        The wavenumbers (sphere: degrees) whose eigenvalue is followed.
+
+    Returns
+    -------
+    list of (int, float)
+        The bifurcation points, by mode then value.
+
+    Raises
+    ------
+    ValueError
+        If the model is not rotation-invariant (the uniform density is then not stationary).
     """
     if not problem.rotations:
         raise ValueError("the uniform density is stationary only for a rotation-invariant model "
@@ -198,7 +259,32 @@ def _accept(problem, z: np.ndarray, evaluations: int) -> Point:
 def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float, float], *,
                         max_points: int = 200, first_amplitude: float | None = None,
                         max_step: float | None = None, progress: bool | None = None) -> Branch:
-    """Follow the branch that bifurcates from the uniform state in ``mode`` at ``value``."""
+    """Follow the branch that bifurcates from the uniform state in ``mode`` at ``value``.
+
+    Parameters
+    ----------
+    problem : CircleStationary or SphereStationary
+        The stationary problem.
+    mode : int
+        The bifurcating mode (a wavenumber; sphere: the degree of a zonal harmonic).
+    value : float
+        The bifurcation point (:func:`uniform_bifurcations`).
+    interval : (float, float)
+        The parameter range the branch is followed in.
+    max_points : int
+        Points at most.
+    first_amplitude : float, optional
+        The mode's amplitude, over the uniform density, of the first two states (default 0.02 and 0.04).
+    max_step : float, optional
+        Largest continuation step, in the metric's units (default: a fifth of the interval).
+    progress : bool, optional
+        A progress bar (default: on a terminal).
+
+    Returns
+    -------
+    Branch
+        Its points and why it ended (an unentered branch has none and says why).
+    """
     amplitude = problem.uniform * (0.02 if first_amplitude is None else first_amplitude)
     direction = problem.mode(mode)
     branch = Branch([], mode, value)
@@ -223,7 +309,28 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
 
 def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, max_points: int = 200,
                     max_step: float | None = None, progress: bool | None = None) -> Branch:
-    """Extend ``branch`` (at least two points) by pseudo-arclength until it ends (module docstring)."""
+    """Extend ``branch`` (at least two points) by pseudo-arclength until it ends (module docstring).
+
+    Parameters
+    ----------
+    problem : CircleStationary or SphereStationary
+        The stationary problem.
+    branch : Branch
+        The branch so far; extended in place.
+    interval : (float, float)
+        The parameter range.
+    max_points : int
+        Points of the branch at most.
+    max_step : float, optional
+        Largest step, in the metric's units (default: a fifth of the interval).
+    progress : bool, optional
+        A progress bar (default: on a terminal).
+
+    Returns
+    -------
+    Branch
+        ``branch``, with its new points, folds and ``end``.
+    """
     max_points = check_int(max_points, "max_points", minimum=2)
     low, high = sorted(interval)
     scale = max(abs(low), abs(high))
