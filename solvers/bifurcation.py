@@ -37,8 +37,8 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
     interval : (float, float)
         The range of the parameter.
     geometry : {"circle", "sphere"}
-        The circle (:class:`~solvers.stationary_circle.CircleStationary`, the finite volumes'
-        discretisation) or :math:`S^2` (:class:`~solvers.stationary_sphere.SphereStationary`,
+        The circle (``solvers.stationary_circle.CircleStationary``, the finite volumes'
+        discretisation) or :math:`S^2` (``solvers.stationary_sphere.SphereStationary``,
         spherical harmonics, axisymmetric states; a zonal model).
     cells : int
         Circle: cells of the finite-volume discretisation.

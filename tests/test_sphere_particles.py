@@ -142,7 +142,7 @@ def handover_run():
     def rho0(x):
         return 1 + 0.2 * x[..., 0] + 0.8 * x[..., 1] * x[..., 2] + 0.3 * x[..., 2] ** 2
 
-    times = np.linspace(0.0, 9.0, 19)
+    times = np.linspace(0.0, 6.0, 13)
     solver = SphereSpectralParticles(model, lmax=15, rtol=1e-8)
     return solver, rho0, times, solver.solve(rho0, times, progress=False)
 
@@ -199,7 +199,7 @@ def test_after_the_handover_the_atoms_converge_to_the_solution_from_the_handed_d
     coarse = SphereSpectral(mf.SelfAttention(4.0), lmax=15, rtol=1e-8)
     with pytest.warns(UnderResolvedWarning):  # the state the hand-over starts from is the first under-resolved one
         handed = coarse.grid.analyse(coarse.solve(rho0, [0.0, handover], progress=False).rho.values[-1])
-    compared = times[times > handover][:2]
+    compared = times[times > handover][1:2]  # the second output after it: the clusters have sharpened
     fine = SphereSpectral(mf.SelfAttention(4.0), lmax=31, rtol=1e-10)
     reference = fine.solve(coarse.grid.values_on(handed, fine.grid), np.concatenate([[handover], compared]),
                            continued=True, progress=False)
@@ -209,11 +209,11 @@ def test_after_the_handover_the_atoms_converge_to_the_solution_from_the_handed_d
     expected = np.array([[fine.grid.integrate(rho * f) for f in monomials] for rho in reference.rho.values[1:]])
     errors = []
     for quadrature_lmax in (15, 31):
-        particles = SphereWeightedParticles(mf.SelfAttention(4.0), lmax=15, quadrature_lmax=quadrature_lmax, rtol=1e-10)
+        particles = SphereWeightedParticles(mf.SelfAttention(4.0), lmax=15, quadrature_lmax=quadrature_lmax, rtol=1e-9)
         atoms, _ = particles.band_limited_atoms(handed, coarse.grid)
         run = particles.solve(atoms, np.concatenate([[handover], compared]), continued=True, progress=False)
         moments = []
-        for index in (1, 2):
+        for index in range(1, compared.size + 1):
             x, m = atoms_of(run, index)[:, :3], atoms_of(run, index)[:, 3]
             moments.append([m @ x[:, i] for i in range(3)] + [m @ (x[:, i] * x[:, j]) for i in range(3) for j in range(i, 3)])
         errors.append(np.abs(np.array(moments) - expected).max(axis=1))
