@@ -43,7 +43,7 @@ from meanfield.integration import ExplicitTableau, explicit_adaptive_step
 from .grid_solver import Diagnosis, GridSolver
 from .resolution import geometric_tail_error
 from .spectral_transport import SpectralTransport, transport_tableau
-from .heads import takes_general_path
+from .heads import energy_factors, takes_general_path
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
 from .threads import single_threaded_blas
@@ -128,11 +128,7 @@ class SphereSpectral(GridSolver):
         object.__setattr__(self, "general", None)
         self._check_kernel_resolved(self._symbol_by_degree)
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
-        try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
-            energy_spectrum = model.energy_spectrum(self.lmax, 3)
-            scaled = model.time_rescaled
-        except OverflowError:
-            energy_spectrum, scaled = model.energy_spectrum(self.lmax, 3, scaled=True), True
+        energy_spectrum, scaled = zonal_energy_spectrum(model, self.lmax)
         object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
         object.__setattr__(self, "energy_scaled", scaled)
 
@@ -545,6 +541,25 @@ class SphereSpectral(GridSolver):
     def recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape), "tableau": self.tableau.name,
                 "error_level": self.error_level}
+
+
+def zonal_energy_spectrum(model, lmax: int) -> tuple[np.ndarray, bool]:
+    r"""The energy kernel's eigenvalues of degrees ``0 .. lmax`` on :math:`S^2`, and whether they carry :math:`e^{-\beta}`.
+
+    :math:`E` itself where it fits in double precision, :math:`e^{-\beta}E` otherwise (large-``beta``
+    SA), and always for a time-rescaled model.
+    """
+    try:
+        return model.energy_spectrum(lmax, 3), model.time_rescaled
+    except OverflowError:
+        return model.energy_spectrum(lmax, 3, scaled=True), True
+
+
+def energy_is_scaled(model, lmax: int, interaction: str = "auto") -> bool:
+    r"""Whether :class:`SphereSpectral` with these settings records :math:`e^{-\beta B}E` rather than :math:`E`."""
+    if takes_general_path(model, interaction, SphereSpectral.name):
+        return energy_factors(model, 3)[1]
+    return zonal_energy_spectrum(model, lmax)[1]
 
 
 def _largest_speed(along_t: np.ndarray, along_p: np.ndarray) -> float:

@@ -34,7 +34,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from meanfield.checks import EXP_OVERFLOW, check_density, check_int, check_real, check_rtol, check_times
+from meanfield.checks import check_density, check_int, check_real, check_rtol, check_times
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -42,7 +42,7 @@ from meanfield.records import PDE, SPHERE, record_attrs
 from meanfield.sphere import normalize
 
 from .grid_solver import Diagnosis, GridSolver, earliest_underresolution, joined_runs, joined_settings
-from .sphere import SphereSpectral
+from .sphere import SphereSpectral, energy_is_scaled
 from .sphere_grid import SphereGrid
 from .tolerance import ROUNDOFF
 
@@ -88,6 +88,10 @@ class SphereWeightedParticles(GridSolver):
         shrinking as the exact flow's do). A merge moves each merged atom by less than this
         distance (its mass times it, in Wasserstein-1); ``0`` never merges (tokens of mass
         ``1/n`` then follow the particle system).
+    interaction : {"auto", "zonal", "general"}
+        The path of the :class:`~solvers.SphereSpectral` whose energy convention the recorded
+        energy follows (:math:`E`, or :math:`e^{-\beta B}E` where it would overflow), so that a
+        run it continues joins.
     """
 
     model: object
@@ -99,6 +103,7 @@ class SphereWeightedParticles(GridSolver):
     min_cluster_mass: float = 0.01
     dropped_mass: float = 1e-12
     merge_distance: float | None = None
+    interaction: str = "auto"
     grid: SphereGrid = field(init=False, repr=False)
     quadrature: SphereGrid = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
@@ -133,7 +138,7 @@ class SphereWeightedParticles(GridSolver):
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         same = self.quadrature_lmax in (None, self.lmax)
         object.__setattr__(self, "quadrature", self.grid if same else SphereGrid(self.quadrature_lmax))
-        object.__setattr__(self, "energy_scaled", _spectral_energy_scaled(model, self.lmax))
+        object.__setattr__(self, "energy_scaled", energy_is_scaled(model, self.lmax, self.interaction))
 
     # ------------------------------------------------------------------ atoms
     def quadrature_atoms(self, values: np.ndarray, *, name: str = "rho0") -> np.ndarray:
@@ -409,14 +414,6 @@ def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
     return np.column_stack([position[kept], mass[kept]])
 
 
-def _spectral_energy_scaled(model, lmax: int) -> bool:
-    """Whether :class:`SphereSpectral` records :math:`e^{-\\beta B}E` for this model (its energy overflows)."""
-    try:
-        return SphereSpectral(model, lmax=lmax).energy_scaled
-    except ValueError:  # an lmax that does not resolve the kernel: scaled where E = e^{beta B} / (2 beta) ... overflows
-        return isinstance(model, SelfAttention) and model.normalized and model.beta * model.logit_bound > EXP_OVERFLOW
-
-
 class _AtomTransport:
     """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation` (no stability bound)."""
 
@@ -490,7 +487,7 @@ class SphereSpectralParticles:
                                                 cluster_separation=self.cluster_separation,
                                                 min_cluster_mass=self.min_cluster_mass,
                                                 dropped_mass=self.dropped_mass,
-                                                merge_distance=self.merge_distance)
+                                                merge_distance=self.merge_distance, interaction=self.interaction)
         object.__setattr__(self, "particles", particles)
 
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,

@@ -28,7 +28,7 @@ def test_cluster_counts_and_settling_time_on_known_cases():
 def test_the_limit_merge_lies_among_the_particles_and_their_spread_shrinks_with_n():
     """SA beta = 4: three clusters form and two merge. The limit settles at two clusters at t ~ 23; the
     settling times of 16 systems of n = 2048 tokens hold it between their quartiles, and their spread
-    (interquartile range) is smaller than at n = 256 (measured: about 20 at 256, 7 at 4096)."""
+    (interquartile range) is smaller than at n = 256."""
     times = np.concatenate([[0.0], np.linspace(0.5, 60.0, 120)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnderResolvedWarning)  # the finite volumes hand over: expected
