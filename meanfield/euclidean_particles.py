@@ -21,6 +21,11 @@ projection:
 The time-dependent right-hand side goes through the library's Runge-Kutta steppers with time
 as one more coordinate (:math:`\dot t = 1`, integrated exactly by every consistent tableau);
 the error norm ignores it.
+
+Tokens of another array API namespace (CuPy, PyTorch, JAX, ``array_api_strict``) run the
+fixed-step schemes in that namespace and on its device, through
+:class:`meanfield.engines.euclidean_array_api.EuclideanArrayAPIKernel`; the adaptive ones
+integrate numpy arrays on the host.
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from __future__ import annotations
 from typing import NoReturn
 
 import numpy as np
+from array_api_compat import array_namespace, is_array_api_obj
 
+from .engines.euclidean_array_api import EuclideanArrayAPIKernel
+from .engines.kernels import is_numpy, to_numpy
 from .errors import StepSizeCollapse
 from .euclidean import check_tokens
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
@@ -37,44 +45,79 @@ from .progress import time_progress
 from .records import PARTICLES, euclidean_name, record_attrs
 
 class EuclideanFlow:
-    """The model's velocity as a function of ``(t, x)`` on batches ``(systems, n, d)``, and its rescaling."""
+    """The model's velocity as a function of ``(t, x)`` on batches ``(systems, n, d)`` like ``like``,
+    and its rescaling: the reference :meth:`~meanfield.PureAttention.velocity_at` on numpy arrays,
+    :class:`EuclideanArrayAPIKernel` on those of another namespace."""
 
-    def __init__(self, model, d: int):
-        self.model, self.d = model, d
-        self.identity = np.eye(d)
+    def __init__(self, model, like):
+        self.model, self.d = model, like.shape[-1]
+        self.identity = np.eye(self.d)
+        self.xp = array_namespace(like)
+        if is_numpy(like):
+            self.kernel, self.velocity_at, self.asarray = "numpy", model.velocity_at, np.asarray
+        else:
+            engine = EuclideanArrayAPIKernel(model, like)
+            self.kernel, self.velocity_at, self.asarray = engine.name, engine.velocity_at, engine.asarray
 
     def rescaling(self, t: float) -> np.ndarray:
         return self.model.rescaling(t, self.d) if self.model.rescaled else self.identity
 
-    def velocity(self, t: float, x: np.ndarray) -> np.ndarray:
-        return self.model.velocity_at(x, self.rescaling(t))
+    def velocity(self, t: float, x):
+        return self.velocity_at(x, self.rescaling(t))
+
+    def timed_state(self, t: float, x):
+        """The state ``[t, x.ravel()]`` of the autonomous system."""
+        xp = self.xp
+        return xp.concat([self.asarray([t]), xp.reshape(x, (-1,))])
+
+    def tokens(self, q, shape: tuple[int, ...]):
+        """The tokens of a timed state."""
+        return self.xp.reshape(q[1:], shape)
 
     def timed_rhs(self, shape: tuple[int, ...]):
         """The autonomous right-hand side of the state ``[t, x.ravel()]`` (``dt/dt = 1``)."""
-        def rhs(q: np.ndarray) -> np.ndarray:
-            out = np.empty_like(q)
-            out[0] = 1.0
-            out[1:] = self.velocity(float(q[0]), q[1:].reshape(shape)).ravel()
-            return out
+        def rhs(q):  # [dt/dt, dx/dt]
+            return self.timed_state(1.0, self.velocity(float(q[0]), self.tokens(q, shape)))
         return rhs
 
 
-def checked_tokens(model, x0) -> np.ndarray:
-    """``x0`` as tokens of ``model``: numpy, shape ``(n, d)`` or ``(systems, n, d)``, finite."""
-    if not isinstance(x0, (np.ndarray, list, tuple)):
-        raise ValueError(f"x0: PureAttention computes on numpy arrays, got {type(x0).__module__} arrays")
-    x0 = check_tokens(x0, "x0", model.dimension)
-    if x0.ndim > 3:
-        raise ValueError(f"x0 must have shape (n, d) or (systems, n, d), got {x0.shape}")
-    return x0
+def checked_tokens(model, x0):
+    """``x0`` as tokens of ``model``, shape ``(n, d)`` or ``(systems, n, d)``, finite: a float numpy
+    array, or a float64 array of ``x0``'s own array API namespace (checked on a host copy)."""
+    foreign = is_array_api_obj(x0) and not is_numpy(x0)
+    if not foreign and not isinstance(x0, (np.ndarray, list, tuple)):
+        raise ValueError(f"x0: PureAttention computes on numpy arrays or arrays of an array API namespace, "
+                         f"got {type(x0).__module__} objects")
+    host = check_tokens(to_numpy(x0) if foreign else x0, "x0", model.dimension)
+    if host.ndim > 3:
+        raise ValueError(f"x0 must have shape (n, d) or (systems, n, d), got {host.shape}")
+    if not foreign:
+        return host
+    xp = array_namespace(x0)
+    return xp.astype(x0, xp.float64)
+
+
+def _as_batch(x0):
+    """Tokens ``(n, d)`` or ``(systems, n, d)`` as a batch ``(systems, n, d)``."""
+    return x0 if x0.ndim == 3 else array_namespace(x0).expand_dims(x0, axis=0)
+
+
+def _host_frame(x) -> np.ndarray:
+    """A host copy of the tokens (the run goes on changing nothing it returns)."""
+    return np.array(to_numpy(x), dtype=float, copy=True)
 
 
 def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol: float, dt: float, bar,
              settings: dict, attention: bool):
     """The run of ``model`` from checked tokens ``x0`` through checked ``times``, as a dataset."""
-    batch = x0 if x0.ndim == 3 else x0[None]
-    model.check_interval(batch, times[0], times[-1])
-    flow = EuclideanFlow(model, batch.shape[-1])
+    batch = _as_batch(x0)
+    model.check_interval(to_numpy(batch), times[0], times[-1])
+    flow = EuclideanFlow(model, batch)
+    settings.update(kernel=flow.kernel)
+    if flow.kernel != "numpy" and (method == "dop853" or isinstance(method, ExplicitTableau)):
+        method = method if isinstance(method, str) else method.name
+        raise ValueError(f"method={method!r} integrates numpy arrays (adaptive steps on the host); "
+                         f"tokens of {type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
 
     def dataset(frames, rescalings):
         return euclidean_dataset(model, frames, rescalings, times, settings, attention=attention,
@@ -90,12 +133,12 @@ def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol
                                             batch, times, rtol, atol, bar, fail)
     elif isinstance(method, ExplicitTableau):
         frames = []
-        evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), np.concatenate([[times[0]], batch.ravel()]),
+        evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), flow.timed_state(times[0], batch),
                                         times, method, rtol, atol, bar, norm=_rms_of_tokens,
                                         record=lambda t, q: frames.append(q[1:].reshape(batch.shape).copy()),
                                         fail=lambda t, reason: fail(t, reason, frames), settings=settings)
     else:
-        frames, rescalings = fixed_step(flow, batch, times, method, dt, bar, np.copy, settings)
+        frames, rescalings = fixed_step(flow, batch, times, method, dt, bar, _host_frame, settings)
         return dataset(frames, rescalings)
     settings.update(velocity_evaluations=evaluations)
     return dataset(frames, [flow.rescaling(t) for t in times])
@@ -103,11 +146,11 @@ def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol
 
 def observe(model, x0: np.ndarray, times: np.ndarray, method: str, dt: float, observer) -> list:
     """:func:`meanfield.observe_particles` for checked tokens: ``[observer(x(t)) for t in times]``."""
-    model.check_interval(x0, times[0], times[-1])
-    single = x0.ndim == 2
-    observations, _ = fixed_step(EuclideanFlow(model, x0.shape[-1]), x0[None] if single else x0, times, method, dt,
+    model.check_interval(to_numpy(x0), times[0], times[-1])
+    single, batch = x0.ndim == 2, _as_batch(x0)
+    observations, _ = fixed_step(EuclideanFlow(model, batch), batch, times, method, dt,
                                  time_progress(times[0], times[-1], False, "particles"),
-                                 lambda y: observer(y[0] if single else y), {})
+                                 lambda y: observer(y[0, ...] if single else y), {})
     return observations
 
 
@@ -131,17 +174,17 @@ def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, setting
         count, h = equal_steps(t0, t1, dt)
         if remark_four:
             step_matrix = np.eye(d) + h * model.linear_part(d)  # R
-            inverse_transpose = np.linalg.inv(step_matrix).T
+            inverse_transpose = flow.asarray(np.linalg.inv(step_matrix).T)
         for k in range(count):
             t = t0 + k * h
             if stepper is not None:
-                x = stepper.advance(np.concatenate([[t], x.ravel()]), h)[0][1:].reshape(shape)
+                x = flow.tokens(stepper.advance(flow.timed_state(t, x), h)[0], shape)
             elif method == "euler":
                 x = x + h * flow.velocity(t, x)
             elif not remark_four:
-                x = x + h * model.velocity_at(x, cumulative)
+                x = x + h * flow.velocity_at(x, cumulative)
             else:
-                x = x + h * (model.velocity_at(x, cumulative) @ inverse_transpose)
+                x = x + h * (flow.velocity_at(x, cumulative) @ inverse_transpose)
                 cumulative = step_matrix @ cumulative
         evaluations += 0 if stepper is not None else count
         frames.append(observe(x))

@@ -94,7 +94,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     model : SelfAttention, ZonalAggregation, CausalAttention or PureAttention
         A :class:`~meanfield.PureAttention` model runs tokens in :math:`\mathbb{R}^d`
         (``meanfield.euclidean_particles``: the same schemes without the projection, no
-        noise, numpy arrays; ``"layer"`` is the paper's discrete Transformer).
+        noise; ``"layer"`` is the paper's discrete Transformer).
     x0 : array, shape (n, d) or (systems, n, d)
         Initial points on the unit sphere (any finite points of :math:`\mathbb{R}^d` for
         ``PureAttention``); a leading axis runs independent systems at once.

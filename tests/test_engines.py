@@ -5,6 +5,8 @@ test_particles, test_causal): here each engine is checked, for every model the l
 accepts, against the model's own numpy methods, and the check is shown to catch a wrong engine.
 """
 
+import math
+
 import array_api_strict as xps
 import numpy as np
 import pytest
@@ -60,6 +62,34 @@ def test_the_array_api_engine_agrees_with_the_reference(name, rng):
     x = mf.sample_uniform(20, 3, rng, batch=2)
     records = check_consistency(model, x, like=xps.asarray(np.zeros(1)))
     assert [record.engine for record in records] == ["array_api"]
+
+
+EUCLIDEAN_MODELS = {
+    "original": lambda: mf.PureAttention(beta=2.0),
+    "rescaled": lambda: mf.PureAttention(beta=1.0, value=np.diag([1.0, 0.5, -0.5]), rescaled=True),
+    "heads": lambda: mf.PureAttention(beta=1.5, query=np.eye(3) + 0.3 * np.random.default_rng(3).normal(size=(2, 3, 3)),
+                                      value=0.5 * np.random.default_rng(4).normal(size=(2, 3, 3))),
+    "hardmax": lambda: mf.PureAttention(beta=math.inf, rescaled=True),
+}
+
+
+@pytest.mark.parametrize("name", list(EUCLIDEAN_MODELS))
+def test_the_euclidean_array_api_engine_agrees_with_the_reference(name, rng):
+    """PureAttention has one engine besides its reference velocity_at: the array API one."""
+    model = EUCLIDEAN_MODELS[name]()
+    x = rng.normal(size=(2, 20, 3))
+    assert check_consistency(model, x) == []
+    records = check_consistency(model, x, like=xps.asarray(np.zeros(1)))
+    assert [record.engine for record in records] == ["array_api"]
+
+
+def test_the_check_catches_a_euclidean_engine_that_is_off(rng, monkeypatch):
+    from meanfield.engines import EuclideanArrayAPIKernel
+
+    drift = EuclideanArrayAPIKernel.velocity_at
+    monkeypatch.setattr(EuclideanArrayAPIKernel, "velocity_at", lambda self, x, m: drift(self, x, m) * (1 + 1e-9))
+    with pytest.raises(AssertionError, match="engine 'array_api'.*velocity_at"):
+        check_consistency(mf.PureAttention(beta=2.0), rng.normal(size=(2, 10, 3)), like=xps.asarray(np.zeros(1)))
 
 
 def test_the_check_catches_an_engine_that_is_off(rng, monkeypatch):

@@ -136,6 +136,27 @@ def test_observe_particles_sees_the_frames_of_simulate():
     assert np.array_equal(np.stack(seen), ds["x"].values)
 
 
+@pytest.mark.parametrize("method", ["rk4", "euler", "layer"])
+def test_array_api_tokens_run_every_fixed_step_scheme_as_numpy_does(method):
+    """array_api_strict stands in for a GPU library: the run stays in its namespace (the kernel is the
+    array API engine) and gives the numpy run's tokens to round-off, heads and Remark 4's rescaling included."""
+    xps = pytest.importorskip("array_api_strict")
+    rng = np.random.default_rng(12)
+    model = mf.PureAttention(beta=1.5, query=np.eye(3) + 0.2 * rng.standard_normal((2, 3, 3)),
+                             key=np.eye(3) + 0.2 * rng.standard_normal((2, 3, 3)),
+                             value=np.diag([1.0, 0.5, -0.3]), rescaled=True)
+    x0, times = np.stack([uniform_tokens(s, 12, 3) for s in (13, 14)]), [0.0, 0.5, 1.0]
+    host = mf.simulate_particles(model, x0, times, method=method, dt=0.05)
+    device = mf.simulate_particles(model, xps.asarray(x0), times, method=method, dt=0.05)
+    assert '"kernel": "array_api"' in device.attrs["settings"]
+    np.testing.assert_array_equal(device["rescaling"].values, host["rescaling"].values)
+    assert np.abs(device["x"].values - host["x"].values).max() < 1e-13 * np.abs(host["x"].values).max()
+    seen = mf.observe_particles(model, xps.asarray(x0[0]), times, lambda x: x, method=method, dt=0.05)
+    assert all(isinstance(x, type(xps.asarray(0.0))) and x.shape == (12, 3) for x in seen)
+    with pytest.raises(ValueError, match="method='dop853' integrates numpy arrays"):
+        mf.simulate_particles(model, xps.asarray(x0), times)
+
+
 def test_dataset_records_a_model_that_rebuilds():
     ds = mf.simulate_particles(mf.PureAttention(beta=math.inf, rescaled=True), uniform_tokens(11, 5, 2), [0, 1],
                                method="rk4", attention=True)
@@ -364,9 +385,8 @@ def test_a_bad_pure_attention_config_is_refused_naming_the_key(tmp_path, edit, m
         prepare({**PURE_CONFIG, "output": str(tmp_path / "run"), **edit})
 
 
-def test_sphere_and_circle_configs_refuse_the_euclidean_keys_and_euclidean_sweeps_run_on_numpy(tmp_path):
+def test_sphere_and_circle_configs_refuse_the_euclidean_keys(tmp_path):
     from validation.app import ConfigError, check_config
-    from validation.app.sweep_config import check_sweep_config
 
     circle = {"geometry": "circle", "output": str(tmp_path), "times": {"stop": 1.0, "count": 2}, "model": {"beta": 1.0},
               "method": {"kind": "particles", "n": 4}, "initial": {"kind": "uniform"}}
@@ -374,20 +394,20 @@ def test_sphere_and_circle_configs_refuse_the_euclidean_keys_and_euclidean_sweep
         check_config({**circle, "model": {"beta": 1.0, "rescaled": True}})
     with pytest.raises(ConfigError, match="initial.kind = 'gaussian' draws tokens in R\\^d"):
         check_config({**circle, "initial": {"kind": "gaussian"}})
-    with pytest.raises(ConfigError, match="runs on numpy only"):
-        check_sweep_config({**PURE_CONFIG, "output": str(tmp_path),
-                            "sweep": {"device": "array_api_strict", "grid": {"beta": [1.0, 2.0]}}})
 
 
-def test_a_sweep_of_pure_attention_reads_its_statistics_on_the_directions(tmp_path):
+@pytest.mark.parametrize("device", ["numpy", "array_api_strict"])
+def test_a_sweep_of_pure_attention_reads_its_statistics_on_the_directions(tmp_path, device):
     """Each chunk's tokens come from the generator seeded [method.seed, chunk] (the sweep's documented
-    rule); the statistics, recomputed here from simulate_particles of the same tokens, agree."""
+    rule); the statistics, recomputed here with numpy from simulate_particles of the same tokens, agree,
+    on the host and on the array API path (array_api_strict stands in for a GPU library)."""
     from validation.app.sweep import run_sweep
     from validation.app.sweep_config import check_sweep_config
 
     config = {**PURE_CONFIG, "output": str(tmp_path / "sweep"), "times": {"stop": 10.0, "count": 3},
               "method": {"kind": "particles", "n": 8, "d": 2, "dt": 0.1, "seed": 5},
-              "sweep": {"realisations": 16, "batch": 8, "cluster_tolerance": 1e-3, "grid": {"beta": [1.0, 4.0]}}}
+              "sweep": {"realisations": 16, "batch": 8, "cluster_tolerance": 1e-3, "device": device,
+                        "grid": {"beta": [1.0, 4.0]}}}
     ds = run_sweep(check_sweep_config(config), workers=1, progress=False)
     assert "u_1" in ds.inner_product.attrs["long_name"]
     for beta in (1.0, 4.0):

@@ -1,4 +1,4 @@
-"""The particle engines: faster implementations of the models' reference right-hand sides.
+r"""The particle engines: faster implementations of the models' reference right-hand sides.
 
 Each engine computes what a model's own numpy methods define (the reference: the velocity
 :math:`P_x a` and the attention output :math:`a`, :mod:`meanfield.models`), on batches
@@ -12,12 +12,15 @@ Each engine computes what a model's own numpy methods define (the reference: the
 ``series``
     the kernel's Fourier or harmonic series (zonal models on the circle and :math:`S^2`);
 ``causal_series``
-    the causal sum on the circle by a scan over positions.
+    the causal sum on the circle by a scan over positions;
+``euclidean_array_api``
+    pure attention in :math:`\mathbb{R}^d` (:class:`~meanfield.PureAttention`) in any array API namespace.
 """
 
 from .consistency import check_consistency, engines_for
+from .euclidean_array_api import EuclideanArrayAPIKernel
 from .kernels import (ArrayAPIKernel, NumpyKernel, energy_pair_sum, is_numpy, select_kernel, series_is_cheaper,
                       to_numpy)
 
 __all__ = ["check_consistency", "engines_for", "select_kernel", "energy_pair_sum", "series_is_cheaper",
-           "NumpyKernel", "ArrayAPIKernel", "is_numpy", "to_numpy"]
+           "NumpyKernel", "ArrayAPIKernel", "EuclideanArrayAPIKernel", "is_numpy", "to_numpy"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from array_api_compat import array_namespace
 
+from .euclidean_array_api import EuclideanArrayAPIKernel
 from .kernels import NumpyKernel, is_numpy, select_kernel, to_numpy
 
 #: The engines for numpy arrays besides the reference itself (``"numpy"``: the model's own methods).
@@ -15,22 +16,31 @@ NUMPY_ENGINES = ("fused", "series")
 #: Step size of the compared steps: large enough that the step differs from ``x`` in every digit.
 STEP = 0.1
 
+#: Time of the rescaling :math:`M(t) = e^{tHV}` at which rescaled tokens are compared (not the identity).
+RESCALING_TIME = 0.7
+
 
 @dataclass(frozen=True)
 class Consistency:
-    """How far one engine is from the reference (relative to the attention output's scale; steps absolute)."""
+    r"""How far one engine is from the reference (relative to the attention output's scale; steps absolute).
+
+    Models in :math:`\mathbb{R}^d` have a velocity only: their ``attention_output`` and ``step`` are ``None``.
+    """
 
     engine: str
     velocity: float
-    attention_output: float
-    step: float
+    attention_output: float | None
+    step: float | None
 
 
 def engines_for(model, x) -> dict:
-    """The engines, by name, that accept ``model`` on tokens like ``x`` (numpy, ``(systems, n, d)``).
+    r"""The engines, by name, that accept ``model`` on tokens like ``x`` (numpy, ``(systems, n, d)``).
 
     An array of another namespace (``array_api_strict``, CuPy, ...) names its array API engine.
+    A model in :math:`\mathbb{R}^d` has that engine only.
     """
+    if not model.on_sphere:
+        return {} if is_numpy(x) else {"array_api": EuclideanArrayAPIKernel(model, x)}
     if not is_numpy(x):
         return {"array_api": select_kernel(model, x)}
     found = {}
@@ -46,7 +56,9 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
     r"""Compare every engine that accepts ``model`` with the model's reference on ``x``.
 
     The reference is the model's own numpy methods (``velocity_unchecked``, ``attention_output``, and the
-    step :math:`\mathrm{normalize}(x + h v)` built from them); each engine's velocity and
+    step :math:`\mathrm{normalize}(x + h v)` built from them), or for a model in :math:`\mathbb{R}^d`
+    :meth:`~meanfield.PureAttention.velocity_at` (at :math:`M(t)`, :data:`RESCALING_TIME`, for rescaled
+    tokens; relative to its bound :math:`H\max_h\|V_h\|_2\max_i|x_i|`); each engine's velocity and
     attention output must agree with it to ``rtol`` of the largest attention output (the
     velocity :math:`P_x a` cancels most of :math:`a`, not its round-off), and its steps (projected
     and not) to ``rtol`` of the unit points: the round-off of sums of ``n`` terms.
@@ -56,7 +68,7 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
     model
         Any model the library accepts.
     x : numpy.ndarray, shape (systems, n, d)
-        Unit vectors.
+        Unit vectors (any finite tokens for a model in :math:`\mathbb{R}^d`).
     rtol : float
     like : array, optional
         An array of another namespace: compare that namespace's engine instead (``x`` is moved
@@ -72,6 +84,8 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
     AssertionError
         Naming the engine, the quantity and the discrepancy, when one exceeds ``rtol``.
     """
+    if not model.on_sphere:
+        return _check_euclidean(model, x, rtol, like)
     reference = NumpyKernel(model)
     expected = {"velocity_unchecked": reference.velocity_unchecked(x), "attention_output": reference.attention_output(x),
                 "step": reference.step(x, STEP, project=True), "layer": reference.step(x, STEP, project=False)}
@@ -91,3 +105,21 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
         records.append(Consistency(name, errors["velocity_unchecked"], errors["attention_output"], max(errors["step"], errors["layer"])))
     return records
 
+
+
+def _check_euclidean(model, x, rtol: float, like) -> list[Consistency]:
+    r""":func:`check_consistency` for a model in :math:`\mathbb{R}^d`: the velocity alone."""
+    d = x.shape[-1]
+    rescaling = model.rescaling(RESCALING_TIME, d)
+    expected = model.velocity_at(x, rescaling)
+    bound = model.heads * max(np.linalg.norm(v, 2) for _, _, v in model.head_matrices(d)) * \
+        float(np.linalg.norm(x, axis=-1).max())
+    records = []
+    for name, engine in engines_for(model, x if like is None else array_namespace(like).asarray(x)).items():
+        found = engine.velocity_at(engine.asarray(x), rescaling)
+        error = float(np.abs(to_numpy(found) - expected).max()) / (bound or 1.0)
+        if not error <= rtol:
+            raise AssertionError(f"engine {name!r} ({type(engine).__name__}) is {error:.3g} (relative) from "
+                                 f"the reference velocity_at of {model!r} on x of shape {tuple(x.shape)} (rtol {rtol:g})")
+        records.append(Consistency(name, error, None, None))
+    return records

@@ -245,14 +245,19 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
 
 
-def euclidean_sums(x: np.ndarray, tolerance: float, per_task: tuple[int, int]) -> list[np.ndarray]:
-    """Pure attention's sums per task (module docstring): clustered pairs, ``<u_1, u_2>``, the mean direction's norm."""
-    norms = np.linalg.norm(x, axis=-1)
+def euclidean_sums(x, tolerance: float, per_task: tuple[int, int]) -> list:
+    """Pure attention's sums per task (module docstring): clustered pairs, ``<u_1, u_2>``, the mean direction's
+    norm; in ``x``'s namespace and on its device."""
+    xp = array_namespace(x)
+    norms = xp.sqrt(xp.sum(x * x, axis=-1))
     directions = x / norms[..., None]
-    together = np.linalg.norm(x[:, 0] - x[:, 1], axis=-1) <= tolerance * np.maximum(norms[:, 0], norms[:, 1])
-    cosine = np.sum(directions[:, 0] * directions[:, 1], axis=-1)
-    order = np.linalg.norm(directions.mean(axis=1), axis=-1)
-    return [values.reshape(per_task).sum(axis=1) for values in (together.astype(float), cosine, order)]
+    gap = x[:, 0, :] - x[:, 1, :]
+    together = xp.sqrt(xp.sum(gap * gap, axis=-1)) <= tolerance * xp.maximum(norms[:, 0], norms[:, 1])
+    cosine = xp.sum(directions[:, 0, :] * directions[:, 1, :], axis=-1)
+    mean = xp.mean(directions, axis=1)
+    order = xp.sqrt(xp.sum(mean * mean, axis=-1))
+    return [xp.sum(xp.reshape(values, per_task), axis=1)
+            for values in (xp.astype(together, xp.float64), cosine, order)]
 
 
 @numba.njit(cache=True)
