@@ -13,7 +13,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
                                          its limit: an SDE with noise common to all tokens
     mean_inner_product, diameter         representation-collapse observables
     observe_particles                    the same, keeping only observations (large ensembles)
-    sample_uniform, sample_circle, sample_sphere, sample_von_mises_fisher
+    sample_uniform, sample_circle, sample_sphere, sample_interval, sample_von_mises_fisher
     attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 """
 
@@ -27,7 +27,7 @@ from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, d
 from .descriptions import model_from_dict
 from .models import SelfAttention, ZonalAggregation
 from .particles import observe_particles, simulate_particles
-from .sampling import (in_common_hemisphere, sample_circle, sample_sphere, sample_uniform,
+from .sampling import (in_common_hemisphere, sample_circle, sample_interval, sample_sphere, sample_uniform,
                        sample_von_mises_fisher)
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum, zonal_polynomial
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
@@ -37,7 +37,7 @@ __all__ = [
     "StepSizeCollapse", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",
-    "sample_uniform", "sample_circle", "sample_sphere", "sample_von_mises_fisher", "in_common_hemisphere",
+    "sample_uniform", "sample_circle", "sample_sphere", "sample_interval", "sample_von_mises_fisher", "in_common_hemisphere",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",
 ]

@@ -164,6 +164,41 @@ def sample_sphere(n: int, density: Callable[[np.ndarray], np.ndarray], d: int = 
     return _rejection_sample(density, n, gen, propose, probe=propose(8192))
 
 
+def sample_interval(n: int, density: Callable[[np.ndarray], np.ndarray], interval,
+                    rng: int | np.random.Generator | None = None) -> np.ndarray:
+    r"""``n`` iid tokens of :math:`\mathbb{R}` (``d = 1``) drawn from a density on an interval, by rejection.
+
+    Parameters
+    ----------
+    n : int
+        Number of tokens, at least 1.
+    density : callable
+        A vectorized :math:`\rho(z)` on ``interval`` (non-negative, bounded; only its ratios matter).
+    interval : (float, float)
+        ``(lo, hi)``, ``hi > lo``: the support of the law.
+    rng : int, numpy.random.Generator or None
+        Seed or generator.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, 1)
+        The tokens, as :class:`~meanfield.PureAttention` takes them.
+
+    Raises
+    ------
+    ValueError
+        If ``n < 1``, ``interval`` is not increasing, or the density is negative, not finite,
+        or zero on every probe point.
+    """
+    n = check_int(n, "n", minimum=1)
+    lo, hi = (check_real(end, "interval") for end in interval)
+    if not hi > lo:
+        raise ValueError(f"interval must be (lo, hi) with hi > lo, got {interval!r}")
+    gen = as_generator(rng)
+    z = _rejection_sample(density, n, gen, lambda m: gen.uniform(lo, hi, m), probe=np.linspace(lo, hi, 4097))
+    return z[:, None]
+
+
 def _rejection_sample(density, n, gen, propose, probe) -> np.ndarray:
     """Rejection from the uniform law with an envelope that is verified on every proposal.
 

@@ -51,6 +51,14 @@ def test_sphere_density_by_rejection(rng):
     assert_mean_within_error(x[:, 2], 1 / 3)
 
 
+def test_interval_density_by_rejection(rng):
+    # rho = 1/2 + 2z/5 on [-1, 1]: E[z] = 4/15, E[z^2] = 1/3; nothing outside the interval.
+    z = mf.sample_interval(40000, lambda z: 0.5 + 0.4 * z, (-1.0, 1.0), rng)
+    assert z.shape == (40000, 1) and z.min() >= -1.0 and z.max() <= 1.0
+    assert_mean_within_error(z[:, 0], 4 / 15)
+    assert_mean_within_error(z[:, 0] ** 2, 1 / 3)
+
+
 def test_rejection_envelope_recovers_from_a_missed_peak(rng):
     # A narrow spike the probe grid misses: the envelope must grow and the law stay exact.
     spike = lambda th: 1 + 500.0 * (np.abs(th - 1.0001) < 1e-3)  # noqa: E731
@@ -66,6 +74,7 @@ def test_rejection_envelope_recovers_from_a_missed_peak(rng):
     (lambda: mf.sample_von_mises_fisher(5, [0, 0, 1], -1.0), "kappa"),
     (lambda: mf.sample_circle(5, np.array([1.0, -1.0])), "density"),
     (lambda: mf.sample_circle(5, lambda th: np.zeros_like(th)), "no mass"),
+    (lambda: mf.sample_interval(5, lambda z: 1.0 + z, (1.0, -1.0)), "interval"),
 ])
 def test_bad_sampling_arguments(call, argument):
     with pytest.raises(ValueError, match=argument):

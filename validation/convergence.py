@@ -14,6 +14,9 @@ lower half) is reported next to it with the difference of the two slopes, the *s
 test*: a difference whose interval excludes 0 says that the small counts are still
 pre-asymptotic. Both slopes and the difference come from the same bootstrap resamples.
 
+On the line (``geometry = "R^1"``: pure attention with ``d = 1``, :class:`~solvers.LineFV` as
+the reference) the distance is :math:`W_1` too and the model has no energy.
+
 Particles use ``meanfield.engines.kernels``' automatic choice: from a few hundred tokens on
 the kernel's series (:mod:`meanfield.engines.series`, ``O(n K)``), which lets a default study
 reach ``n = 16384`` on the circle and ``8192`` on :math:`S^2` in minutes.
@@ -32,10 +35,10 @@ import meanfield as mf
 from meanfield.checks import check_int, check_real, check_times
 from meanfield.records import CIRCLE, STUDY, record_attrs
 from meanfield.sampling import reproducible_seed
-from solvers import CircleAuto, SphereSpectral
+from solvers import CircleAuto, LineFV, SphereSpectral
 
 from .distances import distance, distance_description
-from .measures import GEOMETRIES
+from .measures import GEOMETRIES, LINE
 
 
 class PDEErrorWarning(RuntimeWarning):
@@ -54,6 +57,9 @@ class StudySettings:
         estimate is the distance to a run at half the cells.
     lmax : int
         Largest degree of the :class:`~solvers.SphereSpectral` reference.
+    line_cells : int
+        Cells of the line's reference, :class:`~solvers.LineFV` (first order; its cost grows
+        like the cube of the cells): its error estimate is the distance to a run at half the cells.
     particle_dt : float
         Step of the fixed-step particle scheme (RK4 without noise, Euler-Maruyama with).
     bootstrap : int
@@ -64,6 +70,7 @@ class StudySettings:
 
     cells: int = 2048
     lmax: int = 47
+    line_cells: int = 400
     particle_dt: float = 0.01
     bootstrap: int = 2000
     confidence: float = 0.95
@@ -71,18 +78,22 @@ class StudySettings:
 
 def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", sizes=(64, 128, 256, 512, 1024),
                            seeds: int = 8, times=(0.0, 1.0, 2.0), settings: StudySettings | None = None,
-                           rng: int | np.random.Generator | None = 0, progress: bool | None = None) -> xr.Dataset:
+                           rng: int | np.random.Generator | None = 0, progress: bool | None = None,
+                           interval=None) -> xr.Dataset:
     r"""Measure how fast the particle system approaches its mean-field limit.
 
     Parameters
     ----------
-    model : SelfAttention or ZonalAggregation
-        The model run by both the particles and the PDE.
+    model : SelfAttention, ZonalAggregation or PureAttention
+        The model run by both the particles and the PDE (on the line: ``PureAttention`` with
+        ``d = 1`` as :class:`~solvers.LineFV` takes it).
     rho0 : callable
-        Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere
-        (need not be normalized). Particles are drawn from it exactly, the PDE starts from it.
-    geometry : {"circle", "sphere"}
-        Where: :class:`~solvers.CircleAuto` or :class:`~solvers.SphereSpectral` as the reference.
+        Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere, of
+        ``z`` on the line (need not be normalized). Particles are drawn from it exactly, the PDE
+        starts from it.
+    geometry : {"circle", "sphere", "R^1"}
+        Where: :class:`~solvers.CircleAuto`, :class:`~solvers.SphereSpectral` or
+        :class:`~solvers.LineFV` as the reference.
     sizes : sequence of int
         Particle counts ``n`` (at least two distinct values, each ``>= 2``).
     seeds : int
@@ -97,6 +108,9 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
         in ``attrs["settings"]["rng"]``: passing it as ``rng`` repeats the study.
     progress : bool, optional
         Progress bars of the PDE and particle runs (default: when stderr is a terminal).
+    interval : (float, float), optional
+        The line only, and required there: an interval holding the support of ``rho0`` (the
+        reference's grid).
 
     Returns
     -------
@@ -108,11 +122,19 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
         ``saturation`` (with ``_low``, ``_high``): ``small_rate - rate``, the saturation test;
         ``pde_error`` (time): distance between the PDE at its resolution and at a coarser
         one, an estimate of the reference's own error; ``energy_pde`` (time) and
-        ``energy_particles`` (size, time, mean over seeds); for figures, ``pde_rho`` (the PDE
-        density) and ``particles_x`` (seed 0 of the largest size).
+        ``energy_particles`` (size, time, mean over seeds), for models with an energy; for
+        figures, ``pde_rho`` (the PDE density) and ``particles_x`` (seed 0 of the largest size).
+
+    Raises
+    ------
+    ValueError
+        For a bad argument, named, or ``interval`` missing on the line (or given elsewhere).
     """
     if geometry not in GEOMETRIES:
         raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
+    if (geometry == LINE) != (interval is not None):
+        raise ValueError(f"interval: the line's study needs the interval holding rho0's support, and only it "
+                         f"takes one; got interval={interval!r} with geometry={geometry!r}")
     sizes = sorted({check_int(n, "sizes", minimum=2) for n in np.atleast_1d(sizes).tolist()})
     if len(sizes) < 2:
         raise ValueError(f"sizes must hold at least two distinct particle counts >= 2, got {sizes}")
@@ -123,16 +145,18 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
 
     seed = reproducible_seed(rng)
     scheme = "euler" if model.diffusion > 0 else "rk4"
-    pde, pde_coarse = _solve_pde(model, rho0, geometry, times, settings, progress)
+    pde, pde_coarse = _solve_pde(model, rho0, geometry, times, settings, progress, interval)
     pde_error = distance(pde, pde_coarse).values
 
     distances = np.empty((len(sizes), seeds, times.size))
     particle_energy = np.empty((len(sizes), times.size))
     for i, n in enumerate(sizes):
-        x0 = np.stack([_sample(rho0, geometry, n, np.random.default_rng([seed, n, s])) for s in range(seeds)])
+        x0 = np.stack([_sample(rho0, geometry, n, np.random.default_rng([seed, n, s]), interval)
+                       for s in range(seeds)])
         run = mf.simulate_particles(model, x0, times, method=scheme, dt=settings.particle_dt,
                                     rng=np.random.default_rng([seed, n, seeds]), progress=progress)
-        particle_energy[i] = run.energy.values.mean(axis=0)
+        if model.has_energy:
+            particle_energy[i] = run.energy.values.mean(axis=0)
         for s in range(seeds):
             distances[i, s] = distance(run.isel(system=s), pde).values
         sample_run = run.x.values[0]
@@ -151,8 +175,8 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
          **fits,
          "pde_error": ("time", pde_error, {"long_name": "distance between the PDE and a coarser PDE run"}),
          "pde_floor_reached": ("time", floor_reached),
-         "energy_pde": ("time", pde.energy.values),
-         "energy_particles": (("size", "time"), particle_energy),
+         **({"energy_pde": ("time", pde.energy.values), "energy_particles": (("size", "time"), particle_energy)}
+            if model.has_energy else {}),
          # For figures: the PDE density and one particle run of the largest size (seed 0).
          "pde_rho": (("time",) + pde.rho.dims[1:], pde.rho.values),
          "particles_x": (("time", "particle", "component"), sample_run)},
@@ -164,8 +188,11 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     return ds
 
 
-def _solve_pde(model, rho0, geometry, times, settings, progress):
-    if geometry == CIRCLE:
+def _solve_pde(model, rho0, geometry, times, settings, progress, interval):
+    if geometry == LINE:
+        fine = LineFV(model, interval, cells=settings.line_cells).solve(rho0, times, progress=progress)
+        coarse = LineFV(model, interval, cells=settings.line_cells // 2).solve(rho0, times, progress=False)
+    elif geometry == CIRCLE:
         # Fourier while the density is smooth, finite volumes after (CircleAuto); the study
         # measures the reference's error itself (pde_error, in its distance): no shadow runs
         fine = CircleAuto(model, cells=settings.cells, error_level=None).solve(rho0, times, progress=progress)
@@ -176,7 +203,9 @@ def _solve_pde(model, rho0, geometry, times, settings, progress):
     return fine, coarse
 
 
-def _sample(rho0, geometry: str, n: int, generator: np.random.Generator) -> np.ndarray:
+def _sample(rho0, geometry: str, n: int, generator: np.random.Generator, interval) -> np.ndarray:
+    if geometry == LINE:
+        return mf.sample_interval(n, rho0, interval, generator)
     if geometry == CIRCLE:
         return mf.sample_circle(n, rho0, generator)
     return mf.sample_sphere(n, rho0, 3, generator)

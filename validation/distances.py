@@ -1,4 +1,4 @@
-r"""Distances between measures: exact :math:`W_1` on the circle, a spectral MMD on :math:`S^2`.
+r"""Distances between measures: exact :math:`W_1` on the circle and the line, a spectral MMD on :math:`S^2`.
 
 Either argument may be a particle dataset (empirical measure) or a PDE dataset
 (the solver's density); both must share geometry, model and output times.
@@ -11,7 +11,8 @@ import xarray as xr
 
 from meanfield.records import CIRCLE, dataset_model
 
-from .measures import circle_breakpoints, circle_cdf, coefficient_degrees, harmonic_coefficients, measure_geometry
+from .measures import (LINE, circle_breakpoints, circle_cdf, coefficient_degrees, harmonic_coefficients, line_breakpoints,
+                       line_cdf, measure_geometry)
 
 #: Smoothing of the default MMD kernel, :math:`a_l = e^{-s\,l(l+1)}` (the heat kernel at time s).
 DEFAULT_SMOOTHING = 0.05
@@ -29,14 +30,32 @@ def circle_w1(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int) ->
     """
     points = np.unique(np.concatenate([[0.0, 2 * np.pi], circle_breakpoints(ds_a, index_a),
                                        circle_breakpoints(ds_b, index_b)]))
+    return _integral_of_absolute_difference(
+        points, lambda z, side: circle_cdf(ds_a, index_a, z, side) - circle_cdf(ds_b, index_b, z, side), centred=True)
+
+
+def line_w1(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int) -> float:
+    r"""Exact :math:`W_1` between two measures on the line: :math:`\int_{\mathbb{R}} |F_\mu - F_\nu|\, dz`.
+
+    :math:`G = F_\mu - F_\nu` vanishes outside the breakpoints (tokens, cell faces) and is
+    affine between them: the integral is summed in closed form, piece by piece.
+    """
+    points = np.unique(np.concatenate([line_breakpoints(ds_a, index_a), line_breakpoints(ds_b, index_b)]))
+    return _integral_of_absolute_difference(
+        points, lambda z, side: line_cdf(ds_a, index_a, z, side) - line_cdf(ds_b, index_b, z, side), centred=False)
+
+
+def _integral_of_absolute_difference(points: np.ndarray, difference, *, centred: bool) -> float:
+    r""":math:`\int |G - c|` over ``[points[0], points[-1]]`` for :math:`G` affine between the sorted
+    ``points`` (``difference(z, side)``: its right or left limits there), with :math:`c` the
+    minimiser (the median of :math:`G`'s values) when ``centred``, else 0."""
     lengths = np.diff(points)
-    left = points[:-1]
     # G just right of each breakpoint, and just left of the next one (no atom inside a piece).
-    start = circle_cdf(ds_a, index_a, left) - circle_cdf(ds_b, index_b, left)
-    end = circle_cdf(ds_a, index_a, points[1:], side="left") - circle_cdf(ds_b, index_b, points[1:], side="left")
+    start = difference(points[:-1], "right")
+    end = difference(points[1:], "left")
     low, high = np.minimum(start, end), np.maximum(start, end)
-    median = _piecewise_uniform_median(low, high, lengths)
-    return float(np.sum(_mean_absolute_deviation(low, high, median) * lengths))
+    c = _piecewise_uniform_median(low, high, lengths) if centred else 0.0
+    return float(np.sum(_mean_absolute_deviation(low, high, c) * lengths))
 
 
 def _piecewise_uniform_median(low: np.ndarray, high: np.ndarray, weight: np.ndarray) -> float:
@@ -119,7 +138,7 @@ def sphere_mmd(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int,
 def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_SMOOTHING) -> xr.DataArray:
     r"""Distance between two runs at each of their common output times.
 
-    :math:`W_1` on the circle (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`.
+    :math:`W_1` on the circle and on the line (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`.
 
     Parameters
     ----------
@@ -148,8 +167,9 @@ def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_S
     times_a, times_b = ds_a["time"].values, ds_b["time"].values
     if times_a.shape != times_b.shape or not np.allclose(times_a, times_b, rtol=1e-12, atol=1e-12):
         raise ValueError(f"ds_a and ds_b must have the same output times, got {times_a} and {times_b}")
-    if geometry == CIRCLE:
-        values = [circle_w1(ds_a, k, ds_b, k) for k in range(times_a.size)]
+    if geometry in (CIRCLE, LINE):
+        w1 = circle_w1 if geometry == CIRCLE else line_w1
+        values = [w1(ds_a, k, ds_b, k) for k in range(times_a.size)]
     else:
         values = [sphere_mmd(ds_a, k, ds_b, k, smoothing=smoothing) for k in range(times_a.size)]
     name, long_name = distance_description(geometry, smoothing)
@@ -159,6 +179,6 @@ def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_S
 
 def distance_description(geometry: str, smoothing: float = DEFAULT_SMOOTHING) -> tuple[str, str]:
     """``(name, long_name)`` of the distance :func:`distance` measures on ``geometry``."""
-    if geometry == CIRCLE:
-        return "w1", "Wasserstein-1 distance on the circle (exact)"
+    if geometry in (CIRCLE, LINE):
+        return "w1", f"Wasserstein-1 distance on the {'circle' if geometry == CIRCLE else 'line'} (exact)"
     return "mmd", f"MMD with the heat kernel at s={smoothing:g}"

@@ -12,13 +12,17 @@ from functools import lru_cache
 import numpy as np
 import xarray as xr
 
-from meanfield.records import CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry, dataset_kind, dataset_settings
+from meanfield.records import (CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry, dataset_kind, dataset_settings,
+                               euclidean_name)
 from meanfield.engines.series import harmonic_sums
 from meanfield.sphere import circle_angles
 from solvers.sphere_grid import SphereGrid
 
+#: The line: tokens of :class:`meanfield.PureAttention` with ``d = 1`` and :class:`solvers.LineFV`'s densities.
+LINE = euclidean_name(1)
+
 #: The geometries on which measures are compared.
-GEOMETRIES = (CIRCLE, SPHERE)
+GEOMETRIES = (CIRCLE, SPHERE, LINE)
 
 
 def measure_geometry(ds: xr.Dataset, name: str) -> str:
@@ -63,6 +67,34 @@ def circle_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
         return circle_angles(ds["x"].values[time_index])
     cells = ds["rho"].shape[-1]
     return np.arange(cells + 1) * (2 * np.pi / cells)
+
+
+# ---------------------------------------------------------------------------- line
+def line_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray, side: str = "right") -> np.ndarray:
+    """CDF :math:`F(z) = \\mu((-\\infty, z])` at ``points``: of the tokens, or of the cell masses
+    (each spread evenly over its cell; cells centred at ``ds.z``, of equal width).
+
+    ``side="left"`` gives the left limit :math:`\\mu((-\\infty, z))`, which differs only at atoms.
+    """
+    if is_particles(ds):
+        z = np.sort(ds["x"].values[time_index, :, 0])
+        return np.searchsorted(z, points, side=side) / z.size
+    rho = ds["rho"].values[time_index]
+    faces = line_breakpoints(ds, time_index)
+    width = faces[1] - faces[0]
+    cumulative = np.concatenate([[0.0], np.cumsum(rho) * width])
+    inside = np.clip(points, faces[0], faces[-1])
+    index = np.clip(((inside - faces[0]) // width).astype(int), 0, rho.size - 1)
+    return cumulative[index] + rho[index] * (inside - faces[index])
+
+
+def line_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
+    """Where the CDF is not affine: the tokens, or the cell faces."""
+    if is_particles(ds):
+        return ds["x"].values[time_index, :, 0]
+    centres = ds["z"].values
+    half = 0.5 * (centres[1] - centres[0])
+    return np.concatenate([centres - half, centres[-1:] + half])
 
 
 # ---------------------------------------------------------------------------- sphere
