@@ -229,9 +229,9 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    cells, rtol, tail_threshold, interaction, tableau, record_cells
+    cells, rtol, tail_threshold, interaction, tableau, record_cells, error_level
         As for :class:`~solvers.CircleSpectral` (the error is measured over all layers
-        together; the spectral tail is the largest over layers).
+        together; the spectral tail and the error estimate are the largest over layers).
     layers : int
         Number ``L`` of layers in ``s`` (module docstring).
     """
@@ -328,13 +328,9 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         return self.initial_coefficients(rho0)
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
-        resolved, tail, lowest = self._resolution(coefficients)
-        reason = (f"the top 10% of modes hold {tail:.2g} of the spectral energy of a layer (> {self.tail_threshold:g})"
-                  if tail >= self.tail_threshold else f"the density is negative ({lowest:.3g})")
+        resolved, reason, values = self._resolution(coefficients)
         mass = 2 * np.pi * coefficients[:, 0].real
-        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": lowest,
-                  "spectral_tail": tail}
-        return Diagnosis(values, resolved, reason)
+        return Diagnosis({"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), **values}, resolved, reason)
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"position": self.positions, "theta": self.theta}

@@ -24,9 +24,12 @@ It is a second discretisation of the equation whose reference is the flux form o
 :class:`~solvers.CircleFV` (same kernel spectra, same velocity laws); the tests check the two
 against each other within their error estimates, and this one against exact solutions
 (``tests/test_circle_spectral.py``). The method is exact in mass and spectrally accurate while
-the density is smooth; it does not preserve positivity. Its resolution diagnostic is the tail of the spectrum: the fraction of
-the deviation's spectral energy in the top 10 % of modes (``spectral_tail``, as on
-:math:`S^2`) and a negative density beyond round-off.
+the density is smooth; it does not preserve positivity. Its resolution diagnostic is an
+estimate of its spatial error from the decay of the top modes (:meth:`CircleSpectral.error_estimate`,
+``solvers.resolution.fourier_tail_error``) against ``error_level`` times max rho, or, with
+``error_level=None``, the tail of the spectrum: the fraction of the deviation's spectral
+energy in the top 10 % of modes (``spectral_tail``, as on :math:`S^2`); and a negative density
+beyond round-off.
 
 What it records is the same object as :class:`~solvers.CircleFV`: the averages of the
 density over the ``N`` cells :math:`[jh, (j+1)h)`, computed exactly from the coefficients
@@ -51,6 +54,7 @@ from .circle_general import GeneralCircleOperators
 from .grid_solver import Diagnosis, GridSolver
 from .spectral_transport import SpectralTransport, transport_tableau
 from .heads import takes_general_path
+from .resolution import fourier_tail_error
 from .tolerance import error_tolerance
 
 #: Modes of the kernel beyond the grid must be below this fraction of the largest.
@@ -74,8 +78,8 @@ class CircleSpectral(GridSolver):
         Local error per step, in :math:`L^2`, relative to the deviation :math:`\rho - \bar\rho`
         from the uniform density (``solvers.tolerance``).
     tail_threshold : float
-        The solution counts as resolved while the top 10 % of modes hold less than this
-        fraction of the spectral energy of :math:`\rho - \bar\rho`.
+        With ``error_level=None``: the solution counts as resolved while the top 10 % of modes
+        hold less than this fraction of the spectral energy of :math:`\rho - \bar\rho`.
     interaction : {"auto", "zonal", "general"}
         As for :class:`~solvers.CircleFV`.
     tableau : str or ExplicitTableau
@@ -85,6 +89,9 @@ class CircleSpectral(GridSolver):
     record_cells : int, optional
         Cells of the recorded averages (and of an array ``rho0``): a multiple of ``cells``
         (default ``cells``), e.g. the grid of a finite-volume run to compare with or hand over to.
+    error_level : float or None
+        The solution counts as resolved while :meth:`error_estimate` stays below this fraction
+        of max rho (default ``1e-3``); ``None``: the ``tail_threshold`` criterion instead.
     """
 
     model: object
@@ -94,6 +101,7 @@ class CircleSpectral(GridSolver):
     interaction: str = "auto"
     tableau: str | ExplicitTableau = "dormand_prince"
     record_cells: int | None = None
+    error_level: float | None = 1e-3
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)
     _derivative: np.ndarray = field(init=False, repr=False)
@@ -115,6 +123,8 @@ class CircleSpectral(GridSolver):
             raise ValueError(f"cells must be even (modes |k| < cells/2), got {self.cells}")
         check_rtol(self.rtol)
         check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        if self.error_level is not None:
+            check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
         if self.record_cells is None:
             set_(self, "record_cells", self.cells)
         elif check_int(self.record_cells, "record_cells", minimum=self.cells) % self.cells:
@@ -483,6 +493,29 @@ class CircleSpectral(GridSolver):
         """
         return tail_fraction(coefficients, self.cells // 2 - 1)
 
+    def error_estimate(self, coefficients: np.ndarray) -> float:
+        r"""An estimate of the max-norm error the truncation at ``N/2`` modes puts in the density.
+
+        From the decay of the top modes (``solvers.resolution.fourier_tail_error``: the modes
+        beyond ``N/2`` that the geometric decay of the spectrum's envelope predicts, summed in
+        the max norm; its docstring gives the calibration). It measures the spatial error only;
+        the steps' error is ``rtol``'s.
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray, shape (..., cells // 2)
+            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1` (a leading axis:
+            several densities, e.g. layers).
+
+        Returns
+        -------
+        float
+            The estimated :math:`\max|\rho - \rho_{exact}|`, the largest over the densities
+            (``inf`` where the top modes do not decay).
+        """
+        rows = np.abs(coefficients).reshape(-1, self.cells // 2)
+        return max(fourier_tail_error(2.0 * row) for row in rows)
+
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
                              name: str = "rho0") -> np.ndarray:
@@ -556,23 +589,34 @@ class CircleSpectral(GridSolver):
         Returns
         -------
         bool
-            The spectral tail is below ``tail_threshold`` and the density nowhere negative
-            beyond round-off (``-1e-8`` of its maximum).
+            The error estimate is below ``error_level`` times max rho (with ``error_level=None``:
+            the spectral tail below ``tail_threshold``) and the density nowhere negative beyond
+            round-off (``-1e-8`` of its maximum).
         """
         return self._resolution(coefficients)[0]
 
-    def _resolution(self, coefficients: np.ndarray) -> tuple[bool, float, float]:
-        tail = self.spectral_tail(coefficients)
+    def _resolution(self, coefficients: np.ndarray) -> tuple[bool, str, dict]:
+        """Whether the series resolves the density, why not, and the diagnostics it read."""
         pointwise = self.values(coefficients)
-        lowest = float(pointwise.min())
-        return bool(tail < self.tail_threshold and lowest >= -1e-8 * pointwise.max()), tail, lowest
+        lowest, top = float(pointwise.min()), float(pointwise.max())
+        tail, estimate = self.spectral_tail(coefficients), self.error_estimate(coefficients)
+        layer = " of a layer" if coefficients.ndim > 1 else ""
+        if self.error_level is None:
+            smooth = tail < self.tail_threshold
+            reason = f"the top 10% of modes{layer} hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
+        else:
+            smooth = estimate <= self.error_level * top
+            reason = (f"the estimated error{layer}, {estimate:.2g}, is above error_level = {self.error_level:g} "
+                      f"of max rho ({top:.3g})")
+        if smooth:
+            reason = f"the density is negative ({lowest:.3g})"
+        values = {"min_density": lowest, "spectral_tail": tail, "error_estimate": estimate}
+        return bool(smooth and lowest >= -1e-8 * top), reason, values
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
-        resolved, tail, lowest = self._resolution(coefficients)
-        reason = (f"the top 10% of modes hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
-                  if tail >= self.tail_threshold else f"the density is negative ({lowest:.3g})")
+        resolved, reason, values = self._resolution(coefficients)
         values = {"mass": float(2 * np.pi * coefficients[0].real), "energy": self.energy(coefficients),
-                  "lyapunov": self.lyapunov(coefficients), "min_density": lowest, "spectral_tail": tail}
+                  "lyapunov": self.lyapunov(coefficients), **values}
         return Diagnosis(values, resolved, reason)
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
@@ -580,7 +624,7 @@ class CircleSpectral(GridSolver):
 
     def recorded_settings(self) -> dict:
         return {"cells": self.cells, "record_cells": self.record_cells, "rtol": self.rtol, "flux_points": self.points,
-                "tableau": self.tableau.name}
+                "tableau": self.tableau.name, "error_level": self.error_level}
 
 
 def _averaging(modes: int, cells: int) -> np.ndarray:

@@ -93,13 +93,68 @@ def geometric_tail_error(amplitudes: np.ndarray, pointwise: float, *, fit_fracti
         The estimate; ``inf`` where the top degrees do not decay; their own size where fewer
         than three of them are above round-off (the series is resolved to round-off).
     """
-    top_degree = amplitudes.size - 1
-    window = np.arange(int((1 - fit_fraction) * top_degree), top_degree + 1)
-    fitted = window[amplitudes[window] > NEGLIGIBLE_AMPLITUDE * amplitudes.max()]
-    if fitted.size < 3:
-        return float(pointwise * amplitudes[window].max())
-    slope, intercept = np.polyfit(fitted, np.log(amplitudes[fitted]), 1)
+    fit = _geometric_fit(amplitudes, fit_fraction)
+    if fit is None:
+        return float(pointwise * amplitudes[_top_window(amplitudes, fit_fraction)].max())
+    slope, intercept, share = fit
     if slope >= 0:
         return np.inf
+    top_degree = amplitudes.size - 1
     missing = np.exp(intercept + slope * (top_degree + 1)) / np.sqrt(-np.expm1(2 * slope))
-    return float(TAIL_CALIBRATION * pointwise * np.sqrt(fitted.size / window.size) * missing)
+    return float(TAIL_CALIBRATION * pointwise * np.sqrt(share) * missing)
+
+
+def fourier_tail_error(maxima: np.ndarray, *, fit_fraction: float = 0.3) -> float:
+    r"""An estimate of the max-norm size of the modes a truncated Fourier series lacks.
+
+    ``maxima[k]`` is the largest value of mode :math:`k`'s component, :math:`2|c_k|`. Two
+    clusters make the spectrum beat (:math:`|c_k|` dips to zero periodically in :math:`k`),
+    so a fit to single modes can read a dip as decay: the fit is made to the envelope
+    :math:`E_k = \max(M_{k-1}, M_k)` over the top ``fit_fraction`` of the modes (as in
+    :func:`geometric_tail_error`), and the missing modes are summed in the max norm,
+    :math:`E_{K+1}/(1 - r)` for the fitted ratio :math:`r`, since at a cluster's peak they
+    add up in phase. No calibration constant: against runs at four times the modes (SA
+    :math:`\beta` = 9, two initial data; SA :math:`\beta` = 4 with :math:`D = 0.01` and 6 with
+    :math:`D = 0.005`; USA :math:`\beta = 3`; 48 to 128 modes; outputs with a true error from
+    :math:`10^{-6}` to :math:`10^{-2}` of max rho) the estimate was 0.3 to 5.2 times the true
+    max-norm error, below 1 only where an error made earlier had been carried along (diffusive
+    runs near a steady state, whose spectrum no longer grows).
+
+    Parameters
+    ----------
+    maxima : numpy.ndarray, shape (K + 1,)
+        :math:`2|c_k|`, ``k = 0 .. K``.
+    fit_fraction : float
+        The top fraction of the modes fitted.
+
+    Returns
+    -------
+    float
+        The estimate; ``inf`` where the top modes do not decay; their own size where fewer
+        than three of them are above round-off.
+    """
+    envelope = np.maximum(maxima, np.concatenate([maxima[:1], maxima[:-1]]))
+    fit = _geometric_fit(envelope, fit_fraction)
+    if fit is None:
+        return float(envelope[_top_window(envelope, fit_fraction)].max())
+    slope, intercept, _ = fit
+    if slope >= 0:
+        return np.inf
+    return float(np.exp(intercept + slope * envelope.size) / -np.expm1(slope))
+
+
+def _top_window(amplitudes: np.ndarray, fit_fraction: float) -> np.ndarray:
+    top = amplitudes.size - 1
+    return np.arange(int((1 - fit_fraction) * top), top + 1)
+
+
+def _geometric_fit(amplitudes: np.ndarray, fit_fraction: float) -> tuple[float, float, float] | None:
+    """``(slope, intercept, share)`` of the least-squares line through ``log amplitudes`` over the top
+    window's entries above ``NEGLIGIBLE_AMPLITUDE`` of the largest (``share`` of the window), or
+    ``None`` where fewer than three are."""
+    window = _top_window(amplitudes, fit_fraction)
+    fitted = window[amplitudes[window] > NEGLIGIBLE_AMPLITUDE * amplitudes.max()]
+    if fitted.size < 3:
+        return None
+    slope, intercept = np.polyfit(fitted, np.log(amplitudes[fitted]), 1)
+    return float(slope), float(intercept), fitted.size / window.size
