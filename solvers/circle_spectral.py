@@ -593,24 +593,30 @@ class CircleSpectral(GridSolver):
             the spectral tail below ``tail_threshold``) and the density nowhere negative beyond
             round-off (``-1e-8`` of its maximum).
         """
-        return self._resolution(coefficients)[0]
+        return self._resolution(coefficients, recorded=False)[0]
 
-    def _resolution(self, coefficients: np.ndarray) -> tuple[bool, str, dict]:
-        """Whether the series resolves the density, why not, and the diagnostics it read."""
+    def _resolution(self, coefficients: np.ndarray, recorded: bool = True) -> tuple[bool, str, dict]:
+        """Whether the series resolves the density, why not, and the diagnostics it read (all of
+        them when ``recorded``; the criterion's alone otherwise: the hand-over asks every step)."""
         pointwise = self.values(coefficients)
         lowest, top = float(pointwise.min()), float(pointwise.max())
-        tail, estimate = self.spectral_tail(coefficients), self.error_estimate(coefficients)
+        values = {"min_density": lowest}
+        if recorded or self.error_level is None:
+            values["spectral_tail"] = self.spectral_tail(coefficients)
+        if recorded or self.error_level is not None:
+            values["error_estimate"] = self.error_estimate(coefficients)
         layer = " of a layer" if coefficients.ndim > 1 else ""
         if self.error_level is None:
+            tail = values["spectral_tail"]
             smooth = tail < self.tail_threshold
             reason = f"the top 10% of modes{layer} hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
         else:
+            estimate = values["error_estimate"]
             smooth = estimate <= self.error_level * top
             reason = (f"the estimated error{layer}, {estimate:.2g}, is above error_level = {self.error_level:g} "
                       f"of max rho ({top:.3g})")
         if smooth:
             reason = f"the density is negative ({lowest:.3g})"
-        values = {"min_density": lowest, "spectral_tail": tail, "error_estimate": estimate}
         return bool(smooth and lowest >= -1e-8 * top), reason, values
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
