@@ -114,7 +114,18 @@ class CircleStationary(ParameterFamily):
 
     # ------------------------------------------------------------------ the parameter
     def operators_at(self, value: float) -> CircleOperators:
-        """The finite-volume operators at this parameter value (the last one kept)."""
+        """The finite-volume operators at this parameter value (the last one kept).
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        CircleOperators
+            :class:`~solvers.CircleFV`'s operators of the model there (the general ones for general matrices).
+        """
         cached_value, operators = self._operators
         if operators is not None and (cached_value == value or self.parameter == "diffusion"):
             return operators
@@ -126,14 +137,50 @@ class CircleStationary(ParameterFamily):
 
     # ------------------------------------------------------------------ unknowns
     def expand(self, unknowns: np.ndarray) -> np.ndarray:
-        """The deviation on all cells from the unknowns (the even extension where the states are even)."""
+        r"""The deviation on all cells from the unknowns (the even extension where the states are even).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            :math:`\rho - \bar\rho` per cell.
+        """
         return np.concatenate((unknowns, unknowns[::-1])) if self.even else unknowns
 
     def reduce(self, deviation: np.ndarray) -> np.ndarray:
+        r"""The unknowns of a deviation given on all cells (its first half where the states are even).
+
+        Parameters
+        ----------
+        deviation : numpy.ndarray, shape (cells,)
+            :math:`\rho - \bar\rho` per cell.
+
+        Returns
+        -------
+        numpy.ndarray, shape (size,)
+            The unknowns.
+        """
         return deviation[: self.size]
 
     def density(self, unknowns: np.ndarray) -> np.ndarray:
-        """Cell values of the density, shape ``(cells,)``."""
+        r"""Cell values of the density.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            :math:`\rho` per cell.
+        """
         return self.uniform + self.expand(unknowns)
 
     @property
@@ -142,34 +189,118 @@ class CircleStationary(ParameterFamily):
         return "theta", self.theta
 
     def mode(self, wavenumber: int) -> np.ndarray:
-        r"""The unknowns of :math:`\cos(k\theta)`, an eigenvector of the linearisation at the uniform state."""
+        r"""The unknowns of :math:`\cos(k\theta)`, an eigenvector of the linearisation at the uniform state.
+
+        Parameters
+        ----------
+        wavenumber : int
+            :math:`k`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (size,)
+            The mode at the cell centres, reduced to the unknowns.
+        """
         return self.reduce(np.cos(wavenumber * self.theta))
 
     def modes(self) -> range:
-        """Wavenumbers whose modes the grid carries (below the Nyquist mode)."""
+        """Wavenumbers whose modes the grid carries (below the Nyquist mode).
+
+        Returns
+        -------
+        range
+            ``1 .. cells/2 - 1``.
+        """
         return range(1, self.cells // 2)
 
     def amplitude(self, unknowns: np.ndarray, wavenumber: int) -> float:
-        r"""The cosine coefficient :math:`\frac1\pi\int\rho\cos k\theta` of the state (point values, trapezoid)."""
+        r"""The cosine coefficient :math:`\frac1\pi\int\rho\cos k\theta` of the state (point values, trapezoid).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+        wavenumber : int
+            :math:`k`.
+
+        Returns
+        -------
+        float
+            The coefficient.
+        """
         return float(self.width / np.pi * np.dot(self.expand(unknowns), np.cos(wavenumber * self.theta)))
 
     def norm(self, unknowns: np.ndarray) -> float:
-        r""":math:`\|\rho - \bar\rho\|_{L^2}` (the branch's measure in a bifurcation diagram)."""
+        r""":math:`\|\rho - \bar\rho\|_{L^2}` (the branch's measure in a bifurcation diagram).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+
+        Returns
+        -------
+        float
+            The norm.
+        """
         return self.base_operators.deviation_norm(self.expand(unknowns))
 
     def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
-        r""":math:`|\int\rho\,e^{ik\theta}|` for ``k = 1..count``, the state read as point values (trapezoid)."""
+        r""":math:`|\int\rho\,e^{ik\theta}|` for ``k = 1..count``, the state read as point values (trapezoid).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+        count : int
+            How many wavenumbers.
+
+        Returns
+        -------
+        numpy.ndarray, shape (count,)
+            The order parameters.
+        """
         rho = self.density(unknowns)
         k = np.arange(1, count + 1)[:, None]
         return np.abs(self.width * (np.exp(1j * k * self.theta) @ rho))
 
     # ------------------------------------------------------------------ equations
     def rhs(self, deviation: np.ndarray, value: float) -> np.ndarray:
-        """The finite volumes' right-hand side on all cells at this parameter value."""
+        r"""The finite volumes' right-hand side on all cells at this parameter value.
+
+        Parameters
+        ----------
+        deviation : numpy.ndarray, shape (cells,)
+            :math:`\rho - \bar\rho` per cell.
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            :math:`\partial_t\rho` per cell: transport and diffusion.
+        """
         return self.operators_at(value).drift_diffusion_rhs(deviation, self.diffusion_at(value))
 
     def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
-        """Newton's residual (module docstring): zero exactly at stationary states of mass one."""
+        """Newton's residual (module docstring): zero exactly at stationary states of mass one.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        numpy.ndarray, shape (size,)
+            The right-hand side with the diffusion inverted, plus the mass defect.
+        """
         deviation = self.expand(unknowns)
         return self.reduce(self._inverse_diffusion(self.rhs(deviation, value), value) + deviation.mean())
 
@@ -180,11 +311,34 @@ class CircleStationary(ParameterFamily):
         return np.fft.irfft(spectrum, self.cells)
 
     def preconditioner(self, value: float) -> "_FrozenGenerator":
-        """Approximate inverse of the residual's Jacobian, refreshed at each Newton iterate."""
+        """Approximate inverse of the residual's Jacobian, refreshed at each Newton iterate.
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+            The operator (its ``update`` takes the iterate, as :func:`scipy.optimize.newton_krylov` calls it).
+        """
         return _FrozenGenerator(self, value)
 
     def resolved(self, unknowns: np.ndarray) -> tuple[bool, str]:
-        """Whether the state is a positive density whose clusters span enough cells, and why not."""
+        """Whether the state is a positive density whose clusters span enough cells, and why not.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+
+        Returns
+        -------
+        tuple of (bool, str)
+            The verdict and, when it is ``False``, the reason.
+        """
         rho = self.density(unknowns)
         # The state is known to the residual's tolerance: values below it are zeros, not a loss of positivity.
         if rho.min() < -max(ROUNDOFF_NEGATIVE * rho.max(), 10 * self.residual_tolerance):
@@ -196,7 +350,21 @@ class CircleStationary(ParameterFamily):
 
     # ------------------------------------------------------------------ stability
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
-        r"""The linearised right-hand side on all cells (central differences, error :math:`O(\epsilon^2)`)."""
+        r"""The linearised right-hand side on all cells (central differences, error :math:`O(\epsilon^2)`).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+            ``(cells, cells)``: its product with a perturbation of the density on all cells.
+        """
         deviation = self.expand(unknowns)
         step = 1e-5 * self.uniform
 
@@ -208,7 +376,20 @@ class CircleStationary(ParameterFamily):
         return LinearOperator((self.cells, self.cells), matvec=product, dtype=float)
 
     def uniform_eigenvalue(self, wavenumber: int, value: float) -> float:
-        """Eigenvalue of the linearisation at the uniform state on mode ``wavenumber``."""
+        r"""Eigenvalue of the linearisation at the uniform state on mode ``wavenumber``.
+
+        Parameters
+        ----------
+        wavenumber : int
+            The mode :math:`\cos(k\theta)`.
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        float
+            The growth rate (the dispersion relation of the discretisation).
+        """
         direction = np.cos(wavenumber * self.theta)
         image = self.jacobian(np.zeros(self.size), value).matvec(direction)
         return float(np.dot(direction, image) / np.dot(direction, direction))
@@ -220,6 +401,27 @@ class CircleStationary(ParameterFamily):
         the constant mode, which the mass constraint removes, is shifted far left (Wielandt),
         and for a rotation-invariant model the rotation's eigenvalue (eigenvector along
         :math:`\partial_\theta\rho`) is left out.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns: the deviation from the uniform density, on the first half of the
+            cells where the states are even (:meth:`expand` gives all of them).
+        value : float
+            The parameter's value.
+        count : int
+            How many eigenvalues.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
+            shape ``(cells, count)``.
+
+        Raises
+        ------
+        RuntimeError
+            When ARPACK does not converge.
         """
         jacobian = self.jacobian(unknowns, value)
         shift = 1e3 * self.diffusion_at(value) * self.laplacian_symbol[-1]

@@ -43,7 +43,18 @@ class ParameterFamily:
         return float(getattr(self.model, self.parameter))
 
     def check_value(self, value: float) -> None:
-        """Refuse a parameter value without stationary densities (no diffusion) or outside the model's range."""
+        """Refuse a parameter value without stationary densities (no diffusion) or outside the model's range.
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Raises
+        ------
+        ValueError
+            Naming the parameter, when the diffusion there is not positive or ``beta < 0``.
+        """
         diffusion = self.diffusion_at(value)
         if not diffusion > 0:
             raise ValueError(f"{self.parameter}={value:.6g} leaves diffusion={diffusion!r}: without diffusion "
@@ -52,9 +63,32 @@ class ParameterFamily:
             raise ValueError(f"beta must be >= 0, got {value:.6g}")
 
     def model_at(self, value: float):
-        """The model with the parameter set to ``value`` (checked by :meth:`check_value`)."""
+        """The model with the parameter set to ``value`` (checked by :meth:`check_value`).
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        SelfAttention or ZonalAggregation
+            A copy of the family's model.
+        """
         self.check_value(value)
         return replace(self.model, **{self.parameter: float(value)})
 
     def diffusion_at(self, value: float) -> float:
+        """The diffusion coefficient at this parameter value.
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        float
+            ``value`` when the family varies the diffusion, the model's otherwise.
+        """
         return float(value) if self.parameter == "diffusion" else float(self.model.diffusion)

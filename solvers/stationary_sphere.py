@@ -97,7 +97,18 @@ class SphereStationary(ParameterFamily):
 
     # ------------------------------------------------------------------ the discretisation
     def solver_at(self, value: float) -> SphereSpectral:
-        """The spectral solver of the model at this parameter value (its transport; the last one kept)."""
+        """The spectral solver of the model at this parameter value (its transport; the last one kept).
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        SphereSpectral
+            The solver at ``lmax``.
+        """
         cached_value, solver = self._solver
         if solver is not None and (cached_value == value or self.parameter == "diffusion"):
             return solver  # the transport does not depend on D
@@ -106,29 +117,91 @@ class SphereStationary(ParameterFamily):
         return solver
 
     def coefficients(self, unknowns: np.ndarray) -> np.ndarray:
-        """The density's coefficients in the grid's layout from the unknowns (mass one)."""
+        """The density's coefficients in the grid's layout from the unknowns (mass one).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+
+        Returns
+        -------
+        numpy.ndarray
+            Complex coefficients in the grid's (shtns) layout.
+        """
         q = np.zeros(self.grid.transform.nlm, dtype=complex)
         q[0] = 1.0 / np.sqrt(4 * np.pi)
         q[self.order_indices[0]] = unknowns
         return q
 
     def rhs(self, coefficients: np.ndarray, value: float) -> np.ndarray:
-        """The solver's right-hand side, transport and diffusion, at this parameter value (any coefficients)."""
+        r"""The solver's right-hand side, transport and diffusion, at this parameter value (any coefficients).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Coefficients of a density in the grid's layout.
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        numpy.ndarray
+            :math:`\partial_t\rho` in the same layout.
+        """
         transport = self.solver_at(value).transport(coefficients)
         return transport - self.diffusion_at(value) * self.grid.laplacian_eigenvalue * coefficients
 
     def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
-        """Newton's residual (module docstring): zero exactly at axisymmetric stationary states of mass one."""
+        """Newton's residual (module docstring): zero exactly at axisymmetric stationary states of mass one.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        numpy.ndarray, shape (lmax,)
+            The zonal right-hand side with the diffusion inverted.
+        """
         rhs = self.rhs(self.coefficients(unknowns), value)[self.order_indices[0]].real
         return -rhs / (self.diffusion_at(value) * self.degree * (self.degree + 1))
 
     def preconditioner(self, value: float) -> "_Unpreconditioned":
-        """The identity: the residual is already the identity plus a compact operator."""
+        """The identity: the residual is already the identity plus a compact operator.
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+            The identity on the unknowns.
+        """
         return _Unpreconditioned(self.size)
 
     # ------------------------------------------------------------------ the state
     def density(self, unknowns: np.ndarray) -> np.ndarray:
-        """The density at the grid's colatitudes (it does not depend on the longitude), shape ``(nlat,)``."""
+        r"""The density at the grid's colatitudes (it does not depend on the longitude).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+
+        Returns
+        -------
+        numpy.ndarray, shape (nlat,)
+            :math:`\rho` per colatitude.
+        """
         return self.grid.synthesise(self.coefficients(unknowns))[:, 0]
 
     @property
@@ -137,29 +210,98 @@ class SphereStationary(ParameterFamily):
         return "colatitude", self.colatitude
 
     def mode(self, degree: int) -> np.ndarray:
-        r"""The unknowns of :math:`P_l(\cos\theta)`, an eigenvector of the linearisation at the uniform state."""
+        r"""The unknowns of :math:`P_l(\cos\theta)`, an eigenvector of the linearisation at the uniform state.
+
+        Parameters
+        ----------
+        degree : int
+            :math:`l`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (lmax,)
+            The unknowns.
+        """
         direction = np.zeros(self.size)
         direction[degree - 1] = 1.0 / self.legendre_scale[degree - 1]
         return direction
 
     def modes(self) -> range:
-        """Degrees whose zonal harmonics the grid carries, below the highest."""
+        """Degrees whose zonal harmonics the grid carries, below the highest.
+
+        Returns
+        -------
+        range
+            ``1 .. lmax - 1``.
+        """
         return range(1, self.lmax)
 
     def amplitude(self, unknowns: np.ndarray, degree: int) -> float:
-        r"""The coefficient of :math:`P_l(\cos\theta)` in the density."""
+        r"""The coefficient of :math:`P_l(\cos\theta)` in the density.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        degree : int
+            :math:`l`.
+
+        Returns
+        -------
+        float
+            The coefficient.
+        """
         return float(unknowns[degree - 1] * self.legendre_scale[degree - 1])
 
     def norm(self, unknowns: np.ndarray) -> float:
-        r""":math:`\|\rho - \bar\rho\|_{L^2}` (orthonormal harmonics: the unknowns' Euclidean norm)."""
+        r""":math:`\|\rho - \bar\rho\|_{L^2}` (orthonormal harmonics: the unknowns' Euclidean norm).
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+
+        Returns
+        -------
+        float
+            The norm.
+        """
         return float(np.linalg.norm(unknowns))
 
     def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
-        r""":math:`|\int\rho\,P_k(\cos\theta)|` for ``k = 1..count``: :math:`\sqrt{4\pi/(2k+1)}\,|q_{k0}|`."""
+        r""":math:`|\int\rho\,P_k(\cos\theta)|` for ``k = 1..count``: :math:`\sqrt{4\pi/(2k+1)}\,|q_{k0}|`.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        count : int
+            How many degrees.
+
+        Returns
+        -------
+        numpy.ndarray, shape (count,)
+            The order parameters.
+        """
         return np.abs(unknowns[:count]) / self.legendre_scale[:count]
 
     def resolved(self, unknowns: np.ndarray) -> tuple[bool, str]:
-        """Whether the state is a positive density its degrees resolve, and why not."""
+        """Whether the state is a positive density its degrees resolve, and why not.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+
+        Returns
+        -------
+        tuple of (bool, str)
+            The verdict and, when it is ``False``, the reason.
+        """
         coefficients = self.coefficients(unknowns)
         rho = self.grid.synthesise(coefficients)
         if rho.min() < -max(1e-8 * rho.max(), 10 * self.residual_tolerance):
@@ -177,7 +319,20 @@ class SphereStationary(ParameterFamily):
         return (self.rhs(coefficients + shift, value) - self.rhs(coefficients - shift, value)) / (2 * JACOBIAN_STEP)
 
     def uniform_eigenvalue(self, degree: int, value: float) -> float:
-        """Eigenvalue of the linearisation at the uniform state on the zonal harmonic of degree ``degree``."""
+        """Eigenvalue of the linearisation at the uniform state on the zonal harmonic of degree ``degree``.
+
+        Parameters
+        ----------
+        degree : int
+            :math:`l`.
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        float
+            The growth rate.
+        """
         direction = np.zeros(self.grid.transform.nlm, dtype=complex)
         index = self.order_indices[0][degree - 1]
         direction[index] = 1.0
@@ -185,7 +340,21 @@ class SphereStationary(ParameterFamily):
         return float(image[index].real)
 
     def blocks(self, unknowns: np.ndarray, value: float) -> list[np.ndarray]:
-        """The linearisation's block of each azimuthal order ``m = 0..lmax`` (module docstring), real matrices."""
+        """The linearisation's block of each azimuthal order ``m = 0..lmax`` (module docstring), real matrices.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        list of numpy.ndarray
+            Block ``m`` acts on the degrees ``max(m, 1) .. lmax`` of order ``m``.
+        """
         coefficients = self.coefficients(unknowns)
         sizes = [indices.size for indices in self.order_indices]
         blocks = [np.empty((size, size)) for size in sizes]
@@ -212,6 +381,22 @@ class SphereStationary(ParameterFamily):
         :math:`\cos m\varphi` and :math:`\sin m\varphi` eigenvectors), the rotations' zero
         eigenvalue is left out (module docstring). The eigenvectors (columns) are coefficient
         arrays in the grid's layout, the :math:`\cos m\varphi` member of each pair.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (lmax,)
+            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        value : float
+            The parameter's value.
+        count : int
+            How many eigenvalues.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
+            one coefficient array per column.
         """
         generator = self._rotation_generator(unknowns)
         rotating = np.linalg.norm(generator) > 1e-8 * self.uniform
