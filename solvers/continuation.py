@@ -125,8 +125,9 @@ def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> 
 
     Parameters
     ----------
-    problem : CircleStationary or SphereStationary
-        The stationary problem (``solvers.stationary_circle``, ``solvers.stationary_sphere``).
+    problem : CircleStationary, SphereStationary or SphereStationaryGeneral
+        The stationary problem (``solvers.stationary_circle``, ``solvers.stationary_sphere``,
+        ``solvers.stationary_sphere_general``).
     guess : numpy.ndarray, shape (problem.size,)
         Unknowns to start Newton-Krylov from.
     value : float, optional
@@ -263,7 +264,7 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
 
     Parameters
     ----------
-    problem : CircleStationary or SphereStationary
+    problem : CircleStationary, SphereStationary or SphereStationaryGeneral
         The stationary problem.
     mode : int
         The bifurcating mode (a wavenumber; sphere: the degree of a zonal harmonic).
@@ -313,7 +314,7 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
 
     Parameters
     ----------
-    problem : CircleStationary or SphereStationary
+    problem : CircleStationary, SphereStationary or SphereStationaryGeneral
         The stationary problem.
     branch : Branch
         The branch so far; extended in place.

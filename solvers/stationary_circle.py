@@ -31,7 +31,7 @@ and is refused.
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
+from scipy.sparse.linalg import LinearOperator
 
 from meanfield.checks import check_int, check_real
 
@@ -40,7 +40,7 @@ from .circle_general import GeneralCircleOperators
 from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
 from .heads import head_matrices, takes_general_path
 from .resolution import sharpest_cluster_width
-from .stationary_problem import ParameterFamily
+from .stationary_problem import ParameterFamily, arpack_leading
 
 _ROTATION = np.array([[0.0, -1.0], [1.0, 0.0]])
 _REFLECTION = np.diag([1.0, -1.0])
@@ -432,14 +432,8 @@ class CircleStationary(ParameterFamily):
             return jacobian.matvec(direction - mean) - shift * mean
         operator = LinearOperator((self.cells, self.cells), matvec=mass_free, dtype=float)
         wanted = count + (1 if self.rotations else 0)
-        # A fixed start vector: ARPACK's default is random, and the same call must give the same vectors.
         start = np.random.default_rng(0).standard_normal(self.cells)
-        try:
-            values, vectors = eigs(operator, k=wanted, which="LR", ncv=min(self.cells - 1, max(40, 3 * wanted)),
-                                   tol=1e-10, maxiter=50 * self.cells, v0=start - start.mean())
-        except ArpackNoConvergence as failure:
-            raise RuntimeError(f"the leading eigenvalues did not converge ({len(failure.eigenvalues)} of "
-                               f"{wanted}): ARPACK stopped") from None
+        values, vectors = arpack_leading(operator, wanted, start - start.mean())
         keep = np.ones(values.size, bool)
         if self.rotations:
             generator = np.gradient(self.density(unknowns))

@@ -1,13 +1,17 @@
 """What every stationary problem shares: the family of models along one parameter, and the checks of its values.
 
-:class:`~solvers.stationary_circle.CircleStationary` and
-:class:`~solvers.stationary_sphere.SphereStationary` are stationary problems of one model
+:class:`~solvers.stationary_circle.CircleStationary`,
+:class:`~solvers.stationary_sphere.SphereStationary` and
+:class:`~solvers.stationary_sphere_general.SphereStationaryGeneral` are stationary problems of one model
 whose ``diffusion`` or ``beta`` a branch varies (:mod:`solvers.continuation`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+
+import numpy as np
+from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from meanfield.checks import check_real
 from meanfield.models import SelfAttention
@@ -92,3 +96,18 @@ class ParameterFamily:
             ``value`` when the family varies the diffusion, the model's otherwise.
         """
         return float(value) if self.parameter == "diffusion" else float(self.model.diffusion)
+
+
+def arpack_leading(operator: LinearOperator, count: int, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` eigenvalues of largest real part of ``operator`` and their eigenvectors, by ARPACK.
+
+    ``start`` fixes ARPACK's start vector (its default is random, and the same call must give
+    the same vectors). Raises :class:`RuntimeError` when ARPACK does not converge.
+    """
+    size = operator.shape[0]
+    try:
+        return eigs(operator, k=count, which="LR", ncv=min(size - 1, max(40, 3 * count)), tol=1e-10,
+                    maxiter=50 * size, v0=start)
+    except ArpackNoConvergence as failure:
+        raise RuntimeError(f"the leading eigenvalues did not converge ({len(failure.eigenvalues)} of "
+                           f"{count}): ARPACK stopped") from None

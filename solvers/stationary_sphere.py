@@ -46,7 +46,118 @@ ROTATION_ALIGNMENT = 0.9
 JACOBIAN_STEP = 1e-6
 
 
-class SphereStationary(ParameterFamily):
+class SphereFamily(ParameterFamily):
+    """What the stationary problems on :math:`S^2` share: :class:`~solvers.SphereSpectral`'s
+    discretisation along the parameter, its right-hand side and the resolution of a state.
+
+    A subclass defines its unknowns: ``size`` and ``coefficients(unknowns)``, the density's
+    coefficients in the grid's layout.
+
+    Parameters
+    ----------
+    model : SelfAttention or ZonalAggregation
+        The model at the family's starting value.
+    lmax : int
+        Highest degree of the discretisation.
+    parameter : {"diffusion", "beta"}
+        The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
+    tol : float
+        Newton's tolerance on the residual, relative to the uniform density.
+    tail_threshold : float
+        A state whose top 10 % of degrees hold more than this fraction of the deviation's
+        spectral energy is under-resolved (as for :class:`~solvers.SphereSpectral`).
+    """
+
+    name = "SphereSpectral"
+
+    def __init__(self, model, lmax: int, parameter: str, tol: float, tail_threshold: float):
+        super().__init__(model, parameter, tol)
+        self.lmax = check_int(lmax, "lmax", minimum=2)
+        self.tail_threshold = check_real(tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        self._solver: tuple[float | None, SphereSpectral | None] = (None, None)
+        self.grid = self.solver_at(self.value).grid
+        self.uniform = 1.0 / (4 * np.pi)
+        self.residual_tolerance = self.tol * self.uniform
+
+    def solver_at(self, value: float) -> SphereSpectral:
+        """The spectral solver of the model at this parameter value (its transport; the last one kept).
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        SphereSpectral
+            The solver at ``lmax``.
+        """
+        cached_value, solver = self._solver
+        if solver is not None and (cached_value == value or self.parameter == "diffusion"):
+            return solver  # the transport does not depend on D
+        solver = SphereSpectral(self.model_at(value), lmax=self.lmax, tail_threshold=self.tail_threshold)
+        self._solver = (value, solver)
+        return solver
+
+    def rhs(self, coefficients: np.ndarray, value: float) -> np.ndarray:
+        r"""The solver's right-hand side, transport and diffusion, at this parameter value (any coefficients).
+
+        Parameters
+        ----------
+        coefficients : numpy.ndarray
+            Coefficients of a density in the grid's layout.
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        numpy.ndarray
+            :math:`\partial_t\rho` in the same layout.
+        """
+        transport = self.solver_at(value).transport(coefficients)
+        return transport - self.diffusion_at(value) * self.grid.laplacian_eigenvalue * coefficients
+
+    def preconditioner(self, value: float) -> "_Unpreconditioned":
+        """The identity: the residual is already the identity plus a compact operator.
+
+        Parameters
+        ----------
+        value : float
+            The parameter's value.
+
+        Returns
+        -------
+        scipy.sparse.linalg.LinearOperator
+            The identity on the unknowns.
+        """
+        return _Unpreconditioned(self.size)
+
+    def resolved(self, unknowns: np.ndarray) -> tuple[bool, str]:
+        """Whether the state is a positive density its degrees resolve, and why not.
+
+        Parameters
+        ----------
+        unknowns : numpy.ndarray, shape (size,)
+            The state's unknowns (:meth:`coefficients` gives all the coefficients).
+
+        Returns
+        -------
+        tuple of (bool, str)
+            The verdict and, when it is ``False``, the reason.
+        """
+        coefficients = self.coefficients(unknowns)
+        rho = self.grid.synthesise(coefficients)
+        if rho.min() < -max(1e-8 * rho.max(), 10 * self.residual_tolerance):
+            return False, f"the density is negative (min {rho.min():.3g})"
+        tail = self.solver_at(self.value).spectral_tail(coefficients)
+        if tail >= self.tail_threshold:
+            return False, (f"the top 10% of degrees hold {tail:.2g} of the spectral energy "
+                           f"(> {self.tail_threshold:g}): raise lmax (now {self.lmax})")
+        return True, ""
+
+
+
+class SphereStationary(SphereFamily):
     r"""Axisymmetric stationary states of the mean-field equation on :math:`S^2` with diffusion, and their stability.
 
     Parameters
@@ -70,52 +181,26 @@ class SphereStationary(ParameterFamily):
         a bad parameter, or an ``lmax`` that does not resolve the kernel.
     """
 
-    name = "SphereSpectral"
     rotations = True
 
     def __init__(self, model, lmax: int = 31, *, parameter: str = "diffusion", tol: float = 1e-10,
                  tail_threshold: float = 1e-10):
         if not model.is_zonal or model.external is not None:
             raise ValueError("stationary states on S^2 are sought among axisymmetric densities, which needs a zonal "
-                             f"model without external field, got {model!r}")
-        super().__init__(model, parameter, tol)
-        self.lmax = check_int(lmax, "lmax", minimum=2)
-        self.tail_threshold = check_real(tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
-        self._solver: tuple[float | None, SphereSpectral | None] = (None, None)
-        grid = self.grid = self.solver_at(self.value).grid
-        transform = grid.transform
+                             f"model without external field, got {model!r}; SphereStationaryGeneral "
+                             "(solvers.stationary_sphere_general) takes the others")
+        super().__init__(model, lmax, parameter, tol, tail_threshold)
+        transform = self.grid.transform
         self.size = self.lmax
-        self.uniform = 1.0 / (4 * np.pi)
         self.degree = np.arange(1, self.lmax + 1)
         #: :math:`Y_{l0} = \sqrt{(2l+1)/4\pi}\,P_l(\cos\theta)`, l = 1..lmax.
         self.legendre_scale = np.sqrt((2 * self.degree + 1) / (4 * np.pi))
-        self.colatitude = grid.colatitude
+        self.colatitude = self.grid.colatitude
         #: Index of coefficient (l, m) in the grid's layout, per order m: the degrees max(m, 1)..lmax.
         self.order_indices = [np.array([transform.idx(int(l), m) for l in range(max(m, 1), self.lmax + 1)])
                               for m in range(self.lmax + 1)]
-        self.residual_tolerance = self.tol * self.uniform
 
     # ------------------------------------------------------------------ the discretisation
-    def solver_at(self, value: float) -> SphereSpectral:
-        """The spectral solver of the model at this parameter value (its transport; the last one kept).
-
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
-
-        Returns
-        -------
-        SphereSpectral
-            The solver at ``lmax``.
-        """
-        cached_value, solver = self._solver
-        if solver is not None and (cached_value == value or self.parameter == "diffusion"):
-            return solver  # the transport does not depend on D
-        solver = SphereSpectral(self.model_at(value), lmax=self.lmax, tail_threshold=self.tail_threshold)
-        self._solver = (value, solver)
-        return solver
-
     def coefficients(self, unknowns: np.ndarray) -> np.ndarray:
         """The density's coefficients in the grid's layout from the unknowns (mass one).
 
@@ -135,24 +220,6 @@ class SphereStationary(ParameterFamily):
         q[self.order_indices[0]] = unknowns
         return q
 
-    def rhs(self, coefficients: np.ndarray, value: float) -> np.ndarray:
-        r"""The solver's right-hand side, transport and diffusion, at this parameter value (any coefficients).
-
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Coefficients of a density in the grid's layout.
-        value : float
-            The parameter's value.
-
-        Returns
-        -------
-        numpy.ndarray
-            :math:`\partial_t\rho` in the same layout.
-        """
-        transport = self.solver_at(value).transport(coefficients)
-        return transport - self.diffusion_at(value) * self.grid.laplacian_eigenvalue * coefficients
-
     def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
         """Newton's residual (module docstring): zero exactly at axisymmetric stationary states of mass one.
 
@@ -171,21 +238,6 @@ class SphereStationary(ParameterFamily):
         """
         rhs = self.rhs(self.coefficients(unknowns), value)[self.order_indices[0]].real
         return -rhs / (self.diffusion_at(value) * self.degree * (self.degree + 1))
-
-    def preconditioner(self, value: float) -> "_Unpreconditioned":
-        """The identity: the residual is already the identity plus a compact operator.
-
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
-
-        Returns
-        -------
-        scipy.sparse.linalg.LinearOperator
-            The identity on the unknowns.
-        """
-        return _Unpreconditioned(self.size)
 
     # ------------------------------------------------------------------ the state
     def density(self, unknowns: np.ndarray) -> np.ndarray:
@@ -287,30 +339,6 @@ class SphereStationary(ParameterFamily):
             The order parameters.
         """
         return np.abs(unknowns[:count]) / self.legendre_scale[:count]
-
-    def resolved(self, unknowns: np.ndarray) -> tuple[bool, str]:
-        """Whether the state is a positive density its degrees resolve, and why not.
-
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
-
-        Returns
-        -------
-        tuple of (bool, str)
-            The verdict and, when it is ``False``, the reason.
-        """
-        coefficients = self.coefficients(unknowns)
-        rho = self.grid.synthesise(coefficients)
-        if rho.min() < -max(1e-8 * rho.max(), 10 * self.residual_tolerance):
-            return False, f"the density is negative (min {rho.min():.3g})"
-        tail = self.solver_at(self.value).spectral_tail(coefficients)
-        if tail >= self.tail_threshold:
-            return False, (f"the top 10% of degrees hold {tail:.2g} of the spectral energy "
-                           f"(> {self.tail_threshold:g}): raise lmax (now {self.lmax})")
-        return True, ""
 
     # ------------------------------------------------------------------ stability
     def _jacobian_product(self, coefficients: np.ndarray, direction: np.ndarray, value: float) -> np.ndarray:
