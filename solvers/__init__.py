@@ -10,8 +10,9 @@ from .circle_collapse import CircleFVLagrangian
 from .circle_lagrangian import CircleLagrangian, PointMasses
 from .circle_spectral import CircleSpectral
 from .line import LineFV
+from .line_lagrangian import LineLagrangian
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
 from .sphere_particles import SphereSpectralParticles, SphereWeightedParticles
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian", "UnderResolvedWarning"]

@@ -31,7 +31,7 @@ flow. Each output therefore records ``ghost_attention``: the largest share of at
 held by cells of mass below :data:`GHOST_MASS`, over the faces next to a cell with more and the
 steps since the previous output; past :data:`GHOST_SHARE` the
 run warns (:class:`~solvers.resolution.UnderResolvedWarning`) and its later outputs are not
-the mean-field solution (a Lagrangian solver in mass coordinates has no such tails).
+the mean-field solution (:class:`~solvers.LineLagrangian`, in mass coordinates, has no such tails).
 """
 
 from __future__ import annotations
@@ -55,6 +55,22 @@ GHOST_MASS = 1e-12
 GHOST_SHARE = 1e-3
 
 
+def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[float, float]]:
+    """``(v, beta q k, (lo, hi))`` of a model and interval the ``d = 1`` equation takes; errors name ``solver``."""
+    if not isinstance(model, PureAttention) or not model.rescaled or model.hardmax or model.heads != 1 \
+            or model.dimension not in (None, 1):
+        raise ValueError(f"model: {solver} solves PureAttention with d = 1, one head, rescaled=True and finite "
+                         f"beta, got {model!r}")
+    (q, k, v), = model.head_matrices(1)
+    value = float(v[0, 0])
+    if value <= 0:
+        raise ValueError(f"model: {solver} needs v > 0 (the support then stays in its interval), got v = {value}")
+    lo, hi = (check_real(end, "interval") for end in interval)
+    if not hi > lo:
+        raise ValueError(f"interval must be (lo, hi) with hi > lo, got {interval!r}")
+    return value, model.beta * float(q[0, 0] * k[0, 0]), (lo, hi)
+
+
 class LineFV:
     """Finite volumes for the ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` (module docstring).
 
@@ -73,19 +89,8 @@ class LineFV:
     name = "LineFV"
 
     def __init__(self, model, interval, *, cells: int = 1000, rtol: float = 1e-6):
-        if not isinstance(model, PureAttention) or not model.rescaled or model.hardmax or model.heads != 1 \
-                or model.dimension not in (None, 1):
-            raise ValueError(f"model: LineFV solves PureAttention with d = 1, one head, rescaled=True and finite "
-                             f"beta, got {model!r}")
         self.model = model
-        (q, k, v), = model.head_matrices(1)
-        self.value = float(v[0, 0])
-        if self.value <= 0:
-            raise ValueError(f"model: LineFV needs v > 0 (the support then stays in its interval), got v = {self.value}")
-        self.logit_scale = model.beta * float(q[0, 0] * k[0, 0])
-        lo, hi = (check_real(end, "interval") for end in interval)
-        if not hi > lo:
-            raise ValueError(f"interval must be (lo, hi) with hi > lo, got {interval!r}")
+        self.value, self.logit_scale, (lo, hi) = line_problem(model, interval, self.name)
         self.cells = check_int(cells, "cells", minimum=2)
         self.rtol = check_rtol(rtol)
         self.faces = np.linspace(lo, hi, self.cells + 1)
@@ -239,7 +244,8 @@ class LineFV:
         frames: list[np.ndarray] = []
         ghosts: list[float] = []
         counts = StepCounts()
-        monitor = ResolutionMonitor("Later outputs follow the scheme's numerical tails, not the mean-field solution")
+        monitor = ResolutionMonitor("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
+                                    "LineLagrangian (mass coordinates) has none")
         settings = {"solver": self.name, "cells": self.cells, "interval": [self.faces[0], self.faces[-1]],
                     "rtol": self.rtol, "scheme": "upwind finite volumes, Bogacki-Shampine 3(2)"}
 

@@ -10,6 +10,7 @@ from scipy.stats import wasserstein_distance
 
 import meanfield as mf
 from solvers.line import GHOST_MASS, GHOST_SHARE, LineFV
+from solvers.line_lagrangian import LineLagrangian
 from solvers.resolution import UnderResolvedWarning
 
 MODEL = mf.PureAttention(rescaled=True)  # Q = K = V = 1, d = 1 (Fig. 3 of the paper)
@@ -106,9 +107,59 @@ def test_the_line_w1_is_exact():
 def test_models_outside_its_equation_are_refused():
     with pytest.raises(ValueError, match="rescaled=True"):
         LineFV(mf.PureAttention(), (-1, 1))
+    with pytest.raises(ValueError, match="LineLagrangian solves PureAttention"):
+        LineLagrangian(mf.PureAttention(beta=math.inf, rescaled=True), (-1, 1))
     with pytest.raises(ValueError, match="v > 0"):
         LineFV(mf.PureAttention(value=-1.0, rescaled=True), (-1, 1))
     with pytest.raises(ValueError, match="interval"):
         LineFV(MODEL, (1, -1))
     with pytest.raises(ValueError, match="nonnegative"):
         LineFV(MODEL, (-1, 1), cells=10).solve(lambda z: z, [0, 1])
+
+
+# ---------------------------------------------------------------------- mass coordinates (LineLagrangian)
+@pytest.fixture(scope="module")
+def labels_reference():
+    return LineLagrangian(MODEL, (-1.0, 1.0), labels=512).solve(density, [0.0, 1.5, 8.0])
+
+
+def test_mass_coordinates_are_second_order_in_the_labels_through_the_collapse(labels_reference):
+    """W1 against 512 labels, before (t = 1.5) and after (t = 8) the collapse onto one point:
+    for an error C/M^2 the ratio from 64 to 128 labels is (1/64^2 - 1/512^2)/(1/128^2 - 1/512^2)."""
+    from validation.distances import line_w1
+
+    runs = [LineLagrangian(MODEL, (-1.0, 1.0), labels=m).solve(density, [0.0, 1.5, 8.0]) for m in (64, 128)]
+    expected = math.log2((1 / 64**2 - 1 / 512**2) / (1 / 128**2 - 1 / 512**2))
+    for k in (1, 2):
+        errors = [line_w1(run, k, labels_reference, k) for run in runs]
+        assert math.log2(errors[0] / errors[1]) == pytest.approx(expected, abs=0.25), (k, errors)
+    final = labels_reference.position.values[-1]
+    assert np.ptp(final) < 0.01 and np.abs(labels_reference.mass.values - 1.0).max() < 1e-12
+
+
+def test_mass_coordinates_agree_with_the_finite_volumes_within_their_error(reference, labels_reference):
+    """Where LineFV is trustworthy (t = 1.5): the two discretisations differ by at most LineFV's
+    error, which for a first-order method is about its distance to a run at half the cells."""
+    from validation.distances import line_w1
+
+    half = LineFV(MODEL, (-1.0, 1.0), cells=200).solve(density, [0.0, 1.5])
+    assert line_w1(reference, 1, labels_reference, 1) < 1.5 * line_w1(reference, 1, half, 1)
+
+
+@pytest.mark.slow
+def test_particles_approach_the_mass_coordinates_like_one_over_root_n_after_the_collapse(labels_reference):
+    """At t = 8, where LineFV has failed, the particles' W1 to the labels' measure falls like n^{-1/2}
+    (mean over 32 systems per n; slope within three standard errors)."""
+    from validation.distances import line_w1
+
+    rng = np.random.default_rng(4)
+    sizes, means, spreads = [16, 64, 256], [], []
+    for n in sizes:
+        run = mf.simulate_particles(MODEL, np.stack([sample(n, rng) for _ in range(32)]), [0.0, 1.5, 8.0],
+                                    method="rk4", dt=0.05)
+        w = np.array([line_w1(run.isel(system=s), 2, labels_reference, 2) for s in range(32)])
+        means.append(w.mean())
+        spreads.append(w.std() / math.sqrt(w.size) / w.mean())
+    slope = np.polyfit(np.log(sizes), np.log(means), 1)[0]
+    slope_error = math.sqrt(2.0 * max(spreads) ** 2) / math.log(sizes[-1] / sizes[0])
+    assert abs(slope + 0.5) < 3 * slope_error, (slope, slope_error)

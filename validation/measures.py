@@ -16,6 +16,7 @@ from meanfield.records import (CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry,
                                euclidean_name)
 from meanfield.engines.series import harmonic_sums
 from meanfield.sphere import circle_angles
+from solvers.line_lagrangian import label_cdf
 from solvers.sphere_grid import SphereGrid
 
 #: The line: tokens of :class:`meanfield.PureAttention` with ``d = 1`` and :class:`solvers.LineFV`'s densities.
@@ -71,14 +72,17 @@ def circle_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- line
 def line_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray, side: str = "right") -> np.ndarray:
-    """CDF :math:`F(z) = \\mu((-\\infty, z])` at ``points``: of the tokens, or of the cell masses
-    (each spread evenly over its cell; cells centred at ``ds.z``, of equal width).
+    """CDF :math:`F(z) = \\mu((-\\infty, z])` at ``points``: of the tokens, of the mass labels of
+    :class:`~solvers.LineLagrangian` (``position``), or of the cell masses (each spread evenly
+    over its cell; cells centred at ``ds.z``, of equal width).
 
     ``side="left"`` gives the left limit :math:`\\mu((-\\infty, z))`, which differs only at atoms.
     """
     if is_particles(ds):
         z = np.sort(ds["x"].values[time_index, :, 0])
         return np.searchsorted(z, points, side=side) / z.size
+    if "position" in ds:  # mass labels (solvers.LineLagrangian): their measure, exactly
+        return label_cdf(ds["position"].values[time_index], points, side)
     rho = ds["rho"].values[time_index]
     faces = line_breakpoints(ds, time_index)
     width = faces[1] - faces[0]
@@ -89,9 +93,11 @@ def line_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray, side: str = "r
 
 
 def line_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
-    """Where the CDF is not affine: the tokens, or the cell faces."""
+    """Where the CDF is not affine: the tokens, the mass labels, or the cell faces."""
     if is_particles(ds):
         return ds["x"].values[time_index, :, 0]
+    if "position" in ds:
+        return ds["position"].values[time_index]
     centres = ds["z"].values
     half = 0.5 * (centres[1] - centres[0])
     return np.concatenate([centres - half, centres[-1:] + half])
