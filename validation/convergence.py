@@ -14,8 +14,9 @@ lower half) is reported next to it with the difference of the two slopes, the *s
 test*: a difference whose interval excludes 0 says that the small counts are still
 pre-asymptotic. Both slopes and the difference come from the same bootstrap resamples.
 
-On the line (``geometry = "R^1"``: pure attention with ``d = 1``, :class:`~solvers.LineFV` as
-the reference) the distance is :math:`W_1` too and the model has no energy.
+On the line (``geometry = "R^1"``: pure attention with ``d = 1``, :class:`~solvers.LineLagrangian`
+as the reference, which follows the measure through its collapse) the distance is :math:`W_1`
+too and the model has no energy.
 
 Particles use ``meanfield.engines.kernels``' automatic choice: from a few hundred tokens on
 the kernel's series (:mod:`meanfield.engines.series`, ``O(n K)``), which lets a default study
@@ -35,7 +36,7 @@ import meanfield as mf
 from meanfield.checks import check_int, check_real, check_times
 from meanfield.records import CIRCLE, STUDY, record_attrs
 from meanfield.sampling import reproducible_seed
-from solvers import CircleAuto, LineFV, SphereSpectral
+from solvers import CircleAuto, LineLagrangian, SphereSpectral
 
 from .distances import distance, distance_description
 from .measures import GEOMETRIES, LINE
@@ -57,9 +58,9 @@ class StudySettings:
         estimate is the distance to a run at half the cells.
     lmax : int
         Largest degree of the :class:`~solvers.SphereSpectral` reference.
-    line_cells : int
-        Cells of the line's reference, :class:`~solvers.LineFV` (first order; its cost grows
-        like the cube of the cells): its error estimate is the distance to a run at half the cells.
+    line_labels : int
+        Mass labels of the line's reference, :class:`~solvers.LineLagrangian` (second order):
+        its error estimate is the distance to a run at half the labels.
     particle_dt : float
         Step of the fixed-step particle scheme (RK4 without noise, Euler-Maruyama with).
     bootstrap : int
@@ -70,7 +71,7 @@ class StudySettings:
 
     cells: int = 2048
     lmax: int = 47
-    line_cells: int = 400
+    line_labels: int = 512
     particle_dt: float = 0.01
     bootstrap: int = 2000
     confidence: float = 0.95
@@ -86,14 +87,14 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     ----------
     model : SelfAttention, ZonalAggregation or PureAttention
         The model run by both the particles and the PDE (on the line: ``PureAttention`` with
-        ``d = 1`` as :class:`~solvers.LineFV` takes it).
+        ``d = 1`` as :class:`~solvers.LineLagrangian` takes it).
     rho0 : callable
         Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere, of
         ``z`` on the line (need not be normalized). Particles are drawn from it exactly, the PDE
         starts from it.
     geometry : {"circle", "sphere", "R^1"}
         Where: :class:`~solvers.CircleAuto`, :class:`~solvers.SphereSpectral` or
-        :class:`~solvers.LineFV` as the reference.
+        :class:`~solvers.LineLagrangian` as the reference.
     sizes : sequence of int
         Particle counts ``n`` (at least two distinct values, each ``>= 2``).
     seeds : int
@@ -109,8 +110,7 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     progress : bool, optional
         Progress bars of the PDE and particle runs (default: when stderr is a terminal).
     interval : (float, float), optional
-        The line only, and required there: an interval holding the support of ``rho0`` (the
-        reference's grid).
+        The line only, and required there: an interval holding the support of ``rho0``.
 
     Returns
     -------
@@ -190,8 +190,8 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
 
 def _solve_pde(model, rho0, geometry, times, settings, progress, interval):
     if geometry == LINE:
-        fine = LineFV(model, interval, cells=settings.line_cells).solve(rho0, times, progress=progress)
-        coarse = LineFV(model, interval, cells=settings.line_cells // 2).solve(rho0, times, progress=False)
+        fine = LineLagrangian(model, interval, labels=settings.line_labels).solve(rho0, times, progress=progress)
+        coarse = LineLagrangian(model, interval, labels=settings.line_labels // 2).solve(rho0, times, progress=False)
     elif geometry == CIRCLE:
         # Fourier while the density is smooth, finite volumes after (CircleAuto); the study
         # measures the reference's error itself (pde_error, in its distance): no shadow runs
