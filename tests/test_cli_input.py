@@ -120,7 +120,9 @@ def test_a_directory_as_config_is_refused(tmp_path, capsys):
     assert "is a directory" in capsys.readouterr().err
 
 
-def test_an_unreachable_scheduler_is_refused_quickly(tmp_path, capsys):
+def test_an_unreachable_scheduler_is_refused_quickly(tmp_path, capsys, monkeypatch):
+    # The refusal is what is tested, not the wait: a one-second connection timeout instead of ten.
+    monkeypatch.setattr("validation.app.sweep.CONNECT_TIMEOUT", 1)
     config = write(tmp_path, "sweep.toml", run_config(tmp_path, method='kind = "particles"\nn = 4',
                                                       initial='kind = "uniform"', sweep="beta = [1.0]"))
     started = time.perf_counter()
