@@ -328,9 +328,10 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         return self.initial_coefficients(rho0)
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
-        resolved, reason, values = self._resolution(coefficients)
+        resolution = self._resolution(coefficients)
         mass = 2 * np.pi * coefficients[:, 0].real
-        return Diagnosis({"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), **values}, resolved, reason)
+        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), **resolution.values}
+        return Diagnosis(values, resolution.resolved, resolution.reason)
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"position": self.positions, "theta": self.theta}

@@ -589,41 +589,43 @@ class CircleSpectral(GridSolver):
         Returns
         -------
         bool
-            The error estimate is below ``error_level`` times max rho (with ``error_level=None``:
-            the spectral tail below ``tail_threshold``) and the density nowhere negative beyond
-            round-off (``-1e-8`` of its maximum).
+            The error estimate and any negative value are below ``error_level`` times max rho
+            (with ``error_level=None``: the spectral tail below ``tail_threshold`` and the
+            density nowhere negative beyond round-off, ``-1e-8`` of its maximum).
         """
-        return self._resolution(coefficients, recorded=False)[0]
+        return self._resolution(coefficients, recorded=False).resolved
 
-    def _resolution(self, coefficients: np.ndarray, recorded: bool = True) -> tuple[bool, str, dict]:
+    def _resolution(self, coefficients: np.ndarray, recorded: bool = True) -> Diagnosis:
         """Whether the series resolves the density, why not, and the diagnostics it read (all of
-        them when ``recorded``; the criterion's alone otherwise: the hand-over asks every step)."""
+        them when ``recorded``; the criterion's alone otherwise: the hand-over asks every step).
+
+        As :class:`~solvers.SphereSpectral`'s: a negative value counts against the same level as
+        the error estimate (``1e-8`` of max rho under the tail criterion)."""
         pointwise = self.values(coefficients)
         lowest, top = float(pointwise.min()), float(pointwise.max())
+        level = (1e-8 if self.error_level is None else self.error_level) * top
         values = {"min_density": lowest}
         if recorded or self.error_level is None:
             values["spectral_tail"] = self.spectral_tail(coefficients)
         if recorded or self.error_level is not None:
             values["error_estimate"] = self.error_estimate(coefficients)
         layer = " of a layer" if coefficients.ndim > 1 else ""
+        if lowest < -level:  # the truncated series no longer represents a density
+            return Diagnosis(values, False, f"the density is negative ({lowest:.3g})")
         if self.error_level is None:
             tail = values["spectral_tail"]
-            smooth = tail < self.tail_threshold
-            reason = f"the top 10% of modes{layer} hold {tail:.2g} of the spectral energy (> {self.tail_threshold:g})"
-        else:
-            estimate = values["error_estimate"]
-            smooth = estimate <= self.error_level * top
-            reason = (f"the estimated error{layer}, {estimate:.2g}, is above error_level = {self.error_level:g} "
-                      f"of max rho ({top:.3g})")
-        if smooth:
-            reason = f"the density is negative ({lowest:.3g})"
-        return bool(smooth and lowest >= -1e-8 * top), reason, values
+            return Diagnosis(values, bool(tail < self.tail_threshold),
+                             f"the top 10% of modes{layer} hold {tail:.2g} of the spectral energy "
+                             f"(> {self.tail_threshold:g})")
+        estimate = values["error_estimate"]
+        return Diagnosis(values, bool(estimate <= level),
+                         f"the estimated error{layer}, {estimate:.2g}, exceeds error_level x max rho = {level:.2g}")
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
-        resolved, reason, values = self._resolution(coefficients)
+        resolution = self._resolution(coefficients)
         values = {"mass": float(2 * np.pi * coefficients[0].real), "energy": self.energy(coefficients),
-                  "lyapunov": self.lyapunov(coefficients), **values}
-        return Diagnosis(values, resolved, reason)
+                  "lyapunov": self.lyapunov(coefficients), **resolution.values}
+        return Diagnosis(values, resolution.resolved, resolution.reason)
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"theta": self.theta}

@@ -37,6 +37,7 @@ from meanfield.errors import StepSizeCollapse
 from meanfield.integration import DORMAND_PRINCE, StepCounts, explicit_adaptive_step, integrate
 from meanfield.records import PDE, euclidean_name, record_attrs
 
+from .circle_lagrangian import mass_labels
 from .line import line_problem
 
 #: Fine cells per label of the table from which the initial quantiles are read (their error is
@@ -75,7 +76,7 @@ class LineLagrangian:
         self.length = hi - lo
         self.faces = np.linspace(lo, hi, self.cells + 1)
         self.centres = 0.5 * (self.faces[1:] + self.faces[:-1])
-        self.mass_labels = (np.arange(self.labels) + 0.5) / self.labels
+        self.mass_labels = mass_labels(self.labels)
 
     # ------------------------------------------------------------------ the discretisation
     def rhs(self, state: np.ndarray) -> np.ndarray:

@@ -120,13 +120,10 @@ def fourier_tail_error(maxima: np.ndarray, *, fit_fraction: float = 0.3) -> floa
     :math:`E_j = \max(M_{(j-1)p}, M_{jp})` over the top ``fit_fraction`` of those modes (as in
     :func:`geometric_tail_error`), and the missing modes are summed in the max norm,
     :math:`E_{J+1}/(1 - r)` for the fitted ratio :math:`r` per :math:`p` modes, since at a
-    cluster's peak they add up in phase. No calibration constant: against runs at four times
-    the modes (SA :math:`\beta` = 9, two initial data; SA :math:`\beta` = 4 with :math:`D = 0.01`
-    and 6 with :math:`D = 0.005`; USA :math:`\beta = 3`; 48 to 128 modes; outputs with a true
-    error from :math:`10^{-6}` to :math:`10^{-2}` of max rho) the estimate was 0.3 to 5.2 times
-    the true max-norm error, below 1 only where an error made earlier had been carried along
-    (diffusive runs near a steady state, whose spectrum no longer grows); on a density of period
-    :math:`2\pi/4` (SA :math:`\beta = 9` from :math:`1 + 0.1\cos 4\theta`, 64 modes) 2.6 to 6.1 times.
+    cluster's peak they add up in phase. No calibration constant: its range against runs at
+    four times the modes is in the PDE solvers guide, and ``tests/test_circle_error_estimate.py``
+    checks it. An error made earlier and carried along is not in the spectrum's tail: near a
+    steady state, whose spectrum no longer grows, the estimate can fall below the true error.
 
     Parameters
     ----------

@@ -416,12 +416,10 @@ class SphereSpectral(GridSolver):
         From the decay of the top degrees (``solvers.resolution.geometric_tail_error``: the
         :math:`L^2` norm of the degrees beyond ``lmax`` that their geometric decay predicts,
         times :math:`\sqrt{(2 l_{max} + 3)/4\pi}`, the largest value of a degree
-        :math:`l_{max} + 1` harmonic of unit norm, times a calibration constant). Calibrated
-        against runs at :math:`2 l_{max} + 1` (SA :math:`\beta` = 4, 9, 16, USA
-        :math:`\beta = 3`, SA with :math:`D = 0.01`; ``lmax`` 15 to 31; outputs whose true
-        error is above :math:`10^{-6}\max\rho` while the reference resolves its density): the
-        estimate was 0.9 to 3.1 times the true max-norm error. It measures the spatial error
-        only; the steps' error is ``rtol``'s.
+        :math:`l_{max} + 1` harmonic of unit norm, times a calibration constant fitted against
+        runs at :math:`2 l_{max} + 1`; the PDE solvers guide gives the runs and the measured
+        range, ``tests/test_sphere_error_estimate.py`` checks it). It measures the spatial
+        error only; the steps' error is ``rtol``'s.
 
         Parameters
         ----------

@@ -19,7 +19,8 @@ from meanfield.sphere import circle_angles
 from solvers.line_lagrangian import label_cdf
 from solvers.sphere_grid import SphereGrid
 
-#: The line: tokens of :class:`meanfield.PureAttention` with ``d = 1`` and :class:`solvers.LineFV`'s densities.
+#: The line: tokens of :class:`meanfield.PureAttention` with ``d = 1``, :class:`solvers.LineFV`'s and
+#: :class:`solvers.LineLagrangian`'s measures.
 LINE = euclidean_name(1)
 
 #: The geometries on which measures are compared.

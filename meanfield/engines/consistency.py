@@ -106,7 +106,6 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
     return records
 
 
-
 def _check_euclidean(model, x, rtol: float, like) -> list[Consistency]:
     r""":func:`check_consistency` for a model in :math:`\mathbb{R}^d`: the velocity alone."""
     d = x.shape[-1]

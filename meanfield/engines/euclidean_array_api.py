@@ -27,7 +27,6 @@ class EuclideanArrayAPIKernel:
 
     name = "array_api"
     settings = NO_SETTINGS
-    reference = "PureAttention.velocity_at"
 
     def __init__(self, model, like) -> None:
         if model.on_sphere:
@@ -35,7 +34,6 @@ class EuclideanArrayAPIKernel:
         self.model = model
         self.xp = array_namespace(like)
         self.device = device(like)
-        self.namespace = self.xp.__name__
 
     def asarray(self, values):
         """Host values as a float64 array of this namespace and device."""

@@ -266,9 +266,8 @@ class ArrayAPIKernel:
         if not isinstance(model, SelfAttention):
             raise TypeError(f"{type(model).__name__} evaluates numpy callables: pass numpy arrays "
                             f"(got {type(like).__module__} arrays)")
-        self.xp = xp = array_namespace(like)
+        self.xp = array_namespace(like)
         self.device = device(like)
-        self.namespace = xp.__name__
         self.normalized = bool(model.normalized)
         self.identity = model.query is None and model.key is None
         # A Python float, or one value per system broadcast over its (n, n) logits.
