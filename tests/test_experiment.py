@@ -81,7 +81,9 @@ mode = 3
 @pytest.mark.parametrize("kind, method, diffusion", [
     # n large enough that the run outlasts the kill (the series kernel makes a step cost ~n K)
     ("particles", "n = 20000\nseed = 3\ndt = 0.01", 0.05),
-    ("CircleFV", "cells = 2048", 0.0),
+    # 12 s: with the slow tests (CircleFV's interrupted and resumed runs are checked by default in
+    # test_faults, in process; this one kills a real process)
+    pytest.param("CircleFV", "cells = 2048", 0.0, marks=pytest.mark.slow),
 ], ids=["noisy-particles", "CircleFV"])
 def test_kill_and_resume_gives_the_uninterrupted_result(kind, method, diffusion, tmp_path):
     reference = tmp_path / "reference.toml"
