@@ -6,6 +6,12 @@ Gaussian 64 x 64 matrices) plus one layer of the fixed-weight model (``SelfAtten
 heads, one set of matrices for all systems), timed in the same run. Target: ratio <= 2. The
 homogenized limit's step at the same sizes (64 quadrature nodes instead of 16 heads) is timed
 against the same baseline.
+
+The stochastic density solvers (the common-noise transport equation): one Heun step of
+``CommonNoiseCircle`` (64 points) and ``CommonNoiseSphere`` (lmax = 15, 32 x 64 nodes), Gaussian
+values with Q = K = I (d^2 noise fields), against one softmax attention over the same nodes
+(the logits, their exponentials, one product with the nodes), the floor of one evaluation of
+the fields; a step evaluates them twice, with the measure derivative of every field.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import numpy as np
 
 import meanfield as mf
 from common import compare
+from solvers import CommonNoiseCircle, CommonNoiseSphere
 
 TOKENS, DIMENSION, HEADS, SYSTEMS = 64, 64, 16, 256
 
@@ -41,6 +48,27 @@ def run() -> list[tuple[str, float, float, float]]:
                                                                 keep_positions=False),
                                 draw_and_fixed_step, rounds=3, repeats=1)
     rows.append((f"homogenized limit, one step with {HEADS} nodes, same sizes, vs the same baseline", ours, base, ratio))
+    return rows + density_steps()
+
+
+def softmax_attention(points: np.ndarray) -> np.ndarray:
+    """One attention over all pairs of ``points`` (the density solvers' floor per evaluation)."""
+    logits = points @ points.T
+    logits -= logits.max(axis=-1, keepdims=True)
+    np.exp(logits, out=logits)
+    return (logits @ points) / logits.sum(axis=-1, keepdims=True)
+
+
+def density_steps() -> list[tuple[str, float, float, float]]:
+    limit = mf.HomogenizedLimit(1.0, mf.GaussianWeights(value_std=0.1, query_std=None, key_std=None))
+    rows = []
+    for solver, rho0 in ((CommonNoiseCircle(limit, 64), lambda theta: 1 + 0.5 * np.cos(theta)),
+                         (CommonNoiseSphere(limit, 15), lambda x: 1 + 0.5 * x[..., 0])):
+        nodes, dt = solver.nodes(), 2.0 ** -10
+        ours, base, ratio = compare(lambda: solver.solve(rho0, [0.0, dt], dt=dt, seed=3),
+                                    lambda: softmax_attention(nodes), rounds=3, repeats=3)
+        rows.append((f"{type(solver).__name__}, one Heun step on {nodes.shape[0]} nodes, vs one softmax attention "
+                     "over them", ours, base, ratio))
     return rows
 
 

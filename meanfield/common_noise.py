@@ -119,8 +119,10 @@ class NoisePath:
 
     def field_blocks(self, points: int, atoms: int):
         """``(start, stop)`` blocks of fields whose work arrays stay within :data:`ATTENTION_BLOCK` doubles."""
-        nodes = self.value.shape[1]
-        per_field = max(nodes * points * atoms, self._family_size(1))
+        systems, nodes, d = self.value.shape[:3]
+        # per field: its matrices, its moves and fields at the points, and the derivative's
+        # columns (v, Kv, y (x) Kv) at the atoms and their attention-weighted sums at the points
+        per_field = systems * nodes * (d * d + 4 * points * d + (points + atoms) * (2 * d + d * d))
         chunk = max(1, ATTENTION_BLOCK // per_field)
         return [(start, min(start + chunk, self.field_count)) for start in range(0, self.field_count, chunk)]
 

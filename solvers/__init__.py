@@ -13,6 +13,7 @@ from .line import LineFV
 from .line_lagrangian import LineLagrangian
 from .resolution import UnderResolvedWarning
 from .sphere import SphereSpectral
+from .sphere_common_noise import CommonNoiseSphere
 from .sphere_particles import SphereSpectralParticles, SphereWeightedParticles
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CommonNoiseSphere", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian", "UnderResolvedWarning"]

@@ -403,12 +403,7 @@ class SphereSpectral(GridSolver):
         float
             In ``[0, 1]``; the resolution diagnostic (compared with ``tail_threshold``).
         """
-        power = self.grid.parseval_weight * np.abs(coefficients) ** 2
-        degree = self.grid.degree
-        deviation = power[degree > 0].sum()
-        if deviation == 0:
-            return 0.0
-        return float(power[degree > 0.9 * self.lmax].sum() / deviation)
+        return self.grid.tail_fraction(coefficients)
 
     def error_estimate(self, coefficients: np.ndarray) -> float:
         r"""An estimate of the max-norm error the truncation at ``lmax`` puts in the density.

@@ -123,6 +123,14 @@ class SphereGrid:
         spheroidal *= (-sign) * self.laplacian_eigenvalue
         return spheroidal
 
+    def tail_fraction(self, coefficients: np.ndarray) -> float:
+        """Fraction of the spectral energy of the field's deviation from its mean held by the top 10 % of degrees."""
+        power = self.parseval_weight * np.abs(coefficients) ** 2
+        deviation = power[self.degree > 0].sum()
+        if deviation == 0:
+            return 0.0
+        return float(power[self.degree > 0.9 * self.lmax].sum() / deviation)
+
     def integrate(self, values: np.ndarray) -> float:
         return float(np.sum(self.area_weight * values))
 
