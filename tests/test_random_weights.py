@@ -136,6 +136,48 @@ def test_the_chain_and_its_limit_agree_in_law(heads):
     assert abs(statistics[1].mean() - initial) > 10 * error  # the tokens moved: the comparison means something
 
 
+@pytest.mark.slow
+def test_one_layer_moves_the_tokens_with_the_limit_covariance_up_to_a_gap_falling_like_the_layer_time():
+    r"""The derivation's diffusion: a layer's tangential moves have covariance tau P_i C(x_i, x_j) P_j + O(tau^2).
+
+    With Gaussian values C = (sigma_V^2/d) E_QK<a_QK(x_i), a_QK(x_j)> I, so per unit diffusive
+    time E<dx_i, dx_j>/tau = C_ij tr(P_i P_j) = C_ij (d - 2 + <x_i, x_j>^2) up to O(tau) (the
+    next terms of the normalisation's expansion and the heads' fourth cumulant). The expectation
+    over (Q, K) is a Monte Carlo average of 2^21 draws, whose standard error is added to the layers'.
+    At fixed depth the same O(tau) is out of reach: the law's spread over weight draws (a
+    standard deviation of ~0.5 on <x_1, x_2> at s = 1) buries gaps of ~1e-3 under 10^5 systems.
+    """
+    d, n, beta, heads = 3, 4, 2.0, 2
+    law = GaussianWeights(value_std=1.0)
+    x0 = mf.sample_uniform(n, d, rng=2)
+    draws = 1 << 21
+    query, key, _ = law.sample(np.random.default_rng(11), draws, d)
+    a = attention_averages(np.broadcast_to(x0, (draws, n, d)), query[:, None], key[:, None], beta)[:, 0]
+    upper = np.triu_indices(n)
+    per_draw = (np.einsum("mid,mjd->mij", a, a) / d * (d - 2 + (x0 @ x0.T) ** 2))[:, upper[0], upper[1]]
+    predicted, predicted_error = per_draw.mean(axis=0), per_draw.sum(axis=-1).std() / np.sqrt(draws)
+    taus, gaps, errors = np.array([1 / 8, 1 / 16, 1 / 32]), [], []
+    for tau in taus:
+        model = RandomAttention(beta, heads=heads, step=np.sqrt(heads * tau), law=law)
+        systems = 1 << 19
+        q, k, v = (m.reshape(systems, heads, d, d) for m in law.sample(np.random.default_rng(int(1 / tau)), systems * heads, d))
+        x = np.broadcast_to(x0, (systems, n, d))
+        moves = model.layer(x, q, k, v) - x
+        moves -= np.sum(moves * x0, axis=-1, keepdims=True) * x0
+        gap = (np.einsum("sid,sjd->sij", moves, moves)[:, upper[0], upper[1]] / tau - predicted).sum(axis=-1)
+        gaps.append(gap.mean())
+        errors.append(np.hypot(gap.std() / np.sqrt(systems), predicted_error))
+    gaps, errors = np.abs(gaps), np.array(errors)
+    assert gaps[-1] < 0.05 * predicted.sum()  # the leading term is the derivation's covariance
+    assert np.all(gaps > 3 * errors), (gaps, errors)  # each gap measured
+    # Weighted least squares of log gap on log tau; the log's standard error is error / gap.
+    weights = (gaps / errors) ** 2
+    centred = np.log(taus) - np.average(np.log(taus), weights=weights)
+    rate = np.sum(weights * centred * np.log(gaps)) / np.sum(weights * centred ** 2)
+    rate_error = 1 / np.sqrt(np.sum(weights * centred ** 2))
+    assert rate_error < 0.25 and abs(rate - 1) < 3 * rate_error, (gaps, errors, rate, rate_error)
+
+
 def test_bad_regimes_and_laws_are_refused_with_the_reason():
     with pytest.raises(ValueError, match="centred values.*value_mean = 0.5.*deterministic"):
         HomogenizedLimit.of(RandomAttention(1.0, step=0.1, law=GaussianWeights(value_mean=0.5)))
