@@ -43,7 +43,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
 
     Notes
     -----
-    ``rho0`` is a vectorized callable of the angle, or values at :attr:`theta`.
+    ``rho0`` is a vectorized callable of the angle, or values at the angles ``theta``.
     """
 
     limit: HomogenizedLimit
@@ -60,6 +60,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
 
     @property
     def theta(self) -> np.ndarray:
+        r"""The grid's angles :math:`2\pi j/N`."""
         return np.arange(self.points) * (2 * np.pi / self.points)
 
     @property
@@ -69,19 +70,52 @@ class CommonNoiseCircle(CommonNoiseTransport):
 
     @property
     def largest_wavenumber(self) -> float:
+        """The highest mode kept, which bounds the stable move."""
         return float(self.highest_mode)
 
     def nodes(self) -> np.ndarray:
+        r"""The grid's points on the circle.
+
+        Returns
+        -------
+        numpy.ndarray, shape (points, 2)
+            :math:`(\cos\theta_j, \sin\theta_j)`.
+        """
         return circle_points(self.theta)
 
     @property
     def quadrature(self) -> np.ndarray:
+        r"""The trapezoidal rule's weights :math:`2\pi/N`, exact for the modes below :math:`N`."""
         return np.full(self.points, 2 * np.pi / self.points)
 
     def grid_values(self, rho0) -> np.ndarray:
+        """Values of an initial density at the grid, checked (not normalised).
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized callable of the angle, or values at ``theta``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (points,)
+            The values.
+        """
         return checked_grid_values(rho0, self.theta, (self.points,))
 
     def divergence(self, flux: np.ndarray) -> np.ndarray:
+        r"""The derivative along the circle of tangent vectors, by FFT with the 2/3 rule.
+
+        Parameters
+        ----------
+        flux : numpy.ndarray, shape (systems, points, 2)
+            Tangent vectors at the grid (ambient coordinates).
+
+        Returns
+        -------
+        numpy.ndarray, shape (systems, points)
+            :math:`\partial_\theta` of their tangential component, modes above ``highest_mode`` removed.
+        """
         along = flux[..., 1] * np.cos(self.theta) - flux[..., 0] * np.sin(self.theta)
         coefficients = np.fft.rfft(along, axis=-1)
         coefficients *= 1j * np.arange(coefficients.shape[-1])
@@ -89,6 +123,18 @@ class CommonNoiseCircle(CommonNoiseTransport):
         return np.fft.irfft(coefficients, self.points, axis=-1)
 
     def tail_fraction(self, rho: np.ndarray) -> float:
+        """The share of the spectral energy of the deviation in the top 10 % of the kept modes.
+
+        Parameters
+        ----------
+        rho : numpy.ndarray, shape (points,)
+            One density's values.
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``; compared with ``tail_threshold``.
+        """
         return tail_fraction(np.fft.rfft(rho)[:self.highest_mode + 1], self.highest_mode)
 
     def _coordinates(self, rho: np.ndarray):

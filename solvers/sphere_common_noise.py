@@ -70,20 +70,53 @@ class CommonNoiseSphere(CommonNoiseTransport):
 
     @property
     def largest_wavenumber(self) -> float:
+        r""":math:`\sqrt{l_{\max}(l_{\max}+1)}`, the largest of the surface gradient's, which bounds the stable move."""
         return float(np.sqrt(self.lmax * (self.lmax + 1)))
 
     def nodes(self) -> np.ndarray:
+        """The Gauss grid's points, flattened (latitude first).
+
+        Returns
+        -------
+        numpy.ndarray, shape (nlat * nphi, 3)
+            Unit vectors.
+        """
         return self.grid.points().reshape(-1, 3)
 
     @property
     def quadrature(self) -> np.ndarray:
+        """The grid's area weights (Gauss-Legendre times trapezoidal), flattened as :meth:`nodes`."""
         return self.grid.area_weight.ravel()
 
     def grid_values(self, rho0) -> np.ndarray:
+        """Values of an initial density at the grid, checked and projected onto the degrees up to ``lmax``.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            A vectorized callable of points ``(..., 3)``, or values of ``grid.shape``.
+
+        Returns
+        -------
+        numpy.ndarray, shape (nlat * nphi,)
+            The projected values, flattened as :meth:`nodes`.
+        """
         values = checked_grid_values(rho0, self.grid.points(), self.grid.shape)
         return self.grid.synthesise(self.grid.analyse(values)).ravel()
 
     def divergence(self, flux: np.ndarray) -> np.ndarray:
+        """The surface divergence of tangent vectors by the vector transform, truncated at ``lmax``.
+
+        Parameters
+        ----------
+        flux : numpy.ndarray, shape (systems, nlat * nphi, 3)
+            Tangent vectors at the grid (ambient coordinates), flattened as :meth:`nodes`.
+
+        Returns
+        -------
+        numpy.ndarray, shape (systems, nlat * nphi)
+            The divergence's values.
+        """
         e_theta, e_phi = self.grid.tangent_frame()
         flux = flux.reshape(flux.shape[:-2] + self.grid.shape + (3,))
         result = np.empty(flux.shape[:-1])
@@ -94,6 +127,18 @@ class CommonNoiseSphere(CommonNoiseTransport):
         return result.reshape(result.shape[:-2] + (-1,))
 
     def tail_fraction(self, rho: np.ndarray) -> float:
+        """The share of the spectral energy of the deviation in the top 10 % of the degrees.
+
+        Parameters
+        ----------
+        rho : numpy.ndarray, shape (nlat * nphi,)
+            One density's values.
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``; compared with ``tail_threshold``.
+        """
         return self.grid.tail_fraction(self.grid.analyse(rho.reshape(self.grid.shape)))
 
     def _coordinates(self, rho: np.ndarray):
