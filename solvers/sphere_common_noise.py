@@ -60,6 +60,9 @@ class CommonNoiseSphere(CommonNoiseTransport):
     lmax: int = 15
     tail_threshold: float = 1e-10
     grid: SphereGrid = field(init=False, repr=False, compare=False)
+    # The grid's points and tangent frame, read at every evaluation of the fields and the divergence
+    _points: np.ndarray = field(init=False, repr=False, compare=False)
+    _frame: np.ndarray = field(init=False, repr=False, compare=False)
     dimension = 3
     geometry = SPHERE
 
@@ -67,6 +70,8 @@ class CommonNoiseSphere(CommonNoiseTransport):
         self._check_common()
         check_int(self.lmax, "lmax", minimum=2)
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
+        object.__setattr__(self, "_points", self.grid.points().reshape(-1, 3))
+        object.__setattr__(self, "_frame", self.grid.tangent_frame())
 
     @property
     def largest_wavenumber(self) -> float:
@@ -81,7 +86,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
         numpy.ndarray, shape (nlat * nphi, 3)
             Unit vectors.
         """
-        return self.grid.points().reshape(-1, 3)
+        return self._points
 
     @property
     def quadrature(self) -> np.ndarray:
@@ -117,7 +122,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
         numpy.ndarray, shape (systems, nlat * nphi)
             The divergence's values.
         """
-        e_theta, e_phi = self.grid.tangent_frame()
+        e_theta, e_phi = self._frame
         flux = flux.reshape(flux.shape[:-2] + self.grid.shape + (3,))
         result = np.empty(flux.shape[:-1])
         for system in np.ndindex(flux.shape[:-3]):

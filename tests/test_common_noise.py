@@ -228,7 +228,7 @@ def test_the_drift_by_blocks_of_fields_equals_the_drift_over_all_of_them(monkeyp
 
 
 def test_without_noise_the_sphere_density_is_the_deterministic_flow():
-    """Heun on the grid against SphereSpectral's DOP853-class run of SelfAttention with V = m_V I (Funk-Hecke, no quadrature)."""
+    """Heun on the grid against SphereSpectral's Dormand-Prince run (rtol 1e-12) of SelfAttention with V = m_V I (Funk-Hecke, no quadrature)."""
     law = GaussianWeights(value_std=0.0, value_mean=1.5, query_std=None, key_std=None)
     limit = HomogenizedLimit(2.0, law, drift=1.5, noise=False)
     solver = CommonNoiseSphere(limit, 15)
@@ -263,6 +263,7 @@ def test_the_sphere_density_follows_the_grid_nodes_moved_as_atoms_on_the_same_pa
     initial = weights[0] @ solver.nodes()
     # Both are Heun on the same path; what parts them is the density's truncation at degree 15
     # (below 2e-8) and the two schemes' different time errors, which fall with dt (1.5e-7,
-    # 3.5e-8, 1.6e-8 at dt = 2^-7, 2^-8, 2^-9): 5e-5 of what the noise moved at this step.
-    # A wrong divergence (sign, factor, a missing term) parts them by a fraction of order one.
-    assert np.linalg.norm(moments[0] - moments[1]) < 1e-3 * np.linalg.norm(moments[1] - initial), moments
+    # 3.5e-8, 1.6e-8 at dt = 2^-7, 2^-8, 2^-9): 3e-5 of what the noise moved at this step,
+    # bounded here with a margin of 6. A wrong divergence (sign, factor, a missing term) parts
+    # them by a fraction of order one.
+    assert np.linalg.norm(moments[0] - moments[1]) < 2e-4 * np.linalg.norm(moments[1] - initial), moments
