@@ -8,7 +8,7 @@ circle path (``CircleAuto``: ``CircleSpectral`` while it resolves the density) c
 The baseline (:func:`plain_spectral`) is the textbook method in a few lines of its own:
 FFTs with 3/2 padding, the kernel's Bessel coefficients, Lawson RK4 with fixed steps. For
 each code the error and time of every setting of a grid (modes and ``rtol``, or modes and
-the step) are measured once; for each target the cheapest setting that reaches it is then
+the number of steps) are measured once; for each target the cheapest setting that reaches it is then
 timed against the other code's, alternately. The reference is the baseline itself with 256
 modes and a step of 1e-3 (RK4 error ~1e-12). Also printed: ``CircleFV`` at its cheapest
 setting for 1e-4 (one run; what the circle path was before).
@@ -31,8 +31,9 @@ BETA = 5.0
 CASES = {"D=0.05": (0.05, 5.0), "D=0": (0.0, 4.5)}  # diffusion, final time (D = 0: before clusters)
 TARGETS = (1e-4, 1e-6, 1e-8)
 SPECTRAL_CELLS = (40, 48, 64, 96, 128)
-RTOLS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11)
-BASELINE_STEPS = (0.5, 0.25, 0.2, 0.1, 0.05, 0.025, 0.0125, 0.00625, 0.003125)
+RTOLS = tuple(m * 10.0 ** -e for e in range(3, 12) for m in (3, 1))  # 3e-3, 1e-3, ..., 1e-11
+BASELINE_STEP_COUNTS = (6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, 200, 256, 320, 400, 512,
+                        640, 800, 1024, 1280, 1600)
 FV_CELLS = (512, 1024, 2048, 4096)
 
 
@@ -151,7 +152,7 @@ def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None
             return l1_error(cell_averages(c, 512), reference)
 
         ours_rows = measured([(cells, rtol) for cells in SPECTRAL_CELLS for rtol in RTOLS], library, library_error)
-        theirs_rows = measured([(n, dt) for n in SPECTRAL_CELLS for dt in BASELINE_STEPS],
+        theirs_rows = measured([(n, t_end / steps) for n in SPECTRAL_CELLS for steps in BASELINE_STEP_COUNTS],
                                lambda s: plain_spectral(diffusion, s[0], s[1], t_end), baseline_error)
         for target in targets:
             ours, theirs = cheapest(ours_rows, target), cheapest(theirs_rows, target)

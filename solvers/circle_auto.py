@@ -17,6 +17,7 @@ are set to zero and the mass restored, and the mass so moved is recorded
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import xarray as xr
@@ -194,9 +195,14 @@ class CircleAuto(StartsWithFiniteVolumes):
             dims["shadow_rho"] = ("time", "shadow_theta")
         return dims
 
-    def _finite_volume_fields(self, outputs: int) -> tuple[dict, dict]:
+    @cached_property
+    def _finite_volume_coordinates(self) -> xr.Coordinates:
+        """The coordinates of what the finite volumes record besides the density, indexed once."""
+        return xr.Coordinates(self.finite_volumes.recorded_coordinates())
+
+    def _finite_volume_fields(self, outputs: int) -> tuple[dict, xr.Coordinates]:
         """The spectral part's flag and what the finite volumes record, NaN (``solve_until``'s ``annotate``)."""
-        coordinates = self.finite_volumes.recorded_coordinates()
+        coordinates = self._finite_volume_coordinates
         sizes = {"time": outputs, **{name: values.size for name, values in coordinates.items()}}
         fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan))
                   for name, dims in self._finite_volume_dims().items()}

@@ -41,6 +41,7 @@ distributions and comparisons with a finite-volume run need no interpolation. An
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -56,6 +57,9 @@ from .spectral_transport import SpectralTransport, transport_tableau
 from .heads import takes_general_path
 from .resolution import fourier_tail_error
 from .tolerance import error_tolerance
+
+#: The smallest positive double: K*rho is floored there before dividing by it.
+_TINY = np.finfo(float).tiny
 
 #: Modes of the kernel beyond the grid must be below this fraction of the largest.
 KERNEL_TOLERANCE = 1e-8
@@ -105,8 +109,10 @@ class CircleSpectral(GridSolver):
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)
     _derivative: np.ndarray = field(init=False, repr=False)
+    _advected_wavenumbers: np.ndarray = field(init=False, repr=False)
     general: GeneralCircleOperators | None = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
+    _log_derivative: tuple[float, float] | None = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
     external_velocity: np.ndarray | None = field(init=False, repr=False)
@@ -138,7 +144,12 @@ class CircleSpectral(GridSolver):
         set_(self, "points", next_fast_len(3 * modes, real=True))
         set_(self, "wavenumber", np.arange(modes, dtype=float))
         set_(self, "_derivative", 1j * self.wavenumber)
+        # k = 1 .. N/2 (one above the highest kept mode: the bound of the undamped case)
+        set_(self, "_advected_wavenumbers", np.arange(1.0, modes + 1))
         self._set_external()
+        # SA's v = (c/beta) d/dth log(K*rho) on the zonal path, bounded by |c|: its scale and
+        # bound (None: v linear in rho, or the general path's)
+        set_(self, "_log_derivative", None)
         if takes_general_path(model, self.interaction, self.name):
             general = GeneralCircleOperators(model, self.points)
             self._check_kernel_resolved(max(h.matrix.shape[0] for h in general.heads) // 2,
@@ -147,6 +158,8 @@ class CircleSpectral(GridSolver):
             set_(self, "energy_scaled", general.energy_scaled)
             return
         set_(self, "general", None)
+        if not model.velocity_is_linear:
+            set_(self, "_log_derivative", (model.value_scale / model.beta, abs(model.value_scale)))
         spectrum = model.potential_spectrum if model.velocity_is_linear else model.kernel_spectrum
         symbol = spectrum(modes, 2)
         largest = np.abs(symbol).max()
@@ -294,16 +307,19 @@ class CircleSpectral(GridSolver):
             # rho_hat(q) = int e^{-iq phi} rho = 2 pi c_q, q = -(modes - 1) .. modes - 1, as the general operators take them
             spectrum = 2 * np.pi * np.concatenate([np.conj(coefficients[:0:-1]), coefficients])
             velocity = self.general.point_velocity(spectrum, -(modes - 1))
-        elif self.kernel_model.velocity_is_linear:
+        elif self._log_derivative is None:
             velocity = self.values(self._symbol * coefficients, derivative=True)
         else:
-            c, beta = self.kernel_model.value_scale, self.kernel_model.beta
-            convolution = self._symbol * coefficients
-            velocity = (c / beta) * self.values(convolution, derivative=True) / np.maximum(
-                self.values(convolution), np.finfo(float).tiny)
+            scale, cap = self._log_derivative
+            # K*rho and its derivative in one transform call (a leading axis of two)
+            pair = np.empty((2, *coefficients.shape), dtype=complex)
+            convolution = np.multiply(self._symbol, coefficients, out=pair[0])
+            np.multiply(convolution, self._derivative, out=pair[1])
+            values, slope = self.values(pair)
+            velocity = scale * slope / np.maximum(values, _TINY)
             # |d/dth log K*rho| <= beta for the exact kernel: the bound removes round-off noise
             # where K*rho is below machine precision of its maximum.
-            np.clip(velocity, -abs(c), abs(c), out=velocity)
+            np.minimum(np.maximum(velocity, -cap, out=velocity), cap, out=velocity)
         return velocity if self.external_velocity is None else velocity + self.external_velocity
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
@@ -345,6 +361,14 @@ class CircleSpectral(GridSolver):
     def stable_step(self, speed: float) -> float:
         r"""Largest step at which the explicit pair damps the advection of every mode.
 
+        Mode :math:`k` is advected at frequency at most :math:`\omega_k = k\max|v|` and, with
+        diffusion integrated exactly, decays at :math:`\mu_k = Dk^2`: a step of the pair in
+        integrating-factor form multiplies it by :math:`e^{-\mu_k h}R(i\omega_k h)` (frozen
+        coefficients), so the bound is the smallest over :math:`k \le N/2` of the pair's
+        damped imaginary stability at :math:`a_k = \mu_k/\omega_k`, over :math:`\omega_k`.
+        Without diffusion it is the pair's imaginary stability over :math:`(N/2)\max|v|`; with
+        it the fast modes, damped the most, no longer bound the step.
+
         Parameters
         ----------
         speed : float
@@ -353,8 +377,16 @@ class CircleSpectral(GridSolver):
         Returns
         -------
         float
-            The pair's imaginary stability limit over :math:`(N/2)\,\max|v|`.
+            The largest stable step (``inf`` where the damping outweighs the advection of every mode).
         """
+        if self.model.diffusion == 0:
+            return self._undamped_stable_step(speed)
+        frequency = np.maximum(self._advected_wavenumbers * speed, 1e-300)
+        reach = self.tableau.damped_imaginary_stability(self.model.diffusion * self._advected_wavenumbers ** 2 / frequency)
+        return float(np.min(reach / frequency))
+
+    def _undamped_stable_step(self, speed: float) -> float:
+        """The pair's imaginary stability over the fastest frequency :math:`(N/2)\\max|v|` (no damping counted)."""
         return self.tableau.imaginary_stability / max((self.cells // 2) * speed, 1e-300)
 
     # ------------------------------------------------------------------ norms and functionals
@@ -574,7 +606,10 @@ class CircleSpectral(GridSolver):
         decay = self.model.diffusion * self.wavenumber ** 2 if self.model.diffusion > 0 else None
         discretisation = SpectralTransport(self, decay, self.norm)
         attempt = explicit_adaptive_step(discretisation, self.tableau)
-        first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
+        # The first step: a tenth of the undamped advection bound (diffusion may lift the bound of
+        # later steps, judged with an error estimate in hand, not this blind one).
+        speed = self.largest_speed(coefficients)
+        first = min(times[-1] - times[0], 0.1 * self._undamped_stable_step(speed)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
     def resolves(self, coefficients: np.ndarray) -> bool:
@@ -635,11 +670,14 @@ class CircleSpectral(GridSolver):
                 "tableau": self.tableau.name, "error_level": self.error_level}
 
 
+@lru_cache(maxsize=64)
 def _averaging(modes: int, cells: int) -> np.ndarray:
     r"""Mode :math:`k`'s factor from point values to averages over ``cells`` cells :math:`[jh, (j+1)h)`:
-    :math:`e^{ikh/2}\,\mathrm{sinc}(kh/2)`, ``k = 0 .. modes - 1``."""
+    :math:`e^{ikh/2}\,\mathrm{sinc}(kh/2)`, ``k = 0 .. modes - 1`` (read-only: one array per size, shared)."""
     k = np.arange(modes)
-    return np.exp(1j * np.pi * k / cells) * np.sinc(k / cells)
+    factors = np.exp(1j * np.pi * k / cells) * np.sinc(k / cells)
+    factors.flags.writeable = False
+    return factors
 
 
 def tail_fraction(coefficients: np.ndarray, highest: int) -> float:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, NoReturn
 
 import numpy as np
 import xarray as xr
+from xarray.indexes import PandasIndex
 
 from meanfield.checks import check_times
 from meanfield.errors import StepSizeCollapse
@@ -145,7 +147,7 @@ class GridSolver:
     def solve_until(self, rho0, times, stop: Callable[[Any], bool] | None, *, progress: bool | None = None,
                     observer: Callable[[float, np.ndarray], None] | None = None, max_steps: int | None = None,
                     first_step: float | None = None, continued: bool = False,
-                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> "Interrupted":
+                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, xr.Coordinates]] | None = None) -> "Interrupted":
         """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
 
         How one solver hands a run over to another (:class:`~solvers.CircleAuto`,
@@ -161,8 +163,8 @@ class GridSolver:
             As for :meth:`solve`.
         annotate : callable, optional
             ``annotate(outputs) -> (variables, coordinates)``: more variables (name: ``(dims,
-            values[, attrs])``) and coordinates for the dataset of ``outputs`` recorded times,
-            built into it at once (what a solver handing over adds for the other one's records).
+            values[, attrs])``) and their coordinates (``xarray.Coordinates``) for the dataset of
+            ``outputs`` recorded times, built into it at once (what a solver handing over adds for the other one's records).
 
         Returns
         -------
@@ -234,6 +236,12 @@ class GridSolver:
     def recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {}
 
+    @cached_property
+    def _indexed_coordinates(self) -> xr.Coordinates:
+        """The grid's and the recorded fields' coordinates, indexed once per solver (an index costs
+        more than a step of a small grid, and every dataset of the solver has the same)."""
+        return xr.Coordinates({**self.grid_coordinates(), **self.recorded_coordinates()})
+
     resolution_advice: str
 
 
@@ -264,18 +272,18 @@ class SolveRecord:
         self.fields.append(self.solver.recorded_fields(state))
         self.diagnostics.append({**diagnosis.values, "resolved": diagnosis.resolved})
 
-    def dataset(self, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> xr.Dataset:
+    def dataset(self, annotate: Callable[[int], tuple[dict, xr.Coordinates]] | None = None) -> xr.Dataset:
         solver = self.solver
         coordinates = solver.grid_coordinates()
-        added, added_coordinates = ({}, {}) if annotate is None else annotate(len(self.frames))
+        added, added_coordinates = ({}, xr.Coordinates()) if annotate is None else annotate(len(self.frames))
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
         if "energy" in series:  # the layered causal equation has none
             series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
                          **series, **stacked_fields(self.fields), **added},
-                        coords={"time": self.times[:len(self.frames)], **coordinates,
-                                **solver.recorded_coordinates(), **added_coordinates})
+                        coords=timed_coordinates(self.times[:len(self.frames)], solver._indexed_coordinates,
+                                                 added_coordinates))
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
@@ -284,6 +292,13 @@ class SolveRecord:
     def collapse(self, t: float, reason: str) -> NoReturn:
         raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,
                                partial=self.dataset())
+
+
+def timed_coordinates(times: np.ndarray, *parts: xr.Coordinates) -> xr.Coordinates:
+    """The ``time`` coordinate and indexed coordinates of other dimensions, their indexes reused."""
+    time = PandasIndex(times, "time")
+    return xr.Coordinates(coords={**time.create_variables(), **{name: v for part in parts for name, v in part.variables.items()}},
+                          indexes={"time": time, **{name: index for part in parts for name, index in part.xindexes.items()}})
 
 
 def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict:

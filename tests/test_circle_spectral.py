@@ -245,3 +245,37 @@ def test_an_unresolved_kernel_is_refused_with_the_cells_it_needs():
     CircleSpectral(mf.SelfAttention(400.0), cells=needed)  # accepted
     with pytest.raises(ValueError, match="2 x 2"):
         CircleSpectral(mf.SelfAttention(1.0, query=np.eye(3)))
+
+
+def test_with_diffusion_the_bound_holds_every_damped_mode_and_lifts_the_fastest_modes_limit():
+    """The stability bound in integrating-factor form: at the bound's step the stepper itself,
+    on each mode k = 1 .. N/2 advected at k max|v| and decaying at D k^2, amplifies none; it is
+    the undamped bound without diffusion and above it with (infinite where the damping of every
+    mode outweighs its advection: then a long step is checked)."""
+    speed = 0.2
+    for diffusion in (0.0, 0.05, 1.0):
+        solver = CircleSpectral(mf.SelfAttention(5.0, diffusion=diffusion), cells=64)
+        k = np.arange(1.0, 33.0)
+        step = min(0.999 * solver.stable_step(speed), 50.0)
+        stepper = mf.integration.ExplicitRungeKutta(solver.tableau, lambda q: 1j * k * speed * q,
+                                                    decay=diffusion * k ** 2 if diffusion else None)
+        assert np.abs(stepper.advance(np.ones(32, complex), step)[0]).max() <= 1 + 1e-12
+        undamped = solver.tableau.imaginary_stability / (32 * speed)
+        assert (solver.stable_step(speed) == undamped) if diffusion == 0 else (solver.stable_step(speed) > 1.5 * undamped)
+
+
+def test_with_diffusion_steps_beyond_the_fastest_modes_limit_keep_the_error_of_rtol():
+    """SA beta = 5, D = 0.05 at rtol 1e-3: fewer steps than the undamped bound allows, and the
+    deviation's L2 error (against the same modes at rtol 1e-10) below steps x rtol x its norm,
+    what local error control allows when the errors of the steps add up."""
+    model, rtol, end = mf.SelfAttention(5.0, diffusion=0.05), 1e-3, 5.0
+    initial = lambda theta: 1 + 0.1 * np.cos(theta) + 0.05 * np.sin(3 * theta + 0.4)
+    run = CircleSpectral(model, cells=40, rtol=rtol).solve(initial, [0.0, end], progress=False)
+    reference = CircleSpectral(model, cells=40, rtol=1e-10).solve(initial, [0.0, end], progress=False)
+    solver = CircleSpectral(model, cells=40)
+    coefficients = [solver.coefficients_of_averages(ds.rho.values[-1]) for ds in (run, reference)]
+    steps = json.loads(run.attrs["settings"])["steps"]
+    fastest = max(np.abs(solver.velocity(c)).max() for c in coefficients)
+    assert steps < end / (solver.tableau.imaginary_stability / (20 * fastest))
+    error = solver.deviation_norm(coefficients[0] - coefficients[1])
+    assert error <= steps * rtol * solver.deviation_norm(coefficients[1])

@@ -6,6 +6,7 @@ from fractions import Fraction
 import array_api_strict as xps
 import numpy as np
 import pytest
+from scipy.optimize import brentq
 
 import meanfield as mf
 from meanfield.integration import (TABLEAUX, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau,
@@ -83,6 +84,69 @@ def test_dormand_prince_853_reaches_further_along_the_imaginary_axis():
     assert 5.9 < tableau.imaginary_stability < 6.0
     per_evaluation = tableau.imaginary_stability / tableau.stages
     assert per_evaluation > 2.5 * TABLEAUX["dormand_prince"].imaginary_stability / TABLEAUX["dormand_prince"].stages
+
+
+def euler_damped_reach(ratio: float) -> float:
+    r"""Forward Euler's reach along the imaginary axis under damping, in closed form: mode
+    :math:`\eta` is multiplied by :math:`e^{-a\eta}(1 + i\eta)`, stable while
+    :math:`g(\eta) = \log(1 + \eta^2) - 2a\eta \le 0`. ``g`` falls to its minimum, rises to its
+    maximum (the two roots of :math:`g' = 0`), then falls for good: the reach is the root between
+    them, or infinite when the maximum stays below zero (:math:`a \ge 0.4023`)."""
+    root = np.sqrt(1.0 - 4.0 * ratio ** 2) if ratio < 0.5 else 0.0
+    low, high = (1.0 - root) / (2.0 * ratio), (1.0 + root) / (2.0 * ratio)
+    g = lambda eta: np.log1p(eta ** 2) - 2.0 * ratio * eta
+    return brentq(g, low, high, xtol=1e-14) if ratio < 0.5 and g(high) > 0 else np.inf
+
+
+@pytest.mark.parametrize("ratio", [0.01, 0.1, 0.3, 0.4, 0.41, 2.0])
+def test_damped_imaginary_stability_of_forward_euler_is_the_closed_form(ratio):
+    """Tolerance: the first unstable point of the scan, at most a grid spacing (6e-5 below 2 s,
+    relative 5e-4 beyond) past the root, and the scan's 1e-12 round-off allowance."""
+    euler = ExplicitTableau(name="euler", c=(0.0,), a=((),), b=(1.0,), order=1)
+    expected = euler_damped_reach(ratio)
+    found = float(euler.damped_imaginary_stability(ratio))
+    if np.isinf(expected):
+        assert np.isinf(found)
+    else:
+        assert expected <= found <= expected * (1 + 5e-4) + 6e-5
+
+
+@pytest.mark.parametrize("name", ["dormand_prince", "rk4", "merson", "bogacki_shampine"])
+@pytest.mark.parametrize("ratio", [0.0, 0.05, 0.3, 1.0])
+def test_the_lawson_step_of_a_damped_advected_mode_is_stable_up_to_the_damped_reach(name, ratio):
+    """One step of the stepper itself on q' = -mu q + i omega q, mu = a omega (the decay integrated
+    exactly): its amplification is at most 1 just inside the reach, and above 1 just beyond."""
+    tableau = TABLEAUX[name]
+    reach = float(tableau.damped_imaginary_stability(ratio))
+    omega = 3.0
+    stepper = ExplicitRungeKutta(tableau, lambda q: 1j * omega * q, decay=np.array([ratio * omega]))
+    amplification = lambda eta: abs(stepper.advance(np.array([1.0 + 0j]), eta / omega)[0][0])
+    if np.isinf(reach):
+        assert all(amplification(eta) <= 1 + 1e-12 for eta in np.linspace(0.1, 50, 400))
+        return
+    assert reach >= tableau.imaginary_stability
+    assert amplification(0.999 * reach) <= 1 + 1e-12
+    assert amplification(1.001 * reach) > 1
+
+
+@pytest.mark.parametrize("decay", [None, np.linspace(0.0, 40.0, 7)], ids=["plain", "lawson"])
+@pytest.mark.parametrize("shape", [(7,), (3, 7)], ids=["vector", "layers"])
+@pytest.mark.parametrize("name", [name for name, tableau in TABLEAUX.items() if tableau.adaptive])
+def test_stacked_and_termwise_combinations_give_the_same_numbers(name, shape, decay):
+    """The two ways of forming a step's sums (small NumPy states: one operation over the stages)
+    add the same products in the same order: bit for bit the same step and error."""
+    tableau = TABLEAUX[name]
+    if decay is not None and not tableau.nondecreasing_abscissas:
+        pytest.skip("the integrating-factor form needs nondecreasing abscissas")
+    q = np.random.default_rng(3).normal(size=shape) + 1j * np.random.default_rng(4).normal(size=shape)
+    results = []
+    for stacked_size in (ExplicitRungeKutta.STACKED_SIZE, 0):
+        stepper = ExplicitRungeKutta(tableau, lambda q: 1j * q * q.conj() * q - 0.3 * q, decay=decay,
+                                     norm=lambda e: float(np.abs(e).max()), tolerance=lambda q: 1e-3)
+        stepper.STACKED_SIZE = stacked_size
+        results.append(stepper.step(q, 0.07))
+    (stacked, stacked_error), (termwise, termwise_error) = results
+    assert np.array_equal(stacked, termwise) and stacked_error == termwise_error
 
 
 def test_the_integrating_factor_form_refuses_decreasing_abscissas():

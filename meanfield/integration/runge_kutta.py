@@ -13,6 +13,7 @@ appear: nothing overflows however stiff the linear part.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -31,13 +32,19 @@ class ExplicitRungeKutta:
     rhs : callable
         :math:`N(q)`, same shape as ``q``.
     decay : numpy.ndarray, optional
-        :math:`\\mu \\ge 0`, broadcastable to ``q``.
+        :math:`\\mu \\ge 0`, broadcastable to ``q`` (its trailing axes).
     norm : callable, optional
         Norm in which the local error is measured (adaptive tableaux).
     tolerance : callable, optional
         ``tolerance(q)``: the largest accepted local error of a step from ``q`` or to it
         (the larger of the two is used).
     """
+
+    #: NumPy states of at most this many entries form every combination of a step as one array
+    #: operation over the stages (the cost of a small state is the calls, not the arithmetic);
+    #: larger ones, and other array namespaces, add term by term, with one temporary the size
+    #: of the state. Both add the same products in the same order.
+    STACKED_SIZE = 4096
 
     def __init__(self, tableau: ExplicitTableau, rhs: Callable[[np.ndarray], np.ndarray], *,
                  decay: np.ndarray | None = None, norm: Norm | None = None,
@@ -50,66 +57,133 @@ class ExplicitRungeKutta:
         self.error_estimator_order = tableau.error_estimator_order
         self.evaluations = 0
         self._cached: tuple[np.ndarray, np.ndarray] | None = None
-        # The nonzero weights of each row, as (stage, weight, abscissa): the step loops over these only.
-        c = tableau.c + (1.0,)
-        self._rows = [_nonzero(tableau.a[j], c) for j in range(tableau.stages)]
-        self._weights = _nonzero(tableau.b, c)
-        self._error_weights = _nonzero(tableau.error or (), c)
+        self._rows = _step_rows(tableau)
 
     def _evaluate(self, q: np.ndarray) -> np.ndarray:
         self.evaluations += 1
         return self.rhs(q)
 
-    def advance(self, q: np.ndarray, h: float) -> tuple[np.ndarray, list[np.ndarray], Callable]:
-        """The kept solution after ``h``, the stages, and the damping of the step (for the estimate)."""
-        tableau = self.tableau
-        factors: dict[float, np.ndarray] = {}
-        decay = self.decay
-
-        def damping(span: float) -> np.ndarray | float:
-            if span == 0.0 or decay is None:
-                return 1.0
-            if span not in factors:
-                factors[span] = np.exp(-decay * (span * h))
-            return factors[span]
-
-        def combination(weights, until: float) -> np.ndarray:
-            # h sum_i w_i exp(-mu (until - c_i) h) k_i, accumulated in place (one pass per term).
-            total = None
-            for i, weight, abscissa in weights:
-                term = (h * weight) * damping(until - abscissa) * stages[i]
-                if total is None:
-                    total = term
-                else:
-                    total += term
-            return total
-
-        first = self._cached[1] if self._cached is not None and self._cached[0] is q else self._evaluate(q)
-        stages = [first]
-        c = tableau.c
-        for j in range(1, tableau.stages):
-            start = q if decay is None else damping(c[j]) * q
-            stages.append(self._evaluate(start + combination(self._rows[j], c[j])))
-        new = (q if decay is None else damping(1.0) * q) + combination(self._weights, 1.0)
-        return new, stages, damping
+    def advance(self, q: np.ndarray, h: float) -> tuple[np.ndarray, "_Stages"]:
+        """The kept solution after ``h``, and the stages (whose error row :meth:`step` forms)."""
+        rows = self._rows
+        stacked = isinstance(q, np.ndarray) and q.size <= self.STACKED_SIZE
+        stages = (_StackedStages if stacked else _TermwiseStages)(rows, q, h, self.decay)
+        stages.add(self._cached[1] if self._cached is not None and self._cached[0] is q else self._evaluate(q))
+        for row in range(self.tableau.stages - 1):
+            stages.add(self._evaluate(stages.start(row, q) + stages.total(row)))
+        return stages.start(rows.solution, q) + stages.total(rows.solution), stages
 
     def step(self, q: np.ndarray, h: float) -> tuple[np.ndarray, float]:
         """Advance ``q`` by ``h``; returns the kept solution and the scaled error (accept if <= 1)."""
-        new, stages, damping = self.advance(q, h)
+        new, stages = self.advance(q, h)
         if self.tableau.first_same_as_last:
             last = self._evaluate(new)
-            stages.append(last)
+            stages.add(last)
             self._cached = (new, last)
-        error_vector = None
-        for i, weight, abscissa in self._error_weights:
-            term = (h * weight) * damping(1.0 - abscissa) * stages[i]
-            error_vector = term if error_vector is None else error_vector + term
+        error_vector = stages.total(self._rows.error)
         scale = max(self.tolerance(q), self.tolerance(new))
         return new, self.norm(error_vector) / scale
 
 
-def _nonzero(weights, abscissas) -> list[tuple[int, float, float]]:
-    return [(i, weight, abscissas[i]) for i, weight in enumerate(weights) if weight != 0.0]
+@lru_cache(maxsize=None)
+def _step_rows(tableau: ExplicitTableau) -> "_StepRows":
+    """A tableau's rows, built once (a solver builds a stepper per run)."""
+    return _StepRows(tableau)
+
+
+class _StepRows:
+    r"""The combinations a step forms, :math:`h\sum_i w_{ri} e^{-\mu (u_r - c_i) h} k_i` for each row ``r``.
+
+    Rows: the stages ``1 .. s-1`` (:math:`u_r = c_{r+1}`), the kept solution and the error
+    estimate (:math:`u = 1`); columns: the stages and :math:`f` at the new solution
+    (abscissa 1). The time spans whose exponentials a step needs are listed once (``spans``,
+    with 0 for the zero weights), each term pointing at its own.
+    """
+
+    def __init__(self, tableau: ExplicitTableau):
+        s = tableau.stages
+        c = tableau.c + (1.0,)
+        weights = np.zeros((s + 1, s + 1))
+        for row in range(s - 1):
+            weights[row, : row + 1] = tableau.a[row + 1]
+        weights[s - 1, :s] = tableau.b
+        weights[s, : len(tableau.error or ())] = tableau.error or ()
+        until = [*tableau.c[1:], 1.0, 1.0]
+        nonzero = weights != 0.0
+        spans = sorted({0.0, *until} | {until[r] - c[i] for r, i in zip(*np.nonzero(nonzero))})
+        self.solution, self.error = s - 1, s
+        self.weights, self.spans = weights, np.array(spans)
+        self.until = np.array([spans.index(u) for u in until])
+        self.term_span = np.array([[spans.index(until[r] - c[i]) if nonzero[r, i] else spans.index(0.0)
+                                    for i in range(s + 1)] for r in range(s + 1)])
+        #: Per row, its nonzero terms as (stage, weight, span index): what the termwise sums loop over.
+        self.terms = [[(i, weights[r, i], self.term_span[r, i]) for i in np.flatnonzero(nonzero[r])]
+                      for r in range(s + 1)]
+
+    def exponentials(self, decay: np.ndarray | None, h: float) -> np.ndarray | None:
+        """:math:`e^{-\\mu\\,\\mathrm{span}\\,h}` for every span (axis 0), ``None`` without decay."""
+        if decay is None:
+            return None
+        decay = np.asarray(decay)
+        return np.exp(-decay * (self.spans.reshape(-1, *(1,) * decay.ndim) * h))
+
+
+class _Stages:
+    """The stages of one step and the step's exponentials; ``total(row)`` sums them with the row's weights."""
+
+    def __init__(self, rows: _StepRows, q: np.ndarray, h: float, decay: np.ndarray | None):
+        self.rows, self.h = rows, h
+        self.exponentials = rows.exponentials(decay, h)
+
+    def start(self, row: int, q: np.ndarray) -> np.ndarray:
+        """``q`` damped over the row's span (the exactly integrated linear part)."""
+        return q if self.exponentials is None else self.exponentials[self.rows.until[row]] * q
+
+
+class _TermwiseStages(_Stages):
+    """The stages as a list; each sum accumulates ``((h w_i) e_i) k_i`` in place, term by term."""
+
+    def __init__(self, rows: _StepRows, q: np.ndarray, h: float, decay: np.ndarray | None):
+        super().__init__(rows, q, h, decay)
+        self.stages: list[np.ndarray] = []
+
+    def add(self, stage: np.ndarray) -> None:
+        self.stages.append(stage)
+
+    def total(self, row: int) -> np.ndarray:
+        total = None
+        for i, weight, span in self.rows.terms[row]:
+            factor = self.h * weight if self.exponentials is None else (self.h * weight) * self.exponentials[span]
+            term = factor * self.stages[i]
+            if total is None:
+                total = term
+            else:
+                total += term
+        return total
+
+
+class _StackedStages(_Stages):
+    """The stages along the first axis of one array, every factor ``(h w_ri) e_ri`` of the step formed at once."""
+
+    def __init__(self, rows: _StepRows, q: np.ndarray, h: float, decay: np.ndarray | None):
+        super().__init__(rows, q, h, decay)
+        weights = h * rows.weights
+        if self.exponentials is None:
+            factors = weights.reshape(*weights.shape, *(1,) * q.ndim)
+        else:
+            damped = weights.reshape(*weights.shape, *(1,) * (self.exponentials.ndim - 1)) * self.exponentials[rows.term_span]
+            factors = damped.reshape(*weights.shape, *(1,) * (q.ndim - self.exponentials.ndim + 1), *damped.shape[2:])
+        self.factors, self.count, self.q = factors, 0, q
+
+    def add(self, stage: np.ndarray) -> None:
+        if self.count == 0:
+            self.stages = np.empty((self.rows.weights.shape[1], *stage.shape), dtype=np.result_type(self.q, stage))
+        self.stages[self.count] = stage
+        self.count += 1
+
+    def total(self, row: int) -> np.ndarray:
+        # The rows' weights vanish beyond their last stage: summing over every stage so far adds zeros.
+        return (self.factors[row, : self.count] * self.stages[: self.count]).sum(axis=0)
 
 
 class ExtrapolatedImplicitEuler:
