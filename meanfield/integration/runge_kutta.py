@@ -117,7 +117,8 @@ class _StepRows:
         self.term_span = np.array([[spans.index(until[r] - c[i]) if nonzero[r, i] else spans.index(0.0)
                                     for i in range(s + 1)] for r in range(s + 1)])
         #: Per row, its nonzero terms as (stage, weight, span index): what the termwise sums loop over.
-        self.terms = [[(i, weights[r, i], self.term_span[r, i]) for i in np.flatnonzero(nonzero[r])]
+        #: Python numbers, which every array namespace takes.
+        self.terms = [[(int(i), float(weights[r, i]), int(self.term_span[r, i])) for i in np.flatnonzero(nonzero[r])]
                       for r in range(s + 1)]
 
     def exponentials(self, decay: np.ndarray | None, h: float) -> np.ndarray | None:
