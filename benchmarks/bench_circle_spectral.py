@@ -25,6 +25,7 @@ from scipy.special import ive
 
 import meanfield as mf
 from common import compare
+from meanfield.integration import ExplicitRungeKutta, tableau_named
 from solvers import CircleAuto, CircleFV
 
 BETA = 5.0
@@ -130,9 +131,10 @@ def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None
     """The table; ``tableau``: CircleAuto's spectral pair (its default ``"auto"``; another name runs the D = 0 cases only).
 
     ``curves``, when given, receives per case the measured ``(setting, seconds, error)`` of
-    every setting of each code (the cost-accuracy figure's points).
+    every setting of each code (the cost-accuracy figure's points). The first rows are
+    :func:`stepper_sums`.
     """
-    rows = []
+    rows = stepper_sums()
     for name, (diffusion, t_end) in cases.items():
         if diffusion > 0 and tableau not in ("auto", "dormand_prince"):
             continue  # the integrating-factor form of diffusion needs the default pair
@@ -172,6 +174,25 @@ def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None
             seconds = next(seconds for setting, seconds, _ in fv_rows if setting == fv)
             rows.append((f"circle {name} L1 1e-4: CircleFV {fv} cells, rtol 1e-8 (one run)", seconds,
                          float("nan"), float("nan")))
+    return rows
+
+
+def stepper_sums(sizes=(32, 128, 256, 512)):
+    """One Dormand-Prince 5(4) step in integrating-factor form, the sums stacked over the stages
+    against term by term (``ExplicitRungeKutta.STACKED_SIZE`` is where the first stops paying)."""
+    rows = []
+    for size in sizes:
+        q = np.random.default_rng(0).normal(size=size) + 0j
+        steppers = []
+        for stacked_size in (size, 0):
+            stepper = ExplicitRungeKutta(tableau_named("dormand_prince"), lambda q: -0.1 * q,
+                                         decay=np.linspace(0.0, 10.0, size), norm=lambda e: 1.0,
+                                         tolerance=lambda q: 1.0)
+            stepper.STACKED_SIZE = stacked_size
+            steppers.append(stepper)
+        stacked, termwise, ratio = compare(lambda: steppers[0].step(q, 0.1), lambda: steppers[1].step(q, 0.1),
+                                           repeats=200)
+        rows.append((f"Dormand-Prince 5(4) step, {size} entries: stacked vs termwise sums", stacked, termwise, ratio))
     return rows
 
 
