@@ -126,6 +126,19 @@ def test_configs_that_used_to_hang_exit_2_at_once(change, message, tmp_path):
     assert time.perf_counter() - started < 60
 
 
+def test_a_timing_spike_in_the_duration_probe_never_lets_an_endless_particle_run_through(tmp_path, monkeypatch):
+    """The probe times a 1-step and a 3-step run; a spike in the 1-step one (here: both of its
+    timings slower than the 3-step run) used to make the difference, and so the estimate, zero."""
+    from validation.app import preflight
+
+    spiked = {1: 1.0, 3: 0.9}  # seconds per run of that many steps
+    monkeypatch.setattr(preflight, "_timed_steps", lambda model, x, config, steps: spiked[steps])
+    config = circle_config(tmp_path / "out", checkpoint_every=0)
+    config.update(method={"kind": "particles", "n": 64, "dt": 1e-6})
+    with pytest.raises(ConfigError, match="the run would take about"):
+        experiment.prepare(config)
+
+
 def test_a_sweep_grid_of_a_million_points_is_refused_before_checking_them(tmp_path):
     raw = {**circle_config(tmp_path), "sweep": {"grid": {"beta": {"start": 0.1, "stop": 9.0, "count": 1_000_000}}}}
     started = time.perf_counter()
