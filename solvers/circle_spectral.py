@@ -381,9 +381,9 @@ class CircleSpectral(GridSolver):
         """
         if self.model.diffusion == 0:
             return self._undamped_stable_step(speed)
-        frequency = np.maximum(self._advected_wavenumbers * speed, 1e-300)
-        reach = self.tableau.damped_imaginary_stability(self.model.diffusion * self._advected_wavenumbers ** 2 / frequency)
-        return float(np.min(reach / frequency))
+        speed, k = max(speed, 1e-300), self._advected_wavenumbers
+        reach = self.tableau.damped_imaginary_stability(self.model.diffusion * k / speed)  # a_k = D k^2 / (k max|v|)
+        return float(np.min(reach / k)) / speed
 
     def _undamped_stable_step(self, speed: float) -> float:
         """The pair's imaginary stability over the fastest frequency :math:`(N/2)\\max|v|` (no damping counted)."""

@@ -163,8 +163,9 @@ class GridSolver:
             As for :meth:`solve`.
         annotate : callable, optional
             ``annotate(outputs) -> (variables, coordinates)``: more variables (name: ``(dims,
-            values[, attrs])``) and their coordinates (``xarray.Coordinates``) for the dataset of
-            ``outputs`` recorded times, built into it at once (what a solver handing over adds for the other one's records).
+            values[, attrs])``) and their coordinates (``xarray.Coordinates``) for the dataset
+            of ``outputs`` recorded times, built into it at once (what a solver handing over
+            adds for the other one's records).
 
         Returns
         -------
@@ -297,8 +298,9 @@ class SolveRecord:
 def timed_coordinates(times: np.ndarray, *parts: xr.Coordinates) -> xr.Coordinates:
     """The ``time`` coordinate and indexed coordinates of other dimensions, their indexes reused."""
     time = PandasIndex(times, "time")
-    return xr.Coordinates(coords={**time.create_variables(), **{name: v for part in parts for name, v in part.variables.items()}},
-                          indexes={"time": time, **{name: index for part in parts for name, index in part.xindexes.items()}})
+    variables = {name: variable for part in parts for name, variable in part.variables.items()}
+    indexes = {name: index for part in parts for name, index in part.xindexes.items()}
+    return xr.Coordinates(coords={**time.create_variables(), **variables}, indexes={"time": time, **indexes})
 
 
 def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict:
