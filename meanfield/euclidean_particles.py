@@ -40,7 +40,7 @@ from .engines.kernels import is_numpy, to_numpy
 from .errors import StepSizeCollapse
 from .euclidean import check_tokens
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
-from .integration.runs import dop853_frames, embedded_pair_run, equal_steps
+from .integration.runs import dop853_frames, embedded_pair_run, fixed_step_run
 from .progress import time_progress
 from .records import PARTICLES, euclidean_name, record_attrs
 
@@ -160,38 +160,52 @@ def _rms_of_tokens(q: np.ndarray) -> float:
 
 
 def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, settings: dict):
-    """A fixed-step scheme; returns ``[observe(x(t)) for t in times]`` and :math:`M(t)` at each."""
-    shape, model, d = batch.shape, flow.model, flow.d
+    """A fixed-step scheme on the shared driver; returns ``[observe(x(t)) for t in times]`` and :math:`M(t)` at each."""
+    shape, model = batch.shape, flow.model
     scheme = {"rk4": "RK4", "euler": "forward Euler", "layer": "Transformer layer x + h V P x"}[method]
-    if method == "layer" and model.rescaled:
+    remark_four = method == "layer" and model.rescaled
+    if remark_four:
         scheme += " (rescaled by R = I + h H V, Remark 4)"
     settings.update(scheme=scheme)
     stepper = ExplicitRungeKutta(CLASSICAL_RK4, flow.timed_rhs(shape)) if method == "rk4" else None
-    remark_four = method == "layer" and model.rescaled
-    x, cumulative = batch, flow.rescaling(times[0])
-    frames, rescalings, evaluations = [observe(x)], [cumulative], 0
-    for t0, t1 in zip(times[:-1], times[1:]):
-        count, h = equal_steps(t0, t1, dt)
-        if remark_four:
-            step_matrix = np.eye(d) + h * model.linear_part(d)  # R
-            inverse_transpose = flow.asarray(np.linalg.inv(step_matrix).T)
-        for k in range(count):
-            t = t0 + k * h
-            if stepper is not None:
-                x = flow.tokens(stepper.advance(flow.timed_state(t, x), h)[0], shape)
-            elif method == "euler":
-                x = x + h * flow.velocity(t, x)
-            elif not remark_four:
-                x = x + h * flow.velocity_at(x, cumulative)
-            else:
-                x = x + h * (flow.velocity_at(x, cumulative) @ inverse_transpose)
-                cumulative = step_matrix @ cumulative
-        evaluations += 0 if stepper is not None else count
+    initial_rescaling = flow.rescaling(times[0])
+    frames, rescalings = [], []
+
+    if stepper is not None:
+        def advance(x, t: float, h: float):
+            return flow.tokens(stepper.advance(flow.timed_state(t, x), h)[0], shape)
+    elif method == "euler":
+        def advance(x, t: float, h: float):
+            return x + h * flow.velocity(t, x)
+    elif not remark_four:
+        def advance(x, t: float, h: float):
+            return x + h * flow.velocity_at(x, initial_rescaling)
+    else:
+        advance = _remark_four_layer(flow, model.linear_part(flow.d))
+
+    def record(t: float, state) -> None:
+        x, cumulative = state if remark_four else (state, initial_rescaling)
         frames.append(observe(x))
-        rescalings.append(cumulative if method == "layer" else flow.rescaling(t1))
-        bar.update(t1 - t0)
-    settings.update(velocity_evaluations=evaluations if stepper is None else stepper.evaluations)
+        rescalings.append(cumulative if method == "layer" else flow.rescaling(t))
+
+    steps = fixed_step_run(advance, (batch, initial_rescaling) if remark_four else batch, times, dt, bar, record)
+    settings.update(velocity_evaluations=steps if stepper is None else stepper.evaluations)
     return frames, rescalings
+
+
+def _remark_four_layer(flow, linear_part: np.ndarray):
+    """The layer step of the rescaled tokens with their rescaling, ``(x, M) -> (x', R M)``,
+    :math:`x' = x + h\, v(x, M) R^{-T}`, :math:`R = I + h H V` (Remark 4), ``R`` formed once per step size."""
+    matrices: dict[float, tuple] = {}
+
+    def advance(state, t: float, h: float):
+        x, cumulative = state
+        if h not in matrices:
+            step_matrix = np.eye(flow.d) + h * linear_part
+            matrices[h] = (step_matrix, flow.asarray(np.linalg.inv(step_matrix).T))
+        step_matrix, inverse_transpose = matrices[h]
+        return x + h * (flow.velocity_at(x, cumulative) @ inverse_transpose), step_matrix @ cumulative
+    return advance
 
 
 def euclidean_dataset(model, frames, rescalings, times, settings: dict, *, attention: bool, single: bool):

@@ -38,6 +38,7 @@ extracts from each output frame, for ensembles too large to store whole (sweeps)
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Callable, NoReturn
 
 import numpy as np
@@ -46,7 +47,8 @@ from array_api_compat import array_namespace, is_array_api_obj
 from .checks import check_points, check_real, check_rtol, check_step, check_times
 from .errors import StepSizeCollapse
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
-from .integration.runs import dop853_frames, embedded_pair_run, equal_steps
+from .integration.driver import equal_steps
+from .integration.runs import dop853_frames, embedded_pair_run, fixed_step_run
 from .integration.tableaux import ADAPTIVE_PAIRS, tableau_named
 from . import euclidean_particles
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
@@ -464,28 +466,22 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
 
 
 def _integrate_rk4(engine, x0, times, dt, bar, observe):
-    x, frames = x0, [observe(x0)]
+    """RK4 steps, each projected back onto the sphere, on the shared driver."""
+    frames: list = []
     stepper = ExplicitRungeKutta(CLASSICAL_RK4, engine.velocity_unchecked)
-    for t0, t1 in zip(times[:-1], times[1:]):
-        count, h = equal_steps(t0, t1, dt)
-        for _ in range(count):
-            x = engine.normalize(stepper.advance(x, h)[0])
-        frames.append(observe(x))
-        bar.update(t1 - t0)
+    fixed_step_run(lambda x, t, h: engine.normalize(stepper.advance(x, h)[0]), x0, times, dt, bar,
+                   lambda t, x: frames.append(observe(x)))
     return frames, stepper.evaluations
 
 
 def _integrate_euler(engine, diffusion, x0, times, dt, gen, bar, observe, project=True):
     """Projected Euler (``project=False``: the Transformer layer, the attention output not projected);
     with a generator ``gen`` the noise of Euler-Maruyama is added."""
-    x, frames, evaluations = x0, [observe(x0)], 0
-    for t0, t1 in zip(times[:-1], times[1:]):
-        count, h = equal_steps(t0, t1, dt)
-        noise_scale = float(np.sqrt(2.0 * diffusion * h))
-        for _ in range(count):
-            noise = None if gen is None else gen.standard_normal(tuple(x.shape))
-            x = engine.step(x, h, project=project, noise=noise, noise_scale=noise_scale)
-        evaluations += count
-        frames.append(observe(x))
-        bar.update(t1 - t0)
-    return frames, evaluations
+    frames: list = []
+
+    def advance(x, t: float, h: float):
+        noise = None if gen is None else gen.standard_normal(tuple(x.shape))
+        return engine.step(x, h, project=project, noise=noise, noise_scale=math.sqrt(2.0 * diffusion * h))
+
+    steps = fixed_step_run(advance, x0, times, dt, bar, lambda t, x: frames.append(observe(x)))
+    return frames, steps

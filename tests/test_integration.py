@@ -9,8 +9,8 @@ import pytest
 from scipy.optimize import brentq
 
 import meanfield as mf
-from meanfield.integration import (TABLEAUX, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau,
-                                   ExtrapolatedImplicitEuler, StepController)
+from meanfield.integration import (CLASSICAL_RK4, TABLEAUX, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau,
+                                   ExtrapolatedImplicitEuler, FixedStep, StepController, StepCounts, integrate)
 from meanfield.integration.controller import MAX_FACTOR, MIN_FACTOR
 from solvers import CircleFV, SphereSpectral
 from validation import orthogonal_token_inner_product
@@ -219,6 +219,55 @@ def test_adaptive_step_rejects_beyond_the_stability_bound_and_bounds_its_proposa
     assert new is None and reason == "stability" and proposal < 0.1
     new, proposal, reason = attempt(np.array([1.0]), 0.05)
     assert reason is None and proposal <= 0.1
+
+
+def fixed_step_outputs(advance, state, times, dt):
+    outputs, counts = [], StepCounts()
+    integrate(state, np.asarray(times), FixedStep(advance), fixed_step=dt, record=lambda t, q: outputs.append((t, q)),
+              progress=False, name="test", counts=counts)
+    return outputs, counts.steps
+
+
+def test_fixed_steps_split_each_output_interval_equally_and_start_each_step_at_t0_plus_k_h():
+    # y' = t by forward Euler: each step adds h t_k exactly, so the sum over an interval of
+    # count steps from t0 is count h t0 + h^2 count (count - 1) / 2, the starts t0 + k h.
+    times, dt = [0.0, 0.25, 1.0, 1.05], 0.1
+    starts = []
+
+    def advance(y, t, h):
+        starts.append((t, h))
+        return y + h * t
+
+    outputs, steps = fixed_step_outputs(advance, 0.0, times, dt)
+    counts = [3, 8, 1]  # ceil(0.25 / 0.1), ceil(0.75 / 0.1), ceil(0.05 / 0.1)
+    assert steps == sum(counts) and [t for t, _ in outputs] == times
+    expected, k = 0.0, 0
+    for t0, t1, count in zip(times[:-1], times[1:], counts):
+        h = (t1 - t0) / count
+        assert starts[k:k + count] == [(t0 + j * h, h) for j in range(count)]
+        expected += count * h * t0 + h * h * count * (count - 1) / 2
+        k += count
+        assert outputs[times.index(t1)][1] == pytest.approx(expected, rel=1e-14)
+
+
+def test_fixed_rk4_steps_on_the_driver_give_the_stability_polynomial_power():
+    # y' = lam y: each RK4 step multiplies by R(lam h) = 1 + z + z^2/2 + z^3/6 + z^4/24 (closed form)
+    lam, times, dt = -1.7, [0.0, 0.3, 1.0], 0.07
+    stepper = ExplicitRungeKutta(CLASSICAL_RK4, lambda q: lam * q)
+    outputs, _ = fixed_step_outputs(lambda q, t, h: stepper.advance(q, h)[0], np.array([1.0]), times, dt)
+    expected = 1.0
+    for t0, t1 in zip(times[:-1], times[1:]):
+        count = int(np.ceil((t1 - t0) / dt))
+        z = lam * (t1 - t0) / count
+        expected *= (1 + z + z ** 2 / 2 + z ** 3 / 6 + z ** 4 / 24) ** count
+        assert outputs[times.index(t1)][1][0] == pytest.approx(expected, rel=1e-13)
+
+
+def test_the_driver_takes_either_a_first_step_or_a_fixed_step():
+    for steps in ({}, {"first_step": 0.1, "fixed_step": 0.1}):
+        with pytest.raises(ValueError, match="first_step .* or fixed_step"):
+            integrate(0.0, np.array([0.0, 1.0]), FixedStep(lambda y, t, h: y), record=lambda t, y: None,
+                      progress=False, name="test", counts=StepCounts(), **steps)
 
 
 # Bogacki-Shampine 3(2), written here once (independently of meanfield.integration.tableaux): the

@@ -5,13 +5,14 @@ controller (:mod:`.controller`), one driver loop with its observers and wall-clo
 (:mod:`.driver`), and the interfaces they are written against (:mod:`.protocols`).
 """
 
-from .controller import AdaptiveStep, StepController, explicit_adaptive_step
-from .driver import Pace, StepCounts, integrate
+from .controller import AdaptiveStep, FixedStep, StepController, explicit_adaptive_step
+from .driver import Pace, StepCounts, equal_steps, integrate
 from .protocols import Discretisation, Observer, Stepper
 from .runge_kutta import ExplicitRungeKutta, ExtrapolatedImplicitEuler
 from .tableaux import (BOGACKI_SHAMPINE, CLASSICAL_RK4, DORMAND_PRINCE, HEUN_EULER, MERSON, TABLEAUX, ExplicitTableau,
                        tableau_named)
 
-__all__ = ["AdaptiveStep", "StepController", "explicit_adaptive_step", "Pace", "StepCounts", "integrate", "Discretisation", "Observer",
+__all__ = ["AdaptiveStep", "FixedStep", "StepController", "explicit_adaptive_step", "Pace", "StepCounts",
+           "equal_steps", "integrate", "Discretisation", "Observer",
            "Stepper", "ExplicitRungeKutta", "ExtrapolatedImplicitEuler", "ExplicitTableau", "TABLEAUX",
            "tableau_named", "HEUN_EULER", "BOGACKI_SHAMPINE", "MERSON", "DORMAND_PRINCE", "CLASSICAL_RK4"]

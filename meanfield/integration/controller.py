@@ -5,8 +5,9 @@ scaled error estimate :math:`e` of order :math:`q` the next step is
 :math:`h\,\min(f_{max}, \max(f_{min}, 0.9\,e^{-1/(q+1)}))`, and right after a rejection it
 does not grow. :class:`AdaptiveStep` puts a stepper, the controller and a discretisation's
 own limits (a stability bound, checks of the new state) together into the
-``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)`` that the driver
+``attempt(state, dt, t) -> (new_state, proposed_dt, rejection_reason)`` that the driver
 (:func:`meanfield.integration.driver.integrate`) retries until it is accepted.
+:class:`FixedStep` is the attempt of a fixed-step scheme: always accepted.
 """
 
 from __future__ import annotations
@@ -71,7 +72,8 @@ class AdaptiveStep:
         self.stepper, self.stable_step, self.bound_after, self.admit = stepper, stable_step, bound_after, admit
         self.controller = StepController(stepper.error_estimator_order)
 
-    def __call__(self, state, dt: float):
+    def __call__(self, state, dt: float, t: float | None = None):
+        """A step of ``dt`` from ``state`` (``t``, the time, is not read: the discretisations are autonomous)."""
         bound = np.inf if self.stable_step is None else self.stable_step(state)
         if dt > bound:
             self.controller.rejected()
@@ -94,6 +96,19 @@ class AdaptiveStep:
         if self.stable_step is not None:
             proposal = min(proposal, STABILITY_MARGIN * (self.stable_step(new) if self.bound_after else bound))
         return new, proposal, None
+
+
+class FixedStep:
+    """``attempt(state, dt, t)`` of a fixed-step scheme ``advance(state, t, h) -> new_state``: never rejected.
+
+    The driver's ``fixed_step`` chooses the steps (equal steps per output interval).
+    """
+
+    def __init__(self, advance: Callable[[Any, float, float], Any]):
+        self.advance = advance
+
+    def __call__(self, state, dt: float, t: float):
+        return self.advance(state, t, dt), dt, None
 
 
 def explicit_adaptive_step(discretisation: Discretisation, tableau: ExplicitTableau) -> AdaptiveStep:

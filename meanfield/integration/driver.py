@@ -1,11 +1,16 @@
-"""The adaptive time loop shared by the solvers: stepping, observation and bookkeeping apart.
+"""The time loop shared by the PDE solvers and the particle systems: stepping, observation and bookkeeping apart.
 
-A solver supplies ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``
-(usually :class:`~meanfield.integration.controller.AdaptiveStep`); the driver hits every
-output time exactly, retries rejected steps with the proposed step, calls the observer after
-each accepted step, advances the progress bar, and declares a collapse (with the reason)
-when the step becomes negligible or the step budget is spent. A ``stop`` condition ends the
-run after the first accepted step that meets it (a solver handing over to another).
+A run supplies ``attempt(state, dt, t) -> (new_state, proposed_dt, rejection_reason)``, a
+step of ``dt`` from ``state`` at time ``t``: adaptive
+(:class:`~meanfield.integration.controller.AdaptiveStep`) or fixed
+(:class:`~meanfield.integration.controller.FixedStep`, never rejected). The driver hits
+every output time exactly: adaptive steps are shortened to land on it and rejected ones
+retried with the proposed step; with ``fixed_step``, each output interval is split into
+equal steps no larger than it (:func:`equal_steps`). It records each output, calls the
+observer after each accepted step, advances the progress bar, and declares a collapse (with
+the reason) when the step becomes negligible or the step budget is spent. A ``stop``
+condition ends the run after the first accepted step that meets it (a solver handing over
+to another).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from ..progress import time_progress
 
-Attempt = Callable[[Any, float], "tuple[Any, float, str | None]"]
+Attempt = Callable[[Any, float, float], "tuple[Any, float, str | None]"]
 
 
 @dataclass(frozen=True)
@@ -56,26 +61,45 @@ class StepCounts:
                 "next_step": self.next_step}
 
 
-def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
-              record: Callable[[float, Any], None], collapse: Callable[[float, str], NoReturn],
-              observer: Callable[[float, Any], None] | None, progress: bool | None, name: str,
-              max_steps: int, counts: StepCounts, pace: Pace | None = None,
+def equal_steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
+    """``(count, h)``: the interval ``[t0, t1]`` in ``count`` equal steps ``h`` no larger than ``dt``."""
+    count = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
+    return count, float(t1 - t0) / count  # a Python float: numpy scalars would turn other arrays into numpy
+
+
+def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float | None = None,
+              fixed_step: float | None = None, record: Callable[[float, Any], None],
+              collapse: Callable[[float, str], NoReturn] | None = None,
+              observer: Callable[[float, Any], None] | None = None, progress: bool | None, name: str,
+              max_steps: int | None = None, counts: StepCounts, pace: Pace | None = None,
               stop: Callable[[float, Any], bool] | None = None) -> tuple[float, Any]:
     """Advance ``state`` from ``times[0]`` through every output time, or until ``stop(t, state)``.
 
-    Returns the time and state reached: ``times[-1]``, or the first accepted step's (before its
-    output time is recorded) at which ``stop`` holds.
+    Exactly one of ``first_step`` (adaptive steps, the first of this size) and ``fixed_step``
+    (each output interval ``[t0, t1]`` in equal steps no larger than it, the k-th from
+    ``t0 + k h``) is given. ``collapse(t, reason)`` must raise; it may be left out only where
+    nothing can collapse (fixed steps, which are never rejected, and no ``max_steps`` budget).
+    Returns the time and state reached: ``times[-1]``, or the first accepted step's (before
+    its output time is recorded) at which ``stop`` holds.
     """
-    t, dt = times[0], first_step
+    if (first_step is None) == (fixed_step is None):
+        raise ValueError(f"give first_step (adaptive) or fixed_step, not both or neither: got {first_step}, {fixed_step}")
+    fixed = fixed_step is not None
+    outputs = [float(t) for t in times]  # Python floats: the loop's arithmetic is the same, its calls cheaper
+    t, dt = outputs[0], first_step
     started = time.monotonic()
     record(t, state)
     with time_progress(times[0], times[-1], progress, name) as bar:
-        for target in times[1:]:
+        advanced = bar.update
+        for target in outputs[1:]:
+            start, taken = t, 0
+            if fixed:
+                count, dt = equal_steps(start, target, fixed_step)
             while t < target:
-                if counts.steps + counts.rejected >= max_steps:
-                    collapse(t, f"{max_steps} steps did not reach t={times[-1]:.6g}")
-                trial = min(dt, target - t)
-                new, proposal, reason = attempt(state, trial)
+                if max_steps is not None and counts.steps + counts.rejected >= max_steps:
+                    collapse(t, f"{max_steps} steps did not reach t={outputs[-1]:.6g}")
+                trial = dt if fixed else min(dt, target - t)
+                new, proposal, reason = attempt(state, trial, t)
                 if reason:
                     counts.rejected += 1
                     counts.reasons[reason] = counts.reasons.get(reason, 0) + 1
@@ -83,16 +107,19 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float,
                     if dt < 1e-13 * max(1.0, abs(t)):
                         collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
                     continue
-                state = new
-                t = target if trial == target - t else t + trial
+                state, taken = new, taken + 1
+                if fixed:
+                    t = target if taken == count else start + taken * trial
+                else:
+                    t = target if trial == target - t else t + trial
                 counts.steps += 1
-                bar.update(trial)
+                advanced(trial)
                 if observer is not None:
                     observer(t, state)
                 if pace is not None:
-                    _check_pace(pace, times[0], t, started, collapse)
-                # A step shortened to land on an output time says nothing about the step size.
-                dt = proposal if trial == dt else max(proposal, dt)
+                    _check_pace(pace, outputs[0], t, started, collapse)
+                if not fixed:  # a step shortened to land on an output time says nothing about the step size
+                    dt = proposal if trial == dt else max(proposal, dt)
                 if stop is not None and stop(t, state):
                     counts.next_step = dt
                     return t, state

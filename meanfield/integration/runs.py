@@ -1,5 +1,5 @@
-"""The time loops both particle systems share: fixed steps through output times, scipy's DOP853
-with dense output, and an embedded pair through the library's controller and driver.
+"""The runs both particle systems share: fixed steps and embedded pairs through the library's
+driver, and scipy's DOP853 with its dense output.
 
 The particles on the sphere (:mod:`meanfield.particles`) and in :math:`\\mathbb{R}^d`
 (``meanfield.euclidean_particles``) differ in their right-hand side and their records,
@@ -12,16 +12,21 @@ from typing import Any, Callable, NoReturn
 
 import numpy as np
 
-from .controller import AdaptiveStep
-from .driver import StepCounts, integrate
+from .controller import AdaptiveStep, FixedStep
+from .driver import StepCounts, equal_steps, integrate
 from .runge_kutta import ExplicitRungeKutta
 from .tableaux import ExplicitTableau
 
 
-def equal_steps(t0: float, t1: float, dt: float) -> tuple[int, float]:
-    """``(count, h)``: the interval ``[t0, t1]`` in ``count`` equal steps ``h`` no larger than ``dt``."""
-    count = max(1, int(np.ceil((t1 - t0) / dt - 1e-9)))
-    return count, float(t1 - t0) / count  # a Python float: numpy scalars would turn other arrays into numpy
+def fixed_step_run(advance: Callable[[Any, float, float], Any], state: Any, times: np.ndarray, dt: float, bar,
+                   record: Callable[[float, Any], None]) -> int:
+    """Run ``advance(state, t, h) -> state`` through ``times`` on the shared driver, each output
+    interval in equal steps no larger than ``dt``, calling ``record(t, state)`` at each output
+    time (``times[0]`` included). Returns the number of steps."""
+    counts = StepCounts()
+    integrate(state, times, FixedStep(advance), fixed_step=dt, record=record, progress=bar, name="particles",
+              counts=counts)
+    return counts.steps
 
 
 def fixed_step_count(times: np.ndarray, dt: float) -> int:
