@@ -41,7 +41,6 @@ from .errors import StepSizeCollapse
 from .euclidean import check_tokens
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
 from .integration.runs import dop853_frames, embedded_pair_run, fixed_step_run
-from .progress import time_progress
 from .records import PARTICLES, euclidean_name, record_attrs
 
 class EuclideanFlow:
@@ -148,8 +147,7 @@ def observe(model, x0: np.ndarray, times: np.ndarray, method: str, dt: float, ob
     """:func:`meanfield.observe_particles` for checked tokens: ``[observer(x(t)) for t in times]``."""
     model.check_interval(to_numpy(x0), times[0], times[-1])
     single, batch = x0.ndim == 2, _as_batch(x0)
-    observations, _ = fixed_step(EuclideanFlow(model, batch), batch, times, method, dt,
-                                 time_progress(times[0], times[-1], False, "particles"),
+    observations, _ = fixed_step(EuclideanFlow(model, batch), batch, times, method, dt, False,
                                  lambda y: observer(y[0, ...] if single else y), {})
     return observations
 

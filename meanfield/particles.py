@@ -161,8 +161,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     times = _run_times(times)
     method = _scheme(method, model.diffusion, METHODS)
     settings: dict = {"method": method}
-    bar = time_progress(times[0], times[-1], progress, "particles")
-    with bar:
+    with time_progress(times[0], times[-1], progress, "particles") as bar:
         if isinstance(method, ExplicitTableau) or method in PAIRS:
             method = tableau_named(method)
             _require_numpy(x0, method.name)
@@ -244,10 +243,9 @@ def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object],
     x0 = _checked_initial(model, x0)
     method = _scheme(method, model.diffusion, FIXED_STEP_METHODS)
     times = _run_times(times)
-    bar = time_progress(times[0], times[-1], False, "particles")
     if betas is not None and x0.ndim != 3:
         raise ValueError(f"betas take a batch x0 of shape (systems, n, d), got shape {tuple(x0.shape)}")
-    observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, {}, kernel,
+    observations, _ = _integrate_fixed_step(model, x0, times, method, dt, rng, False, observe, {}, kernel,
                                             invariant=invariant, betas=betas)
     return observations
 

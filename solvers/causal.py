@@ -36,13 +36,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import roots_legendre
 
 from meanfield.causal import CausalAttention, positional_cell_weights
 from meanfield.checks import check_density, check_int
 
 from .circle import CircleFV
-from .circle_operators import CircleOperators
+from .circle_operators import GAUSS_4, CircleOperators
 from .circle_spectral import CircleSpectral, tail_fraction
 from .grid_solver import Diagnosis
 from .resolution import sharpest_cluster_width
@@ -160,7 +159,7 @@ class CausalCircleFV(CircleFV):
         ValueError
             If a layer's density is negative, not finite, of zero mass or of the wrong shape.
         """
-        nodes, weights = roots_legendre(4)
+        nodes, weights = GAUSS_4
         h = self.operators.width
         left = np.arange(self.cells) * h
 

@@ -4,7 +4,9 @@ Shared by :class:`~solvers.CircleSpectral` and :class:`~solvers.SphereSpectral`:
 transport as the right-hand side, the diffusion as the exactly integrated decay, and the
 stability bound from the largest speed. It remembers the speed of the state it last
 evaluated: a first-same-as-last pair evaluates the new state last, so after an accepted
-step the bound of the next one is known without another velocity.
+step the bound of the next one is known without another velocity. The bound and the
+tolerance of the last state asked about are kept too: each step asks for both at its end
+and again, of the same state, at the start of the next.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ class SpectralTransport:
     def __init__(self, solver, decay: np.ndarray | None, norm: Callable[[np.ndarray], float]):
         self.solver, self.decay, self.norm = solver, decay, norm
         self._last: tuple[np.ndarray, float] | None = None
+        self._bound: tuple[np.ndarray, float] | None = None
+        self._tolerance: tuple[np.ndarray, float] | None = None
 
     def rhs(self, coefficients: np.ndarray) -> np.ndarray:
         result, speed = self.solver.transport_and_speed(coefficients)
@@ -39,12 +43,18 @@ class SpectralTransport:
         return result
 
     def stable_step(self, coefficients: np.ndarray) -> float:
-        if self._last is not None and self._last[0] is coefficients:
-            return self.solver.stable_step(self._last[1])
-        return self.solver.stable_step(self.solver.largest_speed(coefficients))
+        if self._bound is None or self._bound[0] is not coefficients:
+            if self._last is not None and self._last[0] is coefficients:
+                speed = self._last[1]
+            else:
+                speed = self.solver.largest_speed(coefficients)
+            self._bound = (coefficients, self.solver.stable_step(speed))
+        return self._bound[1]
 
     def tolerance(self, coefficients: np.ndarray) -> float:
-        return self.solver.local_tolerance(coefficients)
+        if self._tolerance is None or self._tolerance[0] is not coefficients:
+            self._tolerance = (coefficients, self.solver.local_tolerance(coefficients))
+        return self._tolerance[1]
 
     @staticmethod
     def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
