@@ -192,7 +192,7 @@ def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, setting
 
 
 def _remark_four_layer(flow, linear_part: np.ndarray):
-    """The layer step of the rescaled tokens with their rescaling, ``(x, M) -> (x', R M)``,
+    r"""The layer step of the rescaled tokens with their rescaling, ``(x, M) -> (x', R M)``,
     :math:`x' = x + h\, v(x, M) R^{-T}`, :math:`R = I + h H V` (Remark 4), ``R`` formed once per step size."""
     matrices: dict[float, tuple] = {}
 

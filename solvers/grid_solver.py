@@ -73,7 +73,7 @@ class GridSolver:
         last density of an earlier run, taken as it is;
     ``_stepper(state, times)``
         ``(attempt, first_step, extra_settings)``: one adaptive step
-        ``attempt(state, dt) -> (new_state, proposed_dt, rejection_reason)``, the first step,
+        ``attempt(state, dt, t) -> (new_state, proposed_dt, rejection_reason)``, the first step,
         and a callable returning per-run counters for the settings;
     ``density(state)``
         the density on the grid (what observers and the record receive);

@@ -48,7 +48,7 @@ class StepController:
 
 
 class AdaptiveStep:
-    """``attempt(state, dt)`` of a stepper under the controller and a discretisation's limits.
+    """``attempt(state, dt, t)`` of a stepper under the controller and a discretisation's limits.
 
     Parameters
     ----------
