@@ -14,7 +14,7 @@ stability and resolution: ``solvers.common_noise_transport``, shared with the sp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -49,6 +49,8 @@ class CommonNoiseCircle(CommonNoiseTransport):
     limit: HomogenizedLimit
     points: int = 64
     tail_threshold: float = 1e-10
+    # The grid's points (cos, sin), read at every evaluation of the fields and the divergence
+    _points: np.ndarray = field(init=False, repr=False, compare=False)
     dimension = 2
     geometry = CIRCLE
 
@@ -57,6 +59,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
         check_int(self.points, "points", minimum=8)
         if self.points % 2:
             raise ValueError(f"points must be even, got {self.points}")
+        object.__setattr__(self, "_points", circle_points(self.theta))
 
     @property
     def theta(self) -> np.ndarray:
@@ -81,7 +84,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
         numpy.ndarray, shape (points, 2)
             :math:`(\cos\theta_j, \sin\theta_j)`.
         """
-        return circle_points(self.theta)
+        return self._points
 
     @property
     def quadrature(self) -> np.ndarray:
@@ -116,7 +119,8 @@ class CommonNoiseCircle(CommonNoiseTransport):
         numpy.ndarray, shape (systems, points)
             :math:`\partial_\theta` of their tangential component, modes above ``highest_mode`` removed.
         """
-        along = flux[..., 1] * np.cos(self.theta) - flux[..., 0] * np.sin(self.theta)
+        cos, sin = self._points.T
+        along = flux[..., 1] * cos - flux[..., 0] * sin
         coefficients = np.fft.rfft(along, axis=-1)
         coefficients *= 1j * np.arange(coefficients.shape[-1])
         coefficients[..., self.highest_mode + 1:] = 0.0

@@ -608,8 +608,7 @@ class CircleSpectral(GridSolver):
         attempt = explicit_adaptive_step(discretisation, self.tableau)
         # The first step: a tenth of the undamped advection bound (diffusion may lift the bound of
         # later steps, judged with an error estimate in hand, not this blind one).
-        speed = self.largest_speed(coefficients)
-        first = min(times[-1] - times[0], 0.1 * self._undamped_stable_step(speed)) or 1.0
+        first = min(times[-1] - times[0], 0.1 * self._undamped_stable_step(discretisation.speed(coefficients))) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
     def resolves(self, coefficients: np.ndarray) -> bool:

@@ -42,13 +42,15 @@ class SpectralTransport:
         self._last = (coefficients, speed)
         return result
 
+    def speed(self, coefficients: np.ndarray) -> float:
+        """The largest speed of a state, remembered like the right-hand side's."""
+        if self._last is None or self._last[0] is not coefficients:
+            self._last = (coefficients, self.solver.largest_speed(coefficients))
+        return self._last[1]
+
     def stable_step(self, coefficients: np.ndarray) -> float:
         if self._bound is None or self._bound[0] is not coefficients:
-            if self._last is not None and self._last[0] is coefficients:
-                speed = self._last[1]
-            else:
-                speed = self.solver.largest_speed(coefficients)
-            self._bound = (coefficients, self.solver.stable_step(speed))
+            self._bound = (coefficients, self.solver.stable_step(self.speed(coefficients)))
         return self._bound[1]
 
     def tolerance(self, coefficients: np.ndarray) -> float:
