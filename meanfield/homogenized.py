@@ -60,7 +60,7 @@ import numpy as np
 
 from .checks import check_int, check_real, check_times
 from .common_noise import NoisePath, WeightedAttention
-from .progress import time_progress
+from .integration.runs import noise_grid_run
 from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, attention_averages,
                              batch_of_tokens, collapse_dataset)
 from .sampling import reproducible_seed
@@ -311,24 +311,22 @@ def simulate_homogenized(limit: HomogenizedLimit, x0, times, *, dt: float, seed:
     def stratonovich_move(points, increment):
         attention = WeightedAttention(points, weights, slice(None), path, limit.beta)
         return attention.stratonovich_drift()[0] * dt + attention.noise(increment)
-    frames, recorded = [x], set(steps_at[1:].tolist())
-    with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
-        for step in range(1, steps_at[-1] + 1):
-            increment = path.increment(step)
-            if scheme == "euler":
-                averages = attention_averages(x, path.query, path.key, limit.beta)
-                move = np.zeros_like(x)
-                if limit.drift:
-                    move += (limit.drift * dt) * averages.mean(axis=1)
-                if limit.noise:
-                    move += path.displacement(averages, increment)
-                x = normalize(x + move)
-            else:
-                first = stratonovich_move(x, increment)
-                x = normalize(x + 0.5 * (first + stratonovich_move(normalize(x + first), increment)))
-            if step in recorded:
-                frames.append(x)
-            bar.update(dt)
+
+    def step(x, index: int):  # the index-th step of dt on the noise path
+        increment = path.increment(index)
+        if scheme == "euler":
+            averages = attention_averages(x, path.query, path.key, limit.beta)
+            move = np.zeros_like(x)
+            if limit.drift:
+                move += (limit.drift * dt) * averages.mean(axis=1)
+            if limit.noise:
+                move += path.displacement(averages, increment)
+            return normalize(x + move)
+        first = stratonovich_move(x, increment)
+        return normalize(x + 0.5 * (first + stratonovich_move(normalize(x + first), increment)))
+
+    frames = []
+    noise_grid_run(step, x, times, steps_at, dt, progress, frames.append)
     settings = {"seed": seed, "dt": dt, "scheme": scheme, "nodes": limit.node_count,
                 "given_increments": increments is not None}
     return collapse_dataset(frames, times, single, keep_positions, limit, settings)

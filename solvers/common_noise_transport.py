@@ -32,7 +32,7 @@ import numpy as np
 from meanfield.checks import check_density, check_int, check_real, check_times
 from meanfield.common_noise import NoisePath, WeightedAttention
 from meanfield.homogenized import HomogenizedLimit, output_steps
-from meanfield.progress import time_progress
+from meanfield.integration.runs import noise_grid_run
 from meanfield.records import PDE, record_attrs
 from meanfield.sampling import reproducible_seed
 
@@ -173,22 +173,27 @@ class CommonNoiseTransport:
         grid = ", ".join(f"{key} = {value}" for key, value in self._grid_settings().items())
         monitor = ResolutionMonitor(f"refine the grid (now {grid}) or shorten the run: the common noise has "
                                     "concentrated the density beyond the grid")
-        frames, resolved, recorded, most_substeps = [rho], [self._resolved(rho)], set(steps_at[1:].tolist()), 1
-        with time_progress(float(times[0]), float(times[-1]), progress, "diffusive time") as bar:
-            for step in range(1, steps_at[-1] + 1):
-                increment = path.increment(step)
-                fields = self._fields(rho, path)  # sizes the substeps, then starts the first one
-                parts = self._substeps(fields, dt)
-                most_substeps = max(most_substeps, parts)
-                for part in path.bridge(increment, parts):
-                    rho = self._heun(rho, fields, path, dt / parts, part)
-                    fields = None
-                if step in recorded:
-                    frames.append(rho)
-                    resolved.append(self._resolved(rho))
-                    monitor.record(float(times[len(frames) - 1]), bool(resolved[-1].all()),
-                                   "the spectrum's tail or negative values")
-                bar.update(dt)
+        frames, resolved, most_substeps = [], [], 1
+
+        def step(rho: np.ndarray, index: int) -> np.ndarray:  # the index-th step of dt on the noise path
+            nonlocal most_substeps
+            increment = path.increment(index)
+            fields = self._fields(rho, path)  # sizes the substeps, then starts the first one
+            parts = self._substeps(fields, dt)
+            most_substeps = max(most_substeps, parts)
+            for part in path.bridge(increment, parts):
+                rho = self._heun(rho, fields, path, dt / parts, part)
+                fields = None
+            return rho
+
+        def record(rho: np.ndarray) -> None:
+            frames.append(rho)
+            resolved.append(self._resolved(rho))
+            if len(frames) > 1:
+                monitor.record(float(times[len(frames) - 1]), bool(resolved[-1].all()),
+                               "the spectrum's tail or negative values")
+
+        noise_grid_run(step, rho, times, steps_at, dt, progress, record)
         return self._dataset(np.stack(frames, axis=1), np.stack(resolved, axis=1), times, path, seed, dt, most_substeps)
 
     def _resolved(self, rho: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """The runs both particle systems share: fixed steps and embedded pairs through the library's
-driver, and scipy's DOP853 with its dense output.
+driver, and scipy's DOP853 with its dense output; and the runs along a stored noise path
+(the homogenized SDE, the common-noise density solvers), on the same driver.
 
 The particles on the sphere (:mod:`meanfield.particles`) and in :math:`\\mathbb{R}^d`
 (``meanfield.euclidean_particles``) differ in their right-hand side and their records,
@@ -27,6 +28,36 @@ def fixed_step_run(advance: Callable[[Any, float, float], Any], state: Any, time
     integrate(state, times, FixedStep(advance), fixed_step=dt, record=record, progress=bar, name="particles",
               counts=counts)
     return counts.steps
+
+
+def noise_grid_run(advance: Callable[[Any, int], Any], state: Any, times: np.ndarray, steps_at: np.ndarray,
+                   dt: float, progress, record: Callable[[Any], None]) -> None:
+    """Run ``advance(state, k) -> state``, the k-th step of ``dt`` (k = 1, 2, ...) of a noise's
+    grid, through ``times`` on the shared driver, calling ``record(state)`` at each output
+    (``times[0]`` included).
+
+    A stochastic run draws its Brownian increments by step number on the grid of ``dt`` that
+    ``times`` lie on (``steps_at``: the step count of each output, as
+    :func:`meanfield.homogenized.output_steps` gives them). The driver is handed the outputs
+    on that grid, ``times[0] + steps_at dt``: its equal steps are then ``dt`` up to round-off
+    and as many per interval as the grid's, and ``advance`` steps by ``dt`` itself.
+    """
+    taken, recorded = 0, 0
+
+    def step(state, t: float, h: float):
+        nonlocal taken
+        taken += 1
+        return advance(state, taken)
+
+    def on_grid(t: float, state) -> None:
+        nonlocal recorded
+        if taken != steps_at[recorded]:  # the driver's equal steps must be the grid's
+            raise RuntimeError(f"output {recorded} reached after {taken} steps, not the grid's {steps_at[recorded]}")
+        recorded += 1
+        record(state)
+
+    integrate(state, times[0] + steps_at * dt, FixedStep(step), fixed_step=dt, record=on_grid, progress=progress,
+              name="diffusive time", counts=StepCounts())
 
 
 def fixed_step_count(times: np.ndarray, dt: float) -> int:
