@@ -209,7 +209,7 @@ def _remark_four_layer(flow, linear_part: np.ndarray):
 def euclidean_dataset(model, frames, rescalings, times, settings: dict, *, attention: bool, single: bool):
     """The run's dataset from batch frames ``(systems, n, d)``: ``x`` (the model's variables),
     ``rescaling`` (rescaled models: :math:`x = M z`), ``attention`` (:math:`P^h(t)`) on request."""
-    import xarray as xr
+    import xarray as xr  # here, not at the top: sweep workers never build a dataset (xarray is half their start-up)
 
     x = np.stack(frames, axis=1)  # (system, time, n, d)
     matrices = np.stack(rescalings)

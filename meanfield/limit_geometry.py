@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import null_space, orth
 from scipy.spatial import ConvexHull
 
 
@@ -48,7 +49,7 @@ def hull_vertices(z: object) -> np.ndarray:
 
 def cluster_centres(z: object, tolerance: float) -> np.ndarray:
     """Means of the groups of tokens chained at distances ``<= tolerance`` (single linkage), shape ``(k, d)``."""
-    from scipy.cluster.hierarchy import fcluster, linkage
+    from scipy.cluster.hierarchy import fcluster, linkage  # here: slow to import, and only this function needs it
 
     z = _tokens(z)
     if z.shape[0] == 1:
@@ -154,8 +155,6 @@ def paranormal_split(z: object, value: object, *, tolerance: float = 1e-9) -> Pa
     decomposition :math:`z = F a + G b`, so that ``polytope`` tends to the boundary of a polytope
     (or 0) and ``subspace`` is free.
     """
-    from scipy.linalg import null_space, orth
-
     z = _tokens(z)
     v = np.atleast_2d(np.asarray(value, dtype=float))
     eigenvalues = np.linalg.eigvals(v)

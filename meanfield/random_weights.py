@@ -307,7 +307,7 @@ def batch_of_tokens(x0, name: str = "x0") -> tuple[np.ndarray, bool]:
 def collapse_dataset(frames: list[np.ndarray], times: np.ndarray, single: bool, keep_positions: bool,
                      model, settings: dict, extra_coords: dict | None = None):
     """The run's dataset: tokens (optionally), the mean inner product and the diameter per system and time."""
-    import xarray as xr
+    import xarray as xr  # here, not at the top: sweep workers never build a dataset (xarray is half their start-up)
 
     x = np.stack(frames, axis=1)  # (systems, time, n, d)
     variables = {

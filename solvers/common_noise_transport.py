@@ -28,6 +28,7 @@ resolving its density warns once (:class:`~solvers.UnderResolvedWarning`).
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 
 from meanfield.checks import check_density, check_int, check_real, check_times
 from meanfield.common_noise import NoisePath, WeightedAttention
@@ -228,8 +229,6 @@ class CommonNoiseTransport:
 
     def _dataset(self, rho: np.ndarray, resolved: np.ndarray, times, path: NoisePath, seed: int, dt: float,
                  most_substeps: int):
-        import xarray as xr
-
         mean = (rho * self.quadrature) @ self.nodes()
         coordinates, dims, values = self._coordinates(rho)
         ds = xr.Dataset({

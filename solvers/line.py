@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import xarray as xr
 
 from meanfield.checks import check_int, check_real, check_rtol, check_times
 from meanfield.errors import StepSizeCollapse
@@ -275,8 +276,6 @@ class LineFV:
         return self._dataset(frames, ghosts, times, settings)
 
     def _dataset(self, frames, ghosts, times, settings):
-        import xarray as xr
-
         rho = np.stack(frames)
         ds = xr.Dataset({"rho": (("time", "z"), rho, {"long_name": "density of the rescaled tokens"}),
                          "mass": (("time",), rho.sum(axis=1) * self.width),

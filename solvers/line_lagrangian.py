@@ -31,6 +31,7 @@ interpolation of :math:`(X_i, m_i)`, which ``validation.distances.line_w1`` read
 from __future__ import annotations
 
 import numpy as np
+import xarray as xr
 
 from meanfield.checks import check_int, check_rtol, check_times
 from meanfield.errors import StepSizeCollapse
@@ -241,8 +242,6 @@ class LineLagrangian:
         return self._dataset(frames, times, settings)
 
     def _dataset(self, frames, times, settings):
-        import xarray as xr
-
         positions = np.stack(frames)
         width = self.faces[1] - self.faces[0]
         rho = np.diff(label_cdf(positions, self.faces), axis=-1) / width

@@ -112,7 +112,7 @@ def _problem(config: StationaryConfig):
 
 def run_stationary(config: StationaryConfig, *, progress: bool | None = None):
     """Compute the diagram, write the dataset and the figure; returns ``(dataset, paths)``."""
-    from solvers.bifurcation import bifurcation_diagram
+    from solvers.bifurcation import bifurcation_diagram  # the command's own modules (cli docstring)
     from validation.stationary_figures import bifurcation_figure
 
     settings = config.continuation
