@@ -138,3 +138,59 @@ def test_application_names_live_in_validation_app_only(name):
     assert callable(getattr(validation.app, name))
     with pytest.raises(AttributeError, match=name):
         getattr(validation, name)
+
+
+#: The imports the library makes inside functions, each with its reason; any other belongs at the top.
+LOCAL_IMPORTS = {
+    "meanfield/engines/kernels.py": ({".series", ".fused", ".causal_series"}, "numba engines: importing one starts numba"),
+    "meanfield/integration/runs.py": ({"scipy.integrate"}, "slow to import; only DOP853 runs need it"),
+    "meanfield/integration/tableaux.py": ({"scipy.integrate._ivp"}, "slow to import; only one pair's tableau"),
+    "meanfield/limit_geometry.py": ({"scipy.cluster.hierarchy"}, "slow to import; one function needs it"),
+    "meanfield/sampling.py": ({"scipy.optimize"}, "sweep workers import the module, never this function"),
+    "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "solvers/sphere_grid.py": ({"shtns"}, "its C library prints on import: stdout is redirected around it"),
+    "validation/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
+    "validation/app/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
+    "validation/app/builders.py": ({"solvers"}, "particle sweep workers start without solvers and xarray"),
+    "validation/app/cli.py": ({".experiment", ".experiment_figures", ".stationary", ".sweep", ".sweep_config",
+                               ".validate", "solvers", "validation.figures"}, "each command imports its own modules"),
+    "validation/app/stationary.py": ({"solvers.bifurcation", "solvers.stationary_circle", "solvers.stationary_sphere",
+                                      "validation.stationary_figures"}, "the stationary command's own modules"),
+    "validation/app/sweep.py": ({"array_api_strict", "cupy", "jax", "torch", "dask.distributed", "distributed.config",
+                                 "xarray"}, "optional libraries, and workers start without xarray"),
+    "validation/app/sweep_config.py": ({".preflight"}, "it builds solvers, which sweep workers never need"),
+}
+
+
+def function_level_imports(source: str) -> set[str]:
+    """Modules imported inside function bodies (``from .x import y`` as ``.x``)."""
+    found = set()
+
+    def visit(node, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import) and in_function:
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and in_function:
+                found.add("." * child.level + (child.module or ""))
+            else:
+                visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def test_imports_inside_functions_are_the_declared_ones():
+    undeclared = {}
+    for path, _ in library_modules():
+        name = path.relative_to(ROOT).as_posix()
+        extra = function_level_imports(path.read_text()) - LOCAL_IMPORTS.get(name, (set(), ""))[0]
+        if extra:
+            undeclared[name] = sorted(extra)
+    assert not undeclared, f"imports inside functions without a declared reason (move them to the top): {undeclared}"
+
+
+def test_the_local_import_check_finds_one():
+    source = "import numpy\n\ndef f():\n    if True:\n        from .series import x\n    return x\n"
+    assert function_level_imports(source) == {".series"}
