@@ -31,9 +31,9 @@ from solvers import CircleAuto, CircleFV
 BETA = 5.0
 CASES = {"D=0.05": (0.05, 5.0), "D=0": (0.0, 4.5)}  # diffusion, final time (D = 0: before clusters)
 TARGETS = (1e-4, 1e-6, 1e-8)
-SPECTRAL_CELLS = (40, 48, 64, 96, 128)
-RTOLS = tuple(m * 10.0 ** -e for e in range(3, 12) for m in (3, 1))  # 3e-3, 1e-3, ..., 1e-11
-BASELINE_STEP_COUNTS = (6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, 200, 256, 320, 400, 512,
+SPECTRAL_CELLS = (32, 40, 48, 64, 96, 128)
+RTOLS = tuple(m * 10.0 ** -e for e in range(2, 12) for m in (3, 1))  # 3e-2, 1e-2, ..., 1e-11
+BASELINE_STEP_COUNTS = (3, 4, 5, 6, 8, 10, 12, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 160, 200, 256, 320, 400, 512,
                         640, 800, 1024, 1280, 1600)
 FV_CELLS = (512, 1024, 2048, 4096)
 
