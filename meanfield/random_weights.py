@@ -83,9 +83,9 @@ class GaussianWeights:
     def __post_init__(self) -> None:
         check_real(self.value_std, "value_std", minimum=0.0)
         check_real(self.value_mean, "value_mean")
-        for name in ("query_std", "key_std"):
-            if getattr(self, name) is not None:
-                check_real(getattr(self, name), name, minimum=0.0)
+        for name, value in (("query_std", self.query_std), ("key_std", self.key_std)):
+            if value is not None:
+                check_real(value, name, minimum=0.0)
 
     @property
     def fixed_attention(self) -> bool:
@@ -195,7 +195,7 @@ class RandomAttention:
         check_real(self.step, "step", minimum=0.0)
         if self.step == 0.0:
             raise ValueError("step must be > 0, got 0.0 (the tokens would not move)")
-        if not hasattr(self.law, "sample"):
+        if not isinstance(self.law, (GaussianWeights, SampledWeights)):
             raise TypeError(f"law must be a GaussianWeights or SampledWeights, got {self.law!r}")
 
     @property

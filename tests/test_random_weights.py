@@ -198,6 +198,10 @@ def test_bad_regimes_and_laws_are_refused_with_the_reason():
                                mf.sample_uniform(3, 2, rng=0), 1)
     with pytest.raises(ValueError, match="step must be > 0"):
         RandomAttention(1.0, step=0.0)
+    with pytest.raises(TypeError, match="law must be a GaussianWeights or SampledWeights, got 'gaussian'"):
+        RandomAttention(1.0, law="gaussian")
+    with pytest.raises(ValueError, match="key_std"):
+        GaussianWeights(key_std=-1.0)
     with pytest.raises(ValueError, match="grid of dt"):
         simulate_homogenized(HomogenizedLimit(1.0), mf.sample_uniform(3, 2, rng=0), [0, 0.25], dt=0.1)
     with pytest.raises(ValueError, match="unit sphere"):
