@@ -8,8 +8,9 @@ circle path (``CircleAuto``: ``CircleSpectral`` while it resolves the density) c
 The baseline (:func:`plain_spectral`) is the textbook method in a few lines of its own:
 FFTs with 3/2 padding, the kernel's Bessel coefficients, Lawson RK4 with fixed steps. For
 each code the error and time of every setting of a grid (modes and ``rtol``, or modes and
-the number of steps) are measured once; for each target the cheapest setting that reaches it is then
-timed against the other code's, alternately. The reference is the baseline itself with 256
+the number of steps) are measured (the best of three runs where one is quick, see
+:func:`measured`); for each target the cheapest setting that reaches it is then timed
+against the other code's, alternately. The reference is the baseline itself with 256
 modes and a step of 1e-3 (RK4 error ~1e-12). Also printed: ``CircleFV`` at its cheapest
 setting for 1e-4 (one run; what the circle path was before).
 """

@@ -33,30 +33,30 @@ class SpectralTransport:
 
     def __init__(self, solver, decay: np.ndarray | None, norm: Callable[[np.ndarray], float]):
         self.solver, self.decay, self.norm = solver, decay, norm
-        self._last: tuple[np.ndarray, float] | None = None
-        self._bound: tuple[np.ndarray, float] | None = None
-        self._tolerance: tuple[np.ndarray, float] | None = None
+        # per quantity ("speed", "bound", "tolerance"): the state last asked about (by identity,
+        # and held, so that a freed array cannot alias it) and its value
+        self._kept: dict[str, tuple[np.ndarray, float]] = {}
+
+    def _of(self, quantity: str, coefficients: np.ndarray, compute: Callable[[np.ndarray], float]) -> float:
+        kept = self._kept.get(quantity)
+        if kept is None or kept[0] is not coefficients:
+            kept = self._kept[quantity] = (coefficients, compute(coefficients))
+        return kept[1]
 
     def rhs(self, coefficients: np.ndarray) -> np.ndarray:
         result, speed = self.solver.transport_and_speed(coefficients)
-        self._last = (coefficients, speed)
+        self._kept["speed"] = (coefficients, speed)
         return result
 
     def speed(self, coefficients: np.ndarray) -> float:
         """The largest speed of a state, remembered like the right-hand side's."""
-        if self._last is None or self._last[0] is not coefficients:
-            self._last = (coefficients, self.solver.largest_speed(coefficients))
-        return self._last[1]
+        return self._of("speed", coefficients, self.solver.largest_speed)
 
     def stable_step(self, coefficients: np.ndarray) -> float:
-        if self._bound is None or self._bound[0] is not coefficients:
-            self._bound = (coefficients, self.solver.stable_step(self.speed(coefficients)))
-        return self._bound[1]
+        return self._of("bound", coefficients, lambda c: self.solver.stable_step(self.speed(c)))
 
     def tolerance(self, coefficients: np.ndarray) -> float:
-        if self._tolerance is None or self._tolerance[0] is not coefficients:
-            self._tolerance = (coefficients, self.solver.local_tolerance(coefficients))
-        return self._tolerance[1]
+        return self._of("tolerance", coefficients, self.solver.local_tolerance)
 
     @staticmethod
     def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:

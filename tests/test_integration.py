@@ -9,9 +9,9 @@ import pytest
 from scipy.optimize import brentq
 
 import meanfield as mf
+from meanfield.homogenized import output_steps
 from meanfield.integration import (CLASSICAL_RK4, TABLEAUX, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau,
                                    ExtrapolatedImplicitEuler, FixedStep, StepController, StepCounts, integrate)
-from meanfield.homogenized import output_steps
 from meanfield.integration.controller import MAX_FACTOR, MIN_FACTOR
 from meanfield.integration.runs import noise_grid_run
 from solvers import CircleFV, SphereSpectral
@@ -272,7 +272,6 @@ def test_the_driver_takes_either_a_first_step_or_a_fixed_step():
                       progress=False, name="test", counts=StepCounts(), **steps)
 
 
-
 @pytest.mark.parametrize("times, dt", [(np.linspace(0.0, 0.3, 7), 0.05), ([0.0, 0.1, 0.7], 0.1),
                                        ([1.0, 1.0 + 3 * 2.0 ** -11, 1.5 + 3e-10], 2.0 ** -11)])
 def test_a_noise_grid_run_takes_the_grids_steps_in_order_and_records_at_each_output(times, dt):
@@ -285,6 +284,7 @@ def test_a_noise_grid_run_takes_the_grids_steps_in_order_and_records_at_each_out
     noise_grid_run(lambda taken, k: taken + [k], [], times, steps_at, dt, False, recorded.append)
     expected = [list(range(1, round((t - times[0]) / dt) + 1)) for t in times]
     assert recorded == expected
+
 
 # Bogacki-Shampine 3(2), written here once (independently of meanfield.integration.tableaux): the
 # PDE solvers and the particle system all take it.
