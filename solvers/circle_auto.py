@@ -17,7 +17,6 @@ are set to zero and the mass restored, and the mass so moved is recorded
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 import xarray as xr
@@ -28,7 +27,7 @@ from meanfield.records import CIRCLE, PDE, record_attrs
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import earliest_underresolution, joined_runs, joined_settings
+from .grid_solver import earliest_underresolution, indexed_coordinates, joined_runs, joined_settings
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.
@@ -195,10 +194,10 @@ class CircleAuto(StartsWithFiniteVolumes):
             dims["shadow_rho"] = ("time", "shadow_theta")
         return dims
 
-    @cached_property
+    @property
     def _finite_volume_coordinates(self) -> xr.Coordinates:
-        """The coordinates of what the finite volumes record besides the density, indexed once."""
-        return xr.Coordinates(self.finite_volumes.recorded_coordinates())
+        """The coordinates of what the finite volumes record besides the density, indexed."""
+        return indexed_coordinates(self.finite_volumes.recorded_coordinates())
 
     def _finite_volume_fields(self, outputs: int) -> tuple[dict, xr.Coordinates]:
         """The spectral part's flag and what the finite volumes record, NaN (``solve_until``'s ``annotate``)."""

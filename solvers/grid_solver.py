@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 from typing import Any, Callable, NoReturn
 
 import numpy as np
@@ -237,11 +237,10 @@ class GridSolver:
     def recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {}
 
-    @cached_property
+    @property
     def _indexed_coordinates(self) -> xr.Coordinates:
-        """The grid's and the recorded fields' coordinates, indexed once per solver (an index costs
-        more than a step of a small grid, and every dataset of the solver has the same)."""
-        return xr.Coordinates({**self.grid_coordinates(), **self.recorded_coordinates()})
+        """The grid's and the recorded fields' coordinates, indexed (:func:`indexed_coordinates`)."""
+        return indexed_coordinates({**self.grid_coordinates(), **self.recorded_coordinates()})
 
     resolution_advice: str
 
@@ -293,6 +292,23 @@ class SolveRecord:
     def collapse(self, t: float, reason: str) -> NoReturn:
         raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,
                                partial=self.dataset())
+
+
+def indexed_coordinates(arrays: dict[str, np.ndarray]) -> xr.Coordinates:
+    """``xarray.Coordinates`` of one-dimensional coordinate arrays, built once per distinct grid in a process.
+
+    An index costs more than a step of a small grid, and every run on a grid has the same
+    (a sweep or a convergence study builds a solver per run); the arrays' bytes are the key.
+    The cached coordinates are shared, read-only, by the datasets built from them.
+    """
+    key = tuple((name, values.dtype.str, values.shape, values.tobytes())
+                for name, values in ((name, np.ascontiguousarray(values)) for name, values in arrays.items()))
+    return _indexed(key)
+
+
+@lru_cache(maxsize=64)
+def _indexed(key: tuple[tuple[str, str, tuple[int, ...], bytes], ...]) -> xr.Coordinates:
+    return xr.Coordinates({name: np.frombuffer(raw, dtype=dtype).reshape(shape) for name, dtype, shape, raw in key})
 
 
 def timed_coordinates(times: np.ndarray, *parts: xr.Coordinates) -> xr.Coordinates:

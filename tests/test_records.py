@@ -71,3 +71,23 @@ def test_the_convergence_study_takes_a_generator_and_records_its_seed():
     assert dataset_kind(first) == STUDY
     seed = dataset_settings(first)["rng"]
     np.testing.assert_array_equal(study(seed).distance.values, first.distance.values)
+
+
+def test_runs_on_one_grid_share_its_indexed_coordinates_and_record_their_own_values():
+    from solvers.grid_solver import indexed_coordinates
+
+    model = mf.SelfAttention(2.0, diffusion=0.1)
+    first, second = (CircleFV(model, cells=32).solve(lambda t: 1 + 0.2 * np.cos(t), [0.0, 0.1], progress=False)
+                     for _ in range(2))
+    finer = CircleFV(model, cells=64).solve(lambda t: 1 + 0.2 * np.cos(t), [0.0, 0.1], progress=False)
+    # the values: the cell centres (k + 1/2) 2 pi / N, written out here, not taken from the solver
+    np.testing.assert_array_equal(first.theta.values, (np.arange(32) + 0.5) * (2 * np.pi / 32))
+    np.testing.assert_array_equal(finer.theta.values, (np.arange(64) + 0.5) * (2 * np.pi / 64))
+    assert first.xindexes["theta"] is second.xindexes["theta"]  # built once for the grid
+    assert first.xindexes["theta"] is not finer.xindexes["theta"]
+    with pytest.raises(ValueError, match="read-only"):  # a dataset cannot change what later runs share
+        first.theta.values[0] = 1.0
+    # the same bytes of another dtype are another coordinate
+    integers = np.arange(4, dtype=np.int64)
+    assert indexed_coordinates({"k": integers})["k"].dtype == np.int64
+    assert indexed_coordinates({"k": integers.view(np.float64)})["k"].dtype == np.float64
