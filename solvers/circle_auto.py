@@ -27,7 +27,7 @@ from meanfield.records import CIRCLE, PDE, record_attrs
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import earliest_underresolution, indexed_coordinates, joined_runs, joined_settings
+from .grid_solver import DIAGNOSTIC_ATTRS, earliest_underresolution, indexed_coordinates, joined_runs, joined_settings
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.
@@ -203,7 +203,7 @@ class CircleAuto(StartsWithFiniteVolumes):
         """The spectral part's flag and what the finite volumes record, NaN (``solve_until``'s ``annotate``)."""
         coordinates = self._finite_volume_coordinates
         sizes = {"time": outputs, **{name: values.size for name, values in coordinates.items()}}
-        fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan))
+        fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name, dims in self._finite_volume_dims().items()}
         fields["spectral"] = ("time", np.ones(outputs, bool), {"long_name": SPECTRAL_FLAG})
         return fields, coordinates

@@ -355,8 +355,16 @@ def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str,
     Every variable is in every part (NaN where a solver has none), and so are ``expected``
     (name: dims) with their ``coordinates``: segments of one run then concatenate whichever
     solvers computed them. Dimensions whose length varies between parts (clusters) are
-    padded with NaN.
+    padded with NaN. Each variable keeps its attributes (its name, units, what an energy
+    series holds), which must be the same in every part that records it.
+
+    Raises
+    ------
+    ValueError
+        If two parts record a variable with different attributes (``E`` against
+        ``exp(-beta) E``: one series cannot hold both).
     """
+    attrs = _variable_attrs([part for part, _ in parts])
     dims = {name: part[name].dims for part, _ in parts for name in part.data_vars} | dict(expected or {})
     sizes = {dim: values.size for dim, values in (coordinates or {}).items()}
     for part, _ in parts:
@@ -374,8 +382,22 @@ def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str,
         coords.update({dim: values for dim, values in (coordinates or {}).items() if dim not in part.coords})
         filled.append(xr.Dataset(variables, coords=coords, attrs=part.attrs))
     ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
+    for name, values in attrs.items():
+        ds[name].attrs = dict(values)
     ds[flag].attrs["long_name"] = long_name
     return ds
+
+
+def _variable_attrs(parts: list[xr.Dataset]) -> dict[str, dict]:
+    """The attributes of each variable of the parts, checked to be the same in every part that has it."""
+    attrs: dict[str, dict] = {}
+    for part in parts:
+        for name in part.data_vars:
+            found = attrs.setdefault(name, part[name].attrs)
+            if found != part[name].attrs:
+                raise ValueError(f"the parts of one run record {name!r} with different attributes, {found} and "
+                                 f"{part[name].attrs}: they cannot be joined into one series")
+    return attrs
 
 
 def padded_to_longest(parts: list[xr.Dataset]) -> list[xr.Dataset]:

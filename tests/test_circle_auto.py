@@ -4,9 +4,11 @@ import json
 
 import numpy as np
 import pytest
+import xarray as xr
 
 import meanfield as mf
 from solvers import CircleAuto, CircleFV
+from solvers.grid_solver import joined_runs
 
 
 def clustering_start(theta):
@@ -29,8 +31,11 @@ def test_a_clustering_run_hands_over_before_any_negative_density_and_matches_cir
     assert auto.min_density.values.min() >= 0 and auto.rho.values.min() >= 0
     assert settings["handover_clipped"] == 0.0
     assert set(settings["runs"]) == {"CircleSpectral", "CircleFV"}
-    fine, coarse = (CircleFV(model, cells=n).solve(clustering_start, times, progress=False).rho.values
-                    for n in (1024, 512))
+    fine_run, coarse_run = (CircleFV(model, cells=n).solve(clustering_start, times, progress=False) for n in (1024, 512))
+    for name in fine_run.data_vars:  # what each series is (its name, what an energy holds) survives the join
+        assert auto[name].attrs == fine_run[name].attrs, name
+    assert auto.rho.attrs["long_name"] == "density" and auto.energy.attrs["note"] == "E"
+    fine, coarse = fine_run.rho.values, coarse_run.rho.values
     estimate = np.abs(fine.reshape(times.size, 512, 2).mean(axis=-1) - coarse).max(axis=1) / 3
     difference = np.abs(auto.rho.values - fine).max(axis=1)
     assert np.all(difference <= 1.1 * estimate + 1e-12), np.c_[times, difference, estimate]
@@ -100,3 +105,13 @@ def test_the_default_spectral_pair_is_8_5_3_without_diffusion_and_5_4_with():
     assert CircleAuto(mf.SelfAttention(5.0, diffusion=0.05), cells=256).spectral.tableau.name == "dormand_prince"
     assert CircleAuto(mf.SelfAttention(5.0), cells=256, tableau="dormand_prince").spectral.tableau.name \
         == "dormand_prince"
+
+
+def test_parts_that_record_a_series_with_different_meanings_are_not_joined():
+    def part(note):
+        return xr.Dataset({"energy": ("time", [1.0], {"note": note})}, coords={"time": [0.0 if note == "E" else 1.0]})
+
+    joined = joined_runs([(part("E"), True), (part("E"), False)], "first", "which part")
+    assert joined.energy.attrs == {"note": "E"} and joined.first.values.tolist() == [True, False]
+    with pytest.raises(ValueError, match="'energy' with different attributes"):
+        joined_runs([(part("E"), True), (part("exp(-beta) E"), False)], "first", "which part")
