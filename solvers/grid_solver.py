@@ -356,7 +356,8 @@ def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str,
     (name: dims) with their ``coordinates``: segments of one run then concatenate whichever
     solvers computed them. Dimensions whose length varies between parts (clusters) are
     padded with NaN. Each variable keeps its attributes (its name, units, what an energy
-    series holds), which must be the same in every part that records it.
+    series holds), which must be the same in every part that records it; a placeholder that
+    no part records takes its :data:`DIAGNOSTIC_ATTRS`.
 
     Raises
     ------
@@ -382,8 +383,8 @@ def joined_runs(parts: list[tuple[xr.Dataset, bool]], flag: str, long_name: str,
         coords.update({dim: values for dim, values in (coordinates or {}).items() if dim not in part.coords})
         filled.append(xr.Dataset(variables, coords=coords, attrs=part.attrs))
     ds = xr.concat(filled, dim="time", combine_attrs="drop") if len(filled) > 1 else filled[0]
-    for name, values in attrs.items():
-        ds[name].attrs = dict(values)
+    for name in dims:  # a placeholder no part records still says what it would hold
+        ds[name].attrs = dict(attrs.get(name, DIAGNOSTIC_ATTRS.get(name, {})))
     ds[flag].attrs["long_name"] = long_name
     return ds
 

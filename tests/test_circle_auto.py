@@ -50,6 +50,10 @@ def test_a_smooth_run_stays_spectral_and_a_sharp_start_takes_the_finite_volumes(
     step = lambda th: np.where(np.abs(th - np.pi) < 0.5, 1.0, 0.0)  # noqa: E731  (discontinuous)
     sharp = CircleAuto(mf.SelfAttention(3.0, diffusion=0.1), cells=256).solve(step, [0.0, 0.1], progress=False)
     assert not sharp.spectral.values.any() and json.loads(sharp.attrs["settings"])["handover_time"] == 0.0
+    # the spectral solver's diagnostic, NaN here, still says what it is (as a spectral run records it)
+    assert np.isnan(sharp.spectral_tail.values).all()
+    assert sharp.spectral_tail.attrs == smooth.spectral_tail.attrs
+    assert sharp.spectral_tail.attrs["long_name"].startswith("spectral energy fraction")
 
 
 def test_a_kernel_the_spectral_grid_cannot_resolve_leaves_the_finite_volumes():
@@ -108,10 +112,11 @@ def test_the_default_spectral_pair_is_8_5_3_without_diffusion_and_5_4_with():
 
 
 def test_parts_that_record_a_series_with_different_meanings_are_not_joined():
-    def part(note):
-        return xr.Dataset({"energy": ("time", [1.0], {"note": note})}, coords={"time": [0.0 if note == "E" else 1.0]})
+    def part(note, time):
+        return xr.Dataset({"energy": ("time", [1.0], {"note": note})}, coords={"time": [time]})
 
-    joined = joined_runs([(part("E"), True), (part("E"), False)], "first", "which part")
+    joined = joined_runs([(part("E", 0.0), True), (part("E", 1.0), False)], "first", "which part")
     assert joined.energy.attrs == {"note": "E"} and joined.first.values.tolist() == [True, False]
+    assert joined.time.values.tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="'energy' with different attributes"):
-        joined_runs([(part("E"), True), (part("exp(-beta) E"), False)], "first", "which part")
+        joined_runs([(part("E", 0.0), True), (part("exp(-beta) E", 1.0), False)], "first", "which part")
