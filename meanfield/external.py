@@ -21,7 +21,19 @@ from typing import Callable
 
 import numpy as np
 
+from .docstrings import fill_docstrings
 
+
+#: The Parameters section of the methods that read points (``{points_parameters}``).
+POINTS_PARAMETERS = """
+Parameters
+----------
+x : numpy.ndarray, shape (..., d)
+    Points.
+"""
+
+
+@fill_docstrings(points_parameters=POINTS_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class Perceptron:
     r"""The perceptron block :math:`u(x) = P_x \sum_j w_j\,\mathrm{ReLU}(a_j\cdot x)\,a_j` (module docstring).
@@ -58,10 +70,7 @@ class Perceptron:
     def field(self, x: np.ndarray) -> np.ndarray:
         r"""The perceptron's field :math:`\sum_j w_j\,\mathrm{ReLU}(a_j\cdot x)\,a_j` (before :math:`P_x`).
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., d)
-            Points.
+        {points_parameters}
 
         Returns
         -------
@@ -73,10 +82,7 @@ class Perceptron:
     def potential(self, x: np.ndarray) -> np.ndarray:
         r"""Its potential :math:`v(x) = \sum_j w_j \max(a_j\cdot x, 0)^2` (the field is :math:`\frac12\nabla v`).
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., d)
-            Points.
+        {points_parameters}
 
         Returns
         -------

@@ -15,6 +15,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from .checks import EXP_OVERFLOW, check_points, check_real
+from .docstrings import fill_docstrings, parameters
 from .external import as_external, potential_energy
 from .interaction import pair_sums
 from .sphere import normalize, project_tangent
@@ -42,6 +43,65 @@ def _flatten_batch(x: np.ndarray) -> np.ndarray:
     return x.reshape((-1,) + x.shape[-2:])
 
 
+#: The Parameters section of the methods that read points off the sphere too (``{points_parameters}``).
+POINTS_PARAMETERS = """
+Parameters
+----------
+x : numpy.ndarray, shape (..., n, d)
+    Nonzero points (any leading batch axes), used through ``x / |x|``.
+"""
+
+#: The entries of a spectrum's largest degree and the dimension (``{degree_and_dimension}``).
+DEGREE_AND_DIMENSION = r"""
+max_degree : int
+    Largest degree (on the circle: the largest Fourier mode).
+d : int
+    Ambient dimension; the sphere is :math:`S^{d-1}`.
+"""
+
+#: The Parameters section of a spectrum's arguments (``{degree_and_dimension_parameters}``).
+DEGREE_AND_DIMENSION_PARAMETERS = parameters(DEGREE_AND_DIMENSION)
+
+#: The Returns section of a model's spectrum (``{spectrum_returns}``).
+SPECTRUM_RETURNS = """
+Returns
+-------
+numpy.ndarray, shape (max_degree + 1,)
+    The eigenvalues, degree by degree.
+"""
+
+#: The entry of the atoms' masses of a weighted measure's energy (``{masses}``).
+MASSES = r"""
+masses : numpy.ndarray, shape (..., n), optional
+    The energy of :math:`\sum_j m_j\delta_{x_j}` (:math:`m_i m_j` in place of :math:`1/n^2`).
+"""
+
+#: The Returns section of an energy (``{energy_returns}``).
+ENERGY_RETURNS = """
+Returns
+-------
+numpy.ndarray, shape (...,)
+    The energy per system.
+"""
+
+#: The Returns section of the velocity (``{velocity_returns}``).
+VELOCITY_RETURNS = """
+Returns
+-------
+numpy.ndarray, shape (..., n, d)
+    The velocities, tangent to the sphere at each token.
+"""
+
+#: The Parameters section of the methods that read tokens (``{tokens_parameters}``).
+TOKENS_PARAMETERS = """
+Parameters
+----------
+x : numpy.ndarray, shape (..., n, d)
+    Tokens on the unit sphere (any leading batch axes).
+"""
+
+
+@fill_docstrings(points_parameters=POINTS_PARAMETERS)
 class TangentVelocity:
     """A model's velocity from its attention output: the tangent projection, extended off the sphere.
 
@@ -60,10 +120,7 @@ class TangentVelocity:
         extended flow. (With ``P_x`` applied to the raw point instead, the sphere repels in the
         repulsive case and the norm drifts away.)
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Nonzero points (any leading batch axes), used through ``x / |x|``.
+        {points_parameters}
 
         Returns
         -------
@@ -76,10 +133,7 @@ class TangentVelocity:
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         """The attention layer's output :math:`a_i` before the tangent projection.
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Nonzero points (any leading batch axes), used through ``x / |x|``.
+        {points_parameters}
 
         Returns
         -------
@@ -124,6 +178,9 @@ def _carried(flat: np.ndarray, masses: np.ndarray | None) -> tuple[np.ndarray, n
     return flat * masses[..., None], masses[..., None], 1.0
 
 
+@fill_docstrings(tokens_parameters=TOKENS_PARAMETERS, velocity_returns=VELOCITY_RETURNS, masses=MASSES,
+                 energy_returns=ENERGY_RETURNS, degree_and_dimension=DEGREE_AND_DIMENSION,
+                 spectrum_returns=SPECTRUM_RETURNS)
 @dataclass(frozen=True, eq=False)
 class SelfAttention(TangentVelocity):
     r"""Self-attention dynamics on the sphere: softmax (SA) or unnormalized (USA).
@@ -282,15 +339,9 @@ class SelfAttention(TangentVelocity):
     def velocity(self, x: np.ndarray) -> np.ndarray:
         r"""The velocity field :math:`\dot x_i` of the particle system at the tokens ``x``.
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Tokens on the unit sphere (any leading batch axes).
+        {tokens_parameters}
 
-        Returns
-        -------
-        numpy.ndarray, shape (..., n, d)
-            The velocities, tangent to the sphere at each token.
+        {velocity_returns}
 
         Raises
         ------
@@ -357,10 +408,7 @@ class SelfAttention(TangentVelocity):
                    masses: np.ndarray | None = None) -> np.ndarray:
         r"""Natural logarithm of :meth:`energy`, finite for any ``beta > 0`` (shape ``(...,)``).
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Tokens on the unit sphere (any leading batch axes).
+        {tokens_parameters}
         log_pair_sum : callable, optional
             Computes :math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` of the
             ``(systems, n, d)`` tokens in place of the direct pair sum (an engine's faster sum:
@@ -442,19 +490,12 @@ class SelfAttention(TangentVelocity):
         (SA at ``beta`` beyond ~700): use :meth:`log_energy` there. With an external field
         with a potential :math:`\Phi`, :math:`\frac1n\sum_i \Phi(x_i)` is added.
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Tokens on the unit sphere (any leading batch axes).
+        {tokens_parameters}
         log_pair_sum : callable, optional
             As for :meth:`log_energy`.
-        masses : numpy.ndarray, shape (..., n), optional
-            The energy of :math:`\sum_j m_j\delta_{x_j}` (:math:`m_i m_j` in place of :math:`1/n^2`).
+        {masses}
 
-        Returns
-        -------
-        numpy.ndarray, shape (...,)
-            The energy per system.
+        {energy_returns}
 
         Raises
         ------
@@ -491,15 +532,9 @@ class SelfAttention(TangentVelocity):
 
         Parameters
         ----------
-        max_degree : int
-            Largest degree (on the circle: the largest Fourier mode).
-        d : int
-            Ambient dimension; the sphere is :math:`S^{d-1}`.
+        {degree_and_dimension}
 
-        Returns
-        -------
-        numpy.ndarray, shape (max_degree + 1,)
-            The eigenvalues, degree by degree.
+        {spectrum_returns}
 
         Raises
         ------
@@ -519,10 +554,7 @@ class SelfAttention(TangentVelocity):
 
         Parameters
         ----------
-        max_degree : int
-            Largest degree.
-        d : int
-            Ambient dimension; the sphere is :math:`S^{d-1}`.
+        {degree_and_dimension}
 
         Returns
         -------
@@ -549,17 +581,11 @@ class SelfAttention(TangentVelocity):
 
         Parameters
         ----------
-        max_degree : int
-            Largest degree.
-        d : int
-            Ambient dimension; the sphere is :math:`S^{d-1}`.
+        {degree_and_dimension}
         scaled : bool
             Multiply by :math:`e^{-\beta}` (finite for any ``beta``).
 
-        Returns
-        -------
-        numpy.ndarray, shape (max_degree + 1,)
-            The eigenvalues, degree by degree.
+        {spectrum_returns}
 
         Raises
         ------
@@ -591,6 +617,8 @@ class SelfAttention(TangentVelocity):
                 "external": None if self.external is None else self.external.to_dict()}
 
 
+@fill_docstrings(tokens_parameters=TOKENS_PARAMETERS, velocity_returns=VELOCITY_RETURNS, masses=MASSES,
+                 energy_returns=ENERGY_RETURNS, degree_and_dimension_parameters=DEGREE_AND_DIMENSION_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class ZonalAggregation(TangentVelocity):
     r"""Aggregation with a zonal potential :math:`W(\langle x, y\rangle)`.
@@ -641,15 +669,9 @@ class ZonalAggregation(TangentVelocity):
     def velocity(self, x: np.ndarray) -> np.ndarray:
         r"""The velocity field :math:`\dot x_i = P_{x_i} a_i` at the tokens ``x``.
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Tokens on the unit sphere (any leading batch axes).
+        {tokens_parameters}
 
-        Returns
-        -------
-        numpy.ndarray, shape (..., n, d)
-            The velocities, tangent to the sphere at each token.
+        {velocity_returns}
 
         Raises
         ------
@@ -672,17 +694,10 @@ class ZonalAggregation(TangentVelocity):
     def energy(self, x: np.ndarray, *, masses: np.ndarray | None = None) -> np.ndarray:
         r"""Interaction energy :math:`E = \frac{1}{2n^2}\sum_{i,j} W(\langle x_i, x_j\rangle)`.
 
-        Parameters
-        ----------
-        x : numpy.ndarray, shape (..., n, d)
-            Tokens on the unit sphere (any leading batch axes).
-        masses : numpy.ndarray, shape (..., n), optional
-            The energy of :math:`\sum_j m_j\delta_{x_j}` (:math:`m_i m_j` in place of :math:`1/n^2`).
+        {tokens_parameters}
+        {masses}
 
-        Returns
-        -------
-        numpy.ndarray, shape (...,)
-            The energy per system.
+        {energy_returns}
         """
         flat = _flatten_batch(check_points(x, "x"))
         potential = self.potential
@@ -701,12 +716,7 @@ class ZonalAggregation(TangentVelocity):
     def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
         r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`.
 
-        Parameters
-        ----------
-        max_degree : int
-            Largest degree.
-        d : int
-            Ambient dimension.
+        {degree_and_dimension_parameters}
 
         Returns
         -------
@@ -718,12 +728,7 @@ class ZonalAggregation(TangentVelocity):
     def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
         r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`).
 
-        Parameters
-        ----------
-        max_degree : int
-            Largest degree.
-        d : int
-            Ambient dimension.
+        {degree_and_dimension_parameters}
         scaled : bool
             Ignored (the potential has no exponential scale); accepted for the shared interface.
 

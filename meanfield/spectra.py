@@ -25,6 +25,7 @@ import numpy as np
 from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, roots_jacobi
 
 from .checks import EXP_OVERFLOW, check_int, check_real
+from .docstrings import fill_docstrings
 from .sphere import sphere_area
 
 # Below this beta the series I_nu(b) = (b/2)^nu / Gamma(nu+1) (1 + O(b^2)) is exact to
@@ -61,15 +62,22 @@ def _log_bessel_over_power(beta: float, degrees: np.ndarray, d: int, power: floa
         return np.log(ive(nu, beta)) + beta - power * np.log(beta)
 
 
+#: The entries of the kernel's inverse temperature and the largest degree (``{beta_and_degree}``).
+BETA_AND_DEGREE = """
+beta : float
+    Inverse temperature, ``>= 0``.
+max_degree : int
+    Largest degree (on the circle: largest Fourier mode ``k``).
+"""
+
+
+@fill_docstrings(beta_and_degree=BETA_AND_DEGREE)
 def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
     r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of :math:`\rho \mapsto \int e^{\beta\langle x,y\rangle}\rho(y)\,dy`.
 
     Parameters
     ----------
-    beta : float
-        Inverse temperature, ``>= 0``.
-    max_degree : int
-        Largest degree (on the circle: largest Fourier mode ``k``).
+    {beta_and_degree}
     d : int
         Ambient dimension; the sphere is :math:`S^{d-1}` (``d = 2`` is the circle).
     scaled : bool
@@ -88,6 +96,7 @@ def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = F
     return _bessel_spectrum(beta, max_degree, d, 0.5 * d - 1.0, scaled, "the attention spectrum")
 
 
+@fill_docstrings(beta_and_degree=BETA_AND_DEGREE)
 def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
     r""":math:`\lambda_l / \beta`, with its finite limit at ``beta = 0``.
 
@@ -98,10 +107,7 @@ def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled
 
     Parameters
     ----------
-    beta : float
-        Inverse temperature, ``>= 0``.
-    max_degree : int
-        Largest degree (on the circle: largest Fourier mode ``k``).
+    {beta_and_degree}
     d : int
         Ambient dimension; the sphere is :math:`S^{d-1}`.
     scaled : bool

@@ -39,6 +39,7 @@ import numpy as np
 
 from meanfield.causal import CausalAttention, positional_cell_weights
 from meanfield.checks import check_density, check_int
+from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV
 from .circle_operators import GAUSS_4, CircleOperators
@@ -216,6 +217,16 @@ class _LayeredSpectral:
         return {**super().recorded_settings(), "layers": self.layers}
 
 
+#: The Parameters section of the methods that read the layers' series (``{layer_series_parameters}``).
+LAYER_SERIES_PARAMETERS = """
+Parameters
+----------
+coefficients : numpy.ndarray, shape (layers, cells // 2)
+    Fourier coefficients per layer.
+"""
+
+
+@fill_docstrings(layer_series_parameters=LAYER_SERIES_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     r"""The layered causal equation on the circle: :class:`~solvers.CircleSpectral` per layer, mixed velocities.
@@ -243,10 +254,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     def velocity(self, coefficients: np.ndarray) -> np.ndarray:
         """Every layer's velocity at the flux grid's points, at its mixed density.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (layers, cells // 2)
-            Fourier coefficients per layer.
+        {layer_series_parameters}
 
         Returns
         -------
@@ -258,10 +266,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     def energy(self, coefficients: np.ndarray) -> float:
         """NaN: causal attention has no known interaction energy or Lyapunov functional (not a gradient flow).
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (layers, cells // 2)
-            Fourier coefficients per layer.
+        {layer_series_parameters}
 
         Returns
         -------
@@ -275,10 +280,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     def spectral_tail(self, coefficients: np.ndarray) -> float:
         """The largest over layers of :meth:`CircleSpectral.spectral_tail <solvers.CircleSpectral.spectral_tail>`.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (layers, cells // 2)
-            Fourier coefficients per layer.
+        {layer_series_parameters}
 
         Returns
         -------
@@ -336,6 +338,16 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         return {"position": self.positions, "theta": self.theta}
 
 
+#: The Parameters section of the methods that read the layers' harmonics (``{layer_harmonics_parameters}``).
+LAYER_HARMONICS_PARAMETERS = """
+Parameters
+----------
+coefficients : numpy.ndarray, shape (layers, ...)
+    Spherical-harmonic coefficients per layer.
+"""
+
+
+@fill_docstrings(layer_harmonics_parameters=LAYER_HARMONICS_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     r"""The layered causal equation on :math:`S^2`: :class:`SphereSpectral` per layer, mixed velocities.
@@ -359,10 +371,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every layer's velocity, at its mixed density.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (layers, ...)
-            Spherical-harmonic coefficients per layer.
+        {layer_harmonics_parameters}
 
         Returns
         -------
@@ -378,10 +387,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""Every layer's transport term at its own density and mixed velocity, and the largest speed.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (layers, ...)
-            Spherical-harmonic coefficients per layer.
+        {layer_harmonics_parameters}
 
         Returns
         -------
@@ -434,10 +440,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     def density(self, coefficients: np.ndarray) -> np.ndarray:
         """Every layer's density on the Gauss grid.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (layers, ...)
-            Spherical-harmonic coefficients per layer.
+        {layer_harmonics_parameters}
 
         Returns
         -------

@@ -48,6 +48,7 @@ from typing import Callable
 import numpy as np
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.docstrings import fill_docstrings
 from meanfield.records import CIRCLE
 
 from .circle_general import GeneralCircleOperators
@@ -56,7 +57,7 @@ from .circle_operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
-from .grid_solver import Diagnosis, GridSolver
+from .grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver
 from .resolution import sharpest_cluster_width
 from .tolerance import error_tolerance
 
@@ -81,6 +82,7 @@ def _repair_roundoff(rho: np.ndarray, roundoff: float) -> np.ndarray | None:
     return repaired * (total / repaired.sum(axis=-1, keepdims=True))
 
 
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CircleFV(GridSolver):
     r"""Second-order, positivity-preserving finite volumes on the circle.
@@ -210,10 +212,7 @@ class CircleFV(GridSolver):
         Passing ``ds.rho[-1]`` instead restarts the shadow from the density: the estimate then
         counts only the error made after the restart.
 
-        Parameters
-        ----------
-        ds : xarray.Dataset
-            A dataset this solver returned.
+        {dataset_parameters}
 
         Returns
         -------

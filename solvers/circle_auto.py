@@ -24,16 +24,19 @@ import xarray as xr
 from meanfield.checks import check_density, check_int, check_times
 from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE, PDE, record_attrs
+from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import DIAGNOSTIC_ATTRS, earliest_underresolution, indexed_coordinates, joined_runs, joined_settings
+from .grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, indexed_coordinates,
+                          joined_runs, joined_settings)
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.
 SPECTRAL_FLAG = "whether CircleSpectral computed this output (else CircleFV)"
 
 
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CircleAuto(StartsWithFiniteVolumes):
     r"""Fourier pseudo-spectral on the circle while it resolves the density, then finite volumes.
@@ -172,10 +175,7 @@ class CircleAuto(StartsWithFiniteVolumes):
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
 
-        Parameters
-        ----------
-        ds : xarray.Dataset
-            A dataset this solver returned.
+        {dataset_parameters}
 
         Returns
         -------

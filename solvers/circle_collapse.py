@@ -21,10 +21,11 @@ import xarray as xr
 
 from meanfield.checks import check_times
 from meanfield.records import CIRCLE, PDE, record_attrs
+from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_lagrangian import CircleLagrangian
-from .grid_solver import earliest_underresolution, joined_runs, joined_settings, stacked_fields
+from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings, stacked_fields
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class LabelPositions:
     positions: np.ndarray
 
 
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CircleFVLagrangian(StartsWithFiniteVolumes):
     r"""Finite volumes until their estimated error passes ``error_level``, then :class:`CircleLagrangian`.
@@ -125,10 +127,7 @@ class CircleFVLagrangian(StartsWithFiniteVolumes):
     def continuation_state(self, ds: xr.Dataset):
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
 
-        Parameters
-        ----------
-        ds : xarray.Dataset
-            A dataset this solver returned.
+        {dataset_parameters}
 
         Returns
         -------

@@ -49,6 +49,7 @@ import numpy as np
 from scipy.special import roots_legendre
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.docstrings import fill_docstrings
 from meanfield.engines import energy_pair_sum, select_kernel
 from meanfield.integration import AdaptiveStep, ExtrapolatedImplicitEuler, explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
@@ -64,6 +65,15 @@ TWO_PI = 2.0 * np.pi
 
 #: Newton steps that polish the quantile of a density given as a callable (from linear inversion).
 QUANTILE_NEWTON_STEPS = 2
+
+
+#: The Parameters section of the methods that read the labels' positions (``{positions_parameters}``).
+POSITIONS_PARAMETERS = """
+Parameters
+----------
+positions : numpy.ndarray, shape (points,)
+    The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+"""
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ def mass_labels(points: int) -> np.ndarray:
     return (np.arange(points) + 0.5) / points
 
 
+@fill_docstrings(positions_parameters=POSITIONS_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CircleLagrangian(GridSolver):
     r"""The mean-field equation on the circle for measures, in mass coordinates (module docstring).
@@ -222,10 +233,7 @@ class CircleLagrangian(GridSolver):
 
         Piecewise linear through the labels :math:`(X_i, m_i)` and their shifts by whole turns.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
         theta : numpy.ndarray
             Angles (any real).
 
@@ -243,10 +251,7 @@ class CircleLagrangian(GridSolver):
     def density(self, positions: np.ndarray) -> np.ndarray:
         """Cell averages of the measure on the ``cells`` recording cells: mass in each over its width.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -262,10 +267,7 @@ class CircleLagrangian(GridSolver):
         A cluster is a maximal run of consecutive labels with gaps below ``cluster_separation``
         and mass at least ``min_cluster_mass``; a measure with no such gap is one cluster.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -293,10 +295,7 @@ class CircleLagrangian(GridSolver):
     def velocity(self, positions: np.ndarray) -> np.ndarray:
         r"""The attention velocity :math:`d X_i/dt` (angular) of the labels, ``D`` aside.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -310,10 +309,7 @@ class CircleLagrangian(GridSolver):
     def diffusion_velocity(self, positions: np.ndarray) -> np.ndarray:
         r"""The diffusion's velocity in mass coordinates, :math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -326,10 +322,7 @@ class CircleLagrangian(GridSolver):
     def rhs(self, positions: np.ndarray) -> np.ndarray:
         r"""The semi-discrete right-hand side :math:`dX_i/dt`.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -341,10 +334,7 @@ class CircleLagrangian(GridSolver):
     def linearly_implicit_step(self, positions: np.ndarray, dt: float) -> np.ndarray:
         r"""One linearly implicit Euler step: :math:`(I - dt\,J)\,\Delta X = dt\,(v + f_D)`, ``J`` the diffusion's Jacobian.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
         dt : float
             The step.
 
@@ -413,10 +403,7 @@ class CircleLagrangian(GridSolver):
     def energy(self, positions: np.ndarray) -> float:
         """The model's interaction energy of the labels' measure.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -437,10 +424,7 @@ class CircleLagrangian(GridSolver):
     def entropy(self, positions: np.ndarray) -> float:
         r"""The discrete entropy :math:`\int\rho\log\rho = \sum_i \frac1M \log\frac{1/M}{X_{i+1} - X_i}`.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------
@@ -455,10 +439,7 @@ class CircleLagrangian(GridSolver):
         Gradient flows of the energy (USA, zonal aggregation): :math:`D\int\rho\log\rho - cE`;
         zonal SA without diffusion: :math:`-cE`; otherwise none is known.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
         energy : float
             :meth:`energy` of the same positions.
 
@@ -478,10 +459,7 @@ class CircleLagrangian(GridSolver):
     def deviation_norm(self, positions: np.ndarray) -> float:
         """Root-mean-square distance of the labels from the uniform measure's quantile nearest to them.
 
-        Parameters
-        ----------
-        positions : numpy.ndarray, shape (points,)
-            The labels' positions :math:`X_i = X(m_i)` (angles, nondecreasing, over one turn).
+        {positions_parameters}
 
         Returns
         -------

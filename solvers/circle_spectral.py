@@ -48,6 +48,7 @@ import numpy as np
 from scipy.fft import next_fast_len
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.docstrings import fill_docstrings
 from meanfield.integration import ExplicitTableau, explicit_adaptive_step
 from meanfield.records import CIRCLE
 
@@ -64,7 +65,17 @@ _TINY = np.finfo(float).tiny
 #: Modes of the kernel beyond the grid must be below this fraction of the largest.
 KERNEL_TOLERANCE = 1e-8
 
+#: The Parameters section of the methods that read the state, the series (``{series_parameters}``).
+SERIES_PARAMETERS = r"""
+Parameters
+----------
+coefficients : numpy.ndarray, shape (cells // 2,)
+    Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+    :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+"""
 
+
+@fill_docstrings(series_parameters=SERIES_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CircleSpectral(GridSolver):
     r"""Fourier pseudo-spectral solver on the circle (dealiased, diffusion exact, adaptive steps).
@@ -216,11 +227,7 @@ class CircleSpectral(GridSolver):
     def values(self, coefficients: np.ndarray, derivative: bool = False) -> np.ndarray:
         r"""The series (or its derivative) at the flux grid's ``M`` points.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
         derivative : bool
             Evaluate :math:`\partial_\theta\rho` instead of :math:`\rho`.
 
@@ -252,11 +259,7 @@ class CircleSpectral(GridSolver):
     def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
         r"""The averages over the ``record_cells`` cells, exactly (the recorded density).
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -291,11 +294,7 @@ class CircleSpectral(GridSolver):
     def velocity(self, coefficients: np.ndarray) -> np.ndarray:
         r"""The velocity :math:`v[\rho]` at the flux grid's points.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -325,11 +324,7 @@ class CircleSpectral(GridSolver):
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""The transport term of the equation and the largest speed.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -345,11 +340,7 @@ class CircleSpectral(GridSolver):
     def largest_speed(self, coefficients: np.ndarray) -> float:
         r"""The largest speed :math:`\max|v|` on the flux grid.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -393,11 +384,7 @@ class CircleSpectral(GridSolver):
     def deviation_norm(self, coefficients: np.ndarray) -> float:
         r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -410,11 +397,7 @@ class CircleSpectral(GridSolver):
     def norm(self, coefficients: np.ndarray) -> float:
         r"""The :math:`L^2` norm of the series (its mean's part and its deviation's).
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -431,11 +414,7 @@ class CircleSpectral(GridSolver):
     def local_tolerance(self, coefficients: np.ndarray) -> float:
         r"""The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -462,11 +441,7 @@ class CircleSpectral(GridSolver):
     def energy(self, coefficients: np.ndarray) -> float:
         r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of an external potential.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -480,11 +455,7 @@ class CircleSpectral(GridSolver):
     def lyapunov(self, coefficients: np.ndarray) -> float:
         r"""The functional the dynamics decreases, where one is known.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -512,11 +483,7 @@ class CircleSpectral(GridSolver):
     def spectral_tail(self, coefficients: np.ndarray) -> float:
         r"""Fraction of the spectral energy of ``rho - rho_bar`` held by the top 10 % of modes.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -589,11 +556,7 @@ class CircleSpectral(GridSolver):
     def density(self, coefficients: np.ndarray) -> np.ndarray:
         r"""The recorded density: the averages over the ``record_cells`` cells.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------
@@ -614,11 +577,7 @@ class CircleSpectral(GridSolver):
     def resolves(self, coefficients: np.ndarray) -> bool:
         r"""Whether the series still resolves the solution.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray, shape (cells // 2,)
-            Complex Fourier coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
-            :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}` (:math:`c_{-k} = \bar c_k`).
+        {series_parameters}
 
         Returns
         -------

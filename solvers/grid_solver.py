@@ -23,7 +23,16 @@ from meanfield.errors import StepSizeCollapse
 from meanfield.records import PDE, dataset_settings, record_attrs
 
 from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
+from meanfield.docstrings import fill_docstrings
 from .resolution import ResolutionMonitor
+
+#: The Parameters section of the methods that read a dataset of the solver's (``{dataset_parameters}``).
+DATASET_PARAMETERS = """
+Parameters
+----------
+ds : xarray.Dataset
+    A dataset this solver returned.
+"""
 
 #: Attributes of the diagnostic variables a solver may report.
 DIAGNOSTIC_ATTRS = {
@@ -63,6 +72,7 @@ class Interrupted:
     next_step: float
 
 
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 class GridSolver:
     """The template of a PDE solver on a grid; subclasses are frozen dataclasses holding a ``model``.
 
@@ -222,10 +232,7 @@ class GridSolver:
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``.
 
-        Parameters
-        ----------
-        ds : xarray.Dataset
-            A dataset this solver returned.
+        {dataset_parameters}
 
         Returns
         -------

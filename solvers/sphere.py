@@ -35,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.docstrings import fill_docstrings
 from meanfield.records import SPHERE
 from meanfield.spectra import attention_spectrum
 
@@ -53,6 +54,16 @@ from .tolerance import error_tolerance
 KERNEL_TOLERANCE = 1e-8
 
 
+#: The Parameters section of the methods that read the state, its coefficients (``{coefficients_parameters}``).
+COEFFICIENTS_PARAMETERS = """
+Parameters
+----------
+coefficients : numpy.ndarray
+    Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+"""
+
+
+@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class SphereSpectral(GridSolver):
     r"""Spectral Galerkin solver on :math:`S^2` with shtns transforms.
@@ -191,10 +202,7 @@ class SphereSpectral(GridSolver):
     def velocity(self, coefficients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         r"""The velocity :math:`v[\rho]` on the grid.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -231,10 +239,7 @@ class SphereSpectral(GridSolver):
     def transport(self, coefficients: np.ndarray) -> np.ndarray:
         r"""The transport term :math:`-\mathrm{div}_S(\rho v[\rho])`.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -246,10 +251,7 @@ class SphereSpectral(GridSolver):
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""The transport term and the largest speed.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -268,10 +270,7 @@ class SphereSpectral(GridSolver):
     def largest_speed(self, coefficients: np.ndarray) -> float:
         r"""The largest speed :math:`\max|v|` on the grid.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -298,10 +297,7 @@ class SphereSpectral(GridSolver):
     def deviation_norm(self, coefficients: np.ndarray) -> float:
         r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -313,10 +309,7 @@ class SphereSpectral(GridSolver):
     def local_tolerance(self, coefficients: np.ndarray) -> float:
         """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -332,10 +325,7 @@ class SphereSpectral(GridSolver):
     def energy(self, coefficients: np.ndarray) -> float:
         r"""The interaction energy :math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2`, plus :math:`\frac12\int w\rho` of an external potential.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -353,10 +343,7 @@ class SphereSpectral(GridSolver):
     def lyapunov(self, coefficients: np.ndarray) -> float:
         r"""The functional the dynamics decreases, where one is known.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -393,10 +380,7 @@ class SphereSpectral(GridSolver):
     def spectral_tail(self, coefficients: np.ndarray) -> float:
         """Fraction of the spectral energy of ``rho - rho_0`` held by the top 10 % of degrees.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -416,10 +400,7 @@ class SphereSpectral(GridSolver):
         range, ``tests/test_sphere_error_estimate.py`` checks it). It measures the spatial
         error only; the steps' error is ``rtol``'s.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -465,10 +446,7 @@ class SphereSpectral(GridSolver):
     def density(self, coefficients: np.ndarray) -> np.ndarray:
         """The density on the Gauss grid.
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
 
         Returns
         -------
@@ -487,10 +465,7 @@ class SphereSpectral(GridSolver):
     def resolves(self, coefficients: np.ndarray, rho: np.ndarray | None = None) -> bool:
         """Whether the truncated series still represents the density (the hand-over criterion).
 
-        Parameters
-        ----------
-        coefficients : numpy.ndarray
-            Spherical-harmonic coefficients of the density, in the grid's (shtns) layout.
+        {coefficients_parameters}
         rho : numpy.ndarray, optional
             Its grid values, when already synthesised.
 

@@ -40,8 +40,9 @@ from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
 from meanfield.records import PDE, SPHERE, record_attrs
 from meanfield.sphere import normalize
+from meanfield.docstrings import fill_docstrings
 
-from .grid_solver import Diagnosis, GridSolver, earliest_underresolution, joined_runs, joined_settings
+from .grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver, earliest_underresolution, joined_runs, joined_settings
 from .sphere import SphereSpectral, energy_is_scaled
 from .sphere_grid import SphereGrid
 from .tolerance import ROUNDOFF
@@ -50,6 +51,16 @@ from .tolerance import ROUNDOFF
 MASS = 3
 
 
+#: The Parameters section of the methods that read the state, the atoms (``{atoms_parameters}``).
+ATOMS_PARAMETERS = """
+Parameters
+----------
+atoms : numpy.ndarray, shape (atoms, 4)
+    Unit vectors and masses.
+"""
+
+
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, atoms_parameters=ATOMS_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class SphereWeightedParticles(GridSolver):
     r"""The mean-field equation on :math:`S^2` without diffusion, for a weighted sum of Diracs (module docstring).
@@ -214,10 +225,7 @@ class SphereWeightedParticles(GridSolver):
     def density(self, atoms: np.ndarray) -> np.ndarray:
         """The measure's mass per recording cell over the cell's area.
 
-        Parameters
-        ----------
-        atoms : numpy.ndarray, shape (atoms, 4)
-            Unit vectors and masses.
+        {atoms_parameters}
 
         Returns
         -------
@@ -237,10 +245,7 @@ class SphereWeightedParticles(GridSolver):
     def merged(self, atoms: np.ndarray) -> np.ndarray:
         """The atoms with those linked by distances below ``merge_distance`` made one.
 
-        Parameters
-        ----------
-        atoms : numpy.ndarray, shape (atoms, 4)
-            Unit vectors and masses.
+        {atoms_parameters}
 
         Returns
         -------
@@ -263,10 +268,7 @@ class SphereWeightedParticles(GridSolver):
         ``cluster_separation``, of mass at least ``min_cluster_mass``; its position is the
         normalized mass-weighted mean of its atoms.
 
-        Parameters
-        ----------
-        atoms : numpy.ndarray, shape (atoms, 4)
-            Unit vectors and masses.
+        {atoms_parameters}
 
         Returns
         -------
@@ -283,10 +285,7 @@ class SphereWeightedParticles(GridSolver):
     def rhs(self, atoms: np.ndarray) -> np.ndarray:
         """The right-hand side of the atoms' motion.
 
-        Parameters
-        ----------
-        atoms : numpy.ndarray, shape (atoms, 4)
-            Unit vectors and masses.
+        {atoms_parameters}
 
         Returns
         -------
@@ -326,10 +325,7 @@ class SphereWeightedParticles(GridSolver):
     def energy(self, atoms: np.ndarray) -> float:
         r"""The model's interaction energy of the measure, as :class:`~solvers.SphereSpectral` records it.
 
-        Parameters
-        ----------
-        atoms : numpy.ndarray, shape (atoms, 4)
-            Unit vectors and masses.
+        {atoms_parameters}
 
         Returns
         -------
@@ -384,10 +380,7 @@ class SphereWeightedParticles(GridSolver):
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``.
 
-        Parameters
-        ----------
-        ds : xarray.Dataset
-            A dataset this solver returned.
+        {dataset_parameters}
 
         Returns
         -------
@@ -439,6 +432,7 @@ class _AtomTransport:
         return self.solver.merged(new), None
 
 
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class SphereSpectralParticles:
     r""":class:`~solvers.SphereSpectral` while it resolves the density, then :class:`SphereWeightedParticles` (module docstring).
@@ -542,10 +536,7 @@ class SphereSpectralParticles:
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
 
-        Parameters
-        ----------
-        ds : xarray.Dataset
-            A dataset this solver returned.
+        {dataset_parameters}
 
         Returns
         -------

@@ -34,13 +34,14 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from meanfield.checks import check_int, check_real
+from meanfield.docstrings import fill_docstrings
 
 from .circle import ROUNDOFF_NEGATIVE
 from .circle_general import GeneralCircleOperators
 from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
 from .heads import head_matrices, takes_general_path
 from .resolution import sharpest_cluster_width
-from .stationary_problem import ParameterFamily, arpack_leading
+from .stationary_problem import ParameterFamily, arpack_leading, state_sections
 
 _ROTATION = np.array([[0.0, -1.0], [1.0, 0.0]])
 _REFLECTION = np.diag([1.0, -1.0])
@@ -64,6 +65,15 @@ def symmetries(model) -> tuple[bool, bool]:
             all(_commutes(a, _REFLECTION) and _commutes(v, _REFLECTION) for a, v in pairs))
 
 
+#: The state's entry in a Parameters section (:func:`~solvers.stationary_problem.state_sections`).
+UNKNOWNS = """
+unknowns : numpy.ndarray, shape (size,)
+    The state's unknowns: the deviation from the uniform density, on the first half of the
+    cells where the states are even (:meth:`expand` gives all of them).
+"""
+
+
+@fill_docstrings(**state_sections(UNKNOWNS))
 class CircleStationary(ParameterFamily):
     r"""Stationary states of the mean-field equation on the circle with diffusion, and their stability.
 
@@ -116,10 +126,7 @@ class CircleStationary(ParameterFamily):
     def operators_at(self, value: float) -> CircleOperators:
         """The finite-volume operators at this parameter value (the last one kept).
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Returns
         -------
@@ -139,11 +146,7 @@ class CircleStationary(ParameterFamily):
     def expand(self, unknowns: np.ndarray) -> np.ndarray:
         r"""The deviation on all cells from the unknowns (the even extension where the states are even).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -170,11 +173,7 @@ class CircleStationary(ParameterFamily):
     def density(self, unknowns: np.ndarray) -> np.ndarray:
         r"""Cell values of the density.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -216,11 +215,7 @@ class CircleStationary(ParameterFamily):
     def amplitude(self, unknowns: np.ndarray, wavenumber: int) -> float:
         r"""The cosine coefficient :math:`\frac1\pi\int\rho\cos k\theta` of the state (point values, trapezoid).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
+        {unknowns_parameters}
         wavenumber : int
             :math:`k`.
 
@@ -234,11 +229,7 @@ class CircleStationary(ParameterFamily):
     def norm(self, unknowns: np.ndarray) -> float:
         r""":math:`\|\rho - \bar\rho\|_{L^2}` (the branch's measure in a bifurcation diagram).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -250,11 +241,7 @@ class CircleStationary(ParameterFamily):
     def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
         r""":math:`|\int\rho\,e^{ik\theta}|` for ``k = 1..count``, the state read as point values (trapezoid).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
+        {unknowns_parameters}
         count : int
             How many wavenumbers.
 
@@ -275,8 +262,7 @@ class CircleStationary(ParameterFamily):
         ----------
         deviation : numpy.ndarray, shape (cells,)
             :math:`\rho - \bar\rho` per cell.
-        value : float
-            The parameter's value.
+        {value}
 
         Returns
         -------
@@ -288,13 +274,7 @@ class CircleStationary(ParameterFamily):
     def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
         """Newton's residual (module docstring): zero exactly at stationary states of mass one.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
-        value : float
-            The parameter's value.
+        {state_parameters}
 
         Returns
         -------
@@ -313,10 +293,7 @@ class CircleStationary(ParameterFamily):
     def preconditioner(self, value: float) -> "_FrozenGenerator":
         """Approximate inverse of the residual's Jacobian, refreshed at each Newton iterate.
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Returns
         -------
@@ -328,11 +305,7 @@ class CircleStationary(ParameterFamily):
     def resolved(self, unknowns: np.ndarray) -> tuple[bool, str]:
         """Whether the state is a positive density whose clusters span enough cells, and why not.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -352,13 +325,7 @@ class CircleStationary(ParameterFamily):
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
         r"""The linearised right-hand side on all cells (central differences, error :math:`O(\epsilon^2)`).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
-        value : float
-            The parameter's value.
+        {state_parameters}
 
         Returns
         -------
@@ -382,8 +349,7 @@ class CircleStationary(ParameterFamily):
         ----------
         wavenumber : int
             The mode :math:`\cos(k\theta)`.
-        value : float
-            The parameter's value.
+        {value}
 
         Returns
         -------
@@ -402,15 +368,7 @@ class CircleStationary(ParameterFamily):
         and for a rotation-invariant model the rotation's eigenvalue (eigenvector along
         :math:`\partial_\theta\rho`) is left out.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns: the deviation from the uniform density, on the first half of the
-            cells where the states are even (:meth:`expand` gives all of them).
-        value : float
-            The parameter's value.
-        count : int
-            How many eigenvalues.
+        {eigen_parameters}
 
         Returns
         -------
@@ -418,10 +376,7 @@ class CircleStationary(ParameterFamily):
             The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
             shape ``(cells, count)``.
 
-        Raises
-        ------
-        RuntimeError
-            When ARPACK does not converge.
+        {arpack_raises}
         """
         jacobian = self.jacobian(unknowns, value)
         shift = 1e3 * self.diffusion_at(value) * self.laplacian_symbol[-1]

@@ -14,12 +14,53 @@ import numpy as np
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigs
 
 from meanfield.checks import check_real
+from meanfield.docstrings import fill_docstrings, parameters
 from meanfield.models import SelfAttention
 
 #: The parameters a branch may follow.
 PARAMETERS = ("diffusion", "beta")
 
+#: The entries of the parameter a branch follows and of Newton's tolerance (``{branch}``).
+BRANCH = """
+parameter : {"diffusion", "beta"}
+    The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
+tol : float
+    Newton's tolerance on the residual, relative to the uniform density.
+"""
 
+#: The parameter value's entry in a Parameters section (``{value}``).
+VALUE = """
+value : float
+    The parameter's value.
+"""
+
+#: How many leading eigenvalues are asked for (an entry).
+COUNT = """
+count : int
+    How many eigenvalues.
+"""
+
+#: The Raises section of the methods that call ARPACK (:func:`arpack_leading`).
+ARPACK_RAISES = """
+Raises
+------
+RuntimeError
+    When ARPACK does not converge.
+"""
+
+
+def state_sections(unknowns: str) -> dict[str, str]:
+    """The docstring sections (:func:`~meanfield.docstrings.fill_docstrings`) of a stationary
+    problem whose state's entry is ``unknowns``: ``{state_parameters}`` (the state and the
+    parameter's value), ``{unknowns_parameters}``, ``{value_parameters}``, ``{eigen_parameters}``
+    (the state, the value and how many eigenvalues), ``{arpack_raises}`` and the entries
+    ``{value}`` and ``{branch}``."""
+    return {"state_parameters": parameters(unknowns, VALUE), "unknowns_parameters": parameters(unknowns),
+            "value_parameters": parameters(VALUE), "eigen_parameters": parameters(unknowns, VALUE, COUNT),
+            "arpack_raises": ARPACK_RAISES, "value": VALUE.strip("\n"), "branch": BRANCH.strip("\n")}
+
+
+@fill_docstrings(value_parameters=parameters(VALUE), branch=BRANCH)
 class ParameterFamily:
     """A model and the parameter a branch varies, with the values the stationary problem admits.
 
@@ -27,10 +68,7 @@ class ParameterFamily:
     ----------
     model : SelfAttention or ZonalAggregation
         The model at the family's starting value.
-    parameter : {"diffusion", "beta"}
-        The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
-    tol : float
-        Newton's tolerance on the residual, relative to the uniform density.
+    {branch}
     """
 
     def __init__(self, model, parameter: str, tol: float):
@@ -49,10 +87,7 @@ class ParameterFamily:
     def check_value(self, value: float) -> None:
         """Refuse a parameter value without stationary densities (no diffusion) or outside the model's range.
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Raises
         ------
@@ -69,10 +104,7 @@ class ParameterFamily:
     def model_at(self, value: float):
         """The model with the parameter set to ``value`` (checked by :meth:`check_value`).
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Returns
         -------
@@ -85,10 +117,7 @@ class ParameterFamily:
     def diffusion_at(self, value: float) -> float:
         """The diffusion coefficient at this parameter value.
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Returns
         -------

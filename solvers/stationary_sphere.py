@@ -35,9 +35,10 @@ import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
 from meanfield.checks import check_int, check_real
+from meanfield.docstrings import fill_docstrings
 
 from .sphere import SphereSpectral
-from .stationary_problem import ParameterFamily
+from .stationary_problem import ParameterFamily, state_sections
 
 #: An eigenvector this aligned with the rotation's generator is the rotation's (cosine of the angle).
 ROTATION_ALIGNMENT = 0.9
@@ -46,6 +47,22 @@ ROTATION_ALIGNMENT = 0.9
 JACOBIAN_STEP = 1e-6
 
 
+#: The resolution threshold's entry (``{tail_threshold}``).
+TAIL_THRESHOLD = """
+tail_threshold : float
+    A state whose top 10 % of degrees hold more than this fraction of the deviation's
+    spectral energy is under-resolved (as for :class:`~solvers.SphereSpectral`).
+"""
+
+#: The state's entry in a Parameters section (:func:`~solvers.stationary_problem.state_sections`).
+UNKNOWNS = """
+unknowns : numpy.ndarray, shape (lmax,)
+    The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
+    ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+"""
+
+
+@fill_docstrings(**state_sections(UNKNOWNS), tail_threshold=TAIL_THRESHOLD)
 class SphereFamily(ParameterFamily):
     """What the stationary problems on :math:`S^2` share: :class:`~solvers.SphereSpectral`'s
     discretisation along the parameter, its right-hand side and the resolution of a state.
@@ -59,13 +76,8 @@ class SphereFamily(ParameterFamily):
         The model at the family's starting value.
     lmax : int
         Highest degree of the discretisation.
-    parameter : {"diffusion", "beta"}
-        The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
-    tol : float
-        Newton's tolerance on the residual, relative to the uniform density.
-    tail_threshold : float
-        A state whose top 10 % of degrees hold more than this fraction of the deviation's
-        spectral energy is under-resolved (as for :class:`~solvers.SphereSpectral`).
+    {branch}
+    {tail_threshold}
     """
 
     name = "SphereSpectral"
@@ -82,10 +94,7 @@ class SphereFamily(ParameterFamily):
     def solver_at(self, value: float) -> SphereSpectral:
         """The spectral solver of the model at this parameter value (its transport; the last one kept).
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Returns
         -------
@@ -106,8 +115,7 @@ class SphereFamily(ParameterFamily):
         ----------
         coefficients : numpy.ndarray
             Coefficients of a density in the grid's layout.
-        value : float
-            The parameter's value.
+        {value}
 
         Returns
         -------
@@ -120,10 +128,7 @@ class SphereFamily(ParameterFamily):
     def preconditioner(self, value: float) -> "_Unpreconditioned":
         """The identity: the residual is already the identity plus a compact operator.
 
-        Parameters
-        ----------
-        value : float
-            The parameter's value.
+        {value_parameters}
 
         Returns
         -------
@@ -157,6 +162,7 @@ class SphereFamily(ParameterFamily):
 
 
 
+@fill_docstrings(**state_sections(UNKNOWNS), tail_threshold=TAIL_THRESHOLD)
 class SphereStationary(SphereFamily):
     r"""Axisymmetric stationary states of the mean-field equation on :math:`S^2` with diffusion, and their stability.
 
@@ -166,13 +172,8 @@ class SphereStationary(SphereFamily):
         A zonal model (no external field) with ``diffusion > 0`` at every parameter value asked for.
     lmax : int
         Highest degree of :class:`~solvers.SphereSpectral`'s discretisation.
-    parameter : {"diffusion", "beta"}
-        The parameter a branch follows (``beta``: :class:`~meanfield.SelfAttention` only).
-    tol : float
-        Newton's tolerance on the residual, relative to the uniform density.
-    tail_threshold : float
-        A state whose top 10 % of degrees hold more than this fraction of the deviation's
-        spectral energy is under-resolved (as for :class:`~solvers.SphereSpectral`).
+    {branch}
+    {tail_threshold}
 
     Raises
     ------
@@ -204,11 +205,7 @@ class SphereStationary(SphereFamily):
     def coefficients(self, unknowns: np.ndarray) -> np.ndarray:
         """The density's coefficients in the grid's layout from the unknowns (mass one).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -223,13 +220,7 @@ class SphereStationary(SphereFamily):
     def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
         """Newton's residual (module docstring): zero exactly at axisymmetric stationary states of mass one.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
-        value : float
-            The parameter's value.
+        {state_parameters}
 
         Returns
         -------
@@ -243,11 +234,7 @@ class SphereStationary(SphereFamily):
     def density(self, unknowns: np.ndarray) -> np.ndarray:
         r"""The density at the grid's colatitudes (it does not depend on the longitude).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -291,11 +278,7 @@ class SphereStationary(SphereFamily):
     def amplitude(self, unknowns: np.ndarray, degree: int) -> float:
         r"""The coefficient of :math:`P_l(\cos\theta)` in the density.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        {unknowns_parameters}
         degree : int
             :math:`l`.
 
@@ -309,11 +292,7 @@ class SphereStationary(SphereFamily):
     def norm(self, unknowns: np.ndarray) -> float:
         r""":math:`\|\rho - \bar\rho\|_{L^2}` (orthonormal harmonics: the unknowns' Euclidean norm).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -325,11 +304,7 @@ class SphereStationary(SphereFamily):
     def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
         r""":math:`|\int\rho\,P_k(\cos\theta)|` for ``k = 1..count``: :math:`\sqrt{4\pi/(2k+1)}\,|q_{k0}|`.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
+        {unknowns_parameters}
         count : int
             How many degrees.
 
@@ -353,8 +328,7 @@ class SphereStationary(SphereFamily):
         ----------
         degree : int
             :math:`l`.
-        value : float
-            The parameter's value.
+        {value}
 
         Returns
         -------
@@ -370,13 +344,7 @@ class SphereStationary(SphereFamily):
     def blocks(self, unknowns: np.ndarray, value: float) -> list[np.ndarray]:
         """The linearisation's block of each azimuthal order ``m = 0..lmax`` (module docstring), real matrices.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
-        value : float
-            The parameter's value.
+        {state_parameters}
 
         Returns
         -------
@@ -410,15 +378,7 @@ class SphereStationary(SphereFamily):
         eigenvalue is left out (module docstring). The eigenvectors (columns) are coefficient
         arrays in the grid's layout, the :math:`\cos m\varphi` member of each pair.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (lmax,)
-            The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
-            ``1 .. lmax`` (:meth:`coefficients` gives all of them).
-        value : float
-            The parameter's value.
-        count : int
-            How many eigenvalues.
+        {eigen_parameters}
 
         Returns
         -------

@@ -29,10 +29,20 @@ from __future__ import annotations
 import numpy as np
 from scipy.sparse.linalg import LinearOperator
 
-from .stationary_problem import arpack_leading
-from .stationary_sphere import JACOBIAN_STEP, SphereFamily
+from meanfield.docstrings import fill_docstrings
+
+from .stationary_problem import arpack_leading, state_sections
+from .stationary_sphere import JACOBIAN_STEP, TAIL_THRESHOLD, SphereFamily
 
 
+#: The state's entry in a Parameters section (:func:`~solvers.stationary_problem.state_sections`).
+UNKNOWNS = """
+unknowns : numpy.ndarray, shape (size,)
+    The state's unknowns (:meth:`coefficients`).
+"""
+
+
+@fill_docstrings(**state_sections(UNKNOWNS), tail_threshold=TAIL_THRESHOLD)
 class SphereStationaryGeneral(SphereFamily):
     r"""Stationary states on :math:`S^2` of a model without rotation symmetry, and their stability (module docstring).
 
@@ -44,13 +54,8 @@ class SphereStationaryGeneral(SphereFamily):
         parameter value asked for.
     lmax : int
         Highest degree of the discretisation.
-    parameter : {"diffusion", "beta"}
-        The parameter a branch follows.
-    tol : float
-        Newton's tolerance on the residual, relative to the uniform density.
-    tail_threshold : float
-        A state whose top 10 % of degrees hold more than this fraction of the deviation's
-        spectral energy is under-resolved (as for :class:`~solvers.SphereSpectral`).
+    {branch}
+    {tail_threshold}
 
     Raises
     ------
@@ -114,12 +119,7 @@ class SphereStationaryGeneral(SphereFamily):
     def residual(self, unknowns: np.ndarray, value: float) -> np.ndarray:
         """Newton's residual (module docstring): zero exactly at stationary states of mass one.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns (:meth:`coefficients`).
-        value : float
-            The parameter's value.
+        {state_parameters}
 
         Returns
         -------
@@ -135,10 +135,7 @@ class SphereStationaryGeneral(SphereFamily):
     def density(self, unknowns: np.ndarray) -> np.ndarray:
         """The density on the grid.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns (:meth:`coefficients`).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -150,10 +147,7 @@ class SphereStationaryGeneral(SphereFamily):
     def norm(self, unknowns: np.ndarray) -> float:
         """:math:`\\|\\rho - \\bar\\rho\\|_{L^2}` (orthonormal harmonics, each ``m > 0`` coefficient counted twice).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns (:meth:`coefficients`).
+        {unknowns_parameters}
 
         Returns
         -------
@@ -166,10 +160,7 @@ class SphereStationaryGeneral(SphereFamily):
     def order_parameters(self, unknowns: np.ndarray, count: int) -> np.ndarray:
         r""":math:`\big(\sum_m |\int\rho\,\overline{Y_{km}}|^2\big)^{1/2}` for ``k = 1..count``: the rotation-invariant size of each degree.
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns (:meth:`coefficients`).
+        {unknowns_parameters}
         count : int
             How many degrees.
 
@@ -186,12 +177,7 @@ class SphereStationaryGeneral(SphereFamily):
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
         r"""The linearised right-hand side on the unknowns (central differences, error :math:`O(\epsilon^2)`).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns (:meth:`coefficients`).
-        value : float
-            The parameter's value.
+        {state_parameters}
 
         Returns
         -------
@@ -210,14 +196,7 @@ class SphereStationaryGeneral(SphereFamily):
     def leading_eigenvalues(self, unknowns: np.ndarray, value: float, count: int = 4) -> tuple[np.ndarray, np.ndarray]:
         """The ``count`` eigenvalues of largest real part and their eigenvectors (columns, as unknowns).
 
-        Parameters
-        ----------
-        unknowns : numpy.ndarray, shape (size,)
-            The state's unknowns (:meth:`coefficients`).
-        value : float
-            The parameter's value.
-        count : int
-            How many eigenvalues.
+        {eigen_parameters}
 
         Returns
         -------
@@ -225,10 +204,7 @@ class SphereStationaryGeneral(SphereFamily):
             The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
             shape ``(size, count)``.
 
-        Raises
-        ------
-        RuntimeError
-            When ARPACK does not converge.
+        {arpack_raises}
         """
         start = np.random.default_rng(0).standard_normal(self.size)
         values, vectors = arpack_leading(self.jacobian(unknowns, value), count, start)

@@ -54,6 +54,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from meanfield.docstrings import fill_docstrings
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -330,13 +332,20 @@ def read_toml(path: Path) -> dict:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
 
 
+#: The Parameters section of the functions that read a TOML file (``{toml_path_parameters}``).
+TOML_PATH_PARAMETERS = """
+Parameters
+----------
+path : str or pathlib.Path
+    The TOML file; relative paths inside it are taken from its folder.
+"""
+
+
+@fill_docstrings(toml_path_parameters=TOML_PATH_PARAMETERS)
 def load_config(path: str | Path) -> ExperimentConfig:
     """Read and check a TOML experiment file (the input of ``meanfield run``).
 
-    Parameters
-    ----------
-    path : str or pathlib.Path
-        The TOML file; relative paths inside it are taken from its folder.
+    {toml_path_parameters}
 
     Returns
     -------

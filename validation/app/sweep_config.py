@@ -46,8 +46,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from .config import NUMBER, SECTIONS, ExperimentConfig, check_config, check_fields, option, read_toml, \
-    section_from_table
+from meanfield.docstrings import fill_docstrings
+
+from .config import NUMBER, SECTIONS, TOML_PATH_PARAMETERS, ExperimentConfig, check_config, check_fields, option, \
+    read_toml, section_from_table
 from .errors import ConfigError
 
 
@@ -139,15 +141,13 @@ class SweepConfig:
         return result
 
 
+@fill_docstrings(toml_path_parameters=TOML_PATH_PARAMETERS)
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Read and check a TOML sweep file (the input of ``meanfield sweep``).
 
     The base experiment, the sweep table and every grid point are checked before anything runs.
 
-    Parameters
-    ----------
-    path : str or pathlib.Path
-        The TOML file; relative paths inside it are taken from its folder.
+    {toml_path_parameters}
 
     Returns
     -------

@@ -1,0 +1,98 @@
+"""Docstring sections written once and filled into every docstring that shares them.
+
+Many methods take the same argument with the same meaning (a spectral solver's coefficients, a
+stationary problem's parameter value): numpydoc wants each documented in full, and one text
+kept in one place cannot drift from its copies. A docstring names a shared section by a line
+that holds only ``{name}``; :func:`fill_docstrings` puts the section there, indented as that
+line, when the module is imported (``help``, Sphinx and numpydoc's checks read the filled
+text). Only such lines are replaced, so braces elsewhere (LaTeX, sets) are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from types import FunctionType
+from typing import TypeVar
+
+__all__ = ["fill_docstrings", "parameters"]
+
+_PLACEHOLDER = re.compile(r"^([ \t]*)\{(\w+)\}[ \t]*$", re.MULTILINE)
+
+Documented = TypeVar("Documented")
+
+
+def fill_docstrings(**sections: str):
+    """Decorator: fill the ``{name}`` lines of a function's docstring, or of a class's and its members'.
+
+    Parameters
+    ----------
+    **sections : str
+        The text of each section by its placeholder's name, without indentation (its first line
+        at column 0, as numpydoc writes a section).
+
+    Returns
+    -------
+    callable
+        The decorator; it returns the function or class it is given, its docstrings filled.
+
+    Raises
+    ------
+    ValueError
+        If a docstring names a section that is not given (at import, not when read).
+    """
+
+    def fill(text: str | None, owner: str) -> str | None:
+        if not text:
+            return text
+
+        def section(match: re.Match) -> str:
+            indent, name = match.groups()
+            if name not in sections:
+                raise ValueError(f"the docstring of {owner} names a section {{{name}}} that "
+                                 f"fill_docstrings was not given (given: {sorted(sections)})")
+            return "\n".join(indent + line if line else line for line in sections[name].strip("\n").splitlines())
+
+        return _PLACEHOLDER.sub(section, text)
+
+    def decorate(target: Documented) -> Documented:
+        if not isinstance(target, type):
+            target.__doc__ = fill(target.__doc__, target.__qualname__)
+            return target
+        target.__doc__ = fill(target.__doc__, target.__qualname__)
+        for name, member in vars(target).items():
+            function = _documented_function(member)
+            if function is not None:
+                function.__doc__ = fill(function.__doc__, f"{target.__qualname__}.{name}")
+            if isinstance(member, (property, cached_property)):  # each keeps a copy of its getter's
+                member.__doc__ = fill(member.__doc__, f"{target.__qualname__}.{name}")
+        return target
+
+    return decorate
+
+
+def _documented_function(member: object):
+    """The function whose ``__doc__`` a class member shows (a method, a static or class method, a getter)."""
+    if isinstance(member, (staticmethod, classmethod)):
+        return member.__func__
+    if isinstance(member, property):
+        return member.fget
+    if isinstance(member, cached_property):
+        return member.func
+    return member if isinstance(member, FunctionType) else None
+
+
+def parameters(*entries: str) -> str:
+    """A numpydoc Parameters section of these entries (each ``name : type`` and its indented description).
+
+    Parameters
+    ----------
+    *entries : str
+        The entries, without indentation, in their order in the signature.
+
+    Returns
+    -------
+    str
+        The section, its header first.
+    """
+    return "\n".join(["Parameters", "----------", *(entry.strip("\n") for entry in entries)])

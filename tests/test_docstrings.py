@@ -1,0 +1,143 @@
+"""fill_docstrings: shared numpydoc sections written once, filled where a docstring names them."""
+
+import inspect
+from functools import cached_property
+
+import pytest
+
+from meanfield.docstrings import fill_docstrings
+
+SERIES = """\
+Parameters
+----------
+coefficients : numpy.ndarray
+    The series' coefficients :math:`c_{k}`, :math:`k \\ge 0`."""
+
+EXPECTED = """The value at zero.
+
+Parameters
+----------
+coefficients : numpy.ndarray
+    The series' coefficients :math:`c_{k}`, :math:`k \\ge 0`.
+
+Returns
+-------
+float
+    Its sum over :math:`\\{k\\}`."""
+
+
+def test_a_function_gets_the_section_at_its_placeholder_and_keeps_other_braces():
+    @fill_docstrings(series=SERIES)
+    def at_zero(coefficients):
+        r"""The value at zero.
+
+        {series}
+
+        Returns
+        -------
+        float
+            Its sum over :math:`\{k\}`.
+        """
+
+    assert inspect.cleandoc(at_zero.__doc__) == EXPECTED
+    assert "        coefficients : numpy.ndarray\n            The series'" in at_zero.__doc__  # the placeholder's indent
+
+
+def test_every_kind_of_class_member_is_filled():
+    @fill_docstrings(series=SERIES)
+    class Series:
+        """A series.
+
+        {series}
+        """
+
+        def method(self, coefficients):
+            """M.
+
+            {series}
+            """
+
+        @staticmethod
+        def static(coefficients):
+            """S.
+
+            {series}
+            """
+
+        @classmethod
+        def of_class(cls, coefficients):
+            """C.
+
+            {series}
+            """
+
+        @property
+        def getter(self):
+            """P.
+
+            {series}
+            """
+
+        @cached_property
+        def cached(self):
+            """Q.
+
+            {series}
+            """
+
+    for name in ("method", "static", "of_class", "getter", "cached"):
+        doc = inspect.getdoc(getattr(Series, name))
+        assert doc.endswith(inspect.cleandoc(SERIES)) and "{series}" not in doc, name
+    assert "{series}" not in Series.__doc__ and "coefficients : numpy.ndarray" in Series.__doc__
+
+
+def test_a_section_not_given_is_refused_at_import():
+    with pytest.raises(ValueError, match=r"names a section \{series\} that fill_docstrings was not given"):
+        @fill_docstrings(other=SERIES)
+        def at_zero(coefficients):
+            """The value at zero.
+
+            {series}
+            """
+
+
+def test_a_brace_that_is_not_alone_on_its_line_is_not_a_placeholder():
+    @fill_docstrings()
+    def f():
+        """A set {a} and {b}, and {c} inline."""
+
+    assert f.__doc__ == "A set {a} and {b}, and {c} inline."
+
+
+def _library_docstrings():
+    """Every docstring of the packages' modules, their functions, classes and class members."""
+    import importlib
+    import pkgutil
+
+    import meanfield
+    import solvers
+    import validation
+
+    for package in (meanfield, solvers, validation):
+        names = [package.__name__] + [info.name for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+        for name in names:
+            module = importlib.import_module(name)
+            yield name, module.__doc__
+            for owner_name, owner in vars(module).items():
+                if getattr(owner, "__module__", None) != name:
+                    continue  # imported from elsewhere: checked where it is defined
+                yield f"{name}.{owner_name}", getattr(owner, "__doc__", None)
+                if isinstance(owner, type):
+                    for member_name, member in vars(owner).items():
+                        function = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
+                        for doc in (getattr(member, "__doc__", None), getattr(function, "__doc__", None)):
+                            yield f"{name}.{owner_name}.{member_name}", doc
+
+
+def test_no_docstring_of_the_library_is_left_with_a_placeholder():
+    """A class or function that names a shared section without ``fill_docstrings`` would show ``{name}``."""
+    import re
+
+    placeholder = re.compile(r"^[ \t]*\{\w+\}[ \t]*$", re.MULTILINE)
+    unfilled = [where for where, doc in _library_docstrings() if isinstance(doc, str) and placeholder.search(doc)]
+    assert not unfilled, unfilled
