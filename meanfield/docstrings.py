@@ -64,7 +64,7 @@ def fill_docstrings(**sections: str):
             function = _documented_function(member)
             if function is not None:
                 function.__doc__ = fill(function.__doc__, f"{target.__qualname__}.{name}")
-            if isinstance(member, (property, cached_property)):  # each keeps a copy of its getter's
+            if isinstance(member, (property, cached_property, staticmethod, classmethod)):  # each keeps a copy
                 member.__doc__ = fill(member.__doc__, f"{target.__qualname__}.{name}")
         return target
 

@@ -28,15 +28,15 @@ from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, indexed_coordinates,
-                          joined_runs, joined_settings)
+from .grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, handover_sections,
+                          indexed_coordinates, joined_runs, joined_settings)
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.
 SPECTRAL_FLAG = "whether CircleSpectral computed this output (else CircleFV)"
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, **handover_sections("CircleFV"))
 @dataclass(frozen=True, eq=False)
 class CircleAuto(StartsWithFiniteVolumes):
     r"""Fourier pseudo-spectral on the circle while it resolves the density, then finite volumes.
@@ -131,11 +131,7 @@ class CircleAuto(StartsWithFiniteVolumes):
         covered every output; ``times[0]``: the finite volumes from the start) and both
         solvers' settings and step counts.
 
-        Parameters
-        ----------
-        rho0, times, progress, observer, max_steps, first_step, continued, pace
-            As for :meth:`CircleFV.solve <solvers.CircleFV.solve>`; with ``continued``,
-            ``rho0`` is what :meth:`continuation_state` returned.
+        {handover_parameters}
 
         Returns
         -------
@@ -143,10 +139,7 @@ class CircleAuto(StartsWithFiniteVolumes):
             As :class:`~solvers.CircleFV` records, with ``spectral`` (bool per time) and both
             solvers' diagnostics (NaN where the other ran).
 
-        Raises
-        ------
-        StepSizeCollapse
-            As for ``CircleFV.solve``.
+        {handover_raises}
         """
         times = check_times(times)
         common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)

@@ -25,7 +25,8 @@ from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_lagrangian import CircleLagrangian
-from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings, stacked_fields
+from .grid_solver import (DATASET_PARAMETERS, earliest_underresolution, handover_sections, joined_runs, joined_settings,
+                          stacked_fields)
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class LabelPositions:
     positions: np.ndarray
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, **handover_sections("CircleFV"))
 @dataclass(frozen=True, eq=False)
 class CircleFVLagrangian(StartsWithFiniteVolumes):
     r"""Finite volumes until their estimated error passes ``error_level``, then :class:`CircleLagrangian`.
@@ -88,11 +89,7 @@ class CircleFVLagrangian(StartsWithFiniteVolumes):
         ``attrs["settings"]`` records ``handover_time`` (NaN: the finite volumes covered
         every output) and both solvers' settings and step counts.
 
-        Parameters
-        ----------
-        rho0, times, progress, observer, max_steps, first_step, continued, pace
-            As for :meth:`CircleFV.solve <solvers.CircleFV.solve>`; with ``continued``,
-            ``rho0`` is what :meth:`continuation_state` returned.
+        {handover_parameters}
 
         Returns
         -------
@@ -100,10 +97,7 @@ class CircleFVLagrangian(StartsWithFiniteVolumes):
             As :class:`~solvers.CircleFV` records, with ``position`` (the labels), the
             clusters' masses and positions, and ``lagrangian`` (bool per time).
 
-        Raises
-        ------
-        StepSizeCollapse
-            As for ``CircleFV.solve``.
+        {handover_raises}
         """
         times = check_times(times)
         finite = self.finite_volumes

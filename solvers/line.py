@@ -42,6 +42,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_int, check_real, check_rtol, check_times
+from meanfield.docstrings import fill_docstrings
 from meanfield.errors import StepSizeCollapse
 from meanfield.euclidean import PureAttention
 from meanfield.integration import BOGACKI_SHAMPINE, StepCounts, explicit_adaptive_step, integrate
@@ -54,6 +55,15 @@ GHOST_MASS = 1e-12
 #: Largest share of a face's attention weight such cells may carry before the run warns: it moves the
 #: velocity by at most this fraction of the support's width, below the first-order error of the grid.
 GHOST_SHARE = 1e-3
+
+
+#: The entries of the output times and the progress bar of a run on the line (``{times_and_progress}``).
+TIMES_AND_PROGRESS = """
+times : array_like
+    Strictly increasing output times; the run starts at ``times[0]``.
+progress : bool, optional
+    Progress bar (default: when stderr is a terminal).
+"""
 
 
 def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[float, float]]:
@@ -72,6 +82,7 @@ def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[floa
     return value, model.beta * float(q[0, 0] * k[0, 0]), (lo, hi)
 
 
+@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS)
 class LineFV:
     """Finite volumes for the ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` (module docstring).
 
@@ -223,10 +234,7 @@ class LineFV:
         ----------
         rho0 : callable or numpy.ndarray
             The initial density (see :meth:`initial_masses`).
-        times : array_like
-            Strictly increasing output times; the run starts at ``times[0]``.
-        progress : bool, optional
-            Progress bar (default: when stderr is a terminal).
+        {times_and_progress}
 
         Returns
         -------

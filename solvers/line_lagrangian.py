@@ -34,18 +34,28 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_int, check_rtol, check_times
+from meanfield.docstrings import fill_docstrings
 from meanfield.errors import StepSizeCollapse
 from meanfield.integration import DORMAND_PRINCE, StepCounts, explicit_adaptive_step, integrate
 from meanfield.records import PDE, euclidean_name, record_attrs
 
 from .circle_lagrangian import mass_labels
-from .line import line_problem
+from .line import TIMES_AND_PROGRESS, line_problem
 
 #: Fine cells per label of the table from which the initial quantiles are read (their error is
 #: the square of a fine cell's width times the density's relative slope).
 QUANTILE_TABLE = 16
 
+#: The Parameters section of the discretisation's methods that take the state and do not read it.
+UNUSED_STATE_PARAMETERS = """
+Parameters
+----------
+state : numpy.ndarray
+    The state (unused).
+"""
 
+
+@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, unused_state_parameters=UNUSED_STATE_PARAMETERS)
 class LineLagrangian:
     r"""The ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` in mass coordinates (module docstring).
 
@@ -103,10 +113,7 @@ class LineLagrangian:
     def stable_step(state: np.ndarray) -> float:
         """No stability bound: the transport of labels is not stiff (the error control sets the steps).
 
-        Parameters
-        ----------
-        state : numpy.ndarray
-            The state (unused).
+        {unused_state_parameters}
 
         Returns
         -------
@@ -134,10 +141,7 @@ class LineLagrangian:
     def tolerance(self, state: np.ndarray) -> float:
         """``rtol`` times the interval's length.
 
-        Parameters
-        ----------
-        state : numpy.ndarray
-            The state (unused).
+        {unused_state_parameters}
 
         Returns
         -------
@@ -204,10 +208,7 @@ class LineLagrangian:
         ----------
         rho0 : callable
             The initial density (see :meth:`initial_positions`).
-        times : array_like
-            Strictly increasing output times; the run starts at ``times[0]``.
-        progress : bool, optional
-            Progress bar (default: when stderr is a terminal).
+        {times_and_progress}
 
         Returns
         -------

@@ -42,7 +42,8 @@ from meanfield.records import PDE, SPHERE, record_attrs
 from meanfield.sphere import normalize
 from meanfield.docstrings import fill_docstrings
 
-from .grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver, earliest_underresolution, joined_runs, joined_settings
+from .grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, earliest_underresolution, handover_sections,
+                          joined_runs, joined_settings)
 from .sphere import SphereSpectral, energy_is_scaled
 from .sphere_grid import SphereGrid
 from .tolerance import ROUNDOFF
@@ -432,7 +433,7 @@ class _AtomTransport:
         return self.solver.merged(new), None
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, **handover_sections("SphereSpectral"))
 @dataclass(frozen=True, eq=False)
 class SphereSpectralParticles:
     r""":class:`~solvers.SphereSpectral` while it resolves the density, then :class:`SphereWeightedParticles` (module docstring).
@@ -492,11 +493,7 @@ class SphereSpectralParticles:
         output), ``handover_clipped`` (the negative mass set to zero there) and both solvers'
         settings and step counts.
 
-        Parameters
-        ----------
-        rho0, times, progress, observer, max_steps, first_step, continued, pace
-            As for :meth:`SphereSpectral.solve <solvers.SphereSpectral.solve>`; with
-            ``continued``, ``rho0`` is what :meth:`continuation_state` returned.
+        {handover_parameters}
 
         Returns
         -------
@@ -505,10 +502,7 @@ class SphereSpectralParticles:
             ``atom_mass`` (NaN before the hand-over), the clusters' masses and positions (of the
             density's quadrature atoms before it), and ``particles`` (bool per time).
 
-        Raises
-        ------
-        StepSizeCollapse
-            As for ``SphereSpectral.solve``.
+        {handover_raises}
         """
         times = check_times(times)
         common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)

@@ -245,10 +245,7 @@ class CircleStationary(ParameterFamily):
         count : int
             How many wavenumbers.
 
-        Returns
-        -------
-        numpy.ndarray, shape (count,)
-            The order parameters.
+        {order_returns}
         """
         rho = self.density(unknowns)
         k = np.arange(1, count + 1)[:, None]

@@ -48,16 +48,25 @@ RuntimeError
     When ARPACK does not converge.
 """
 
+#: The Returns section of ``order_parameters``.
+ORDER_RETURNS = """
+Returns
+-------
+numpy.ndarray, shape (count,)
+    The order parameters.
+"""
+
 
 def state_sections(unknowns: str) -> dict[str, str]:
     """The docstring sections (:func:`~meanfield.docstrings.fill_docstrings`) of a stationary
     problem whose state's entry is ``unknowns``: ``{state_parameters}`` (the state and the
     parameter's value), ``{unknowns_parameters}``, ``{value_parameters}``, ``{eigen_parameters}``
-    (the state, the value and how many eigenvalues), ``{arpack_raises}`` and the entries
+    (the state, the value and how many eigenvalues), ``{arpack_raises}``, ``{order_returns}`` and the entries
     ``{value}`` and ``{branch}``."""
     return {"state_parameters": parameters(unknowns, VALUE), "unknowns_parameters": parameters(unknowns),
             "value_parameters": parameters(VALUE), "eigen_parameters": parameters(unknowns, VALUE, COUNT),
-            "arpack_raises": ARPACK_RAISES, "value": VALUE.strip("\n"), "branch": BRANCH.strip("\n")}
+            "arpack_raises": ARPACK_RAISES, "order_returns": ORDER_RETURNS, "value": VALUE.strip("\n"),
+            "branch": BRANCH.strip("\n")}
 
 
 @fill_docstrings(value_parameters=parameters(VALUE), branch=BRANCH)

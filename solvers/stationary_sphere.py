@@ -308,10 +308,7 @@ class SphereStationary(SphereFamily):
         count : int
             How many degrees.
 
-        Returns
-        -------
-        numpy.ndarray, shape (count,)
-            The order parameters.
+        {order_returns}
         """
         return np.abs(unknowns[:count]) / self.legendre_scale[:count]
 

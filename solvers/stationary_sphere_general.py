@@ -164,10 +164,7 @@ class SphereStationaryGeneral(SphereFamily):
         count : int
             How many degrees.
 
-        Returns
-        -------
-        numpy.ndarray, shape (count,)
-            The order parameters.
+        {order_returns}
         """
         power = self.grid.parseval_weight * np.abs(self.coefficients(unknowns)) ** 2
         per_degree = np.bincount(self.grid.transform.l, weights=power, minlength=self.lmax + 1)
