@@ -56,11 +56,8 @@ def fill_docstrings(**sections: str):
         return _PLACEHOLDER.sub(section, text)
 
     def decorate(target: Documented) -> Documented:
-        if not isinstance(target, type):
-            target.__doc__ = fill(target.__doc__, target.__qualname__)
-            return target
         target.__doc__ = fill(target.__doc__, target.__qualname__)
-        for name, member in vars(target).items():
+        for name, member in (vars(target).items() if isinstance(target, type) else ()):
             function = _documented_function(member)
             if function is not None:
                 function.__doc__ = fill(function.__doc__, f"{target.__qualname__}.{name}")
