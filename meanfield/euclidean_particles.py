@@ -43,6 +43,7 @@ from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
 from .integration.runs import dop853_frames, embedded_pair_run, fixed_step_run
 from .records import PARTICLES, euclidean_name, record_attrs
 
+
 class EuclideanFlow:
     """The model's velocity as a function of ``(t, x)`` on batches ``(systems, n, d)`` like ``like``,
     and its rescaling: the reference :meth:`~meanfield.PureAttention.velocity_at` on numpy arrays,

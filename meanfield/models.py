@@ -52,7 +52,7 @@ x : numpy.ndarray, shape (..., n, d)
 """
 
 #: The entries of a spectrum's largest degree and the dimension (``{degree_and_dimension}``).
-DEGREE_AND_DIMENSION = r"""
+DEGREE_AND_DIMENSION = """
 max_degree : int
     Largest degree (on the circle: the largest Fourier mode).
 d : int

@@ -19,11 +19,11 @@ import xarray as xr
 from xarray.indexes import PandasIndex
 
 from meanfield.checks import check_times
+from meanfield.docstrings import fill_docstrings, parameters
 from meanfield.errors import StepSizeCollapse
+from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
 from meanfield.records import PDE, dataset_settings, record_attrs
 
-from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
-from meanfield.docstrings import fill_docstrings, parameters
 from .resolution import ResolutionMonitor
 
 #: The Parameters section of the methods that read a dataset of the solver's (``{dataset_parameters}``).
@@ -33,7 +33,6 @@ Parameters
 ds : xarray.Dataset
     A dataset this solver returned.
 """
-
 
 
 def handover_sections(reference: str) -> dict[str, str]:

@@ -65,8 +65,7 @@ def state_sections(unknowns: str) -> dict[str, str]:
     ``{value}`` and ``{branch}``."""
     return {"state_parameters": parameters(unknowns, VALUE), "unknowns_parameters": parameters(unknowns),
             "value_parameters": parameters(VALUE), "eigen_parameters": parameters(unknowns, VALUE, COUNT),
-            "arpack_raises": ARPACK_RAISES, "order_returns": ORDER_RETURNS, "value": VALUE.strip("\n"),
-            "branch": BRANCH.strip("\n")}
+            "arpack_raises": ARPACK_RAISES, "order_returns": ORDER_RETURNS, "value": VALUE, "branch": BRANCH}
 
 
 @fill_docstrings(value_parameters=parameters(VALUE), branch=BRANCH)

@@ -161,7 +161,6 @@ class SphereFamily(ParameterFamily):
         return True, ""
 
 
-
 @fill_docstrings(**state_sections(UNKNOWNS), tail_threshold=TAIL_THRESHOLD)
 class SphereStationary(SphereFamily):
     r"""Axisymmetric stationary states of the mean-field equation on :math:`S^2` with diffusion, and their stability.

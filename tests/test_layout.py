@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ["meanfield", "solvers", "validation", "validation.app"]
 
 
-
 def module_name(path: Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -150,6 +150,7 @@ SPHERE_SOLVERS = ("SphereSpectral", "SphereSpectralParticles")
 EUCLIDEAN = "euclidean"
 GEOMETRIES = ("circle", "sphere", EUCLIDEAN)
 
+
 @dataclass(frozen=True)
 class PerceptronConfig:
     """``[model.perceptron]``: the weights ``w_j`` and the directions ``a_j`` (one ``d``-vector each)."""

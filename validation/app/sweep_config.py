@@ -68,6 +68,7 @@ class SweepSettings:
     def __post_init__(self) -> None:
         check_fields(self)
 
+
 #: Array libraries a particle sweep can compute with (``device = "LIBRARY[:DEVICE]"``);
 #: ``array_api_strict`` (CPU) runs the device path where no GPU is, for tests.
 ARRAY_LIBRARIES = ("numpy", "torch", "cupy", "jax", "array_api_strict")
