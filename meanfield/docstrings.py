@@ -15,7 +15,7 @@ from functools import cached_property
 from types import FunctionType
 from typing import TypeVar
 
-__all__ = ["fill_docstrings", "parameters"]
+__all__ = ["fill_docstrings", "inherit_docstrings", "parameters"]
 
 _PLACEHOLDER = re.compile(r"^([ \t]*)\{(\w+)\}[ \t]*$", re.MULTILINE)
 
@@ -66,6 +66,46 @@ def fill_docstrings(**sections: str):
         return target
 
     return decorate
+
+
+def inherit_docstrings(cls: type) -> type:
+    """Class decorator: a member of ``cls`` without a docstring takes the one of the member it overrides.
+
+    Python's ``inspect.getdoc`` looks an undocumented override's docstring up in the bases, but
+    ``__doc__``, which numpydoc's checks and some tools read, stays empty. A template that
+    declares its members with their docstrings (:class:`solvers.spectral_solver.SpectralSolver`)
+    is then written once: each implementation copies the docstring of the nearest base that
+    documents the member (filled already, if that base's own placeholders were).
+
+    Parameters
+    ----------
+    cls : type
+        The class whose undocumented members inherit.
+
+    Returns
+    -------
+    type
+        ``cls``, its members' docstrings set.
+    """
+    for name, member in vars(cls).items():
+        function = _documented_function(member)
+        if function is None or function.__doc__:
+            continue
+        inherited = next((doc for base in cls.__mro__[1:]
+                          if (doc := _docstring(vars(base).get(name))) is not None), None)
+        if inherited is not None:
+            function.__doc__ = inherited
+            if isinstance(member, (property, cached_property, staticmethod, classmethod)):  # each keeps a copy
+                member.__doc__ = inherited
+    return cls
+
+
+def _docstring(member: object) -> str | None:
+    """The docstring a class member shows, or ``None`` (not a documented kind, or none written)."""
+    function = _documented_function(member)
+    if function is None:
+        return None
+    return function.__doc__ or None
 
 
 def _documented_function(member: object):

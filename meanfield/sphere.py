@@ -49,6 +49,11 @@ def normalize(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
+def periodic_angles(n: int) -> np.ndarray:
+    r"""The ``n`` equispaced angles :math:`2\pi j/n`, :math:`j = 0 .. n-1`, of a periodic grid on the circle."""
+    return np.arange(n) * (2 * np.pi / n)
+
+
 def circle_points(theta: np.ndarray) -> np.ndarray:
     r"""Points :math:`(\cos\theta, \sin\theta)` of the unit circle.
 

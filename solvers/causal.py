@@ -43,7 +43,7 @@ from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV
 from .circle_operators import GAUSS_4, CircleOperators
-from .circle_spectral import CircleSpectral, tail_fraction
+from .circle_spectral import CircleSpectral
 from .grid_solver import Diagnosis
 from .resolution import sharpest_cluster_width
 from .sphere import SphereSpectral
@@ -277,18 +277,6 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
 
     lyapunov = energy
 
-    def spectral_tail(self, coefficients: np.ndarray) -> float:
-        """The largest over layers of :meth:`CircleSpectral.spectral_tail <solvers.CircleSpectral.spectral_tail>`.
-
-        {layer_series_parameters}
-
-        Returns
-        -------
-        float
-            In ``[0, 1]``.
-        """
-        return max(tail_fraction(layer, self.cells // 2 - 1) for layer in coefficients)
-
     def initial_coefficients(self, rho0, *, name: str = "rho0") -> np.ndarray:
         r"""Coefficients per layer, shape ``(layers, cells // 2)``, each of mass one.
 
@@ -312,10 +300,9 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
             If a layer's density is negative, not finite, of zero mass or of the wrong shape.
         """
         if callable(rho0):
-            samples = 4 * self.cells  # modes up to 4N fold onto none of the kept ones
-            theta = np.arange(samples) * (2 * np.pi / samples)
-            values = _layer_values(rho0, self.layers, lambda f, s: f(s, theta), (samples,), name)
-            coefficients = np.fft.rfft(values)[:, : self.cells // 2] / samples
+            theta = self._sample_angles
+            values = _layer_values(rho0, self.layers, lambda f, s: f(s, theta), theta.shape, name)
+            coefficients = np.fft.rfft(values)[:, : self.cells // 2] / theta.size
         else:
             coefficients = self.coefficients_of_averages(
                 _layer_values(rho0, self.layers, None, (self.record_cells,), name))
@@ -448,9 +435,6 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
             The values.
         """
         return np.stack([self.grid.synthesise(layer) for layer in coefficients])
-
-    def _layers(self, coefficients: np.ndarray):
-        return coefficients
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         resolution = self._resolution(coefficients, rho)  # over all layers: the largest tail and estimate

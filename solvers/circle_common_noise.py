@@ -14,14 +14,15 @@ stability and resolution: ``solvers.common_noise_transport``, shared with the sp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from meanfield.checks import check_int
 from meanfield.homogenized import HomogenizedLimit
 from meanfield.records import CIRCLE
-from meanfield.sphere import circle_points
+from meanfield.sphere import circle_points, periodic_angles
 
 from .circle_spectral import tail_fraction
 from .common_noise_transport import CommonNoiseTransport, checked_grid_values
@@ -49,8 +50,6 @@ class CommonNoiseCircle(CommonNoiseTransport):
     limit: HomogenizedLimit
     points: int = 64
     tail_threshold: float = 1e-10
-    # The grid's points (cos, sin), read at every evaluation of the fields and the divergence
-    _points: np.ndarray = field(init=False, repr=False, compare=False)
     dimension = 2
     geometry = CIRCLE
 
@@ -59,12 +58,11 @@ class CommonNoiseCircle(CommonNoiseTransport):
         check_int(self.points, "points", minimum=8)
         if self.points % 2:
             raise ValueError(f"points must be even, got {self.points}")
-        object.__setattr__(self, "_points", circle_points(self.theta))
 
     @property
     def theta(self) -> np.ndarray:
         r"""The grid's angles :math:`2\pi j/N`."""
-        return np.arange(self.points) * (2 * np.pi / self.points)
+        return periodic_angles(self.points)
 
     @property
     def highest_mode(self) -> int:
@@ -75,6 +73,11 @@ class CommonNoiseCircle(CommonNoiseTransport):
     def largest_wavenumber(self) -> float:
         """The highest mode kept, which bounds the stable move."""
         return float(self.highest_mode)
+
+    @cached_property
+    def _points(self) -> np.ndarray:
+        """The grid's points (cos, sin), kept: every evaluation of the fields and the divergence reads them."""
+        return circle_points(self.theta)
 
     def nodes(self) -> np.ndarray:
         r"""The grid's points on the circle.

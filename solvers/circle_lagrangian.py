@@ -58,7 +58,7 @@ from meanfield.records import CIRCLE
 from meanfield.sphere import circle_points
 
 from .circle_operators import gauss_cell_averages, solve_cyclic_tridiagonal
-from .grid_solver import Diagnosis, GridSolver
+from .grid_solver import Diagnosis, GridSolver, UnboundedTransport, check_measure_model
 from .tolerance import ROUNDOFF
 
 TWO_PI = 2.0 * np.pi
@@ -175,12 +175,7 @@ class CircleLagrangian(GridSolver):
         check_real(self.min_cluster_mass, "min_cluster_mass", minimum=0.0)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
-        if not model.on_sphere or model.dimension not in (None, 2):
-            raise ValueError(f"CircleLagrangian solves on the circle: got a model of dimension {model.dimension}"
-                             f"{'' if model.on_sphere else ' off the sphere'}")
-        if model.causal:
-            raise ValueError("CircleLagrangian labels tokens by mass, not by position in the sequence: a causal "
-                             "model takes CausalCircleFV")
+        check_measure_model(model, self.name, 2, "CausalCircleFV")
         object.__setattr__(self, "labels", mass_labels(self.points))
         object.__setattr__(self, "engine", select_kernel(model, np.zeros((1, self.points, 2)), self.kernel))
 
@@ -506,19 +501,8 @@ def _polish_quantile(rho0: Callable, values: np.ndarray, quantile: np.ndarray, l
     return quantile
 
 
-class _MassTransport:
+class _MassTransport(UnboundedTransport):
     """The solver as a :class:`~meanfield.integration.protocols.Discretisation` of the labels' motion."""
-
-    decay = None
-
-    def __init__(self, solver: CircleLagrangian):
-        self.solver = solver
-
-    def rhs(self, positions: np.ndarray) -> np.ndarray:
-        return self.solver.rhs(positions)
-
-    def stable_step(self, positions: np.ndarray) -> float:
-        return np.inf
 
     def norm(self, change: np.ndarray) -> float:
         return float(np.sqrt(np.mean(change ** 2)))

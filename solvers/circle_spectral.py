@@ -47,17 +47,18 @@ from typing import Callable
 import numpy as np
 from scipy.fft import next_fast_len
 
-from meanfield.checks import check_density, check_int, check_real, check_rtol
-from meanfield.docstrings import fill_docstrings
-from meanfield.integration import ExplicitTableau, explicit_adaptive_step
+from meanfield.checks import check_density, check_int
+from meanfield.docstrings import fill_docstrings, inherit_docstrings
+from meanfield.integration import explicit_adaptive_step
 from meanfield.records import CIRCLE
+from meanfield.sphere import periodic_angles
 
 from .circle_general import GeneralCircleOperators
-from .grid_solver import Diagnosis, GridSolver
-from .spectral_transport import SpectralTransport, transport_tableau
+from .grid_solver import Diagnosis
 from .heads import takes_general_path
 from .resolution import fourier_tail_error
-from .tolerance import error_tolerance
+from .spectral_solver import SPEED_PARAMETERS, SpectralSolver
+from .spectral_transport import SpectralTransport
 
 #: The smallest positive double: K*rho is floored there before dividing by it.
 _TINY = np.finfo(float).tiny
@@ -75,9 +76,10 @@ coefficients : numpy.ndarray, shape (cells // 2,)
 """
 
 
-@fill_docstrings(series_parameters=SERIES_PARAMETERS)
+@fill_docstrings(series_parameters=SERIES_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@inherit_docstrings
 @dataclass(frozen=True, eq=False)
-class CircleSpectral(GridSolver):
+class CircleSpectral(SpectralSolver):
     r"""Fourier pseudo-spectral solver on the circle (dealiased, diffusion exact, adaptive steps).
 
     Parameters
@@ -109,14 +111,8 @@ class CircleSpectral(GridSolver):
         of max rho (default ``1e-3``); ``None``: the ``tail_threshold`` criterion instead.
     """
 
-    model: object
     cells: int = 256
-    rtol: float = 1e-6
-    tail_threshold: float = 1e-10
-    interaction: str = "auto"
-    tableau: str | ExplicitTableau = "dormand_prince"
-    record_cells: int | None = None
-    error_level: float | None = 1e-3
+    record_cells: int | None = field(default=None, kw_only=True)
     points: int = field(init=False)
     wavenumber: np.ndarray = field(init=False, repr=False)
     _derivative: np.ndarray = field(init=False, repr=False)
@@ -138,15 +134,11 @@ class CircleSpectral(GridSolver):
         check_int(self.cells, "cells", minimum=8)
         if self.cells % 2:
             raise ValueError(f"cells must be even (modes |k| < cells/2), got {self.cells}")
-        check_rtol(self.rtol)
-        check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
-        if self.error_level is not None:
-            check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
+        self._check_settings()
         if self.record_cells is None:
             set_(self, "record_cells", self.cells)
         elif check_int(self.record_cells, "record_cells", minimum=self.cells) % self.cells:
             raise ValueError(f"record_cells must be a multiple of cells={self.cells}, got {self.record_cells}")
-        set_(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
         model = self.kernel_model
         if model.dimension not in (None, 2):
             raise ValueError(f"CircleSpectral solves on the circle: the model's matrices are "
@@ -217,7 +209,13 @@ class CircleSpectral(GridSolver):
     @property
     def flux_grid(self) -> np.ndarray:
         r"""The ``M`` points :math:`2\pi j/M` where the flux is formed."""
-        return np.arange(self.points) * (2 * np.pi / self.points)
+        return periodic_angles(self.points)
+
+    @property
+    def _sample_angles(self) -> np.ndarray:
+        """Where a callable initial density is sampled: ``4 cells`` angles, so that its modes up to
+        ``4N`` fold onto none of the kept ones."""
+        return periodic_angles(4 * self.cells)
 
     @property
     def resolution_advice(self) -> str:
@@ -322,31 +320,11 @@ class CircleSpectral(GridSolver):
         return velocity if self.external_velocity is None else velocity + self.external_velocity
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        r"""The transport term of the equation and the largest speed.
-
-        {series_parameters}
-
-        Returns
-        -------
-        transport : numpy.ndarray, shape (cells // 2,)
-            Coefficients of :math:`-\partial_\theta(\rho v[\rho])` (dealiased).
-        speed : float
-            :math:`\max|v|` on the flux grid.
-        """
         velocity = self.velocity(coefficients)
         flux = self.analyse(self.values(coefficients) * velocity)
         return -self._derivative * flux, float(np.abs(velocity).max())
 
     def largest_speed(self, coefficients: np.ndarray) -> float:
-        r"""The largest speed :math:`\max|v|` on the flux grid.
-
-        {series_parameters}
-
-        Returns
-        -------
-        float
-            The largest speed (sets :meth:`stable_step`).
-        """
         return float(np.abs(self.velocity(coefficients)).max())
 
     def stable_step(self, speed: float) -> float:
@@ -360,10 +338,7 @@ class CircleSpectral(GridSolver):
         Without diffusion it is the pair's imaginary stability over :math:`(N/2)\max|v|`; with
         it the fast modes, damped the most, no longer bound the step.
 
-        Parameters
-        ----------
-        speed : float
-            The largest speed :math:`\max|v|`.
+        {speed_parameters}
 
         Returns
         -------
@@ -382,15 +357,6 @@ class CircleSpectral(GridSolver):
 
     # ------------------------------------------------------------------ norms and functionals
     def deviation_norm(self, coefficients: np.ndarray) -> float:
-        r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
-
-        {series_parameters}
-
-        Returns
-        -------
-        float
-            By Parseval over the modes :math:`k \ne 0`.
-        """
         deviation = coefficients[..., 1:]  # (layered solvers: over all layers)
         return float(np.sqrt(4 * np.pi * np.vdot(deviation, deviation).real))
 
@@ -408,21 +374,7 @@ class CircleSpectral(GridSolver):
 
     @staticmethod
     def _uniform_norm(coefficients: np.ndarray) -> float:
-        """The :math:`L^2` norm of the mean's part (over all layers of a layered solver)."""
         return float(np.sqrt(2 * np.pi) * np.linalg.norm(coefficients[..., 0]))
-
-    def local_tolerance(self, coefficients: np.ndarray) -> float:
-        r"""The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
-
-        {series_parameters}
-
-        Returns
-        -------
-        float
-            ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
-            norm (so that a run from the uniform state takes steps).
-        """
-        return error_tolerance(self.rtol, self.deviation_norm(coefficients), self._uniform_norm(coefficients))
 
     def _quadratic(self, coefficients: np.ndarray, symbol: np.ndarray) -> float:
         r""":math:`\frac12\int\rho\,(S*\rho) = \pi\sum_k S_k|\hat\rho_k|^2` over all :math:`k` (both signs)."""
@@ -439,31 +391,11 @@ class CircleSpectral(GridSolver):
         return self.values(coefficients * np.exp(1j * np.pi * self.wavenumber / self.points))
 
     def energy(self, coefficients: np.ndarray) -> float:
-        r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of an external potential.
-
-        {series_parameters}
-
-        Returns
-        -------
-        float
-            :math:`E`, times :math:`e^{-\beta}` where it would overflow (``energy_scaled``).
-        """
         if self.general is not None:
             return self.general.energy(self._centred_values(coefficients))
         return self._quadratic(coefficients, self._energy_symbol) + self._external_energy(self.values(coefficients))
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
-        r"""The functional the dynamics decreases, where one is known.
-
-        {series_parameters}
-
-        Returns
-        -------
-        float
-            The free energy (gradient flows: USA, zonal aggregation, Kuramoto), ``-cE`` (SA
-            without diffusion); NaN where none is known or, with diffusion, where the density
-            is not positive.
-        """
         if self.general is not None:
             rho = self._centred_values(coefficients)
             return np.nan if self.model.diffusion > 0 and rho.min() <= 0 else self.general.lyapunov(rho)
@@ -481,16 +413,7 @@ class CircleSpectral(GridSolver):
         return diffusion * 2 * np.pi / self.points * float(np.dot(rho, np.log(rho))) - potential
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
-        r"""Fraction of the spectral energy of ``rho - rho_bar`` held by the top 10 % of modes.
-
-        {series_parameters}
-
-        Returns
-        -------
-        float
-            In ``[0, 1]``; the resolution diagnostic (compared with ``tail_threshold``).
-        """
-        return tail_fraction(coefficients, self.cells // 2 - 1)
+        return max(tail_fraction(series, self.cells // 2 - 1) for series in self._series_of(coefficients))
 
     def error_estimate(self, coefficients: np.ndarray) -> float:
         r"""An estimate of the max-norm error the truncation at ``N/2`` modes puts in the density.
@@ -512,8 +435,7 @@ class CircleSpectral(GridSolver):
             The estimated :math:`\max|\rho - \rho_{exact}|`, the largest over the densities
             (``inf`` where the top modes do not decay).
         """
-        rows = np.abs(coefficients).reshape(-1, self.cells // 2)
-        return max(fourier_tail_error(2.0 * row) for row in rows)
+        return max(fourier_tail_error(2.0 * np.abs(series)) for series in self._series_of(coefficients))
 
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
@@ -539,10 +461,9 @@ class CircleSpectral(GridSolver):
             If the density is negative, not finite, of zero mass or of the wrong shape.
         """
         if callable(rho0):
-            samples = 4 * self.cells  # modes up to 4N fold onto none of the kept ones
-            theta = np.arange(samples) * (2 * np.pi / samples)
-            values = check_density(np.asarray(rho0(theta), dtype=float), (samples,), name)
-            coefficients = np.fft.rfft(values)[: self.cells // 2] / samples
+            theta = self._sample_angles
+            values = check_density(np.asarray(rho0(theta), dtype=float), theta.shape, name)
+            coefficients = np.fft.rfft(values)[: self.cells // 2] / theta.size
         else:
             coefficients = self.coefficients_of_averages(check_density(rho0, (self.record_cells,), name))
         coefficients[0] = coefficients[0].real

@@ -35,6 +35,7 @@ from scipy.optimize import NoConvergence, brentq, newton_krylov
 from scipy.sparse.linalg import LinearOperator
 
 from meanfield.checks import check_int, check_real
+from meanfield.docstrings import fill_docstrings
 from meanfield.progress import count_progress
 
 #: Largest Newton iteration count per continuation step; more means the step was too long.
@@ -45,6 +46,23 @@ GUESS_ITERATIONS = 60
 
 #: Leading eigenvalues recorded per point.
 EIGENVALUES = 4
+
+#: The stationary problem's entry (``{problem}``).
+PROBLEM = """
+problem : CircleStationary, SphereStationary or SphereStationaryGeneral
+    The stationary problem (``solvers.stationary_circle``, ``solvers.stationary_sphere``,
+    ``solvers.stationary_sphere_general``).
+"""
+
+#: The entries of how far a branch is followed and how it shows progress (``{branch_limits}``).
+BRANCH_LIMITS = """
+max_points : int
+    Points of the branch at most.
+max_step : float, optional
+    Largest continuation step, in the metric's units (default: a fifth of the interval).
+progress : bool, optional
+    A progress bar (default: on a terminal).
+"""
 
 
 @dataclass
@@ -120,14 +138,13 @@ def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
     return np.asarray(solution, dtype=float), counted.calls, taken[0]
 
 
+@fill_docstrings(problem=PROBLEM)
 def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> Point:
     """The stationary state nearest ``guess`` (unknowns) at the parameter ``value`` (default: the model's).
 
     Parameters
     ----------
-    problem : CircleStationary, SphereStationary or SphereStationaryGeneral
-        The stationary problem (``solvers.stationary_circle``, ``solvers.stationary_sphere``,
-        ``solvers.stationary_sphere_general``).
+    {problem}
     guess : numpy.ndarray, shape (problem.size,)
         Unknowns to start Newton-Krylov from.
     value : float, optional
@@ -257,29 +274,24 @@ def _accept(problem, z: np.ndarray, evaluations: int) -> Point:
     return point
 
 
+@fill_docstrings(problem=PROBLEM, branch_limits=BRANCH_LIMITS)
 def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float, float], *,
-                        max_points: int = 200, first_amplitude: float | None = None,
+                        first_amplitude: float | None = None, max_points: int = 200,
                         max_step: float | None = None, progress: bool | None = None) -> Branch:
     """Follow the branch that bifurcates from the uniform state in ``mode`` at ``value``.
 
     Parameters
     ----------
-    problem : CircleStationary, SphereStationary or SphereStationaryGeneral
-        The stationary problem.
+    {problem}
     mode : int
         The bifurcating mode (a wavenumber; sphere: the degree of a zonal harmonic).
     value : float
         The bifurcation point (:func:`uniform_bifurcations`).
     interval : (float, float)
         The parameter range the branch is followed in.
-    max_points : int
-        Points at most.
     first_amplitude : float, optional
         The mode's amplitude, over the uniform density, of the first two states (default 0.02 and 0.04).
-    max_step : float, optional
-        Largest continuation step, in the metric's units (default: a fifth of the interval).
-    progress : bool, optional
-        A progress bar (default: on a terminal).
+    {branch_limits}
 
     Returns
     -------
@@ -308,24 +320,19 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
     return continue_branch(problem, branch, interval, max_points=max_points, max_step=max_step, progress=progress)
 
 
+@fill_docstrings(problem=PROBLEM, branch_limits=BRANCH_LIMITS)
 def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, max_points: int = 200,
                     max_step: float | None = None, progress: bool | None = None) -> Branch:
     """Extend ``branch`` (at least two points) by pseudo-arclength until it ends (module docstring).
 
     Parameters
     ----------
-    problem : CircleStationary, SphereStationary or SphereStationaryGeneral
-        The stationary problem.
+    {problem}
     branch : Branch
         The branch so far; extended in place.
     interval : (float, float)
         The parameter range.
-    max_points : int
-        Points of the branch at most.
-    max_step : float, optional
-        Largest step, in the metric's units (default: a fifth of the interval).
-    progress : bool, optional
-        A progress bar (default: on a terminal).
+    {branch_limits}
 
     Returns
     -------

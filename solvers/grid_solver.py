@@ -263,6 +263,41 @@ class GridSolver:
     resolution_advice: str
 
 
+def check_measure_model(model, solver: str, dimension: int, causal_alternative: str) -> None:
+    """Refuse a model that a solver of the tokens' measure through its collapse cannot evolve.
+
+    Raises
+    ------
+    ValueError
+        If the model is off the sphere, of another dimension than ``dimension``, or causal (a
+        measure has no token order; the error names ``causal_alternative``).
+    """
+    if not model.on_sphere or model.dimension not in (None, dimension):
+        raise ValueError(f"{solver} solves on {'the circle' if dimension == 2 else 'S^2'}: got a model of dimension "
+                         f"{model.dimension}{'' if model.on_sphere else ' off the sphere'}")
+    if model.causal:
+        raise ValueError(f"{solver} evolves the tokens' measure, which has no token order: a causal model takes "
+                         f"{causal_alternative}")
+
+
+class UnboundedTransport:
+    """A solver's ``rhs`` as a :class:`~meanfield.integration.protocols.Discretisation` with no
+    linear part and no stability bound (the error control alone sets the steps: moving particles
+    or labels is not stiff); a subclass gives ``norm``, ``tolerance`` and ``admit``."""
+
+    decay = None
+
+    def __init__(self, solver) -> None:
+        self.solver = solver
+
+    def rhs(self, state: np.ndarray) -> np.ndarray:
+        return self.solver.rhs(state)
+
+    @staticmethod
+    def stable_step(state: np.ndarray) -> float:
+        return np.inf
+
+
 def _energy_note(solver) -> str:
     """What the energy series holds: ``E``, or ``E`` times the kernel's scaling where it would overflow."""
     if not solver.energy_scaled:

@@ -37,6 +37,7 @@ the mean-field solution (:class:`~solvers.LineLagrangian`, in mass coordinates, 
 from __future__ import annotations
 
 import math
+from typing import Callable, NoReturn
 
 import numpy as np
 import xarray as xr
@@ -57,6 +58,24 @@ GHOST_MASS = 1e-12
 GHOST_SHARE = 1e-3
 
 
+#: The Raises section of a line solver's ``solve`` (``{solve_raises}``).
+SOLVE_RAISES = """
+Raises
+------
+StepSizeCollapse
+    When the adaptive step collapses; ``partial`` holds the outputs so far.
+"""
+
+
+#: The Parameters section of LineFV's methods that read its state (``{cell_state_parameters}``).
+CELL_STATE_PARAMETERS = """
+Parameters
+----------
+state : numpy.ndarray, shape (cells + 1,)
+    The time followed by the cells' masses.
+"""
+
+
 #: The entries of the output times and the progress bar of a run on the line (``{times_and_progress}``).
 TIMES_AND_PROGRESS = """
 times : array_like
@@ -64,6 +83,28 @@ times : array_like
 progress : bool, optional
     Progress bar (default: when stderr is a terminal).
 """
+
+
+def run_on_line(solver, state: np.ndarray, times: np.ndarray, tableau, first_step: float,
+                record: Callable[[float, np.ndarray], None], observer: Callable[[float, np.ndarray], None] | None,
+                progress: bool | None, settings: dict, dataset: Callable[[], xr.Dataset]) -> xr.Dataset:
+    """Integrate a line solver's state ``(t, unknowns...)`` with ``tableau`` through ``times``.
+
+    ``solver`` is the :class:`~meanfield.integration.protocols.Discretisation` (and has a
+    ``name``); ``record`` keeps each output, ``dataset()`` builds the dataset of those kept so
+    far, with ``settings``, to which the step counts (and a collapse's reason) are added.
+    """
+    counts = StepCounts()
+
+    def collapse(t: float, reason: str) -> NoReturn:
+        settings.update(counts.as_dict(), failure=reason)
+        raise StepSizeCollapse(f"{solver.name} failed at t={t:.6g}: {reason}", time=t, partial=dataset())
+
+    integrate(state, times, explicit_adaptive_step(solver, tableau), first_step=first_step, record=record,
+              collapse=collapse, observer=observer, progress=progress, name=solver.name, max_steps=10_000_000,
+              counts=counts)
+    settings.update(counts.as_dict())
+    return dataset()
 
 
 def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[float, float]]:
@@ -82,7 +123,8 @@ def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[floa
     return value, model.beta * float(q[0, 0] * k[0, 0]), (lo, hi)
 
 
-@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS)
+@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, solve_raises=SOLVE_RAISES,
+                 cell_state_parameters=CELL_STATE_PARAMETERS)
 class LineFV:
     """Finite volumes for the ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` (module docstring).
 
@@ -152,6 +194,15 @@ class LineFV:
         return self._last
 
     def rhs(self, state: np.ndarray) -> np.ndarray:
+        """``[dt/dt, dm/dt]`` of the state ``[t, m]``: each cell's balance of its upwind fluxes.
+
+        {cell_state_parameters}
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells + 1,)
+            Its derivative.
+        """
         masses = state[1:]
         u = self._evaluated(state)[1]
         density = masses / self.width
@@ -168,10 +219,7 @@ class LineFV:
     def stable_step(self, state: np.ndarray) -> float:
         """The upwind CFL bound ``h / max|u|``.
 
-        Parameters
-        ----------
-        state : numpy.ndarray, shape (cells + 1,)
-            The time followed by the cells' masses.
+        {cell_state_parameters}
 
         Returns
         -------
@@ -243,16 +291,11 @@ class LineFV:
             share of a face's attention on nearly empty cells since the previous output (the
             resolution diagnostic); the settings and step counts in ``attrs``.
 
-        Raises
-        ------
-        StepSizeCollapse
-            When the adaptive step collapses; ``partial`` holds the outputs so far.
+        {solve_raises}
         """
         times = check_times(times)
-        state = np.concatenate([[times[0]], self.initial_masses(rho0)])
         frames: list[np.ndarray] = []
         ghosts: list[float] = []
-        counts = StepCounts()
         monitor = ResolutionMonitor("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
                                     "LineLagrangian (mass coordinates) has none")
         settings = {"solver": self.name, "cells": self.cells, "interval": [self.faces[0], self.faces[-1]],
@@ -271,17 +314,10 @@ class LineFV:
             ghosts.append(max(worst[0], self._evaluated(q)[2]))
             worst[0] = 0.0
 
-        def collapse(t: float, reason: str):
-            settings.update(counts.as_dict(), failure=reason)
-            raise StepSizeCollapse(f"LineFV failed at t={t:.6g}: {reason}", time=t,
-                                   partial=self._dataset(frames, ghosts, times, settings))
-
+        state = np.concatenate([[times[0]], self.initial_masses(rho0)])
         first = min(times[-1] - times[0] if times.size > 1 else 1.0, 0.5 * self.stable_step(state))
-        integrate(state, times, explicit_adaptive_step(self, BOGACKI_SHAMPINE), first_step=first, record=record,
-                  collapse=collapse, observer=observe, progress=progress, name=self.name, max_steps=10_000_000,
-                  counts=counts)
-        settings.update(counts.as_dict())
-        return self._dataset(frames, ghosts, times, settings)
+        return run_on_line(self, state, times, BOGACKI_SHAMPINE, first, record, observe, progress, settings,
+                           lambda: self._dataset(frames, ghosts, times, settings))
 
     def _dataset(self, frames, ghosts, times, settings):
         rho = np.stack(frames)

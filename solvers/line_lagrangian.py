@@ -35,12 +35,11 @@ import xarray as xr
 
 from meanfield.checks import check_int, check_rtol, check_times
 from meanfield.docstrings import fill_docstrings
-from meanfield.errors import StepSizeCollapse
-from meanfield.integration import DORMAND_PRINCE, StepCounts, explicit_adaptive_step, integrate
+from meanfield.integration import DORMAND_PRINCE
 from meanfield.records import PDE, euclidean_name, record_attrs
 
 from .circle_lagrangian import mass_labels
-from .line import TIMES_AND_PROGRESS, line_problem
+from .line import SOLVE_RAISES, TIMES_AND_PROGRESS, line_problem, run_on_line
 
 #: Fine cells per label of the table from which the initial quantiles are read (their error is
 #: the square of a fine cell's width times the density's relative slope).
@@ -55,7 +54,7 @@ state : numpy.ndarray
 """
 
 
-@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, unused_state_parameters=UNUSED_STATE_PARAMETERS)
+@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, solve_raises=SOLVE_RAISES, unused_state_parameters=UNUSED_STATE_PARAMETERS)
 class LineLagrangian:
     r"""The ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` in mass coordinates (module docstring).
 
@@ -217,30 +216,18 @@ class LineLagrangian:
             ``rho`` (time, z): the labels' measure per cell; ``mass`` (time); the settings and
             step counts in ``attrs``.
 
-        Raises
-        ------
-        StepSizeCollapse
-            When the adaptive step collapses; ``partial`` holds the outputs so far.
+        {solve_raises}
         """
         times = check_times(times)
-        state = np.concatenate([[times[0]], self.initial_positions(rho0)])
         frames: list[np.ndarray] = []
-        counts = StepCounts()
         settings = {"solver": self.name, "labels": self.labels, "cells": self.cells,
                     "interval": [self.faces[0], self.faces[-1]], "rtol": self.rtol,
                     "scheme": "mass coordinates, midpoint rule over the labels, Dormand-Prince 5(4)"}
-
-        def collapse(t: float, reason: str):
-            settings.update(counts.as_dict(), failure=reason)
-            raise StepSizeCollapse(f"{self.name} failed at t={t:.6g}: {reason}", time=t,
-                                   partial=self._dataset(frames, times, settings))
-
-        integrate(state, times, explicit_adaptive_step(self, DORMAND_PRINCE),
-                  first_step=0.01 * (times[-1] - times[0] if times.size > 1 else 1.0),
-                  record=lambda t, q: frames.append(q[1:].copy()), collapse=collapse, observer=None,
-                  progress=progress, name=self.name, max_steps=10_000_000, counts=counts)
-        settings.update(counts.as_dict())
-        return self._dataset(frames, times, settings)
+        state = np.concatenate([[times[0]], self.initial_positions(rho0)])
+        first = 0.01 * (times[-1] - times[0] if times.size > 1 else 1.0)
+        return run_on_line(self, state, times, DORMAND_PRINCE, first, lambda t, q: frames.append(q[1:].copy()), None,
+                           progress, settings,
+                           lambda: self._dataset(frames, times, settings))
 
     def _dataset(self, frames, times, settings):
         positions = np.stack(frames)

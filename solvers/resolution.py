@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 
 import meanfield
+from meanfield.docstrings import fill_docstrings
 
 #: Frames in these folders are the library's own (the warning points past them).
 LIBRARY_FOLDERS = tuple(os.path.dirname(path) + os.sep for path in (meanfield.__file__, __file__))
@@ -72,6 +73,20 @@ NEGLIGIBLE_AMPLITUDE = 1e-13
 SYMMETRY_FLOOR = 1e-7
 
 
+#: The ``fit_fraction`` entry and the Returns section of the tail estimators (``{fit_and_estimate}``).
+FIT_AND_ESTIMATE = """
+fit_fraction : float
+    The top fraction of the series' terms (degrees, or modes) fitted.
+
+Returns
+-------
+float
+    The estimate; ``inf`` where the top terms do not decay; their own size where fewer than
+    three of them are above round-off (the series is resolved to round-off).
+"""
+
+
+@fill_docstrings(fit_and_estimate=FIT_AND_ESTIMATE)
 def geometric_tail_error(amplitudes: np.ndarray, pointwise: float, *, fit_fraction: float = 0.3) -> float:
     r"""An estimate of the max-norm size of the degrees a truncated series lacks, from the decay of its top ones.
 
@@ -88,14 +103,7 @@ def geometric_tail_error(amplitudes: np.ndarray, pointwise: float, *, fit_fracti
         The :math:`L^2` norms of the series' components of degree (or wavenumber) ``0 .. L``.
     pointwise : float
         Max-norm over :math:`L^2` norm of a component of degree ``L + 1``.
-    fit_fraction : float
-        The top fraction of the degrees fitted.
-
-    Returns
-    -------
-    float
-        The estimate; ``inf`` where the top degrees do not decay; their own size where fewer
-        than three of them are above round-off (the series is resolved to round-off).
+    {fit_and_estimate}
     """
     fit = _geometric_fit(amplitudes, fit_fraction)
     if fit is None:
@@ -108,6 +116,7 @@ def geometric_tail_error(amplitudes: np.ndarray, pointwise: float, *, fit_fracti
     return float(TAIL_CALIBRATION * pointwise * np.sqrt(share) * missing)
 
 
+@fill_docstrings(fit_and_estimate=FIT_AND_ESTIMATE)
 def fourier_tail_error(maxima: np.ndarray, *, fit_fraction: float = 0.3) -> float:
     r"""An estimate of the max-norm size of the modes a truncated Fourier series lacks.
 
@@ -129,14 +138,7 @@ def fourier_tail_error(maxima: np.ndarray, *, fit_fraction: float = 0.3) -> floa
     ----------
     maxima : numpy.ndarray, shape (K + 1,)
         :math:`2|c_k|`, ``k = 0 .. K``.
-    fit_fraction : float
-        The top fraction of the modes fitted.
-
-    Returns
-    -------
-    float
-        The estimate; ``inf`` where the top modes do not decay; their own size where fewer
-        than three of them are above round-off.
+    {fit_and_estimate}
     """
     significant = np.flatnonzero(maxima[1:] > SYMMETRY_FLOOR * maxima.max()) + 1
     period = int(np.gcd.reduce(significant)) if significant.size else 1

@@ -34,21 +34,21 @@ from typing import Callable
 
 import numpy as np
 
-from meanfield.checks import check_density, check_int, check_real, check_rtol
-from meanfield.docstrings import fill_docstrings
+from meanfield.checks import check_density, check_int
+from meanfield.docstrings import fill_docstrings, inherit_docstrings
 from meanfield.records import SPHERE
 from meanfield.spectra import attention_spectrum
 
-from meanfield.integration import ExplicitTableau, explicit_adaptive_step
+from meanfield.integration import explicit_adaptive_step
 
-from .grid_solver import Diagnosis, GridSolver
-from .resolution import geometric_tail_error
-from .spectral_transport import SpectralTransport, transport_tableau
+from .grid_solver import Diagnosis
 from .heads import energy_factors, takes_general_path
+from .resolution import geometric_tail_error
+from .spectral_solver import SPEED_PARAMETERS, SpectralSolver
+from .spectral_transport import SpectralTransport
 from .sphere_general import GeneralSphereInteraction
 from .sphere_grid import SphereGrid
 from .threads import single_threaded_blas
-from .tolerance import error_tolerance
 
 #: Degrees whose kernel eigenvalue is below this fraction of the largest are negligible.
 KERNEL_TOLERANCE = 1e-8
@@ -63,9 +63,10 @@ coefficients : numpy.ndarray
 """
 
 
-@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS)
+@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@inherit_docstrings
 @dataclass(frozen=True, eq=False)
-class SphereSpectral(GridSolver):
+class SphereSpectral(SpectralSolver):
     r"""Spectral Galerkin solver on :math:`S^2` with shtns transforms.
 
     Parameters
@@ -101,13 +102,7 @@ class SphereSpectral(GridSolver):
         and slower than the default once the run is under-resolved).
     """
 
-    model: object
     lmax: int = 63
-    rtol: float = 1e-6
-    tail_threshold: float = 1e-10
-    interaction: str = "auto"
-    tableau: str | ExplicitTableau = "dormand_prince"
-    error_level: float | None = 1e-3
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
@@ -118,11 +113,7 @@ class SphereSpectral(GridSolver):
 
     def __post_init__(self) -> None:
         check_int(self.lmax, "lmax", minimum=2)
-        check_rtol(self.rtol)
-        check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
-        if self.error_level is not None:
-            check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
-        object.__setattr__(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
+        self._check_settings()
         model = self.kernel_model
         if model.dimension not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
@@ -249,17 +240,6 @@ class SphereSpectral(GridSolver):
         return self.transport_and_speed(coefficients)[0]
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        r"""The transport term and the largest speed.
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        transport : numpy.ndarray
-            As :meth:`transport`.
-        speed : float
-            :math:`\max|v|` on the grid (the stability bound needs it).
-        """
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
         speed = _largest_speed(along_t, along_p)
@@ -268,24 +248,12 @@ class SphereSpectral(GridSolver):
         return self.grid.divergence(along_t, along_p, sign=-1.0), speed
 
     def largest_speed(self, coefficients: np.ndarray) -> float:
-        r"""The largest speed :math:`\max|v|` on the grid.
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        float
-            The largest speed (sets :meth:`stable_step`).
-        """
         return _largest_speed(*self.velocity(coefficients))
 
     def stable_step(self, speed: float) -> float:
         r"""Largest step at which the explicit pair damps the advection of every degree.
 
-        Parameters
-        ----------
-        speed : float
-            The largest speed :math:`\max|v|`.
+        {speed_parameters}
 
         Returns
         -------
@@ -295,43 +263,14 @@ class SphereSpectral(GridSolver):
         return self.tableau.imaginary_stability / max((self.lmax + 1) * speed, 1e-300)
 
     def deviation_norm(self, coefficients: np.ndarray) -> float:
-        r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        float
-            By Parseval over the degrees :math:`l \ge 1`.
-        """
         return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
 
-    def local_tolerance(self, coefficients: np.ndarray) -> float:
-        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        float
-            ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
-            norm (so that a run from the uniform state takes steps).
-        """
-        # The uniform part's norm (one coefficient per layer when the state holds several layers).
-        uniform_norm = float(np.sqrt(np.sum(coefficients[..., 0].real ** 2)))
-        return error_tolerance(self.rtol, self.deviation_norm(coefficients), uniform_norm)
+    @staticmethod
+    def _uniform_norm(coefficients: np.ndarray) -> float:
+        return float(np.sqrt(np.sum(coefficients[..., 0].real ** 2)))
 
     # ------------------------------------------------------------------ functionals
     def energy(self, coefficients: np.ndarray) -> float:
-        r"""The interaction energy :math:`E = \frac12\sum_{lm}\Psi_l|\rho_{lm}|^2`, plus :math:`\frac12\int w\rho` of an external potential.
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        float
-            :math:`E`, times :math:`e^{-\beta}` where it would overflow (``energy_scaled``).
-        """
         if self.general is not None:
             energy = self.general.energy(coefficients)
         else:
@@ -341,17 +280,6 @@ class SphereSpectral(GridSolver):
         return energy
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
-        r"""The functional the dynamics decreases, where one is known.
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        float
-            The free energy :math:`D\int\rho\log\rho - \frac12\int\rho\,(\Phi*\rho)` (gradient flows),
-            ``-cE`` (SA without diffusion); NaN where none is known or, with diffusion, where the
-            density is not positive.
-        """
         if self.external_velocity is not None and (self.external_potential is None or not self.linear):
             return np.nan  # no known functional: SA with a field, or a field without potential
         if self.general is not None:
@@ -378,16 +306,7 @@ class SphereSpectral(GridSolver):
         return diffusion * self.grid.integrate(rho * np.log(rho)) - potential
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
-        """Fraction of the spectral energy of ``rho - rho_0`` held by the top 10 % of degrees.
-
-        {coefficients_parameters}
-
-        Returns
-        -------
-        float
-            In ``[0, 1]``; the resolution diagnostic (compared with ``tail_threshold``).
-        """
-        return self.grid.tail_fraction(coefficients)
+        return max(self.grid.tail_fraction(series) for series in self._series_of(coefficients))
 
     def error_estimate(self, coefficients: np.ndarray) -> float:
         r"""An estimate of the max-norm error the truncation at ``lmax`` puts in the density.
@@ -405,11 +324,17 @@ class SphereSpectral(GridSolver):
         Returns
         -------
         float
-            The estimated :math:`\max|\rho - \rho_{exact}|` (``inf`` when the top degrees do not decay).
+            The estimated :math:`\max|\rho - \rho_{exact}|` (``inf`` when the top degrees do not
+            decay); of a layered state, the largest over its layers.
         """
-        power = self.grid.parseval_weight * np.abs(coefficients) ** 2
-        amplitudes = np.sqrt(np.bincount(self.grid.transform.l, weights=power, minlength=self.lmax + 1))
-        return geometric_tail_error(amplitudes, np.sqrt((2 * self.lmax + 3) / (4 * np.pi)))
+        pointwise = np.sqrt((2 * self.lmax + 3) / (4 * np.pi))
+        return max(geometric_tail_error(self._degree_amplitudes(series), pointwise)
+                   for series in self._series_of(coefficients))
+
+    def _degree_amplitudes(self, series: np.ndarray) -> np.ndarray:
+        """The :math:`L^2` norm of each degree's part of one density's series."""
+        power = self.grid.parseval_weight * np.abs(series) ** 2
+        return np.sqrt(np.bincount(self.grid.transform.l, weights=power, minlength=self.lmax + 1))
 
     # ------------------------------------------------------------------ solve
     def initial_coefficients(self, rho0: Callable[[np.ndarray], np.ndarray] | np.ndarray, *,
@@ -478,15 +403,9 @@ class SphereSpectral(GridSolver):
         """
         return self._resolution(coefficients, self.density(coefficients) if rho is None else rho).resolved
 
-    def _layers(self, coefficients: np.ndarray):
-        """The coefficients of each density the state holds (one here; a layered solver's layers)."""
-        return (coefficients,)
-
     def _resolution(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
         """Whether the series resolves the density, why not, and the spectral tail and error estimate."""
-        layers = self._layers(coefficients)
-        tail = max(self.spectral_tail(layer) for layer in layers)
-        estimate = max(self.error_estimate(layer) for layer in layers)
+        tail, estimate = self.spectral_tail(coefficients), self.error_estimate(coefficients)
         lowest, level = rho.min(), (1e-8 if self.error_level is None else self.error_level) * rho.max()
         values = {"spectral_tail": tail, "error_estimate": estimate}
         if lowest < -level:  # the truncated series no longer represents a density

@@ -24,6 +24,7 @@ measure derivative of each noise field (``meanfield.common_noise.WeightedAttenti
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -60,9 +61,6 @@ class CommonNoiseSphere(CommonNoiseTransport):
     lmax: int = 15
     tail_threshold: float = 1e-10
     grid: SphereGrid = field(init=False, repr=False, compare=False)
-    # The grid's points and tangent frame, read at every evaluation of the fields and the divergence
-    _points: np.ndarray = field(init=False, repr=False, compare=False)
-    _frame: np.ndarray = field(init=False, repr=False, compare=False)
     dimension = 3
     geometry = SPHERE
 
@@ -70,13 +68,21 @@ class CommonNoiseSphere(CommonNoiseTransport):
         self._check_common()
         check_int(self.lmax, "lmax", minimum=2)
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
-        object.__setattr__(self, "_points", self.grid.points().reshape(-1, 3))
-        object.__setattr__(self, "_frame", self.grid.tangent_frame())
 
     @property
     def largest_wavenumber(self) -> float:
         r""":math:`\sqrt{l_{\max}(l_{\max}+1)}`, the largest of the surface gradient's, which bounds the stable move."""
         return float(np.sqrt(self.lmax * (self.lmax + 1)))
+
+    @cached_property
+    def _points(self) -> np.ndarray:
+        """The grid's points, kept: every evaluation of the fields and the divergence reads them."""
+        return self.grid.points().reshape(-1, 3)
+
+    @cached_property
+    def _frame(self) -> np.ndarray:
+        """The grid's tangent frame, kept: every divergence reads it."""
+        return self.grid.tangent_frame()
 
     def nodes(self) -> np.ndarray:
         """The Gauss grid's points, flattened (latitude first).

@@ -42,8 +42,8 @@ from meanfield.records import PDE, SPHERE, record_attrs
 from meanfield.sphere import normalize
 from meanfield.docstrings import fill_docstrings
 
-from .grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, earliest_underresolution, handover_sections,
-                          joined_runs, joined_settings)
+from .grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model,
+                          earliest_underresolution, handover_sections, joined_runs, joined_settings)
 from .sphere import SphereSpectral, energy_is_scaled
 from .sphere_grid import SphereGrid
 from .tolerance import ROUNDOFF
@@ -138,12 +138,7 @@ class SphereWeightedParticles(GridSolver):
         check_real(self.merge_distance, "merge_distance", minimum=0.0)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
-        if not model.on_sphere or model.dimension not in (None, 3):
-            raise ValueError(f"SphereWeightedParticles solves on S^2: got a model of dimension {model.dimension}"
-                             f"{'' if model.on_sphere else ' off the sphere'}")
-        if model.causal:
-            raise ValueError("SphereWeightedParticles evolves a measure, which has no token order: a causal model "
-                             "takes CausalSphereSpectral")
+        check_measure_model(model, self.name, 3, "CausalSphereSpectral")
         if model.diffusion > 0:
             raise ValueError(f"weighted particles carry no diffusion (got diffusion={model.diffusion}): a density "
                              "with D > 0 stays smooth; solve it with SphereSpectral")
@@ -408,19 +403,8 @@ def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
     return np.column_stack([position[kept], mass[kept]])
 
 
-class _AtomTransport:
-    """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation` (no stability bound)."""
-
-    decay = None
-
-    def __init__(self, solver: SphereWeightedParticles):
-        self.solver = solver
-
-    def rhs(self, atoms: np.ndarray) -> np.ndarray:
-        return self.solver.rhs(atoms)
-
-    def stable_step(self, atoms: np.ndarray) -> float:
-        return np.inf
+class _AtomTransport(UnboundedTransport):
+    """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation`."""
 
     def norm(self, change: np.ndarray) -> float:
         return float(np.sqrt(np.max(np.sum(change[:, :MASS] ** 2, axis=1))))

@@ -72,8 +72,14 @@ unknowns : numpy.ndarray, shape (size,)
     cells where the states are even (:meth:`expand` gives all of them).
 """
 
+#: The entry of the argument that names a mode (:func:`~solvers.stationary_problem.state_sections`).
+MODE = """
+wavenumber : int
+    :math:`k`.
+"""
 
-@fill_docstrings(**state_sections(UNKNOWNS))
+
+@fill_docstrings(**state_sections(UNKNOWNS, MODE))
 class CircleStationary(ParameterFamily):
     r"""Stationary states of the mean-field equation on the circle with diffusion, and their stability.
 
@@ -190,15 +196,7 @@ class CircleStationary(ParameterFamily):
     def mode(self, wavenumber: int) -> np.ndarray:
         r"""The unknowns of :math:`\cos(k\theta)`, an eigenvector of the linearisation at the uniform state.
 
-        Parameters
-        ----------
-        wavenumber : int
-            :math:`k`.
-
-        Returns
-        -------
-        numpy.ndarray, shape (size,)
-            The mode at the cell centres, reduced to the unknowns.
+        {mode_sections}
         """
         return self.reduce(np.cos(wavenumber * self.theta))
 
@@ -320,14 +318,11 @@ class CircleStationary(ParameterFamily):
 
     # ------------------------------------------------------------------ stability
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
-        r"""The linearised right-hand side on all cells (central differences, error :math:`O(\epsilon^2)`).
+        r"""The linearised right-hand side on all cells, ``(cells, cells)`` (central differences, error :math:`O(\epsilon^2)`).
 
         {state_parameters}
 
-        Returns
-        -------
-        scipy.sparse.linalg.LinearOperator
-            ``(cells, cells)``: its product with a perturbation of the density on all cells.
+        {jacobian_returns}
         """
         deviation = self.expand(unknowns)
         step = 1e-5 * self.uniform
@@ -367,11 +362,7 @@ class CircleStationary(ParameterFamily):
 
         {eigen_parameters}
 
-        Returns
-        -------
-        tuple of numpy.ndarray
-            The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
-            shape ``(cells, count)``.
+        {eigen_returns}
 
         {arpack_raises}
         """

@@ -57,15 +57,48 @@ numpy.ndarray, shape (count,)
 """
 
 
-def state_sections(unknowns: str) -> dict[str, str]:
+#: The Returns section of ``leading_eigenvalues`` (its summary says in which form the eigenvectors are).
+EIGEN_RETURNS = """
+Returns
+-------
+values : numpy.ndarray, shape (count,)
+    The eigenvalues, largest real part first.
+vectors : numpy.ndarray
+    Their eigenvectors, one per column.
+"""
+
+#: The Returns section of ``jacobian`` (its summary says on which space it acts).
+JACOBIAN_RETURNS = """
+Returns
+-------
+scipy.sparse.linalg.LinearOperator
+    Its product with a perturbation.
+"""
+
+#: The Returns section of ``mode``.
+MODE_RETURNS = """
+Returns
+-------
+numpy.ndarray, shape (size,)
+    The mode, as the state's unknowns.
+"""
+
+
+def state_sections(unknowns: str, mode: str | None = None) -> dict[str, str]:
     """The docstring sections (:func:`~meanfield.docstrings.fill_docstrings`) of a stationary
     problem whose state's entry is ``unknowns``: ``{state_parameters}`` (the state and the
     parameter's value), ``{unknowns_parameters}``, ``{value_parameters}``, ``{eigen_parameters}``
-    (the state, the value and how many eigenvalues), ``{arpack_raises}``, ``{order_returns}`` and the entries
-    ``{value}`` and ``{branch}``."""
-    return {"state_parameters": parameters(unknowns, VALUE), "unknowns_parameters": parameters(unknowns),
-            "value_parameters": parameters(VALUE), "eigen_parameters": parameters(unknowns, VALUE, COUNT),
-            "arpack_raises": ARPACK_RAISES, "order_returns": ORDER_RETURNS, "value": VALUE, "branch": BRANCH}
+    (the state, the value and how many eigenvalues), ``{eigen_returns}``, ``{jacobian_returns}``, ``{arpack_raises}``,
+    ``{order_returns}``, the entries ``{value}`` and ``{branch}``, and, where the problem's
+    modes are indexed by the argument whose entry is ``mode``, ``{mode_sections}`` (the
+    Parameters and Returns of ``mode``)."""
+    sections = {"state_parameters": parameters(unknowns, VALUE), "unknowns_parameters": parameters(unknowns),
+                "value_parameters": parameters(VALUE), "eigen_parameters": parameters(unknowns, VALUE, COUNT),
+                "eigen_returns": EIGEN_RETURNS, "jacobian_returns": JACOBIAN_RETURNS, "arpack_raises": ARPACK_RAISES, "order_returns": ORDER_RETURNS,
+                "value": VALUE, "branch": BRANCH}
+    if mode is not None:
+        sections["mode_sections"] = parameters(mode) + "\n" + MODE_RETURNS
+    return sections
 
 
 @fill_docstrings(value_parameters=parameters(VALUE), branch=BRANCH)

@@ -161,7 +161,14 @@ class SphereFamily(ParameterFamily):
         return True, ""
 
 
-@fill_docstrings(**state_sections(UNKNOWNS), tail_threshold=TAIL_THRESHOLD)
+#: The entry of the argument that names a mode (:func:`~solvers.stationary_problem.state_sections`).
+MODE = """
+degree : int
+    :math:`l`.
+"""
+
+
+@fill_docstrings(**state_sections(UNKNOWNS, MODE), tail_threshold=TAIL_THRESHOLD)
 class SphereStationary(SphereFamily):
     r"""Axisymmetric stationary states of the mean-field equation on :math:`S^2` with diffusion, and their stability.
 
@@ -250,15 +257,7 @@ class SphereStationary(SphereFamily):
     def mode(self, degree: int) -> np.ndarray:
         r"""The unknowns of :math:`P_l(\cos\theta)`, an eigenvector of the linearisation at the uniform state.
 
-        Parameters
-        ----------
-        degree : int
-            :math:`l`.
-
-        Returns
-        -------
-        numpy.ndarray, shape (lmax,)
-            The unknowns.
+        {mode_sections}
         """
         direction = np.zeros(self.size)
         direction[degree - 1] = 1.0 / self.legendre_scale[degree - 1]
@@ -376,11 +375,7 @@ class SphereStationary(SphereFamily):
 
         {eigen_parameters}
 
-        Returns
-        -------
-        tuple of numpy.ndarray
-            The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
-            one coefficient array per column.
+        {eigen_returns}
         """
         generator = self._rotation_generator(unknowns)
         rotating = np.linalg.norm(generator) > 1e-8 * self.uniform

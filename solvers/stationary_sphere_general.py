@@ -172,14 +172,11 @@ class SphereStationaryGeneral(SphereFamily):
 
     # ------------------------------------------------------------------ stability
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
-        r"""The linearised right-hand side on the unknowns (central differences, error :math:`O(\epsilon^2)`).
+        r"""The linearised right-hand side on the unknowns, ``(size, size)`` (central differences, error :math:`O(\epsilon^2)`).
 
         {state_parameters}
 
-        Returns
-        -------
-        scipy.sparse.linalg.LinearOperator
-            ``(size, size)``: the change of the right-hand side's unknowns per change of the state's.
+        {jacobian_returns}
         """
         coefficients = self.coefficients(unknowns)
         zero = self.coefficients(np.zeros(self.size))
@@ -195,11 +192,7 @@ class SphereStationaryGeneral(SphereFamily):
 
         {eigen_parameters}
 
-        Returns
-        -------
-        tuple of numpy.ndarray
-            The eigenvalues, shape ``(count,)``, largest real part first, and the eigenvectors,
-            shape ``(size, count)``.
+        {eigen_returns}
 
         {arpack_raises}
         """

@@ -485,3 +485,21 @@ def test_layered_spectral_solver_keeps_uniform_and_masses_and_its_first_layer_is
     assert np.abs(layered.rho.values[-1, -1] - alone.rho.values[-1]).max() > 0.05  # later layers differ
     with pytest.raises(TypeError, match="CausalCircleSpectral solves the layered equation"):
         CausalCircleSpectral(mf.SelfAttention(1.0))
+
+
+def test_resolution_diagnostics_of_a_layered_state_are_the_largest_over_its_layers():
+    """``spectral_tail`` and ``error_estimate`` take the layered solvers' own state: the largest of
+    the single-density solver's values over the layers (layers with different tails, so the
+    largest is not the first)."""
+    model = mf.CausalAttention(1.0, normalized=True, alibi=1.0)
+    circle = CausalCircleSpectral(model, cells=64, layers=4)
+    state = circle.initial_coefficients(lambda s, th: np.exp((1 + 6 * s) * np.cos(th)))
+    single = CircleSpectral(model.mixed_model, cells=64)
+    sphere = CausalSphereSpectral(model, lmax=23, layers=4)
+    sphere_state = sphere.initial_coefficients(lambda s, x: np.exp((1 + 6 * s) * x[..., 2]))
+    sphere_single = SphereSpectral(model.mixed_model, lmax=23)
+    for layered, plain, coefficients in ((circle, single, state), (sphere, sphere_single, sphere_state)):
+        for diagnostic in ("spectral_tail", "error_estimate"):
+            per_layer = [getattr(plain, diagnostic)(layer) for layer in coefficients]
+            assert np.argmax(per_layer) > 0, per_layer
+            assert getattr(layered, diagnostic)(coefficients) == max(per_layer)

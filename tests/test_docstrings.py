@@ -1,11 +1,14 @@
-"""fill_docstrings: shared numpydoc sections written once, filled where a docstring names them."""
+"""fill_docstrings: shared numpydoc sections written once, filled where a docstring names them;
+inherit_docstrings: an undocumented override shows the docstring of the member it overrides."""
 
 import inspect
 from functools import cached_property
 
 import pytest
 
-from meanfield.docstrings import fill_docstrings
+from meanfield.docstrings import fill_docstrings, inherit_docstrings
+from solvers import CausalCircleSpectral, CausalSphereSpectral, CircleSpectral, SphereSpectral
+from solvers.spectral_solver import SpectralSolver
 
 SERIES = """\
 Parameters
@@ -133,6 +136,66 @@ def _library_docstrings():
                         function = getattr(member, "__func__", None) or getattr(member, "fget", None) or member
                         for doc in (getattr(member, "__doc__", None), getattr(function, "__doc__", None)):
                             yield f"{name}.{owner_name}.{member_name}", doc
+
+
+def test_an_undocumented_override_takes_the_nearest_documented_one_of_every_member_kind():
+    class Template:
+        def method(self):
+            """The template's method."""
+
+        @staticmethod
+        def static():
+            """The template's static method."""
+
+        @property
+        def prop(self):
+            """The template's property."""
+
+        def documented(self):
+            """The template's, overridden with a docstring."""
+
+    class Middle(Template):
+        def method(self):
+            """The middle class's method."""
+
+    @inherit_docstrings
+    class Implementation(Middle):
+        def method(self):
+            return 1
+
+        @staticmethod
+        def static():
+            return 2
+
+        @property
+        def prop(self):
+            return 3
+
+        def documented(self):
+            """Its own."""
+
+        def new(self):
+            return 4
+
+    assert Implementation.method.__doc__ == "The middle class's method."  # the nearest base's
+    assert Implementation.static.__doc__ == vars(Implementation)["static"].__doc__ == "The template's static method."
+    assert Implementation.prop.__doc__ == vars(Implementation)["prop"].fget.__doc__ == "The template's property."
+    assert Implementation.documented.__doc__ == "Its own."
+    assert Implementation.new.__doc__ is None  # nothing to inherit
+    assert Implementation().method() == 1 and Implementation.static() == 2 and Implementation().prop == 3
+
+
+def test_the_spectral_solvers_show_the_template_docstrings_as_their_own():
+    """numpydoc's checks read ``__doc__``, not ``inspect.getdoc``: each member the template
+    declares has its docstring on the solver's own function."""
+    declared = [name for name, member in vars(SpectralSolver).items() if callable(member) and member.__doc__
+                and not name.startswith("__")]
+    assert "lyapunov" in declared and "transport_and_speed" in declared
+    for solver in (CircleSpectral, SphereSpectral, CausalCircleSpectral, CausalSphereSpectral):
+        for name in declared:
+            assert getattr(solver, name).__doc__, (solver.__name__, name)
+    assert CircleSpectral.lyapunov.__doc__ == SpectralSolver.lyapunov.__doc__
+    assert "coefficients : numpy.ndarray" in SphereSpectral.deviation_norm.__doc__
 
 
 def test_no_docstring_of_the_library_is_left_with_a_placeholder():

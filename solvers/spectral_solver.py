@@ -1,0 +1,183 @@
+r"""What a spectral solver provides: the members its stepping, diagnostics and hand-overs read.
+
+:class:`~solvers.CircleSpectral` (Fourier series) and :class:`~solvers.SphereSpectral`
+(spherical harmonics) hold the density as a truncated series.
+:class:`~solvers.spectral_transport.SpectralTransport`
+steps either through the same members (the transport and its largest speed, the stable step,
+the local tolerance), the records read the same functionals, and the hand-over solvers
+(:class:`~solvers.CircleAuto`, :class:`~solvers.SphereSpectralParticles`) the same resolution
+diagnostic. :class:`SpectralSolver` declares them once, with their docstrings, and holds the
+settings both take; each solver defines the members for its series (and inherits the
+docstrings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+import numpy as np
+
+from meanfield.checks import check_real, check_rtol
+from meanfield.docstrings import fill_docstrings, parameters
+from meanfield.integration import ExplicitTableau
+
+from .grid_solver import GridSolver
+from .spectral_transport import transport_tableau
+from .tolerance import error_tolerance
+
+#: The Parameters section of a member that reads a spectral solver's state (``{coefficients_parameters}``).
+COEFFICIENTS_PARAMETERS = parameters(r"""
+coefficients : numpy.ndarray
+    The density's series in the solver's layout: on the circle the complex Fourier
+    coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
+    :math:`\rho(\theta) = \sum_{|k| < N/2} c_k e^{ik\theta}`; on :math:`S^2` the
+    spherical-harmonic coefficients in the grid's (shtns) layout. A layered (causal) solver's
+    state holds one series per layer along a leading axis.
+""")
+
+#: The Parameters section of a stable step (``{speed_parameters}``).
+SPEED_PARAMETERS = parameters(r"""
+speed : float
+    The largest speed :math:`\max|v|`.
+""")
+
+
+@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@dataclass(frozen=True, eq=False)
+class SpectralSolver(GridSolver):
+    """The template of a solver whose state is a truncated series of the density.
+
+    It holds the model and the settings every spectral solver takes, keyword-only, with the
+    same defaults (each solver's docstring says what they mean for its series), and checks
+    them (:meth:`_check_settings`, from the solver's ``__post_init__``). A subclass defines
+    each member below for its series but :meth:`local_tolerance`, which they share.
+    """
+
+    model: object
+    _: KW_ONLY
+    rtol: float = 1e-6
+    tail_threshold: float = 1e-10
+    interaction: str = "auto"
+    tableau: str | ExplicitTableau = "dormand_prince"
+    error_level: float | None = 1e-3
+
+    def _check_settings(self) -> None:
+        """Check the shared settings, and replace ``tableau`` by the pair it names."""
+        check_rtol(self.rtol)
+        check_real(self.tail_threshold, "tail_threshold", minimum=0.0, strictly=True)
+        if self.error_level is not None:
+            check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
+        object.__setattr__(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
+
+    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+        r"""The transport term of the equation and the largest speed.
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        transport : numpy.ndarray
+            The series of :math:`-\mathrm{div}(\rho\, v[\rho])` (dealiased), shaped as
+            ``coefficients``.
+        speed : float
+            :math:`\max|v|` on the solver's grid (:meth:`stable_step` needs it).
+        """
+        raise NotImplementedError
+
+    def largest_speed(self, coefficients: np.ndarray) -> float:
+        r"""The largest speed :math:`\max|v|` on the solver's grid.
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        float
+            The largest speed (sets :meth:`stable_step`).
+        """
+        raise NotImplementedError
+
+    def stable_step(self, speed: float) -> float:
+        """The largest step the solver's explicit pair is stable for at this largest speed.
+
+        {speed_parameters}
+
+        Returns
+        -------
+        float
+            The step (``inf`` where nothing bounds it).
+        """
+        raise NotImplementedError
+
+    def deviation_norm(self, coefficients: np.ndarray) -> float:
+        r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        float
+            By Parseval over the series' non-constant terms (of every layer).
+        """
+        raise NotImplementedError
+
+    def _uniform_norm(self, coefficients: np.ndarray) -> float:
+        """The :math:`L^2` norm of the series' constant part (of every layer)."""
+        raise NotImplementedError
+
+    def local_tolerance(self, coefficients: np.ndarray) -> float:
+        """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        float
+            ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
+            norm (so that a run from the uniform state takes steps).
+        """
+        return error_tolerance(self.rtol, self.deviation_norm(coefficients), self._uniform_norm(coefficients))
+
+    def energy(self, coefficients: np.ndarray) -> float:
+        r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of an external potential.
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        float
+            :math:`E`, times :math:`e^{-\beta}` where it would overflow (``energy_scaled``).
+        """
+        raise NotImplementedError
+
+    def lyapunov(self, coefficients: np.ndarray) -> float:
+        r"""The functional the dynamics decreases, where one is known.
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        float
+            The free energy :math:`D\int\rho\log\rho - \frac12\int\rho\,(\Phi*\rho)` (gradient
+            flows: USA, zonal aggregation, Kuramoto, a general interaction that is one),
+            ``-cE`` (SA without diffusion); NaN where none is known or, with diffusion, where
+            the density is not positive.
+        """
+        raise NotImplementedError
+
+    def spectral_tail(self, coefficients: np.ndarray) -> float:
+        r"""Fraction of the spectral energy of :math:`\rho - \bar\rho` in the top 10 % of modes (of degrees on :math:`S^2`).
+
+        {coefficients_parameters}
+
+        Returns
+        -------
+        float
+            In ``[0, 1]``; the resolution diagnostic (compared with ``tail_threshold``). Of a
+            layered state, the largest over its layers.
+        """
+        raise NotImplementedError
+
+    @staticmethod
+    def _series_of(coefficients: np.ndarray) -> np.ndarray:
+        """Each density's series, one per row: the state's one, or a layered state's layers."""
+        return coefficients.reshape(-1, coefficients.shape[-1])
