@@ -54,7 +54,8 @@ state : numpy.ndarray
 """
 
 
-@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, solve_raises=SOLVE_RAISES, unused_state_parameters=UNUSED_STATE_PARAMETERS)
+@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, solve_raises=SOLVE_RAISES,
+                 unused_state_parameters=UNUSED_STATE_PARAMETERS)
 class LineLagrangian:
     r"""The ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` in mass coordinates (module docstring).
 
@@ -225,9 +226,8 @@ class LineLagrangian:
                     "scheme": "mass coordinates, midpoint rule over the labels, Dormand-Prince 5(4)"}
         state = np.concatenate([[times[0]], self.initial_positions(rho0)])
         first = 0.01 * (times[-1] - times[0] if times.size > 1 else 1.0)
-        return run_on_line(self, state, times, DORMAND_PRINCE, first, lambda t, q: frames.append(q[1:].copy()), None,
-                           progress, settings,
-                           lambda: self._dataset(frames, times, settings))
+        return run_on_line(self, state, times, DORMAND_PRINCE, first, lambda t, q: frames.append(q[1:].copy()),
+                           None, progress, settings, lambda: self._dataset(frames, times, settings))
 
     def _dataset(self, frames, times, settings):
         positions = np.stack(frames)

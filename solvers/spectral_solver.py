@@ -25,8 +25,8 @@ from .grid_solver import GridSolver
 from .spectral_transport import transport_tableau
 from .tolerance import error_tolerance
 
-#: The Parameters section of a member that reads a spectral solver's state (``{coefficients_parameters}``).
-COEFFICIENTS_PARAMETERS = parameters(r"""
+#: The Parameters section of a member that reads a spectral solver's state (``{spectral_state_parameters}``).
+SPECTRAL_STATE_PARAMETERS = parameters(r"""
 coefficients : numpy.ndarray
     The density's series in the solver's layout: on the circle the complex Fourier
     coefficients :math:`c_k`, :math:`k = 0 .. N/2 - 1`, of
@@ -42,7 +42,7 @@ speed : float
 """)
 
 
-@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@fill_docstrings(spectral_state_parameters=SPECTRAL_STATE_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class SpectralSolver(GridSolver):
     """The template of a solver whose state is a truncated series of the density.
@@ -72,7 +72,7 @@ class SpectralSolver(GridSolver):
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""The transport term of the equation and the largest speed.
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------
@@ -87,7 +87,7 @@ class SpectralSolver(GridSolver):
     def largest_speed(self, coefficients: np.ndarray) -> float:
         r"""The largest speed :math:`\max|v|` on the solver's grid.
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------
@@ -111,7 +111,7 @@ class SpectralSolver(GridSolver):
     def deviation_norm(self, coefficients: np.ndarray) -> float:
         r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------
@@ -127,7 +127,7 @@ class SpectralSolver(GridSolver):
     def local_tolerance(self, coefficients: np.ndarray) -> float:
         """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------
@@ -138,9 +138,9 @@ class SpectralSolver(GridSolver):
         return error_tolerance(self.rtol, self.deviation_norm(coefficients), self._uniform_norm(coefficients))
 
     def energy(self, coefficients: np.ndarray) -> float:
-        r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of an external potential.
+        r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of a potential.
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------
@@ -152,7 +152,7 @@ class SpectralSolver(GridSolver):
     def lyapunov(self, coefficients: np.ndarray) -> float:
         r"""The functional the dynamics decreases, where one is known.
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------
@@ -165,9 +165,9 @@ class SpectralSolver(GridSolver):
         raise NotImplementedError
 
     def spectral_tail(self, coefficients: np.ndarray) -> float:
-        r"""Fraction of the spectral energy of :math:`\rho - \bar\rho` in the top 10 % of modes (of degrees on :math:`S^2`).
+        r"""The share of the spectral energy of :math:`\rho - \bar\rho` in the top 10 % of modes (or degrees).
 
-        {coefficients_parameters}
+        {spectral_state_parameters}
 
         Returns
         -------

@@ -318,7 +318,7 @@ class CircleStationary(ParameterFamily):
 
     # ------------------------------------------------------------------ stability
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
-        r"""The linearised right-hand side on all cells, ``(cells, cells)`` (central differences, error :math:`O(\epsilon^2)`).
+        r"""The linearised right-hand side on all cells, ``(cells, cells)``.
 
         {state_parameters}
 

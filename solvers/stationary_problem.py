@@ -68,11 +68,12 @@ vectors : numpy.ndarray
 """
 
 #: The Returns section of ``jacobian`` (its summary says on which space it acts).
-JACOBIAN_RETURNS = """
+JACOBIAN_RETURNS = r"""
 Returns
 -------
 scipy.sparse.linalg.LinearOperator
-    Its product with a perturbation.
+    Its product with a perturbation, by central differences (error :math:`O(\epsilon^2)` in
+    the difference step :math:`\epsilon`).
 """
 
 #: The Returns section of ``mode``.
@@ -88,14 +89,14 @@ def state_sections(unknowns: str, mode: str | None = None) -> dict[str, str]:
     """The docstring sections (:func:`~meanfield.docstrings.fill_docstrings`) of a stationary
     problem whose state's entry is ``unknowns``: ``{state_parameters}`` (the state and the
     parameter's value), ``{unknowns_parameters}``, ``{value_parameters}``, ``{eigen_parameters}``
-    (the state, the value and how many eigenvalues), ``{eigen_returns}``, ``{jacobian_returns}``, ``{arpack_raises}``,
-    ``{order_returns}``, the entries ``{value}`` and ``{branch}``, and, where the problem's
+    (the state, the value and how many eigenvalues), ``{eigen_returns}``, ``{jacobian_returns}``,
+    ``{arpack_raises}``, ``{order_returns}``, the entries ``{value}`` and ``{branch}``, and, where the problem's
     modes are indexed by the argument whose entry is ``mode``, ``{mode_sections}`` (the
     Parameters and Returns of ``mode``)."""
     sections = {"state_parameters": parameters(unknowns, VALUE), "unknowns_parameters": parameters(unknowns),
                 "value_parameters": parameters(VALUE), "eigen_parameters": parameters(unknowns, VALUE, COUNT),
-                "eigen_returns": EIGEN_RETURNS, "jacobian_returns": JACOBIAN_RETURNS, "arpack_raises": ARPACK_RAISES, "order_returns": ORDER_RETURNS,
-                "value": VALUE, "branch": BRANCH}
+                "eigen_returns": EIGEN_RETURNS, "jacobian_returns": JACOBIAN_RETURNS, "arpack_raises": ARPACK_RAISES,
+                "order_returns": ORDER_RETURNS, "value": VALUE, "branch": BRANCH}
     if mode is not None:
         sections["mode_sections"] = parameters(mode) + "\n" + MODE_RETURNS
     return sections

@@ -172,7 +172,7 @@ class SphereStationaryGeneral(SphereFamily):
 
     # ------------------------------------------------------------------ stability
     def jacobian(self, unknowns: np.ndarray, value: float) -> LinearOperator:
-        r"""The linearised right-hand side on the unknowns, ``(size, size)`` (central differences, error :math:`O(\epsilon^2)`).
+        r"""The linearised right-hand side on the unknowns, ``(size, size)``.
 
         {state_parameters}
 

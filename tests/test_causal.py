@@ -503,3 +503,7 @@ def test_resolution_diagnostics_of_a_layered_state_are_the_largest_over_its_laye
             per_layer = [getattr(plain, diagnostic)(layer) for layer in coefficients]
             assert np.argmax(per_layer) > 0, per_layer
             assert getattr(layered, diagnostic)(coefficients) == max(per_layer)
+    # the circle's tail from its definition, by hand: power of the modes above 0.9 (N/2 - 1) over that of k >= 1
+    power = np.abs(state[:, 1:]) ** 2
+    top = np.arange(1, 32) > 0.9 * 31
+    np.testing.assert_allclose(circle.spectral_tail(state), (power[:, top].sum(1) / power.sum(1)).max(), rtol=1e-13)
