@@ -8,11 +8,17 @@ Baselines, timed in the same run and interleaved with the candidate (``common.co
   with span reduction where ``d > n``), on one thread like the peer, at d = 2, 32, 128 and
   256, 512, 2048 systems. Targets: ratio <= 1/3, and the cost per system-step the same at
   every batch size.
+- scipy's ``DOP853`` loop with its dense output at the output times, on the library's
+  velocity kernel (the default adaptive path before it ran on the library's controller and
+  driver); the candidate is that run's integration on the library's driver
+  (``embedded_pair_run`` with the ``"dop853"`` tableau, what ``meanfield.simulate_particles``
+  runs by default) with the same tolerances: a small system (overhead), a larger one with
+  many outputs, and a batch. Both take the same steps. Target: ratio <= 1 within noise.
 - the same sweep task (256 systems of the phase diagram) in this process; the candidate is
   that task inside a one-worker Dask ``LocalCluster`` as ``meanfield sweep`` starts it,
   timed inside the worker. Target: ratio <= 1.2.
 
-    python benchmarks/bench_particles.py [--systems 256,512] [--dimensions 32] [--steps-only]
+    python benchmarks/bench_particles.py [--systems 256,512] [--dimensions 32] [--steps-only] [--adaptive-only]
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import numpy as np
 import meanfield as mf
 from common import compare
 from meanfield.engines.kernels import select_kernel
+from meanfield.integration import TABLEAUX
+from meanfield.integration.runs import embedded_pair_run, rms
 
 SYSTEMS, TOKENS, STEPS, BETA, STEP = (256, 512, 2048), 32, 20, 4.0, 0.1
 DIMENSIONS = (2, 32, 128)
@@ -70,6 +78,50 @@ def step_rows(systems: tuple[int, ...] = SYSTEMS, dimensions: tuple[int, ...] = 
     return rows
 
 
+#: (label, tokens, d, systems, rtol, output times) of the adaptive runs.
+ADAPTIVE_RUNS = (("n=16 d=3, rtol 1e-8, 11 outputs", 16, 3, 1, 1e-8, np.linspace(0.0, 5.0, 11)),
+                 ("n=256 d=3, rtol 1e-10, 101 outputs", 256, 3, 1, 1e-10, np.linspace(0.0, 5.0, 101)),
+                 ("64 systems n=32 d=8, rtol 1e-6, 2 outputs", 32, 8, 64, 1e-6, np.array([0.0, 10.0])))
+
+
+def scipy_dop853_run(velocity, x0: np.ndarray, times: np.ndarray, rtol: float) -> list[np.ndarray]:
+    """Frames at ``times`` by scipy's DOP853 steps and dense output (``atol = rtol / 100``, the library's default)."""
+    from scipy.integrate import DOP853
+
+    solver = DOP853(lambda t, y: velocity(y.reshape(x0.shape)).ravel(), times[0], x0.ravel(), times[-1],
+                    rtol=rtol, atol=rtol / 100)
+    frames, next_out = [x0.copy()], 1
+    while next_out < times.size:
+        solver.step()
+        if solver.t >= times[next_out]:
+            dense = solver.dense_output()
+            while next_out < times.size and times[next_out] <= solver.t:
+                frames.append(dense(times[next_out]).reshape(x0.shape))
+                next_out += 1
+    return frames
+
+
+def library_dop853_run(velocity, x0: np.ndarray, times: np.ndarray, rtol: float) -> list[np.ndarray]:
+    """The same frames on the library's controller and driver."""
+    frames: list[np.ndarray] = []
+    embedded_pair_run(velocity, x0, times, TABLEAUX["dop853"], rtol, rtol / 100, False,
+                      norm=rms, record=lambda t, x: frames.append(x.copy()),
+                      fail=None, settings={})
+    return frames
+
+
+def adaptive_rows() -> list[tuple[str, float, float, float]]:
+    rows = []
+    model = mf.SelfAttention(BETA)
+    for label, tokens, d, systems, rtol, times in ADAPTIVE_RUNS:
+        x = mf.sample_uniform(tokens, d, 0, batch=systems)
+        velocity = select_kernel(model, x, "auto").velocity_unchecked
+        ours, base, ratio = compare(lambda: library_dop853_run(velocity, x, times, rtol),
+                                    lambda: scipy_dop853_run(velocity, x, times, rtol))
+        rows.append((f"dop853 run {label}: library vs scipy's loop [s]", ours, base, ratio))
+    return rows
+
+
 def _timed_task(task):
     from validation.app.sweep import run_task
     start = time.perf_counter()
@@ -109,11 +161,13 @@ def sweep_task_rows() -> list[tuple[str, float, float, float]]:
 
 
 def run(systems: tuple[int, ...] = SYSTEMS, dimensions: tuple[int, ...] = DIMENSIONS,
-        steps_only: bool = False) -> list[tuple[str, float, float, float]]:
+        steps_only: bool = False, adaptive_only: bool = False) -> list[tuple[str, float, float, float]]:
     # Per core, as the peer's step and the sweep's workers: the circle's series would otherwise
     # run its parallel loops on every core of this process.
     numba.set_num_threads(1)
-    return step_rows(systems, dimensions) + ([] if steps_only else sweep_task_rows())
+    if adaptive_only:
+        return adaptive_rows()
+    return step_rows(systems, dimensions) + adaptive_rows() + ([] if steps_only else sweep_task_rows())
 
 
 def main(argv: list[str]) -> None:
@@ -121,9 +175,10 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--systems", type=_sizes, default=SYSTEMS, help="batch sizes, comma-separated")
     parser.add_argument("--dimensions", type=_sizes, default=DIMENSIONS, help="d, comma-separated")
     parser.add_argument("--steps-only", action="store_true", help="leave out the Dask sweep-task rows")
+    parser.add_argument("--adaptive-only", action="store_true", help="only the adaptive (dop853) runs")
     args = parser.parse_args(argv)
     print(f"{'benchmark':66} {'ours':>12} {'baseline':>14} {'ratio':>9}")
-    for label, ours, base, ratio in run(args.systems, args.dimensions, args.steps_only):
+    for label, ours, base, ratio in run(args.systems, args.dimensions, args.steps_only, args.adaptive_only):
         print(f"{label:66} {ours:12.4g} {base:14.4g} {ratio:9.3g}")
 
 

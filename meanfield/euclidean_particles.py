@@ -4,8 +4,9 @@ r"""The particle system of :class:`~meanfield.euclidean.PureAttention`: tokens i
 the model's ``on_sphere`` is false; the schemes are those of the sphere without its
 projection:
 
-``"dop853"`` (default), an embedded pair of ``meanfield.integration``
-    Adaptive steps with error control, ``rtol`` relative to the tokens' size.
+``"dop853"`` (default), or another embedded pair of ``meanfield.integration``
+    Adaptive steps with error control: each step's local error in every coordinate below
+    ``atol + rtol |x_k|`` (RMS over coordinates).
 ``"rk4"``
     Classical RK4 with fixed steps, the stages at their own times (the rescaled velocity
     depends on ``t`` through :math:`M(t) = e^{tHV}`).
@@ -40,7 +41,7 @@ from .engines.kernels import is_numpy, to_numpy
 from .errors import StepSizeCollapse
 from .euclidean import check_tokens
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
-from .integration.runs import dop853_frames, embedded_pair_run, fixed_step_run
+from .integration.runs import embedded_pair_run, fixed_step_run, rms
 from .records import PARTICLES, euclidean_name, record_attrs
 
 
@@ -114,32 +115,27 @@ def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol
     model.check_interval(to_numpy(batch), times[0], times[-1])
     flow = EuclideanFlow(model, batch)
     settings.update(kernel=flow.kernel)
-    if flow.kernel != "numpy" and (method == "dop853" or isinstance(method, ExplicitTableau)):
-        method = method if isinstance(method, str) else method.name
-        raise ValueError(f"method={method!r} integrates numpy arrays (adaptive steps on the host); "
+    if flow.kernel != "numpy" and isinstance(method, ExplicitTableau):
+        raise ValueError(f"method={method.name!r} integrates numpy arrays (adaptive steps on the host); "
                          f"tokens of {type(x0).__module__} take a fixed-step method ('rk4', 'euler', 'layer')")
 
     def dataset(frames, rescalings):
         return euclidean_dataset(model, frames, rescalings, times, settings, attention=attention,
                                  single=x0.ndim == 2)
 
-    def fail(t: float, message: str, frames: list) -> NoReturn:
-        settings["failure"] = message
-        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {message}", time=t,
-                               partial=dataset(frames, [flow.rescaling(s) for s in times[:len(frames)]]))
-
-    if method == "dop853":
-        frames, evaluations = dop853_frames(lambda t, y: flow.velocity(t, y.reshape(batch.shape)).ravel(),
-                                            batch, times, rtol, atol, bar, fail)
-    elif isinstance(method, ExplicitTableau):
-        frames = []
-        evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), flow.timed_state(times[0], batch),
-                                        times, method, rtol, atol, bar, norm=_rms_of_tokens,
-                                        record=lambda t, q: frames.append(q[1:].reshape(batch.shape).copy()),
-                                        fail=lambda t, reason: fail(t, reason, frames), settings=settings)
-    else:
+    if not isinstance(method, ExplicitTableau):
         frames, rescalings = fixed_step(flow, batch, times, method, dt, bar, _host_frame, settings)
         return dataset(frames, rescalings)
+    frames: list[np.ndarray] = []
+
+    def fail(t: float, reason: str) -> NoReturn:
+        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
+                               partial=dataset(frames, [flow.rescaling(s) for s in times[:len(frames)]]))
+
+    evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), flow.timed_state(times[0], batch), times, method,
+                                    rtol, atol, bar, norm=_rms_of_tokens,
+                                    record=lambda t, q: frames.append(q[1:].reshape(batch.shape).copy()),
+                                    fail=fail, settings=settings)
     settings.update(velocity_evaluations=evaluations)
     return dataset(frames, [flow.rescaling(t) for t in times])
 
@@ -155,7 +151,7 @@ def observe(model, x0: np.ndarray, times: np.ndarray, method: str, dt: float, ob
 
 def _rms_of_tokens(q: np.ndarray) -> float:
     """RMS of the tokens of a timed state ``[t, x.ravel()]`` (the time is not an error)."""
-    return float(np.sqrt(np.mean(q[1:] ** 2)))
+    return rms(q[1:])
 
 
 def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, settings: dict):

@@ -4,8 +4,10 @@ Three integrators, named by their scheme:
 
 ``method="dop853"`` (default without diffusion)
     Dormand-Prince 8(5,3) with error control (``rtol`` down to 1e-10 and below) for
-    validation against exact references. Stage points are not renormalized, so the
-    norms stay one to the requested tolerance (and the run reports by how much).
+    validation against exact references: Hairer's DOP853 as :class:`scipy.integrate.DOP853`
+    runs it (blended error estimate, dense output at the output times), on the library's
+    controller and driver. Stage points are not renormalized, so the norms stay one to the
+    requested tolerance (and the run reports by how much).
 ``method="rk4"``
     Classical RK4 with step ``dt``, each step followed by the radial projection back to the
     sphere: norms stay one to round-off, cost is predictable, for throughput. ODE only.
@@ -48,7 +50,7 @@ from .checks import check_points, check_real, check_rtol, check_step, check_time
 from .errors import StepSizeCollapse
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
 from .integration.driver import equal_steps
-from .integration.runs import dop853_frames, embedded_pair_run, fixed_step_run
+from .integration.runs import embedded_pair_run, fixed_step_run, rms
 from .integration.tableaux import ADAPTIVE_PAIRS, tableau_named
 from . import euclidean_particles
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
@@ -60,9 +62,9 @@ from .sphere import normalize
 if TYPE_CHECKING:
     import xarray as xr
 
-#: Adaptive embedded pairs of ``meanfield.integration``, by name (``method=``).
-PAIRS = ADAPTIVE_PAIRS
-METHODS = ("dop853", "rk4", "euler", "layer") + PAIRS
+#: Adaptive embedded pairs of ``meanfield.integration``, by name (``method=``); ``"dop853"`` the default.
+PAIRS = ("dop853",) + tuple(name for name in ADAPTIVE_PAIRS if name != "dop853")
+METHODS = PAIRS[:1] + ("rk4", "euler", "layer") + PAIRS[1:]
 FIXED_STEP_METHODS = ("rk4", "euler", "layer")
 NOISY_METHODS = ("euler", "layer")
 
@@ -107,15 +109,15 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     method : str or ExplicitTableau, optional
         Default ``"dop853"`` without diffusion, ``"euler"`` (Euler-Maruyama) with it;
         ``"rk4"``: fixed steps for throughput; ``"euler"`` without noise: projected Euler;
-        ``"layer"``: the Transformer layer ``normalize(x + h a)`` (module docstring). An
-        embedded pair of ``meanfield.integration`` (``"dormand_prince"``,
-        ``"bogacki_shampine"``, ``"merson"``, or an ``meanfield.integration.ExplicitTableau``)
-        takes adaptive steps with the solvers' controller and driver, output times hit exactly.
+        ``"layer"``: the Transformer layer ``normalize(x + h a)`` (module docstring). The
+        adaptive methods are the embedded pairs of ``meanfield.integration`` (``"dop853"``,
+        ``"dormand_prince"``, ``"dormand_prince_853"``, ``"bogacki_shampine"``, ``"merson"``,
+        or an ``meanfield.integration.ExplicitTableau``) on the solvers' controller and
+        driver: output times are interpolated where the pair has a dense output (DOP853),
+        hit exactly by the steps otherwise.
     rtol, atol : float
-        Tolerances of the adaptive method: each step's local error in every coordinate is
-        below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``);
-        for the pairs of ``meanfield.integration``, the RMS of the local error is below
-        ``atol + rtol rms(x)``.
+        Tolerances of the adaptive methods: each step's local error in every coordinate is
+        below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``).
         As for the PDE solvers, ``rtol`` is relative to what moves, here the positions
         themselves. Any ``rtol`` in ``[1e-12, 1e-3]`` is supported.
     dt : float, optional
@@ -168,11 +170,6 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             rtol, atol = _tolerances(rtol, atol, settings)
             settings["method"] = method.name
             frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
-            frames, drift = _project(frames)
-        elif method == "dop853":
-            _require_numpy(x0, method)
-            rtol, atol = _tolerances(rtol, atol, settings)
-            frames, evaluations = _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel)
             frames, drift = _project(frames)
         else:
             frames, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar,
@@ -257,9 +254,9 @@ def _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kern
     x0, times = euclidean_particles.checked_tokens(model, x0), _run_times(times)
     method = _scheme(method, 0.0, METHODS)
     settings: dict = {"method": method if isinstance(method, str) else method.name}
-    if method == "dop853" or isinstance(method, ExplicitTableau) or method in PAIRS:
+    if isinstance(method, ExplicitTableau) or method in PAIRS:
         rtol, atol = _tolerances(rtol, atol, settings)
-        method = method if method == "dop853" else tableau_named(method)
+        method = tableau_named(method)
     else:
         dt = check_step(0.01 if dt is None else dt, times)
         settings.update(dt=dt)
@@ -417,34 +414,9 @@ def _energy_series(model, x: np.ndarray) -> tuple[np.ndarray, str]:
         return np.exp(model.log_energy(x, **faster) - model.beta), "exp(-beta) E (E overflows double precision)"
 
 
-def _flat_rhs(drift, shape):
-    batch = shape if len(shape) == 3 else (1,) + shape
-
-    def rhs(t: float, y: np.ndarray) -> np.ndarray:
-        return drift(y.reshape(batch)).ravel()
-    return rhs
-
-
-def _integrate_adaptive(model, x0, times, rtol, atol, bar, settings, kernel="auto"):
-    engine = select_kernel(model, x0, kernel)
-    settings.update(kernel=engine.name, **engine.settings)
-
-    def fail(t: float, message: str, frames: list) -> NoReturn:
-        settings["failure"] = message
-        projected, drift = _project(frames)
-        partial = particle_dataset(model, projected, times, settings, drift)
-        raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {message}", time=t, partial=partial)
-
-    return dop853_frames(_flat_rhs(engine.velocity_unchecked, x0.shape), x0, times, rtol, atol, bar, fail)
-
-
-def _rms(x: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(x * x)))
-
-
 def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar, settings, kernel="auto"):
-    """An embedded pair through the shared controller and driver; each step's local error is
-    below ``atol + rtol * rms(x)`` in RMS over coordinates."""
+    """An embedded pair through the shared controller and driver; each step's local error in
+    every coordinate is below ``atol + rtol |x_k|`` in RMS over coordinates."""
     engine = select_kernel(model, x0, kernel)
     settings.update(kernel=engine.name, **engine.settings)
     frames: list[np.ndarray] = []
@@ -458,7 +430,7 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
                                partial=particle_dataset(model, projected, times, settings, drift))
 
     batch = x0 if x0.ndim == 3 else x0[None, ...]
-    evaluations = embedded_pair_run(engine.velocity_unchecked, batch, times, tableau, rtol, atol, bar, norm=_rms,
+    evaluations = embedded_pair_run(engine.velocity_unchecked, batch, times, tableau, rtol, atol, bar, norm=rms,
                                     record=record, fail=fail, settings=settings)
     return frames, evaluations
 

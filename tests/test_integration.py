@@ -13,7 +13,8 @@ from meanfield.homogenized import output_steps
 from meanfield.integration import (CLASSICAL_RK4, TABLEAUX, AdaptiveStep, ExplicitRungeKutta, ExplicitTableau,
                                    ExtrapolatedImplicitEuler, FixedStep, StepController, StepCounts, integrate)
 from meanfield.integration.controller import MAX_FACTOR, MIN_FACTOR
-from meanfield.integration.runs import noise_grid_run
+from meanfield.integration.runge_kutta import _step_rows
+from meanfield.integration.runs import noise_grid_run, rms
 from solvers import CircleFV, SphereSpectral
 from validation import orthogonal_token_inner_product
 
@@ -145,10 +146,31 @@ def test_stacked_and_termwise_combinations_give_the_same_numbers(name, shape, de
     for stacked_size in (ExplicitRungeKutta.STACKED_SIZE, 0):
         stepper = ExplicitRungeKutta(tableau, lambda q: 1j * q * q.conj() * q - 0.3 * q, decay=decay,
                                      norm=lambda e: float(np.abs(e).max()), tolerance=lambda q: 1e-3)
-        stepper.STACKED_SIZE = stacked_size
+        stepper.STACKED_SIZE, stepper.PRODUCTS = stacked_size, False
         results.append(stepper.step(q, 0.07))
     (stacked, stacked_error), (termwise, termwise_error) = results
     assert np.array_equal(stacked, termwise) and stacked_error == termwise_error
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 300)], ids=["vector", "layers", "large"])
+@pytest.mark.parametrize("name", [name for name, tableau in TABLEAUX.items()
+                                  if tableau.adaptive and _step_rows(tableau).long])
+def test_products_over_the_stages_give_the_termwise_numbers_to_round_off(name, shape):
+    """Without decay each sum is one matrix-vector product (another order of addition): the
+    step and its error as the termwise sums give them, to a few units of round-off."""
+    q = np.random.default_rng(3).normal(size=shape) + 1j * np.random.default_rng(4).normal(size=shape)
+    rhs = lambda q: 1j * q * q.conj() * q - 0.3 * q  # noqa: E731
+    h, tolerance, results = 0.07, 1e-3, []
+    for products in (True, False):
+        stepper = ExplicitRungeKutta(TABLEAUX[name], rhs, norm=lambda e: float(np.abs(e).max()),
+                                     tolerance=lambda q: tolerance)
+        stepper.STACKED_SIZE, stepper.PRODUCTS = 0, products
+        results.append(stepper.step(q, h))
+    (product, product_error), (termwise, termwise_error) = results
+    np.testing.assert_allclose(product, termwise, rtol=1e-14)
+    # The estimate is a sum of terms up to h |e_i| |k_i| that nearly cancel: its round-off is theirs.
+    terms = h * np.abs(TABLEAUX[name].error).sum() * 2 * np.abs(rhs(q)).max()
+    assert abs(product_error - termwise_error) <= 16 * np.finfo(float).eps * terms / tolerance
 
 
 def test_the_integrating_factor_form_refuses_decreasing_abscissas():
@@ -223,14 +245,16 @@ def test_adaptive_step_rejects_beyond_the_stability_bound_and_bounds_its_proposa
     assert reason is None and proposal <= 0.1
 
 
-def fixed_step_outputs(advance, state, times, dt):
+def fixed_step_outputs(advance, state, times, dt, wrapped=True):
     outputs, counts = [], StepCounts()
-    integrate(state, np.asarray(times), FixedStep(advance), fixed_step=dt, record=lambda t, q: outputs.append((t, q)),
+    attempt = FixedStep(advance) if wrapped else lambda q, h, t: (advance(q, t, h), h, None)
+    integrate(state, np.asarray(times), attempt, fixed_step=dt, record=lambda t, q: outputs.append((t, q)),
               progress=False, name="test", counts=counts)
     return outputs, counts.steps
 
 
-def test_fixed_steps_split_each_output_interval_equally_and_start_each_step_at_t0_plus_k_h():
+@pytest.mark.parametrize("wrapped", [True, False], ids=["FixedStep", "attempt"])
+def test_fixed_steps_split_each_output_interval_equally_and_start_each_step_at_t0_plus_k_h(wrapped):
     # y' = t by forward Euler: each step adds h t_k exactly, so the sum over an interval of
     # count steps from t0 is count h t0 + h^2 count (count - 1) / 2, the starts t0 + k h.
     times, dt = [0.0, 0.25, 1.0, 1.05], 0.1
@@ -240,7 +264,7 @@ def test_fixed_steps_split_each_output_interval_equally_and_start_each_step_at_t
         starts.append((t, h))
         return y + h * t
 
-    outputs, steps = fixed_step_outputs(advance, 0.0, times, dt)
+    outputs, steps = fixed_step_outputs(advance, 0.0, times, dt, wrapped)
     counts = [3, 8, 1]  # ceil(0.25 / 0.1), ceil(0.75 / 0.1), ceil(0.05 / 0.1)
     assert steps == sum(counts) and [t for t, _ in outputs] == times
     expected, k = 0.0, 0
@@ -329,3 +353,135 @@ def test_a_tableau_written_once_runs_the_particles_against_the_exact_inner_produ
 def test_a_pair_refuses_arrays_of_another_namespace():
     with pytest.raises(ValueError, match="method='bogacki_shampine' integrates numpy arrays"):
         mf.simulate_particles(mf.SelfAttention(1.0), xps.asarray(np.eye(3)[:2]), [0.0, 1.0], method="bogacki_shampine")
+
+
+# DOP853 as scipy runs it: blended estimate, dense output, and the driver stepping past outputs.
+
+LINEAR = np.array([[-0.1, 2.0, 0.0], [-2.0, -0.1, 0.5], [0.0, -0.5, -0.3]])
+
+
+def linear_solution(t, y0):
+    """Exact solution of y' = LINEAR y (its eigen-decomposition: independent of any stepper)."""
+    values, vectors = np.linalg.eig(LINEAR)
+    return (vectors @ (np.exp(values * t) * np.linalg.solve(vectors, y0))).real
+
+
+def test_dop853_dense_output_has_order_seven_against_the_exact_solution():
+    """The interpolant inside one step from y0: its error at theta = 0.37 falls like h^8."""
+    y0 = np.array([1.0, 0.5, -0.25])
+    stepper = ExplicitRungeKutta(TABLEAUX["dop853"], lambda q: LINEAR @ q, norm=rms, tolerance=lambda q: 1.0)
+    sizes = np.array([0.8, 0.4, 0.2])
+    errors = []
+    for h in sizes:
+        stepper.step(y0, h)
+        errors.append(np.abs(stepper.interpolate(0.37) - linear_solution(0.37 * h, y0)).max())
+    slope = np.polyfit(np.log(sizes), np.log(errors), 1)[0]
+    assert slope >= 8 - 0.2, (errors, slope)
+    assert TABLEAUX["dop853"].continuous_extension.order == 7
+
+
+def test_dop853_dense_output_is_scipys_and_ends_at_the_step():
+    """The continuous extension, written as stage weights b_i(theta), against scipy's own DOP853 interpolant."""
+    from scipy.integrate import DOP853
+
+    rhs = lambda q: LINEAR @ q + 0.3 * np.sin(q)  # noqa: E731
+    y0 = np.array([1.0, 0.5, -0.25])
+    solver = DOP853(lambda t, y: rhs(y), 0.0, y0, 10.0, first_step=0.3)
+    solver.step()
+    stepper = ExplicitRungeKutta(TABLEAUX["dop853"], rhs, norm=rms, tolerance=lambda q: 1.0)
+    new, _ = stepper.step(y0, solver.t - solver.t_old)
+    np.testing.assert_allclose(new, solver.y, rtol=0, atol=1e-15)
+    dense = solver.dense_output()
+    # Round-off: the weights b_i(theta) sum polynomial coefficients of up to ~500 with cancellation.
+    weights = np.abs(np.array(TABLEAUX["dop853"].continuous_extension.weights)).sum()
+    roundoff = solver.t * np.finfo(float).eps * weights * 2 * np.abs(rhs(y0)).max()
+    for theta in (0.0, 0.2, 0.5, 0.9, 1.0):
+        np.testing.assert_allclose(stepper.interpolate(theta), dense(theta * solver.t), rtol=0, atol=roundoff)
+    assert stepper.evaluations == 12 + 1 + 3  # twelve stages, f at the new solution, the extension's three
+
+
+def test_a_dense_output_needs_a_continuous_extension_and_the_plain_form():
+    stepper = ExplicitRungeKutta(TABLEAUX["dormand_prince"], lambda q: -q, norm=rms, tolerance=lambda q: 1.0)
+    stepper.step(np.ones(2), 0.1)
+    with pytest.raises(ValueError, match="'dormand_prince': no dense output"):
+        stepper.interpolate(0.5)
+    with pytest.raises(ValueError, match="continuous extension needs f at the new solution"):
+        ExplicitTableau(name="no_fsal", c=(0.0, 1.0), a=((), (1.0,)), b=(0.5, 0.5), order=2, error=(-0.5, 0.5),
+                        error_estimator_order=1,
+                        continuous_extension=TABLEAUX["dop853"].continuous_extension)
+
+
+@pytest.mark.parametrize("rtol, times", [(1e-6, [0.0, 10.0]), (1e-9, np.linspace(0.0, 10.0, 41)),
+                                         (1e-12, np.linspace(2.0, 4.0, 5))], ids=["one-interval", "many", "tight"])
+def test_dop853_on_the_driver_takes_scipys_steps_and_meets_the_exact_solution(rtol, times):
+    """Hairer's first step, the blended estimate, scipy's controller and the dense output: the
+    same accepted and rejected steps as scipy.integrate.solve_ivp's DOP853, the same frames to
+    round-off, and a global error within the tolerance's reach of the exact solution."""
+    from scipy.integrate import solve_ivp
+
+    from meanfield.integration.runs import embedded_pair_run
+
+    times = np.asarray(times, dtype=float)
+    rhs = lambda q: LINEAR @ q  # noqa: E731
+    y0 = np.array([1.0, 0.5, -0.25])
+    frames, settings = [], {}
+    evaluations = embedded_pair_run(rhs, y0, times, TABLEAUX["dop853"], rtol, rtol / 100, False, norm=rms,
+                                    record=lambda t, q: frames.append(q), fail=None, settings=settings)
+    theirs = solve_ivp(lambda t, y: rhs(y), (times[0], times[-1]), y0, method="DOP853", t_eval=times,
+                       rtol=rtol, atol=rtol / 100)
+    stepped = solve_ivp(lambda t, y: rhs(y), (times[0], times[-1]), y0, method="DOP853", rtol=rtol, atol=rtol / 100)
+    assert settings["steps"] == stepped.t.size - 1  # without t_eval, scipy returns every step's end
+    # scipy reuses its first evaluation for the first stage; the driver interpolates no output a step ends on.
+    assert evaluations <= theirs.nfev + 1
+    np.testing.assert_allclose(np.array(frames), theirs.y.T, rtol=0, atol=1e3 * np.finfo(float).eps)
+    exact = np.array([linear_solution(t - times[0], y0) for t in times])
+    assert np.abs(np.array(frames) - exact).max() <= 10 * settings["steps"] * rtol
+
+
+def test_the_driver_steps_past_outputs_with_a_dense_output_and_lands_on_the_last():
+    """Steps are cut short only at the end; each output is interpolated in the step that passes it."""
+    attempts, records = [], []
+
+    def attempt(state, dt, t):
+        attempts.append((t, dt))
+        return state + dt, 0.3, None  # q' = 1, always accepted, next step 0.3
+
+    integrate(0.0, np.array([0.0, 0.1, 0.2, 0.25, 1.0]), attempt, first_step=0.3, progress=False, name="test",
+              counts=StepCounts(), record=lambda t, q: records.append((t, q)),
+              interpolate=lambda theta: ("theta", round(theta, 12)))
+    assert [round(dt, 12) for _, dt in attempts] == [0.3, 0.3, 0.3, 0.1]  # the last one cut to end at 1.0
+    assert records[1:4] == [(0.1, ("theta", round(1 / 3, 12))), (0.2, ("theta", round(2 / 3, 12))),
+                            (0.25, ("theta", round(0.25 / 0.3, 12)))]
+    assert records[-1][0] == 1.0 and records[-1][1] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="interpolate is the dense output of adaptive steps"):
+        integrate(0.0, np.array([0.0, 1.0]), attempt, fixed_step=0.1, progress=False, name="test",
+                  counts=StepCounts(), record=lambda t, q: None, interpolate=lambda theta: None)
+
+
+@pytest.mark.parametrize("name", ["dormand_prince", "merson"])
+def test_a_step_retried_after_a_rejection_does_not_evaluate_its_first_stage_again(name):
+    tableau = TABLEAUX[name]
+    stepper = ExplicitRungeKutta(tableau, lambda q: q * q, norm=rms, tolerance=lambda q: 1e-12)
+    q = np.array([1.0, 0.5])
+    stepper.step(q, 0.5)
+    first = stepper.evaluations
+    stepper.step(q, 0.1)
+    assert first == tableau.stages + tableau.first_same_as_last
+    assert stepper.evaluations - first == tableau.stages - 1 + tableau.first_same_as_last
+
+
+def test_the_blended_estimate_is_hairers_formula_of_the_two_error_rows():
+    """The scaled error of one step against the blend formed by hand from the stages (scipy's rows E5, E3)."""
+    from scipy.integrate._ivp import dop853_coefficients as k
+
+    rhs = lambda q: LINEAR @ q + 0.3 * np.sin(q)  # noqa: E731
+    y0, h = np.array([1.0, 0.5, -0.25]), 0.4
+    stages = np.zeros((13, 3))
+    for i in range(12):
+        stages[i] = rhs(y0 + h * k.A[i, :i] @ stages[:i])
+    new = y0 + h * k.B @ stages[:12]
+    stages[12] = rhs(new)
+    scale = 1e-6 + 1e-4 * np.maximum(np.abs(y0), np.abs(new))
+    fifth, third = rms(h * k.E5 @ stages / scale), rms(h * k.E3 @ stages / scale)
+    stepper = ExplicitRungeKutta(TABLEAUX["dop853"], rhs, norm=rms, tolerance=lambda q: 1e-6 + 1e-4 * np.abs(q))
+    assert stepper.step(y0, h)[1] == pytest.approx(fifth ** 2 / np.sqrt(fifth ** 2 + 0.01 * third ** 2), rel=1e-12)

@@ -4,9 +4,10 @@ A run supplies ``attempt(state, dt, t) -> (new_state, proposed_dt, rejection_rea
 step of ``dt`` from ``state`` at time ``t``: adaptive
 (:class:`~meanfield.integration.controller.AdaptiveStep`) or fixed
 (:class:`~meanfield.integration.controller.FixedStep`, never rejected). The driver hits
-every output time exactly: adaptive steps are shortened to land on it and rejected ones
-retried with the proposed step; with ``fixed_step``, each output interval is split into
-equal steps no larger than it (:func:`equal_steps`). It records each output, calls the
+every output time exactly: adaptive steps are shortened to land on it (or, with an
+``interpolate`` dense output, step past it, the output interpolated inside the step) and
+rejected ones retried with the proposed step; with ``fixed_step``, each output interval is
+split into equal steps no larger than it (:func:`equal_steps`). It records each output, calls the
 observer after each accepted step, advances the progress bar, and declares a collapse (with
 the reason) when the step becomes negligible or the step budget is spent. A ``stop``
 condition ends the run after the first accepted step that meets it (a solver handing over
@@ -22,6 +23,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 
 from ..progress import time_progress
+from .controller import FixedStep
 
 Attempt = Callable[[Any, float, float], "tuple[Any, float, str | None]"]
 
@@ -72,33 +74,67 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
               collapse: Callable[[float, str], NoReturn] | None = None,
               observer: Callable[[float, Any], None] | None = None, progress: bool | None, name: str,
               max_steps: int | None = None, counts: StepCounts, pace: Pace | None = None,
-              stop: Callable[[float, Any], bool] | None = None) -> tuple[float, Any]:
+              stop: Callable[[float, Any], bool] | None = None,
+              interpolate: Callable[[float], Any] | None = None) -> tuple[float, Any]:
     """Advance ``state`` from ``times[0]`` through every output time, or until ``stop(t, state)``.
 
     Exactly one of ``first_step`` (adaptive steps, the first of this size) and ``fixed_step``
     (each output interval ``[t0, t1]`` in equal steps no larger than it, the k-th from
-    ``t0 + k h``) is given. ``collapse(t, reason)`` must raise; it may be left out only where
-    nothing can collapse (fixed steps, which are never rejected, and no ``max_steps`` budget).
+    ``t0 + k h``) is given; fixed steps are never rejected (the scheme of a
+    :class:`~meanfield.integration.controller.FixedStep` is called directly, another attempt's
+    new state taken). ``collapse(t, reason)`` must raise; it may be left out only where
+    nothing can collapse (fixed steps and no ``max_steps`` budget).
+    ``interpolate(theta)`` (adaptive steps only): the state at the fraction ``theta`` of the last
+    accepted step. Given, steps are shortened only to end at ``times[-1]``, and the outputs a
+    step passes are recorded from it (as :mod:`scipy.integrate` does with ``dense_output``).
     Returns the time and state reached: ``times[-1]``, or the first accepted step's (before
     its output time is recorded) at which ``stop`` holds.
     """
     if (first_step is None) == (fixed_step is None):
         raise ValueError(f"give first_step (adaptive) or fixed_step, not both or neither: got {first_step}, {fixed_step}")
     fixed = fixed_step is not None
+    if fixed and interpolate is not None:
+        raise ValueError("interpolate is the dense output of adaptive steps; fixed steps land on every output")
+    if fixed:
+        advance = attempt.advance if isinstance(attempt, FixedStep) else lambda q, t, h: attempt(q, h, t)[0]
     outputs = [float(t) for t in times]  # Python floats: the loop's arithmetic is the same, its calls cheaper
     t, dt = outputs[0], first_step
     started = time.monotonic()
+
+    def after_step(t: float, state) -> bool:
+        """After an accepted step: the observer, the pace, and whether to stop."""
+        if observer is not None:
+            observer(t, state)
+        if pace is not None:
+            _check_pace(pace, outputs[0], t, started, collapse)
+        return stop is not None and stop(t, state)
+
+    after = None if observer is None and pace is None and stop is None else after_step
     record(t, state)
     with time_progress(times[0], times[-1], progress, name) as bar:
         advanced = bar.update
         for target in outputs[1:]:
-            start, taken = t, 0
-            if fixed:
+            if fixed:  # a loop of its own, the scheme called directly: the smallest steps take a few microseconds
+                start = t
                 count, dt = equal_steps(start, target, fixed_step)
+                for taken in range(1, count + 1):
+                    if max_steps is not None and counts.steps >= max_steps:
+                        collapse(t, f"{max_steps} steps did not reach t={outputs[-1]:.6g}")
+                    state = advance(state, t, dt)
+                    t = target if taken == count else start + taken * dt
+                    counts.steps += 1
+                    advanced(dt)
+                    if after is not None and after(t, state):
+                        counts.next_step = dt
+                        return t, state
+                counts.next_step = dt
+                record(target, state)
+                continue
+            landing = outputs[-1] if interpolate is not None else target  # where adaptive steps are cut short
             while t < target:
                 if max_steps is not None and counts.steps + counts.rejected >= max_steps:
                     collapse(t, f"{max_steps} steps did not reach t={outputs[-1]:.6g}")
-                trial = dt if fixed else min(dt, target - t)
+                trial = min(dt, landing - t)
                 new, proposal, reason = attempt(state, trial, t)
                 if reason:
                     counts.rejected += 1
@@ -107,24 +143,16 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     if dt < 1e-13 * max(1.0, abs(t)):
                         collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
                     continue
-                state, taken = new, taken + 1
-                if fixed:
-                    t = target if taken == count else start + taken * trial
-                else:
-                    t = target if trial == target - t else t + trial
+                state, before, t = new, t, landing if trial == landing - t else t + trial
                 counts.steps += 1
                 advanced(trial)
-                if observer is not None:
-                    observer(t, state)
-                if pace is not None:
-                    _check_pace(pace, outputs[0], t, started, collapse)
-                if not fixed:  # a step shortened to land on an output time says nothing about the step size
-                    dt = proposal if trial == dt else max(proposal, dt)
-                if stop is not None and stop(t, state):
+                # A step shortened to land on an output time says nothing about the step size.
+                dt = proposal if trial == dt else max(proposal, dt)
+                if after is not None and after(t, state):
                     counts.next_step = dt
                     return t, state
             counts.next_step = dt
-            record(target, state)
+            record(target, state if t == target else interpolate((target - before) / (t - before)))
     return t, state
 
 

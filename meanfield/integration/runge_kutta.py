@@ -37,14 +37,25 @@ class ExplicitRungeKutta:
         Norm in which the local error is measured (adaptive tableaux).
     tolerance : callable, optional
         ``tolerance(q)``: the largest accepted local error of a step from ``q`` or to it
-        (the larger of the two is used).
+        (the larger of the two is used): a float, or an array of ``q``'s shape (one
+        tolerance per entry, the error divided by it entry by entry before the norm, as
+        :mod:`scipy.integrate` scales it).
     """
 
-    #: NumPy states of at most this many entries form every combination of a step as one array
-    #: operation over the stages (the cost of a small state is the calls, not the arithmetic);
-    #: larger ones, and other array namespaces, add term by term, with one temporary the size
-    #: of the state and no products of zero weights (faster from a few hundred entries on, see
-    #: the performance page). Both add the same nonzero products in the same order.
+    #: NumPy states without decay form each combination of a step as one matrix-vector product
+    #: over the stages, stored in one array (as :mod:`scipy.integrate` does), when the
+    #: tableau's rows hold more than two terms on average (the Dormand-Prince pairs): a
+    #: product reads each stage once however many terms the row has, where the termwise sum
+    #: makes a temporary per term, but storing the stages costs a copy each, which short rows
+    #: (Heun's, RK4's) do not win back.
+    PRODUCTS = True
+
+    #: With decay (each weight an array of exponentials), NumPy states of at most this many
+    #: entries form every combination as one array operation over the stages (the cost of a
+    #: small state is the calls, not the arithmetic); larger ones, and other array namespaces,
+    #: add term by term, with one temporary the size of the state and no products of zero
+    #: weights (faster from a few hundred entries on, see the performance page). Both add the
+    #: same nonzero products in the same order.
     STACKED_SIZE = 128
 
     def __init__(self, tableau: ExplicitTableau, rhs: Callable[[np.ndarray], np.ndarray], *,
@@ -57,19 +68,41 @@ class ExplicitRungeKutta:
         self.order = tableau.order
         self.error_estimator_order = tableau.error_estimator_order
         self.evaluations = 0
-        self._cached: tuple[np.ndarray, np.ndarray] | None = None
+        self._cached: tuple[np.ndarray, np.ndarray] | None = None  # f at the last step's new solution
+        self._start: tuple[np.ndarray, np.ndarray] | None = None  # the last evaluated first stage
         self._rows = _step_rows(tableau)
+        self._last_step: tuple | None = None  # (q, h, stages) of the last step, for its dense output
+        self._extended: tuple | None = None  # (stages, every stage with the extension's) of the last step
+        if tableau.continuous_extension is not None:
+            self._extension_rows = [np.array(row) for row in tableau.continuous_extension.a]
+            self._dense_weights = np.array(tableau.continuous_extension.weights)
+            self._dense_powers = np.arange(1, self._dense_weights.shape[1] + 1)
 
     def _evaluate(self, q: np.ndarray) -> np.ndarray:
         self.evaluations += 1
         return self.rhs(q)
 
+    def _first_stage(self, q: np.ndarray) -> np.ndarray:
+        """:math:`N(q)`: the last step's :math:`f` at its new solution, or the last first stage
+        (a step retried after a rejection starts from the same state), else evaluated."""
+        for known in (self._start, self._cached):
+            if known is not None and known[0] is q:
+                self._start = known
+                return known[1]
+        self._start = (q, self._evaluate(q))
+        return self._start[1]
+
     def advance(self, q: np.ndarray, h: float) -> tuple[np.ndarray, "_Stages"]:
         """The kept solution after ``h``, and the stages (whose error row :meth:`step` forms)."""
         rows = self._rows
-        stacked = isinstance(q, np.ndarray) and q.size <= self.STACKED_SIZE
-        stages = (_StackedStages if stacked else _TermwiseStages)(rows, q, h, self.decay)
-        stages.add(self._cached[1] if self._cached is not None and self._cached[0] is q else self._evaluate(q))
+        if not isinstance(q, np.ndarray):
+            kind = _TermwiseStages
+        elif self.decay is None and self.PRODUCTS and rows.long:
+            kind = _ProductStages
+        else:
+            kind = _StackedStages if q.size <= self.STACKED_SIZE else _TermwiseStages
+        stages = kind(rows, q, h, self.decay)
+        stages.add(self._first_stage(q))
         for row in range(self.tableau.stages - 1):
             stages.add(self._evaluate(stages.start(row, q) + stages.total(row)))
         return stages.start(rows.solution, q) + stages.total(rows.solution), stages
@@ -81,9 +114,45 @@ class ExplicitRungeKutta:
             last = self._evaluate(new)
             stages.add(last)
             self._cached = (new, last)
-        error_vector = stages.total(self._rows.error)
-        scale = max(self.tolerance(q), self.tolerance(new))
-        return new, self.norm(error_vector) / scale
+        if self.tableau.continuous_extension is not None:
+            self._last_step = (q, h, stages)
+        scaled = self._scaled_norm(q, new)
+        error = scaled(stages.total(self._rows.error))
+        if self._rows.coarse is None:
+            return new, error
+        coarse = scaled(stages.total(self._rows.coarse))
+        if error == 0.0 and coarse == 0.0:
+            return new, 0.0
+        return new, error * error / np.sqrt(error * error + 0.01 * coarse * coarse)  # Hairer's blend
+
+    def _scaled_norm(self, q: np.ndarray, new: np.ndarray) -> Callable[[np.ndarray], float]:
+        """The norm of an error vector over the tolerance of a step from ``q`` to ``new`` (the larger
+        of the two): a number, or per entry (then the entries are divided before the norm)."""
+        before, after = self.tolerance(q), self.tolerance(new)
+        if isinstance(before, np.ndarray) and before.ndim:
+            scale = np.maximum(before, after)
+            return lambda error: self.norm(error / scale)
+        scale = max(before, after)
+        return lambda error: self.norm(error) / scale
+
+    def interpolate(self, theta: float) -> np.ndarray:
+        r"""The dense output of the last step at :math:`t + \theta h`, :math:`0 \le \theta \le 1`
+        (numpy states, no decay; evaluates the continuous extension's stages once per step)."""
+        extension = self.tableau.continuous_extension
+        if extension is None or self.decay is not None:
+            raise ValueError(f"tableau {self.tableau.name!r}: no dense output"
+                             + (" in integrating-factor form" if extension is not None else ""))
+        q, h, stages = self._last_step
+        if self._extended is None or self._extended[0] is not stages:
+            known = self.tableau.stages + 1
+            flat = np.empty((known + len(extension.c), q.size), dtype=np.result_type(q, stages.stages[0]))
+            for i in range(known):
+                flat[i] = stages.stages[i].reshape(-1)
+            for j, row in enumerate(self._extension_rows, start=known):
+                flat[j] = self._evaluate(q + h * (row @ flat[:j]).reshape(q.shape)).reshape(-1)
+            self._extended = (stages, flat)
+        weights = self._dense_weights @ theta ** self._dense_powers
+        return q + h * (weights @ self._extended[1]).reshape(q.shape)
 
 
 @lru_cache(maxsize=None)
@@ -95,8 +164,8 @@ def _step_rows(tableau: ExplicitTableau) -> "_StepRows":
 class _StepRows:
     r"""The combinations a step forms, :math:`h\sum_i w_{ri} e^{-\mu (u_r - c_i) h} k_i` for each row ``r``.
 
-    Rows: the stages ``1 .. s-1`` (:math:`u_r = c_{r+1}`), the kept solution and the error
-    estimate (:math:`u = 1`); columns: the stages and :math:`f` at the new solution
+    Rows: the stages ``1 .. s-1`` (:math:`u_r = c_{r+1}`), the kept solution, the error
+    estimate and the coarse one if the tableau has it (:math:`u = 1`); columns: the stages and :math:`f` at the new solution
     (abscissa 1). The time spans whose exponentials a step needs are listed once (``spans``,
     with 0 for the zero weights), each term pointing at its own.
     """
@@ -104,23 +173,27 @@ class _StepRows:
     def __init__(self, tableau: ExplicitTableau):
         s = tableau.stages
         c = tableau.c + (1.0,)
-        weights = np.zeros((s + 1, s + 1))
+        coarse = tableau.coarse_error or ()
+        weights = np.zeros((s + 1 + bool(coarse), s + 1))
         for row in range(s - 1):
             weights[row, : row + 1] = tableau.a[row + 1]
         weights[s - 1, :s] = tableau.b
         weights[s, : len(tableau.error or ())] = tableau.error or ()
-        until = [*tableau.c[1:], 1.0, 1.0]
+        weights[s + 1:, : len(coarse)] = coarse
+        until = [*tableau.c[1:], 1.0, 1.0] + [1.0] * bool(coarse)
         nonzero = weights != 0.0
         spans = sorted({0.0, *until} | {until[r] - c[i] for r, i in zip(*np.nonzero(nonzero))})
-        self.solution, self.error = s - 1, s
+        self.solution, self.error, self.coarse = s - 1, s, s + 1 if coarse else None
         self.weights, self.spans = weights, np.array(spans)
         self.until = np.array([spans.index(u) for u in until])
         self.term_span = np.array([[spans.index(until[r] - c[i]) if nonzero[r, i] else spans.index(0.0)
-                                    for i in range(s + 1)] for r in range(s + 1)])
+                                    for i in range(s + 1)] for r in range(len(until))])
         #: Per row, its nonzero terms as (stage, weight, span index): what the termwise sums loop over.
         #: Python numbers, which every array namespace takes.
         self.terms = [[(int(i), float(weights[r, i]), int(self.term_span[r, i])) for i in np.flatnonzero(nonzero[r])]
-                      for r in range(s + 1)]
+                      for r in range(len(until))]
+        #: Whether the rows hold more than two terms on average (where products over the stages pay).
+        self.long = np.count_nonzero(nonzero) > 2 * len(until)
 
     def exponentials(self, decay: np.ndarray | None, h: float) -> np.ndarray | None:
         """:math:`e^{-\\mu\\,\\mathrm{span}\\,h}` for every span (axis 0), ``None`` without decay."""
@@ -186,6 +259,24 @@ class _StackedStages(_Stages):
     def total(self, row: int) -> np.ndarray:
         # The rows' weights vanish beyond their last stage: summing over every stage so far adds zeros.
         return (self.factors[row, : self.count] * self.stages[: self.count]).sum(axis=0)
+
+
+class _ProductStages(_Stages):
+    """The stages along the first axis of one array (no decay); each sum one product of the row's weights with it."""
+
+    def __init__(self, rows: _StepRows, q: np.ndarray, h: float, decay: None):
+        super().__init__(rows, q, h, decay)
+        self.weights, self.count, self.q = h * rows.weights, 0, q
+
+    def add(self, stage: np.ndarray) -> None:
+        if self.count == 0:
+            self.stages = np.empty((self.rows.weights.shape[1], *stage.shape), dtype=np.result_type(self.q, stage))
+            self.flat = self.stages.reshape(self.stages.shape[0], -1)
+        self.stages[self.count] = stage
+        self.count += 1
+
+    def total(self, row: int) -> np.ndarray:
+        return (self.weights[row, : self.count] @ self.flat[: self.count]).reshape(self.stages.shape[1:])
 
 
 class ExtrapolatedImplicitEuler:

@@ -1,6 +1,6 @@
-"""The runs both particle systems share: fixed steps and embedded pairs through the library's
-driver, and scipy's DOP853 with its dense output; and the runs along a stored noise path
-(the homogenized SDE, the common-noise density solvers), on the same driver.
+"""The runs both particle systems share: fixed steps and embedded pairs (DOP853, the default,
+among them) through the library's driver; and the runs along a stored noise path (the
+homogenized SDE, the common-noise density solvers), on the same driver.
 
 The particles on the sphere (:mod:`meanfield.particles`) and in :math:`\\mathbb{R}^d`
 (``meanfield.euclidean_particles``) differ in their right-hand side and their records,
@@ -9,6 +9,7 @@ not in these loops.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NoReturn
 
 import numpy as np
@@ -65,53 +66,54 @@ def fixed_step_count(times: np.ndarray, dt: float) -> int:
     return sum(equal_steps(t0, t1, dt)[0] for t0, t1 in zip(times[:-1], times[1:]))
 
 
-def dop853_frames(rhs: Callable[[float, np.ndarray], np.ndarray], x0: np.ndarray, times: np.ndarray,
-                  rtol: float, atol: float, bar,
-                  fail: Callable[[float, str, list], NoReturn]) -> tuple[list[np.ndarray], int]:
-    """Frames ``x(t)`` of shape ``x0.shape`` at ``times`` by :class:`scipy.integrate.DOP853` and its dense output.
-
-    ``rhs(t, y)`` acts on the flattened state; ``fail(t, message, frames)`` is called (and must
-    raise) when the solver fails. Returns the frames and the number of evaluations.
-    """
-    from scipy.integrate import DOP853  # here: only this path needs scipy.integrate (slow to import)
-
-    frames = [x0.copy()]
-    solver = DOP853(rhs, times[0], x0.ravel(), times[-1], rtol=rtol, atol=atol)
-    next_out = 1
-    while next_out < times.size:
-        message = solver.step()
-        if solver.status == "failed":
-            fail(solver.t, message, frames)
-        bar.update(solver.t - solver.t_old)
-        if solver.t >= times[next_out]:
-            dense = solver.dense_output()
-            while next_out < times.size and times[next_out] <= solver.t:
-                frames.append(dense(times[next_out]).reshape(x0.shape))
-                next_out += 1
-    return frames, solver.nfev
-
-
-def embedded_pair_run(rhs: Callable[[Any], Any], state: Any, times: np.ndarray, tableau: ExplicitTableau,
-                      rtol: float, atol: float, bar, *, norm: Callable[[Any], float],
-                      record: Callable[[float, Any], None], fail: Callable[[float, str], NoReturn],
+def embedded_pair_run(rhs: Callable[[np.ndarray], np.ndarray], state: np.ndarray, times: np.ndarray,
+                      tableau: ExplicitTableau, rtol: float, atol: float, bar, *, norm: Callable[[np.ndarray], float],
+                      record: Callable[[float, np.ndarray], None], fail: Callable[[float, str], NoReturn],
                       settings: dict) -> int:
-    """Run an embedded pair from ``state`` through ``times`` (each step's local error below
-    ``atol + rtol * norm(q)`` in ``norm``), calling ``record(t, state)`` at each output time.
+    """Run an embedded pair from ``state`` through ``times``, calling ``record(t, state)`` at each output time.
 
-    The first step moves the state by about 1 % of its norm. The step counts go into
+    Tolerances as :mod:`scipy.integrate` sets them: each step's local error, divided entry by
+    entry by ``atol + rtol |q|`` (the larger over the step's two ends), is at most 1 in
+    ``norm``. The first step is Hairer's (:func:`initial_step`); a tableau with a continuous
+    extension steps past the output times and interpolates them. The step counts go into
     ``settings``; on a collapse ``settings["failure"]`` says why and ``fail(t, reason)`` raises.
     Returns the number of right-hand side evaluations.
     """
-    stepper = ExplicitRungeKutta(tableau, rhs, norm=norm, tolerance=lambda q: atol + rtol * norm(q))
+    stepper = ExplicitRungeKutta(tableau, rhs, norm=norm, tolerance=lambda q: atol + rtol * np.abs(q))
     counts = StepCounts()
 
     def collapse(t: float, reason: str) -> NoReturn:
         settings.update(counts.as_dict(), failure=reason)
         fail(t, reason)
 
-    speed = norm(rhs(state))
-    first = min(times[-1] - times[0], 0.01 * norm(state) / speed if speed > 0 else np.inf)
+    first = initial_step(rhs, state, times[-1] - times[0], tableau.error_estimator_order, atol + rtol * np.abs(state),
+                         norm)
+    dense = stepper.interpolate if tableau.continuous_extension is not None else None
     integrate(state, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
-              observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts)
+              observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts, interpolate=dense)
     settings.update(counts.as_dict())
-    return stepper.evaluations
+    return stepper.evaluations + 2  # and initial_step's two
+
+
+def rms(x: np.ndarray) -> float:
+    """Root mean square of the entries of a real array (one dot product: the particles' error norm, taken every step)."""
+    return math.sqrt(float(np.vdot(x, x)) / x.size)
+
+
+def initial_step(rhs: Callable[[np.ndarray], np.ndarray], q: np.ndarray, span: float, error_estimator_order: int,
+                 scale: np.ndarray, norm: Callable[[np.ndarray], float]) -> float:
+    """Hairer's first step (Hairer, Norsett and Wanner, *Solving ODEs I*, II.4; scipy's ``select_initial_step``).
+
+    A trial Euler step of 1 % of the state over its speed (both scaled by ``scale``), then
+    the step at which the estimated second derivative's term would reach 1 % of the
+    tolerance, for an estimate of the given order; at most 100 times the trial, and ``span``.
+    """
+    f0 = rhs(q)
+    d0, d1 = norm(q / scale), norm(f0 / scale)
+    h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, span)
+    d2 = norm((rhs(q + h0 * f0) - f0) / scale) / h0
+    if d1 <= 1e-15 and d2 <= 1e-15:
+        h1 = max(1e-6, h0 * 1e-3)
+    else:
+        h1 = (0.01 / max(d1, d2)) ** (1 / (error_estimator_order + 1))
+    return float(min(100 * h0, h1, span))

@@ -8,7 +8,9 @@ Dormand-Prince and Bogacki-Shampine): that evaluation is the next step's first s
 
 ``order`` is the order of the kept solution and ``error_estimator_order`` that of the
 estimate (the lower member of the pair); the step-size controller uses the latter, as
-:mod:`scipy.integrate` does. A new pair is added by writing its tableau here once: both PDE
+:mod:`scipy.integrate` does. A tableau may also carry a second, coarser error row that the
+estimate is blended with (Hairer's DOP853) and a continuous extension (dense output: the
+solution anywhere inside a step, from a few more stages). A new pair is added by writing its tableau here once: both PDE
 solvers and the particle system take it by name (:data:`TABLEAUX`) or as the object.
 
 Every abscissa is in :math:`[0, 1]`; those of the tableaux here never decrease along the
@@ -27,8 +29,36 @@ import numpy as np
 
 
 @dataclass(frozen=True)
+class ContinuousExtension:
+    r"""Dense output of a tableau: :math:`y(t + \theta h) = y + h \sum_i b_i(\theta)\, k_i` for :math:`0 \le \theta \le 1`.
+
+    The stages :math:`k_i` are the step's ``s``, :math:`f` at the new solution, then the
+    extra stages given here, each evaluated at :math:`y + h \sum_j a_{ij} k_j` over all the
+    stages before it.
+
+    Parameters
+    ----------
+    c : tuple of float
+        Abscissas of the extra stages (where they lie in the step; in ``[0, 1]``).
+    a : tuple of tuples
+        Row ``j``: the coefficients of the ``s + 1 + j`` stages before extra stage ``j``.
+    weights : tuple of tuples
+        Row ``i``: :math:`b_i(\theta)` as the coefficients of :math:`\theta, \theta^2, \dots`
+        (no constant term: :math:`y(t)` is the step's start), one row per stage, extra ones
+        included.
+    order : int
+        Order of the interpolated solution.
+    """
+
+    c: tuple[float, ...]
+    a: tuple[tuple[float, ...], ...]
+    weights: tuple[tuple[float, ...], ...]
+    order: int
+
+
+@dataclass(frozen=True)
 class ExplicitTableau:
-    """One explicit Runge-Kutta method, optionally with an embedded error estimate.
+    r"""One explicit Runge-Kutta method, optionally with an embedded error estimate.
 
     Parameters
     ----------
@@ -36,13 +66,23 @@ class ExplicitTableau:
     c : tuple of float, shape (s,)
         Stage abscissas in ``[0, 1]``, the first 0 (nondecreasing for the integrating-factor form).
     a : tuple of tuples
-        Row ``j`` holds :math:`a_{j0}, \\dots, a_{j,j-1}` (row 0 is empty).
+        Row ``j`` holds :math:`a_{j0}, \dots, a_{j,j-1}` (row 0 is empty).
     b : tuple of float, shape (s,)
         Weights of the kept solution.
     error : tuple of float, shape (s,) or (s + 1,), optional
-        :math:`b - \\hat b`; an ``s + 1``-th weight multiplies :math:`f` at the new solution.
+        :math:`b - \hat b`; an ``s + 1``-th weight multiplies :math:`f` at the new solution.
         ``None``: a fixed-step method.
     order, error_estimator_order : int
+    coarse_error : tuple of float, shape (s + 1,), optional
+        Weights of a lower-order error estimate :math:`\tilde e` that the estimate is blended
+        with, as in Hairer's DOP853: the scaled error is
+        :math:`\|e\|^2 / \sqrt{\|e\|^2 + 0.01\,\|\tilde e\|^2}`. For small steps the
+        third-order :math:`\tilde e \sim h^4` dominates the root and the blend, about
+        :math:`10\|e\|^2/\|\tilde e\|` with the fifth-order :math:`e \sim h^6`, scales like
+        :math:`h^8`: an estimate of order 7 (``error_estimator_order``), nearer the
+        eighth-order solution's error than :math:`e` alone.
+    continuous_extension : ContinuousExtension, optional
+        Dense output (first same as last tableaux only: it uses :math:`f` at the new solution).
     """
 
     name: str
@@ -52,6 +92,8 @@ class ExplicitTableau:
     order: int
     error: tuple[float, ...] | None = None
     error_estimator_order: int | None = None
+    coarse_error: tuple[float, ...] | None = None
+    continuous_extension: ContinuousExtension | None = None
 
     def __post_init__(self) -> None:
         stages = len(self.c)
@@ -63,6 +105,17 @@ class ExplicitTableau:
             raise ValueError(f"tableau {self.name!r}: error weights and error_estimator_order go together")
         if self.error is not None and len(self.error) not in (stages, stages + 1):
             raise ValueError(f"tableau {self.name!r}: {len(self.error)} error weights for {stages} stages")
+        if self.coarse_error is not None and (self.error is None or len(self.coarse_error) != len(self.error)):
+            raise ValueError(f"tableau {self.name!r}: a coarse error row needs error weights of its length")
+        dense = self.continuous_extension
+        if dense is not None:
+            if not self.first_same_as_last:
+                raise ValueError(f"tableau {self.name!r}: a continuous extension needs f at the new solution "
+                                 "(first same as last)")
+            if (any(len(row) != stages + 1 + j for j, row in enumerate(dense.a))
+                    or len(dense.a) != len(dense.c) or len(dense.weights) != stages + 1 + len(dense.c)):
+                raise ValueError(f"tableau {self.name!r}: the continuous extension's rows do not match "
+                                 f"{stages} + 1 + {len(dense.c)} stages")
 
     @property
     def stages(self) -> int:
@@ -227,20 +280,62 @@ def dormand_prince_853() -> ExplicitTableau:
     the imaginary axis up to 5.96 in its stability region: a step limited by stability costs
     12 / 5.96 right-hand sides per unit of time and frequency, against Dormand-Prince 5(4)'s
     6 / 0.997, and the kept solution is of order 8. The error estimate is the fifth-order one
-    alone (Hairer blends it with a third-order estimate; a blend is not the difference of two
-    solutions), which overestimates the error of the eighth-order solution. Its abscissas
-    decrease once (:math:`c_7 < c_6`), so the integrating-factor form (diffusion) refuses it.
+    alone (:func:`dop853` blends it with the third-order one), which overestimates the error
+    of the eighth-order solution. Its abscissas decrease once (:math:`c_7 < c_6`), so the
+    integrating-factor form (diffusion) refuses it.
     """
-    # Imported here, on first use of this pair: scipy.integrate is slow to import, and every
-    # sweep worker would pay for it at start-up through `import meanfield`.
-    from scipy.integrate._ivp import dop853_coefficients as k
+    coefficients = _dop853_coefficients()
+    return ExplicitTableau(name="dormand_prince_853", **_dop853_steps(coefficients), order=8,
+                           error=tuple(float(e) for e in coefficients.E5), error_estimator_order=5)
 
-    stages = k.N_STAGES
-    return ExplicitTableau(
-        name="dormand_prince_853", c=tuple(float(c) for c in k.C[:stages]),
-        a=tuple(tuple(float(a) for a in k.A[j, :j]) for j in range(stages)),
-        b=tuple(float(b) for b in k.B), order=8,
-        error=tuple(float(e) for e in k.E5), error_estimator_order=5)
+
+def dop853() -> ExplicitTableau:
+    r"""Hairer's DOP853 as :class:`scipy.integrate.DOP853` runs it: the tableau of :func:`dormand_prince_853`,
+    its error estimate blended with the third-order one (estimator order 7, the controller's
+    exponent :math:`-1/8`), and the seventh-order dense output of three more stages.
+
+    The blend (:attr:`ExplicitTableau.coarse_error`) takes longer steps than the fifth-order
+    estimate alone at the same tolerance; the dense output gives the solution at output
+    times inside a step, so steps need not land on them. The particle system's default.
+    """
+    coefficients = _dop853_coefficients()
+    stages = coefficients.N_STAGES
+    extended = coefficients.N_STAGES_EXTENDED
+    # scipy's interpolant: y(t + x h) = y + x (F0 + (1-x)(F1 + x (F2 + (1-x)(F3 + ...)))) with
+    # F0 = y1 - y, F1 = h f(y) - F0, F2 = 2 F0 - h (f(y) + f(y1)), F3.. = h D K: each F_j is
+    # h W_j . K, and the nested products are the basis x, x(1-x), x^2(1-x), x^2(1-x)^2, ...
+    b = np.zeros(extended)
+    b[:stages] = coefficients.B
+    first, last = np.eye(extended)[0], np.eye(extended)[stages]
+    rows = np.vstack([b, first - b, 2 * b - first - last, coefficients.D])
+    x, one_minus_x = np.polynomial.Polynomial([0.0, 1.0]), np.polynomial.Polynomial([1.0, -1.0])
+    basis = [x ** ((j + 2) // 2) * one_minus_x ** ((j + 1) // 2) for j in range(len(rows))]
+    degree = max(p.degree() for p in basis)
+    powers = np.array([np.pad(p.coef, (0, degree + 1 - p.coef.size))[1:] for p in basis])
+    weights = rows.T @ powers  # stage i: b_i(x) as coefficients of x, x^2, ...
+    extension = ContinuousExtension(
+        c=tuple(float(c) for c in coefficients.C[stages + 1:]),
+        a=tuple(tuple(float(a) for a in coefficients.A[j, :j]) for j in range(stages + 1, extended)),
+        weights=tuple(tuple(float(w) for w in row) for row in weights), order=7)
+    return ExplicitTableau(name="dop853", **_dop853_steps(coefficients), order=8,
+                           error=tuple(float(e) for e in coefficients.E5), error_estimator_order=7,
+                           coarse_error=tuple(float(e) for e in coefficients.E3), continuous_extension=extension)
+
+
+def _dop853_coefficients():
+    # Imported here, on first use of these pairs: scipy.integrate is slow to import, and every
+    # sweep worker would pay for it at start-up through `import meanfield`.
+    from scipy.integrate._ivp import dop853_coefficients
+
+    return dop853_coefficients
+
+
+def _dop853_steps(coefficients) -> dict:
+    """DOP853's ``c``, ``a`` and ``b``."""
+    stages = coefficients.N_STAGES
+    return dict(c=tuple(float(c) for c in coefficients.C[:stages]),
+                a=tuple(tuple(float(a) for a in coefficients.A[j, :j]) for j in range(stages)),
+                b=tuple(float(b) for b in coefficients.B))
 
 
 class TableauRegistry(Mapping):
@@ -263,7 +358,7 @@ class TableauRegistry(Mapping):
 
 
 _BUILT = (HEUN_EULER, BOGACKI_SHAMPINE, MERSON, DORMAND_PRINCE, CLASSICAL_RK4)
-_DEFERRED = {"dormand_prince_853": dormand_prince_853}
+_DEFERRED = {"dormand_prince_853": dormand_prince_853, "dop853": dop853}
 
 #: The pairs and methods by name (``tableau=`` of the solvers).
 TABLEAUX = TableauRegistry(_BUILT, _DEFERRED)
