@@ -9,10 +9,10 @@ from .controller import AdaptiveStep, FixedStep, StepController, explicit_adapti
 from .driver import Pace, StepCounts, equal_steps, integrate
 from .protocols import Discretisation, Observer, Stepper
 from .runge_kutta import ExplicitRungeKutta, ExtrapolatedImplicitEuler
-from .tableaux import (BOGACKI_SHAMPINE, CLASSICAL_RK4, DORMAND_PRINCE, HEUN_EULER, MERSON, TABLEAUX, ExplicitTableau,
-                       tableau_named)
+from .tableaux import (BOGACKI_SHAMPINE, CLASSICAL_RK4, DORMAND_PRINCE, HEUN_EULER, MERSON, TABLEAUX,
+                       ContinuousExtension, ExplicitTableau, tableau_named)
 
 __all__ = ["AdaptiveStep", "FixedStep", "StepController", "explicit_adaptive_step", "Pace", "StepCounts",
            "equal_steps", "integrate", "Discretisation", "Observer",
-           "Stepper", "ExplicitRungeKutta", "ExtrapolatedImplicitEuler", "ExplicitTableau", "TABLEAUX",
+           "Stepper", "ExplicitRungeKutta", "ExtrapolatedImplicitEuler", "ExplicitTableau", "ContinuousExtension", "TABLEAUX",
            "tableau_named", "HEUN_EULER", "BOGACKI_SHAMPINE", "MERSON", "DORMAND_PRINCE", "CLASSICAL_RK4"]
