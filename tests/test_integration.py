@@ -401,6 +401,8 @@ def test_dop853_dense_output_is_scipys_and_ends_at_the_step():
 
 
 def test_a_dense_output_needs_a_continuous_extension_and_the_plain_form():
+    with pytest.raises(ValueError, match="interpolate reads the last step: take one first"):
+        ExplicitRungeKutta(TABLEAUX["dop853"], lambda q: -q, norm=rms, tolerance=lambda q: 1.0).interpolate(0.5)
     stepper = ExplicitRungeKutta(TABLEAUX["dormand_prince"], lambda q: -q, norm=rms, tolerance=lambda q: 1.0)
     stepper.step(np.ones(2), 0.1)
     with pytest.raises(ValueError, match="'dormand_prince': no dense output"):

@@ -136,12 +136,17 @@ class ExplicitRungeKutta:
         return lambda error: self.norm(error) / scale
 
     def interpolate(self, theta: float) -> np.ndarray:
-        r"""The dense output of the last step at :math:`t + \theta h`, :math:`0 \le \theta \le 1`
-        (numpy states, no decay; evaluates the continuous extension's stages once per step)."""
+        r"""The dense output of the last step taken at :math:`t + \theta h`, :math:`0 \le \theta \le 1`
+        (numpy states, no decay; evaluates the continuous extension's stages once per step).
+
+        The driver calls it right after the step is accepted: a later :meth:`step` replaces it.
+        """
         extension = self.tableau.continuous_extension
         if extension is None or self.decay is not None:
             raise ValueError(f"tableau {self.tableau.name!r}: no dense output"
                              + (" in integrating-factor form" if extension is not None else ""))
+        if self._last_step is None:
+            raise ValueError("interpolate reads the last step: take one first")
         q, h, stages = self._last_step
         if self._extended is None or self._extended[0] is not stages:
             known = self.tableau.stages + 1
@@ -165,8 +170,8 @@ class _StepRows:
     r"""The combinations a step forms, :math:`h\sum_i w_{ri} e^{-\mu (u_r - c_i) h} k_i` for each row ``r``.
 
     Rows: the stages ``1 .. s-1`` (:math:`u_r = c_{r+1}`), the kept solution, the error
-    estimate and the coarse one if the tableau has it (:math:`u = 1`); columns: the stages and :math:`f` at the new solution
-    (abscissa 1). The time spans whose exponentials a step needs are listed once (``spans``,
+    estimate and the coarse one if the tableau has it (:math:`u = 1`); columns: the stages
+    and :math:`f` at the new solution (abscissa 1). The time spans whose exponentials a step needs are listed once (``spans``,
     with 0 for the zero weights), each term pointing at its own.
     """
 
