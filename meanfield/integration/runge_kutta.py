@@ -42,12 +42,12 @@ class ExplicitRungeKutta:
         :mod:`scipy.integrate` scales it).
     """
 
-    #: NumPy states without decay form each combination of a step as one matrix-vector product
-    #: over the stages, stored in one array (as :mod:`scipy.integrate` does), when the
-    #: tableau's rows hold more than two terms on average (the Dormand-Prince pairs): a
-    #: product reads each stage once however many terms the row has, where the termwise sum
-    #: makes a temporary per term, but storing the stages costs a copy each, which short rows
-    #: (Heun's, RK4's) do not win back.
+    #: NumPy states without decay form each combination of a step as one weighted sum over the
+    #: stages, stored in one array (:func:`weighted_sum`, as :mod:`scipy.integrate` forms them
+    #: but without BLAS), when the tableau's rows hold more than two terms on average (the
+    #: Dormand-Prince pairs): it reads each stage once however many terms the row has, where the
+    #: termwise sum makes a temporary per term, but storing the stages costs a copy each, which
+    #: short rows (Heun's, RK4's) do not win back.
     PRODUCTS = True
 
     #: With decay (each weight an array of exponentials), NumPy states of at most this many
@@ -154,10 +154,10 @@ class ExplicitRungeKutta:
             for i in range(known):
                 flat[i] = stages.stages[i].reshape(-1)
             for j, row in enumerate(self._extension_rows, start=known):
-                flat[j] = self._evaluate(q + h * (row @ flat[:j]).reshape(q.shape)).reshape(-1)
+                flat[j] = self._evaluate(q + h * weighted_sum(row, flat[:j]).reshape(q.shape)).reshape(-1)
             self._extended = (stages, flat)
         weights = self._dense_weights @ theta ** self._dense_powers
-        return q + h * (weights @ self._extended[1]).reshape(q.shape)
+        return q + h * weighted_sum(weights, self._extended[1]).reshape(q.shape)
 
 
 @lru_cache(maxsize=None)
@@ -281,7 +281,28 @@ class _ProductStages(_Stages):
         self.count += 1
 
     def total(self, row: int) -> np.ndarray:
-        return (self.weights[row, : self.count] @ self.flat[: self.count]).reshape(self.stages.shape[1:])
+        return weighted_sum(self.weights[row, : self.count], self.flat[: self.count]).reshape(self.stages.shape[1:])
+
+
+#: Products of at most this many entries run on the calling thread in BLAS (OpenBLAS threads a
+#: matrix-vector product from 2304 x 4 entries on, other libraries later).
+SERIAL_PRODUCT_SIZE = 4096
+
+
+def weighted_sum(weights: np.ndarray, stacked: np.ndarray) -> np.ndarray:
+    """:math:`\sum_i w_i s_i` over the rows of a C-contiguous ``(k, n)`` array, for real weights, on this thread.
+
+    A BLAS product starts threads of its own on larger arrays, and their busy-waiting starves
+    the OpenMP threads of shtns and numba that the right-hand side runs next (a sphere step
+    became tens of times slower). Small products (:data:`SERIAL_PRODUCT_SIZE`) go through BLAS,
+    which is quickest there; larger ones through einsum's single-threaded loop, complex rows
+    as their real view (real weights scale both parts alike).
+    """
+    if stacked.size <= SERIAL_PRODUCT_SIZE:
+        return weights @ stacked
+    if np.iscomplexobj(stacked):
+        return np.einsum("i,ij->j", weights, stacked.view(stacked.real.dtype)).view(stacked.dtype)
+    return np.einsum("i,ij->j", weights, stacked)
 
 
 class ExtrapolatedImplicitEuler:
