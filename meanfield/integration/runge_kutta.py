@@ -290,7 +290,7 @@ SERIAL_PRODUCT_SIZE = 4096
 
 
 def weighted_sum(weights: np.ndarray, stacked: np.ndarray) -> np.ndarray:
-    """:math:`\sum_i w_i s_i` over the rows of a C-contiguous ``(k, n)`` array, for real weights, on this thread.
+    r""":math:`\sum_i w_i s_i` over the rows of a C-contiguous ``(k, n)`` array, for real weights, on this thread.
 
     A BLAS product starts threads of its own on larger arrays, and their busy-waiting starves
     the OpenMP threads of shtns and numba that the right-hand side runs next (a sphere step
