@@ -152,14 +152,18 @@ def test_stacked_and_termwise_combinations_give_the_same_numbers(name, shape, de
     assert np.array_equal(stacked, termwise) and stacked_error == termwise_error
 
 
+@pytest.mark.parametrize("number", [complex, float])
 @pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 300)], ids=["vector", "layers", "large"])
 @pytest.mark.parametrize("name", [name for name, tableau in TABLEAUX.items()
                                   if tableau.adaptive and _step_rows(tableau).long])
-def test_products_over_the_stages_give_the_termwise_numbers_to_round_off(name, shape):
-    """Without decay each sum is one matrix-vector product (another order of addition): the
-    step and its error as the termwise sums give them, to a few units of round-off."""
+def test_products_over_the_stages_give_the_termwise_numbers_to_round_off(name, shape, number):
+    """Without decay each sum is one weighted sum over the stored stages (another order of
+    addition; BLAS for small products, einsum for large ones, complex ones as their real
+    view): the step and its error as the termwise sums give them, to a few units of round-off."""
     q = np.random.default_rng(3).normal(size=shape) + 1j * np.random.default_rng(4).normal(size=shape)
-    rhs = lambda q: 1j * q * q.conj() * q - 0.3 * q  # noqa: E731
+    q = q if number is complex else q.real
+    rotation = 1j if number is complex else -1.0
+    rhs = lambda q: rotation * q * q.conj() * q - 0.3 * q  # noqa: E731
     h, tolerance, results = 0.07, 1e-3, []
     for products in (True, False):
         stepper = ExplicitRungeKutta(TABLEAUX[name], rhs, norm=lambda e: float(np.abs(e).max()),
@@ -433,8 +437,9 @@ def test_dop853_on_the_driver_takes_scipys_steps_and_meets_the_exact_solution(rt
                        rtol=rtol, atol=rtol / 100)
     stepped = solve_ivp(lambda t, y: rhs(y), (times[0], times[-1]), y0, method="DOP853", rtol=rtol, atol=rtol / 100)
     assert settings["steps"] == stepped.t.size - 1  # without t_eval, scipy returns every step's end
-    # scipy reuses its first evaluation for the first stage; the driver interpolates no output a step ends on.
-    assert evaluations <= theirs.nfev + 1
+    # The same evaluations as scipy's, except that solve_ivp also interpolates t_eval[0] and the
+    # output the last step ends on (three extension stages each), which the driver records as they are.
+    assert theirs.nfev - 6 <= evaluations <= theirs.nfev
     np.testing.assert_allclose(np.array(frames), theirs.y.T, rtol=0, atol=1e3 * np.finfo(float).eps)
     exact = np.array([linear_solution(t - times[0], y0) for t in times])
     assert np.abs(np.array(frames) - exact).max() <= 10 * settings["steps"] * rtol

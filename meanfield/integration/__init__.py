@@ -14,5 +14,5 @@ from .tableaux import (BOGACKI_SHAMPINE, CLASSICAL_RK4, DORMAND_PRINCE, HEUN_EUL
 
 __all__ = ["AdaptiveStep", "FixedStep", "StepController", "explicit_adaptive_step", "Pace", "StepCounts",
            "equal_steps", "integrate", "Discretisation", "Observer",
-           "Stepper", "ExplicitRungeKutta", "ExtrapolatedImplicitEuler", "ExplicitTableau", "ContinuousExtension", "TABLEAUX",
-           "tableau_named", "HEUN_EULER", "BOGACKI_SHAMPINE", "MERSON", "DORMAND_PRINCE", "CLASSICAL_RK4"]
+           "Stepper", "ExplicitRungeKutta", "ExtrapolatedImplicitEuler", "ExplicitTableau", "ContinuousExtension",
+           "TABLEAUX", "tableau_named", "HEUN_EULER", "BOGACKI_SHAMPINE", "MERSON", "DORMAND_PRINCE", "CLASSICAL_RK4"]

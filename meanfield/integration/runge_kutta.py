@@ -82,9 +82,11 @@ class ExplicitRungeKutta:
         self.evaluations += 1
         return self.rhs(q)
 
-    def _first_stage(self, q: np.ndarray) -> np.ndarray:
-        """:math:`N(q)`: the last step's :math:`f` at its new solution, or the last first stage
-        (a step retried after a rejection starts from the same state), else evaluated."""
+    def first_stage(self, q: np.ndarray) -> np.ndarray:
+        """:math:`N(q)`, the first stage of a step from ``q``: the last step's :math:`f` at its new
+        solution, or the last first stage (a step retried after a rejection starts from the same
+        state), else evaluated and kept for the step (a caller that needs it first, such as
+        a first-step rule, shares the evaluation)."""
         for known in (self._start, self._cached):
             if known is not None and known[0] is q:
                 self._start = known
@@ -102,7 +104,7 @@ class ExplicitRungeKutta:
         else:
             kind = _StackedStages if q.size <= self.STACKED_SIZE else _TermwiseStages
         stages = kind(rows, q, h, self.decay)
-        stages.add(self._first_stage(q))
+        stages.add(self.first_stage(q))
         for row in range(self.tableau.stages - 1):
             stages.add(self._evaluate(stages.start(row, q) + stages.total(row)))
         return stages.start(rows.solution, q) + stages.total(rows.solution), stages
@@ -171,8 +173,9 @@ class _StepRows:
 
     Rows: the stages ``1 .. s-1`` (:math:`u_r = c_{r+1}`), the kept solution, the error
     estimate and the coarse one if the tableau has it (:math:`u = 1`); columns: the stages
-    and :math:`f` at the new solution (abscissa 1). The time spans whose exponentials a step needs are listed once (``spans``,
-    with 0 for the zero weights), each term pointing at its own.
+    and :math:`f` at the new solution (abscissa 1). The time spans whose exponentials a step
+    needs are listed once (``spans``, with 0 for the zero weights), each term pointing at its
+    own.
     """
 
     def __init__(self, tableau: ExplicitTableau):
@@ -293,10 +296,10 @@ def weighted_sum(weights: np.ndarray, stacked: np.ndarray) -> np.ndarray:
     r""":math:`\sum_i w_i s_i` over the rows of a C-contiguous ``(k, n)`` array, for real weights, on this thread.
 
     A BLAS product starts threads of its own on larger arrays, and their busy-waiting starves
-    the OpenMP threads of shtns and numba that the right-hand side runs next (a sphere step
-    became tens of times slower). Small products (:data:`SERIAL_PRODUCT_SIZE`) go through BLAS,
-    which is quickest there; larger ones through einsum's single-threaded loop, complex rows
-    as their real view (real weights scale both parts alike).
+    the OpenMP threads of shtns and numba that the right-hand side runs next. Small products
+    (:data:`SERIAL_PRODUCT_SIZE`) go through BLAS, which is quickest there; larger ones
+    through einsum's single-threaded loop, complex rows as their real view (real weights
+    scale both parts alike).
     """
     if stacked.size <= SERIAL_PRODUCT_SIZE:
         return weights @ stacked

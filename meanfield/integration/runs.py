@@ -86,29 +86,29 @@ def embedded_pair_run(rhs: Callable[[np.ndarray], np.ndarray], state: np.ndarray
         settings.update(counts.as_dict(), failure=reason)
         fail(t, reason)
 
-    first = initial_step(rhs, state, times[-1] - times[0], tableau.error_estimator_order, atol + rtol * np.abs(state),
-                         norm)
+    first = initial_step(rhs, state, stepper.first_stage(state), times[-1] - times[0], tableau.error_estimator_order,
+                         atol + rtol * np.abs(state), norm)
     dense = stepper.interpolate if tableau.continuous_extension is not None else None
     integrate(state, times, AdaptiveStep(stepper), first_step=first, record=record, collapse=collapse,
               observer=None, progress=bar, name="particles", max_steps=10_000_000, counts=counts, interpolate=dense)
     settings.update(counts.as_dict())
-    return stepper.evaluations + 2  # and initial_step's two
+    return stepper.evaluations + 1  # and initial_step's trial
 
 
 def rms(x: np.ndarray) -> float:
-    """Root mean square of the entries of a real array (one dot product: the particles' error norm, taken every step)."""
+    """Root mean square of the entries of a real array, by one dot product (the particles' error norm, every step)."""
     return math.sqrt(float(np.vdot(x, x)) / x.size)
 
 
-def initial_step(rhs: Callable[[np.ndarray], np.ndarray], q: np.ndarray, span: float, error_estimator_order: int,
-                 scale: np.ndarray, norm: Callable[[np.ndarray], float]) -> float:
+def initial_step(rhs: Callable[[np.ndarray], np.ndarray], q: np.ndarray, f0: np.ndarray, span: float,
+                 error_estimator_order: int, scale: np.ndarray, norm: Callable[[np.ndarray], float]) -> float:
     """Hairer's first step (Hairer, Norsett and Wanner, *Solving ODEs I*, II.4; scipy's ``select_initial_step``).
 
-    A trial Euler step of 1 % of the state over its speed (both scaled by ``scale``), then
-    the step at which the estimated second derivative's term would reach 1 % of the
-    tolerance, for an estimate of the given order; at most 100 times the trial, and ``span``.
+    From ``q`` and ``f0 = rhs(q)``: a trial Euler step of 1 % of the state over its speed
+    (both scaled by ``scale``), then the step at which the estimated second derivative's term
+    would reach 1 % of the tolerance, for an estimate of the given order; at most 100 times
+    the trial, and ``span``. One evaluation of ``rhs`` (the trial's).
     """
-    f0 = rhs(q)
     d0, d1 = norm(q / scale), norm(f0 / scale)
     h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, span)
     d2 = norm((rhs(q + h0 * f0) - f0) / scale) / h0

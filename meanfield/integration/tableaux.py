@@ -30,7 +30,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class ContinuousExtension:
-    r"""Dense output of a tableau: :math:`y(t + \theta h) = y + h \sum_i b_i(\theta)\, k_i` for :math:`0 \le \theta \le 1`.
+    r"""Dense output of a tableau: :math:`y(t + \theta h) = y + h \sum_i b_i(\theta)\, k_i`, :math:`0 \le \theta \le 1`.
 
     The stages :math:`k_i` are the step's ``s``, :math:`f` at the new solution, then the
     extra stages given here, each evaluated at :math:`y + h \sum_j a_{ij} k_j` over all the
