@@ -19,6 +19,7 @@ The solvers take their spectra from here; none re-derives them.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -140,7 +141,17 @@ def _check_spectrum_arguments(beta, max_degree, d) -> tuple[float, int, int]:
 
 
 def _bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
-    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..max_degree (times e^{-beta} if scaled), for beta > 0."""
+    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..max_degree (times e^{-beta} if scaled), for beta > 0.
+
+    A copy of the values kept per arguments: every solver a run builds (a hand-over's two, a
+    shadow grid, a sweep's solver per point) asks for the same few spectra, whose Bessel
+    functions cost more than a small grid's step.
+    """
+    return _kept_bessel_spectrum(beta, max_degree, d, power, scaled, what).copy()
+
+
+@lru_cache(maxsize=256)
+def _kept_bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
     degrees = np.arange(max_degree + 1, dtype=float)
     log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, power)
     if scaled:

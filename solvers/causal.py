@@ -261,7 +261,11 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         numpy.ndarray, shape (layers, points)
             The tangential velocity of each layer.
         """
-        return super().velocity(self.weights @ coefficients)
+        return super().velocity(self._velocity_density(coefficients))
+
+    def _velocity_density(self, coefficients: np.ndarray) -> np.ndarray:
+        """The mixed densities :math:`W\rho` whose velocities move the layers."""
+        return self.weights @ coefficients
 
     def energy(self, coefficients: np.ndarray) -> float:
         """NaN: causal attention has no known interaction energy or Lyapunov functional (not a gradient flow).

@@ -120,6 +120,8 @@ class CircleSpectral(SpectralSolver):
     general: GeneralCircleOperators | None = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _log_derivative: tuple[float, float] | None = field(init=False, repr=False)
+    _log_rows: np.ndarray | None = field(init=False, repr=False)
+    _divergence: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
     external_velocity: np.ndarray | None = field(init=False, repr=False)
@@ -147,12 +149,14 @@ class CircleSpectral(SpectralSolver):
         set_(self, "points", next_fast_len(3 * modes, real=True))
         set_(self, "wavenumber", np.arange(modes, dtype=float))
         set_(self, "_derivative", 1j * self.wavenumber)
+        set_(self, "_divergence", -self._derivative / self.points)
         # k = 1 .. N/2 (one above the highest kept mode: the bound of the undamped case)
         set_(self, "_advected_wavenumbers", np.arange(1.0, modes + 1))
         self._set_external()
         # SA's v = (c/beta) d/dth log(K*rho) on the zonal path, bounded by |c|: its scale and
         # bound (None: v linear in rho, or the general path's)
         set_(self, "_log_derivative", None)
+        set_(self, "_log_rows", None)
         if takes_general_path(model, self.interaction, self.name):
             general = GeneralCircleOperators(model, self.points)
             self._check_kernel_resolved(max(h.matrix.shape[0] for h in general.heads) // 2,
@@ -171,6 +175,9 @@ class CircleSpectral(SpectralSolver):
                           if abs(spectrum(k, 2)[-1]) <= KERNEL_TOLERANCE * largest), 8 * modes + 64)
             self._check_kernel_resolved(reach, f"its modes are above {KERNEL_TOLERANCE:g} of the largest up to")
         set_(self, "_symbol", symbol[:modes])
+        # SA's transform rows: K*rho, its derivative and rho at the flux grid from one inverse transform
+        set_(self, "_log_rows", None if model.velocity_is_linear else
+             self.points * np.stack([self._symbol, self._derivative * self._symbol, np.ones(modes)]))
         try:  # E itself where it fits in double precision, e^{-beta} E otherwise (large-beta SA)
             energy, scaled = model.energy_spectrum(modes - 1, 2), model.time_rescaled
         except OverflowError:
@@ -307,22 +314,38 @@ class CircleSpectral(SpectralSolver):
         elif self._log_derivative is None:
             velocity = self.values(self._symbol * coefficients, derivative=True)
         else:
-            scale, cap = self._log_derivative
-            # K*rho and its derivative in one transform call (a leading axis of two)
-            pair = np.empty((2, *coefficients.shape), dtype=complex)
-            convolution = np.multiply(self._symbol, coefficients, out=pair[0])
-            np.multiply(convolution, self._derivative, out=pair[1])
-            values, slope = self.values(pair)
-            velocity = scale * slope / np.maximum(values, _TINY)
-            # |d/dth log K*rho| <= beta for the exact kernel: the bound removes round-off noise
-            # where K*rho is below machine precision of its maximum.
-            np.minimum(np.maximum(velocity, -cap, out=velocity), cap, out=velocity)
+            velocity = self._log_velocity(*self._log_transforms(coefficients, 2))
+        return self._with_external(velocity)
+
+    def _with_external(self, velocity: np.ndarray) -> np.ndarray:
         return velocity if self.external_velocity is None else velocity + self.external_velocity
 
+    def _log_transforms(self, coefficients: np.ndarray, rows: int) -> np.ndarray:
+        """SA: K*rho, its derivative (and rho, ``rows=3``) at the flux grid, in one transform call."""
+        leading = self._log_rows[:rows].reshape(rows, *(1,) * (coefficients.ndim - 1), -1)
+        return np.fft.irfft(leading * coefficients, self.points)
+
+    def _log_velocity(self, convolution: np.ndarray, slope: np.ndarray) -> np.ndarray:
+        r"""SA's :math:`(c/\beta)\,\partial_\theta\log K*\rho` from K*rho and its derivative (no external field)."""
+        scale, cap = self._log_derivative
+        velocity = scale * slope / np.maximum(convolution, _TINY)
+        # |d/dth log K*rho| <= beta for the exact kernel: the bound removes round-off noise
+        # where K*rho is below machine precision of its maximum.
+        return np.minimum(np.maximum(velocity, -cap, out=velocity), cap, out=velocity)
+
+    def _velocity_density(self, coefficients: np.ndarray) -> np.ndarray:
+        """The series whose velocity moves ``coefficients``: itself (the layered causal solver mixes layers)."""
+        return coefficients
+
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
-        velocity = self.velocity(coefficients)
-        flux = self.analyse(self.values(coefficients) * velocity)
-        return -self._derivative * flux, float(np.abs(velocity).max())
+        if self._log_rows is not None and self._velocity_density(coefficients) is coefficients:
+            convolution, slope, rho = self._log_transforms(coefficients, 3)
+            velocity = self._with_external(self._log_velocity(convolution, slope))
+        else:
+            velocity, rho = self.velocity(coefficients), self.values(coefficients)
+        # -d/dth of the flux's coefficients: analyse's 1/M and the derivative in one product
+        flux = np.fft.rfft(rho * velocity)[..., : self.cells // 2]
+        return self._divergence * flux, float(np.abs(velocity).max())
 
     def largest_speed(self, coefficients: np.ndarray) -> float:
         return float(np.abs(self.velocity(coefficients)).max())

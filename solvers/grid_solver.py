@@ -388,10 +388,11 @@ def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict
 
 def joined_settings(parts: list[tuple[xr.Dataset, bool]]) -> dict:
     """What the settings of a run made of several solvers' parts add up to: each run's settings and the counts."""
-    runs = {dataset_settings(part)["solver"]: dataset_settings(part) for part, _ in parts}
+    settings = [dataset_settings(part) for part, _ in parts]
+    runs = {run["solver"]: run for run in settings}
     return {"runs": runs, "steps": sum(run["steps"] for run in runs.values()),
             "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
-            "next_step": dataset_settings(parts[-1][0])["next_step"]}
+            "next_step": settings[-1]["next_step"]}
 
 
 def earliest_underresolution(parts: list[tuple[xr.Dataset, bool]]) -> float:
