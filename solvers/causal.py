@@ -264,7 +264,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         return super().velocity(self._velocity_density(coefficients))
 
     def _velocity_density(self, coefficients: np.ndarray) -> np.ndarray:
-        """The mixed densities :math:`W\rho` whose velocities move the layers."""
+        r"""The mixed densities :math:`W\rho` whose velocities move the layers."""
         return self.weights @ coefficients
 
     def energy(self, coefficients: np.ndarray) -> float:

@@ -17,6 +17,7 @@ from test_growth_rates import CIRCLE_MODES, cases, circle_model
 
 import meanfield as mf
 from solvers import CircleFV, UnderResolvedWarning
+from solvers.resolution import fourier_tail_error
 
 #: The range of true errors (relative to max rho) in which the factor is claimed.
 ROUNDOFF_ERROR, LARGEST_CLAIMED = 1e-12, 0.05
@@ -109,3 +110,13 @@ def test_the_shadow_observes_and_never_steers(diffusion):
     restarted = solver.solve(first.rho.values[-1], times[2:], continued=True, progress=False,
                              first_step=json.loads(first.attrs["settings"])["next_step"])
     assert restarted.error_estimate.values[-1] < whole.error_estimate.values[-1]  # only the error since the restart
+
+
+def test_the_missing_modes_of_an_exact_geometric_series():
+    """On maxima 2|c_k| = A r^k the fitted line is exact, and the estimate is the sum of the missing
+    modes, A r^{K+1} / (1 - r), summed here directly."""
+    amplitude, ratio, top = 0.3, 0.55, 40
+    maxima = amplitude * ratio ** np.arange(top + 1.0)
+    missing = sum(amplitude * ratio ** k for k in range(top + 1, top + 400))
+    # the envelope max(M_{k-1}, M_k) is M_{k-1} for a decreasing series: one mode further up
+    assert fourier_tail_error(maxima) == pytest.approx(missing / ratio, rel=1e-11)

@@ -492,3 +492,22 @@ def test_the_blended_estimate_is_hairers_formula_of_the_two_error_rows():
     fifth, third = rms(h * k.E5 @ stages / scale), rms(h * k.E3 @ stages / scale)
     stepper = ExplicitRungeKutta(TABLEAUX["dop853"], rhs, norm=rms, tolerance=lambda q: 1e-6 + 1e-4 * np.abs(q))
     assert stepper.step(y0, h)[1] == pytest.approx(fifth ** 2 / np.sqrt(fifth ** 2 + 0.01 * third ** 2), rel=1e-12)
+
+
+def test_a_hidden_bar_is_lent_on_and_shows_nothing(capsys):
+    """``progress=False`` hands out a bar that only takes updates; a call lent it (a segment of one
+    run) advances it rather than opening a bar of its own. ``progress=True`` shows a bar."""
+    from tqdm.auto import tqdm
+
+    from meanfield.progress import time_progress
+
+    with time_progress(0.0, 1.0, False, "run") as bar:
+        assert not bar
+        with time_progress(0.0, 0.5, bar, "segment") as lent:
+            assert lent is bar
+            lent.update(0.5)
+    assert capsys.readouterr().err == ""
+    with time_progress(0.0, 1.0, True, "shown") as shown:
+        assert isinstance(shown, tqdm)
+        shown.update(1.0)
+    assert "shown" in capsys.readouterr().err

@@ -83,3 +83,12 @@ def test_the_keyword_lmax_of_0_1_is_refused_since_0_3():
         mf.SelfAttention(2.0, normalized=False).potential_spectrum(lmax=5, d=2)
     with pytest.raises(TypeError, match="lmax"):
         mf.attention_spectrum(1.0, lmax=3, d=2)
+
+
+def test_a_spectrum_handed_out_is_the_callers_own():
+    """The Bessel values are kept between calls (every solver of a run asks for the same ones):
+    a caller that edits its array (as solvers zero mode 0) must not change the next caller's."""
+    first = mf.attention_spectrum(5.0, 12, 2)
+    expected = 2 * np.pi * iv(np.arange(13), 5.0)
+    first[:] = -1.0
+    np.testing.assert_allclose(mf.attention_spectrum(5.0, 12, 2), expected, rtol=1e-13)
