@@ -133,8 +133,11 @@ def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
 
     def count(*_):
         taken[0] += 1
+    # GMRES, not scipy's default LGMRES: LGMRES recycles Krylov vectors of earlier iterates, built
+    # with the preconditioner of their own iterate (it is refreshed at each one); from a rough
+    # guess those stale directions stalled Newton for tens of iterations.
     solution = newton_krylov(counted, start, f_tol=tolerance, inner_M=preconditioner, maxiter=iterations,
-                             callback=count, line_search="armijo")
+                             callback=count, line_search="armijo", method="gmres")
     return np.asarray(solution, dtype=float), counted.calls, taken[0]
 
 
