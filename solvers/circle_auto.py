@@ -2,14 +2,14 @@ r"""The circle's automatic choice: Fourier while the density is smooth, finite v
 
 :class:`CircleAuto` runs :class:`~solvers.CircleSpectral` (spectral accuracy at a fraction of
 the cost on smooth solutions) and, after the first accepted step at which its spectral tail
-passes ``tail_threshold`` or its density turns negative (clusters too sharp for its modes),
-continues from there with :class:`~solvers.CircleFV` (positive, exact mass and energy balance
+passes ``tail_threshold`` with an estimated error beyond what ``rtol`` allows, or its density
+turns negative (clusters too sharp for its modes), continues from there with :class:`~solvers.CircleFV` (positive, exact mass and energy balance
 on sharp clusters): one call, one dataset on the finite volumes' grid. Both solvers record
 the same object (cell averages of the ``cells`` cells), so the outputs join without
 interpolation. The hand-over time and each output's solver are recorded.
 
 At the hand-over the spectral density's cell averages are taken as the finite volumes'
-initial state; cell averages below zero (at most the spectral error, which the tail bounds)
+initial state; cell averages below zero (at most the spectral error, which the criterion bounds)
 are set to zero and the mass restored, and the mass so moved is recorded
 (``handover_clipped``).
 """
@@ -29,7 +29,7 @@ from meanfield.docstrings import fill_docstrings
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
 from .grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, handover_sections,
-                          indexed_coordinates, joined_runs, joined_settings)
+                          joined_runs, joined_settings)
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.
@@ -54,7 +54,8 @@ class CircleAuto(StartsWithFiniteVolumes):
     rtol : float
         Both solvers' ``rtol`` (``solvers.tolerance``).
     tail_threshold : float
-        The spectral solver's resolution threshold (:class:`~solvers.CircleSpectral`): the hand-over.
+        The spectral solver's resolution threshold (:class:`~solvers.CircleSpectral`): the
+        hand-over, once its error estimate also exceeds ``rtol`` times the deviation's maximum.
     interaction : {"auto", "zonal", "general"}
         As for :class:`~solvers.CircleFV`.
     error_level : float or None
@@ -90,8 +91,8 @@ class CircleAuto(StartsWithFiniteVolumes):
         object.__setattr__(self, "spectral", self._spectral_solver())
 
     def _spectral_solver(self) -> CircleSpectral | None:
-        # The hand-over keeps the strict tail criterion: the finite volumes carry on whatever
-        # error the handed density has, so it is handed while far below theirs.
+        # The tail criterion (error_level=None): the finite volumes carry on whatever error the
+        # handed density has, so it is handed while its error is within rtol's, not error_level's.
         settings = dict(rtol=self.rtol, tail_threshold=self.tail_threshold, interaction=self.interaction,
                         record_cells=self.cells, tableau=self._spectral_tableau(), error_level=None)
         if self.spectral_cells is not None:
@@ -187,14 +188,10 @@ class CircleAuto(StartsWithFiniteVolumes):
             dims["shadow_rho"] = ("time", "shadow_theta")
         return dims
 
-    @property
-    def _finite_volume_coordinates(self) -> xr.Coordinates:
-        """The coordinates of what the finite volumes record besides the density, indexed."""
-        return indexed_coordinates(self.finite_volumes.recorded_coordinates())
-
-    def _finite_volume_fields(self, outputs: int) -> tuple[dict, xr.Coordinates]:
-        """The spectral part's flag and what the finite volumes record, NaN (``solve_until``'s ``annotate``)."""
-        coordinates = self._finite_volume_coordinates
+    def _finite_volume_fields(self, outputs: int) -> tuple[dict, dict[str, np.ndarray]]:
+        """The spectral part's flag and what the finite volumes record, NaN, with its coordinates
+        (``solve_until``'s ``annotate``)."""
+        coordinates = self.finite_volumes.recorded_coordinates()
         sizes = {"time": outputs, **{name: values.size for name, values in coordinates.items()}}
         fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name, dims in self._finite_volume_dims().items()}

@@ -28,8 +28,9 @@ the density is smooth; it does not preserve positivity. Its resolution diagnosti
 estimate of its spatial error from the decay of the top modes (:meth:`CircleSpectral.error_estimate`,
 ``solvers.resolution.fourier_tail_error``) against ``error_level`` times max rho, or, with
 ``error_level=None``, the tail of the spectrum: the fraction of the deviation's spectral
-energy in the top 10 % of modes (``spectral_tail``, as on :math:`S^2`); and a negative density
-beyond round-off.
+energy in the top 10 % of modes (``spectral_tail``, as on :math:`S^2`), past its threshold the
+error estimate against ``rtol`` times the deviation's maximum; and a negative density beyond
+round-off.
 
 What it records is the same object as :class:`~solvers.CircleFV`: the averages of the
 density over the ``N`` cells :math:`[jh, (j+1)h)`, computed exactly from the coefficients
@@ -96,7 +97,10 @@ class CircleSpectral(SpectralSolver):
         from the uniform density (``solvers.tolerance``).
     tail_threshold : float
         With ``error_level=None``: the solution counts as resolved while the top 10 % of modes
-        hold less than this fraction of the spectral energy of :math:`\rho - \bar\rho`.
+        hold less than this fraction of the spectral energy of :math:`\rho - \bar\rho`, or,
+        past it, while :meth:`error_estimate` stays within ``rtol`` times
+        :math:`\max|\rho - \bar\rho|` (what the steps are held to: a loose ``rtol`` is not
+        stopped by a tail it tolerates, a tight one by the tail alone).
     interaction : {"auto", "zonal", "general"}
         As for :class:`~solvers.CircleFV`.
     tableau : str or ExplicitTableau
@@ -527,8 +531,9 @@ class CircleSpectral(SpectralSolver):
         -------
         bool
             The error estimate and any negative value are below ``error_level`` times max rho
-            (with ``error_level=None``: the spectral tail below ``tail_threshold`` and the
-            density nowhere negative beyond round-off, ``-1e-8`` of its maximum).
+            (with ``error_level=None``: the spectral tail below ``tail_threshold`` or the error
+            estimate within ``rtol`` times :math:`\max|\rho - \bar\rho|`, and the density
+            nowhere negative beyond round-off, ``-1e-8`` of its maximum).
         """
         return self._resolution(coefficients, recorded=False).resolved
 
@@ -549,14 +554,21 @@ class CircleSpectral(SpectralSolver):
         layer = " of a layer" if coefficients.ndim > 1 else ""
         if lowest < -level:  # the truncated series no longer represents a density
             return Diagnosis(values, False, f"the density is negative ({lowest:.3g})")
-        if self.error_level is None:
-            tail = values["spectral_tail"]
-            return Diagnosis(values, bool(tail < self.tail_threshold),
-                             f"the top 10% of modes{layer} hold {tail:.2g} of the spectral energy "
-                             f"(> {self.tail_threshold:g})")
-        estimate = values["error_estimate"]
-        return Diagnosis(values, bool(estimate <= level),
-                         f"the estimated error{layer}, {estimate:.2g}, exceeds error_level x max rho = {level:.2g}")
+        if self.error_level is not None:
+            estimate = values["error_estimate"]
+            return Diagnosis(values, bool(estimate <= level), f"the estimated error{layer}, {estimate:.2g}, "
+                                                              f"exceeds error_level x max rho = {level:.2g}")
+        tail = values["spectral_tail"]
+        if tail < self.tail_threshold:
+            return Diagnosis(values, True, "")
+        # Past the tail threshold the series still serves while its error is within what rtol
+        # asks of the steps (relative to the deviation from the mean, as solvers.tolerance).
+        estimate = values["error_estimate"] if recorded else self.error_estimate(coefficients)
+        allowed = self.rtol * float(np.abs(pointwise - coefficients[..., :1].real).max())
+        return Diagnosis(values, bool(estimate <= allowed),
+                         f"the top 10% of modes{layer} hold {tail:.2g} of the spectral energy (> "
+                         f"{self.tail_threshold:g}) and the estimated error, {estimate:.2g}, exceeds "
+                         f"rtol x max|rho - mean| = {allowed:.2g}")
 
     def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
         resolution = self._resolution(coefficients)
@@ -584,8 +596,8 @@ def _averaging(modes: int, cells: int) -> np.ndarray:
 
 def tail_fraction(coefficients: np.ndarray, highest: int) -> float:
     """Fraction of the spectral energy of modes ``1 ..`` held by those above ``0.9 highest`` (0 for a constant)."""
-    power = np.abs(coefficients[1:]) ** 2
+    power = np.abs(coefficients[1:]) ** 2  # mode k at k - 1
     total = power.sum()
     if total == 0:
         return 0.0
-    return float(power[np.arange(1, coefficients.size) > 0.9 * highest].sum() / total)
+    return float(power[int(0.9 * highest):].sum() / total)  # k > 0.9 highest: k - 1 >= floor(0.9 highest)

@@ -16,7 +16,6 @@ from typing import Any, Callable, NoReturn
 
 import numpy as np
 import xarray as xr
-from xarray.indexes import PandasIndex
 
 from meanfield.checks import check_times
 from meanfield.docstrings import fill_docstrings, parameters
@@ -168,7 +167,7 @@ class GridSolver:
     def solve_until(self, rho0, times, stop: Callable[[Any], bool] | None, *, progress: bool | None = None,
                     observer: Callable[[float, np.ndarray], None] | None = None, max_steps: int | None = None,
                     first_step: float | None = None, continued: bool = False,
-                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, xr.Coordinates]] | None = None) -> "Interrupted":
+                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> "Interrupted":
         """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
 
         How one solver hands a run over to another (:class:`~solvers.CircleAuto`,
@@ -184,7 +183,7 @@ class GridSolver:
             As for :meth:`solve`.
         annotate : callable, optional
             ``annotate(outputs) -> (variables, coordinates)``: more variables (name: ``(dims,
-            values[, attrs])``) and their coordinates (``xarray.Coordinates``) for the dataset
+            values[, attrs])``) and their coordinates (name: one-dimensional array) for the dataset
             of ``outputs`` recorded times, built into it at once (what a solver handing over
             adds for the other one's records).
 
@@ -255,11 +254,6 @@ class GridSolver:
     def recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {}
 
-    @property
-    def _indexed_coordinates(self) -> xr.Coordinates:
-        """The grid's and the recorded fields' coordinates, indexed (:func:`indexed_coordinates`)."""
-        return indexed_coordinates({**self.grid_coordinates(), **self.recorded_coordinates()})
-
     resolution_advice: str
 
 
@@ -325,18 +319,18 @@ class SolveRecord:
         self.fields.append(self.solver.recorded_fields(state))
         self.diagnostics.append({**diagnosis.values, "resolved": diagnosis.resolved})
 
-    def dataset(self, annotate: Callable[[int], tuple[dict, xr.Coordinates]] | None = None) -> xr.Dataset:
+    def dataset(self, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> xr.Dataset:
         solver = self.solver
         coordinates = solver.grid_coordinates()
-        added, added_coordinates = ({}, xr.Coordinates()) if annotate is None else annotate(len(self.frames))
+        added, added_coordinates = ({}, {}) if annotate is None else annotate(len(self.frames))
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
         if "energy" in series:  # the layered causal equation has none
             series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
         ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
                          **series, **stacked_fields(self.fields), **added},
-                        coords=timed_coordinates(self.times[:len(self.frames)], solver._indexed_coordinates,
-                                                 added_coordinates))
+                        coords=indexed_coordinates({"time": self.times[:len(self.frames)], **coordinates,
+                                                    **solver.recorded_coordinates(), **added_coordinates}))
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
@@ -348,11 +342,11 @@ class SolveRecord:
 
 
 def indexed_coordinates(arrays: dict[str, np.ndarray]) -> xr.Coordinates:
-    """``xarray.Coordinates`` of one-dimensional coordinate arrays, built once per distinct grid in a process.
+    """``xarray.Coordinates`` of one-dimensional coordinate arrays, built once per distinct set in a process.
 
-    An index costs more than a step of a small grid, and every run on a grid has the same
-    (a sweep or a convergence study builds a solver per run); the arrays' bytes are the key.
-    The cached coordinates are shared, read-only, by the datasets built from them.
+    An index costs more than a step of a small grid, and every run of a sweep or a convergence
+    study (a solver built per run) records the same grid at the same times; the arrays' bytes
+    are the key. The cached coordinates are shared, read-only, by the datasets built from them.
     """
     key = tuple((name, values.dtype.str, values.shape, values.tobytes())
                 for name, values in ((name, np.ascontiguousarray(values)) for name, values in arrays.items()))
@@ -362,14 +356,6 @@ def indexed_coordinates(arrays: dict[str, np.ndarray]) -> xr.Coordinates:
 @lru_cache(maxsize=64)
 def _indexed(key: tuple[tuple[str, str, tuple[int, ...], bytes], ...]) -> xr.Coordinates:
     return xr.Coordinates({name: np.frombuffer(raw, dtype=dtype).reshape(shape) for name, dtype, shape, raw in key})
-
-
-def timed_coordinates(times: np.ndarray, *parts: xr.Coordinates) -> xr.Coordinates:
-    """The ``time`` coordinate and indexed coordinates of other dimensions, their indexes reused."""
-    time = PandasIndex(times, "time")
-    variables = {name: variable for part in parts for name, variable in part.variables.items()}
-    indexes = {name: index for part in parts for name, index in part.xindexes.items()}
-    return xr.Coordinates(coords={**time.create_variables(), **variables}, indexes={"time": time, **indexes})
 
 
 def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict:

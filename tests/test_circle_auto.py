@@ -1,13 +1,14 @@
 """CircleAuto: the spectral solver while it resolves the density, the finite volumes after, in one call."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
 import xarray as xr
 
 import meanfield as mf
-from solvers import CircleAuto, CircleFV
+from solvers import CircleAuto, CircleFV, CircleSpectral, UnderResolvedWarning
 from solvers.grid_solver import joined_runs
 
 
@@ -120,3 +121,43 @@ def test_parts_that_record_a_series_with_different_meanings_are_not_joined():
     assert joined.time.values.tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="'energy' with different attributes"):
         joined_runs([(part("E", 0.0), True), (part("exp(-beta) E", 1.0), False)], "first", "which part")
+
+
+def test_past_the_tail_threshold_the_spectral_part_goes_on_while_its_error_is_within_rtol():
+    """SA beta = 5, D = 0, 64 modes: the tail passes 1e-10 near t = 4; at rtol 1e-4 the run stays
+    spectral to t = 4.5, at every output within 4 rtol max|rho - mean| of a run at four times the
+    modes (the estimate's calibrated claim, ``tests/test_circle_error_estimate.py``: the true error
+    is at most four times it), where at rtol 1e-6 the tail hands it over."""
+    model = mf.SelfAttention(5.0)
+    start = lambda th: 1 + 0.1 * np.cos(th) + 0.05 * np.sin(3 * th + 0.4)  # noqa: E731
+    times = np.linspace(0.0, 4.5, 10)
+    reference = CircleSpectral(model, cells=256, rtol=1e-11).solve(start, times, progress=False).rho.values
+    exact = reference.reshape(times.size, 64, 4).mean(axis=-1)  # the averages over the 64 cells
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UnderResolvedWarning)
+        loose = CircleAuto(model, cells=64, spectral_cells=64, rtol=1e-4).solve(start, times, progress=False)
+    assert loose.spectral.values.all() and loose.spectral_tail.values[-1] > 1e-10
+    deviation = np.abs(exact - 1 / (2 * np.pi)).max(axis=1)
+    error = np.abs(loose.rho.values - exact).max(axis=1)
+    assert np.all(error <= 4 * 1e-4 * deviation), error / deviation
+    tight = CircleAuto(model, cells=64, spectral_cells=64, rtol=1e-6, error_level=None).solve(
+        start, times, progress=False)
+    assert times[0] < json.loads(tight.attrs["settings"])["handover_time"] < times[-1]
+
+
+@pytest.mark.parametrize("rtol, resolved", [(5e-6, False), (1e-4, True)])
+def test_the_tail_criterion_past_its_threshold_compares_the_error_estimate_with_rtol(rtol, resolved):
+    r"""A Poisson kernel series, :math:`\rho = (1 + 2a\sum_k r^k \cos k\theta)/2\pi`, r = 0.7, 32 modes:
+    the top 10 % of modes hold about 4e-9 of the deviation's energy, more than the 1e-10 threshold,
+    and the estimated error is about 2e-5 of :math:`\max|\rho - \bar\rho| = a r/\pi(1 - r)`."""
+    solver = CircleSpectral(mf.SelfAttention(1.0), cells=64, rtol=rtol, error_level=None)
+    a, r, k = 0.5, 0.7, np.arange(32)
+    coefficients = np.where(k == 0, 1.0, a * r ** k) / (2 * np.pi) + 0j
+    power = np.abs(coefficients[1:]) ** 2
+    assert power[k[1:] > 0.9 * 31].sum() / power.sum() > 1e-10
+    relative = solver.error_estimate(coefficients) / (a * r / (np.pi * (1 - r)))
+    assert 5e-6 < relative < 1e-4, relative
+    assert solver.resolves(coefficients) is resolved
+    negative = coefficients.copy()
+    negative[0] *= -1  # the mean negated: negative over most of the circle, whatever the error
+    assert solver.resolves(negative) is False

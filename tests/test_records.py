@@ -73,7 +73,7 @@ def test_the_convergence_study_takes_a_generator_and_records_its_seed():
     np.testing.assert_array_equal(study(seed).distance.values, first.distance.values)
 
 
-def test_runs_on_one_grid_share_its_indexed_coordinates_and_record_their_own_values():
+def test_runs_on_one_grid_and_times_share_their_indexed_coordinates_and_record_their_own_values():
     from solvers.grid_solver import indexed_coordinates
 
     model = mf.SelfAttention(2.0, diffusion=0.1)
@@ -83,10 +83,14 @@ def test_runs_on_one_grid_share_its_indexed_coordinates_and_record_their_own_val
     # the values: the cell centres (k + 1/2) 2 pi / N, written out here, not taken from the solver
     np.testing.assert_array_equal(first.theta.values, (np.arange(32) + 0.5) * (2 * np.pi / 32))
     np.testing.assert_array_equal(finer.theta.values, (np.arange(64) + 0.5) * (2 * np.pi / 64))
-    assert first.xindexes["theta"] is second.xindexes["theta"]  # built once for the grid
+    assert first.xindexes["theta"] is second.xindexes["theta"]  # built once for the grid and times
+    assert first.xindexes["time"] is second.xindexes["time"]
     assert first.xindexes["theta"] is not finer.xindexes["theta"]
-    with pytest.raises(ValueError, match="read-only"):  # a dataset cannot change what later runs share
-        first.theta.values[0] = 1.0
+    later = CircleFV(model, cells=32).solve(lambda t: 1 + 0.2 * np.cos(t), [0.0, 0.2], progress=False)
+    assert later.time.values.tolist() == [0.0, 0.2] and first.time.values.tolist() == [0.0, 0.1]
+    for values in (first.theta.values, first.time.values):
+        with pytest.raises(ValueError, match="read-only"):  # a dataset cannot change what later runs share
+            values[0] = 1.0
     # the same bytes of another dtype are another coordinate
     integers = np.arange(4, dtype=np.int64)
     assert indexed_coordinates({"k": integers})["k"].dtype == np.int64
