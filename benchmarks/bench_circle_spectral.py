@@ -9,7 +9,7 @@ The baseline (:func:`plain_spectral`) is the textbook method in a few lines of i
 FFTs with 3/2 padding, the kernel's Bessel coefficients, Lawson RK4 with fixed steps. For
 each code the error and time of every setting of a grid (modes and ``rtol``, or modes and
 the number of steps) are measured (the best of three runs where one is quick, see
-:func:`measured`); for each target the three cheapest settings of each code that reach it
+:func:`measured`); for each target the five cheapest settings of each code that reach it
 are timed again, alternately, and the quickest (:func:`fastest_reaching`) is then timed
 against the other code's, alternately. The reference is the baseline itself with 256
 modes and a step of 1e-3 (RK4 error ~1e-12). Also printed: ``CircleFV`` at its cheapest
@@ -136,7 +136,7 @@ def cheapest(rows, target):
     return min(reaching, key=lambda pair: pair[0])[1] if reaching else None
 
 
-def fastest_reaching(rows, target, run, finalists: int = 3, rounds: int = 3, repeats: int = 3):
+def fastest_reaching(rows, target, run, finalists: int = 5, rounds: int = 3, repeats: int = 3):
     """Of the ``finalists`` fastest settings whose error is at most ``target``, the one whose run is
     quickest when they are timed again, alternately (None: none reaches it).
 
