@@ -479,12 +479,18 @@ def test_a_signal_during_a_write_waits_for_the_write_to_end(tmp_path):
     from validation.app.errors import Terminated
     from validation.app.files import write_atomically
 
-    for interrupt, send in ((Terminated, signal.SIGTERM), (KeyboardInterrupt, signal.SIGINT)):
-        target = tmp_path / f"{send.name}.txt"
-        with _sigterm_as_interrupt(), pytest.raises(interrupt):
-            write_atomically(target, lambda path: (os.kill(os.getpid(), send),  # in the middle of the write
-                                                   time.sleep(0.05), path.write_text("complete")))
-        assert target.read_text() == "complete"
+    # Ctrl-C as a terminal gives it: tests started in the background (``make test &``) inherit an
+    # ignored SIGINT, and Python then installs no KeyboardInterrupt for it
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        for interrupt, send in ((Terminated, signal.SIGTERM), (KeyboardInterrupt, signal.SIGINT)):
+            target = tmp_path / f"{send.name}.txt"
+            with _sigterm_as_interrupt(), pytest.raises(interrupt):
+                write_atomically(target, lambda path: (os.kill(os.getpid(), send),  # in the middle of the write
+                                                       time.sleep(0.05), path.write_text("complete")))
+            assert target.read_text() == "complete"
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_a_resumed_pde_sweep_keeps_its_good_parts_and_recomputes_a_damaged_one(tmp_path, capsys):
