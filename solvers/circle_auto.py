@@ -3,8 +3,9 @@ r"""The circle's automatic choice: Fourier while the density is smooth, finite v
 :class:`CircleAuto` runs :class:`~solvers.CircleSpectral` (spectral accuracy at a fraction of
 the cost on smooth solutions) and, after the first accepted step at which its spectral tail
 passes ``tail_threshold`` with an estimated error beyond what ``rtol`` allows, or its density
-turns negative (clusters too sharp for its modes), continues from there with :class:`~solvers.CircleFV` (positive, exact mass and energy balance
-on sharp clusters): one call, one dataset on the finite volumes' grid. Both solvers record
+turns negative (clusters too sharp for its modes), continues from there with
+:class:`~solvers.CircleFV` (positive, exact mass and energy balance on sharp clusters): one
+call, one dataset on the finite volumes' grid. Both solvers record
 the same object (cell averages of the ``cells`` cells), so the outputs join without
 interpolation. The hand-over time and each output's solver are recorded.
 
