@@ -180,10 +180,13 @@ def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None
         def baseline_error(c):
             return l1_error(cell_averages(c, 512), reference)
 
+        def baseline(setting):
+            cells, step = setting
+            return plain_spectral(diffusion, cells, step, t_end)
+
         ours_rows = measured([(cells, rtol) for cells in SPECTRAL_CELLS for rtol in RTOLS], library, library_error)
         theirs_rows = measured([(n, t_end / steps) for n in SPECTRAL_CELLS for steps in BASELINE_STEP_COUNTS],
-                               lambda s: plain_spectral(diffusion, s[0], s[1], t_end), baseline_error)
-        baseline = lambda setting: plain_spectral(diffusion, setting[0], setting[1], t_end)  # noqa: E731
+                               baseline, baseline_error)
         for target in targets:
             ours = fastest_reaching(ours_rows, target, library)
             theirs = fastest_reaching(theirs_rows, target, baseline)
