@@ -11,7 +11,8 @@ each code the error and time of every setting of a grid (modes and ``rtol``, or 
 the number of steps) are measured (the best of three runs where one is quick, see
 :func:`measured`); for each target the five cheapest settings of each code that reach it
 are timed again, alternately, and the quickest (:func:`fastest_reaching`) is then timed
-against the other code's, alternately. The reference is the baseline itself with 256
+against the other code's, alternately (each timing the best of enough runs to span about
+20 ms, :func:`repeats_for`). The reference is the baseline itself with 256
 modes and a step of 1e-3 (RK4 error ~1e-12). Also printed: ``CircleFV`` at its cheapest
 setting for 1e-4 (one run; what the circle path was before).
 """
@@ -136,7 +137,13 @@ def cheapest(rows, target):
     return min(reaching, key=lambda pair: pair[0])[1] if reaching else None
 
 
-def fastest_reaching(rows, target, run, finalists: int = 5, rounds: int = 3, repeats: int = 3):
+def repeats_for(seconds: float, span: float = 0.02) -> int:
+    """Runs per timing (its best is kept) so that one timing spans about ``span`` seconds, 2 to 20:
+    the best of a handful of millisecond runs still carries the machine's noise."""
+    return int(np.clip(span / max(seconds, 1e-9), 2, 20))
+
+
+def fastest_reaching(rows, target, run, finalists: int = 5, rounds: int = 3):
     """Of the ``finalists`` fastest settings whose error is at most ``target``, the one whose run is
     quickest when they are timed again, alternately (None: none reaches it).
 
@@ -147,6 +154,7 @@ def fastest_reaching(rows, target, run, finalists: int = 5, rounds: int = 3, rep
     settings = [rows[index][0] for _, index in reaching[:finalists]]
     if len(settings) < 2:
         return settings[0] if settings else None
+    repeats = repeats_for(reaching[0][0])
     best = dict.fromkeys(settings, float("inf"))
     for _ in range(rounds):
         for setting in settings:
@@ -194,7 +202,8 @@ def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None
                 rows.append((f"circle {name} L1 {target:g}: unreached (ours {ours}, baseline {theirs})",
                              float("nan"), float("nan"), float("nan")))
                 continue
-            seconds, base, ratio = compare(lambda: library(ours), lambda: baseline(theirs), rounds=3, repeats=2)
+            repeats = repeats_for(min(best_time(lambda: library(ours), 1), best_time(lambda: baseline(theirs), 1)))
+            seconds, base, ratio = compare(lambda: library(ours), lambda: baseline(theirs), rounds=5, repeats=repeats)
             rows.append((f"circle {name} L1 {target:g}: CircleAuto {ours} vs plain {theirs}", seconds, base, ratio))
         fv_rows = measured(FV_CELLS, lambda cells: CircleFV(model, cells=cells, rtol=1e-8).solve(
             initial, [0.0, t_end], progress=False), lambda ds: l1_error(ds.rho.values[-1], reference))

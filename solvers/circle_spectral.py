@@ -408,9 +408,11 @@ class CircleSpectral(SpectralSolver):
         power = np.abs(coefficients) ** 2
         return float(np.pi * (symbol[0] * power[0] + 2 * np.dot(symbol[1:], power[1:])))
 
-    def _external_energy(self, rho: np.ndarray) -> float:
+    def _external_energy(self, coefficients: np.ndarray, rho: np.ndarray | None = None) -> float:
+        r""":math:`\frac12\int w\rho` of the external potential (``rho``: the series' values, if known)."""
         if self.external_potential is None:
             return 0.0
+        rho = self.values(coefficients) if rho is None else rho
         return float(np.pi / self.points * np.dot(rho, self.external_potential))
 
     def _centred_values(self, coefficients: np.ndarray) -> np.ndarray:
@@ -420,7 +422,7 @@ class CircleSpectral(SpectralSolver):
     def energy(self, coefficients: np.ndarray) -> float:
         if self.general is not None:
             return self.general.energy(self._centred_values(coefficients))
-        return self._quadratic(coefficients, self._energy_symbol) + self._external_energy(self.values(coefficients))
+        return self._quadratic(coefficients, self._energy_symbol) + self._external_energy(coefficients)
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
         if self.general is not None:
@@ -431,7 +433,7 @@ class CircleSpectral(SpectralSolver):
         if not self.model.velocity_is_linear:
             return -self.model.value_scale * self.energy(coefficients) if self.model.diffusion == 0 else np.nan
         rho = self.values(coefficients)
-        potential = self._quadratic(coefficients, self._symbol) + self._external_energy(rho)
+        potential = self._quadratic(coefficients, self._symbol) + self._external_energy(coefficients, rho)
         diffusion = self.model.diffusion
         if diffusion == 0:
             return -potential

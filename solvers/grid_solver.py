@@ -327,10 +327,10 @@ class SolveRecord:
                   for name in self.diagnostics[0]}
         if "energy" in series:  # the layered causal equation has none
             series["energy"] = ("time", series["energy"][1], {"note": _energy_note(solver)})
-        ds = xr.Dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
-                         **series, **stacked_fields(self.fields), **added},
-                        coords=indexed_coordinates({"time": self.times[:len(self.frames)], **coordinates,
-                                                    **solver.recorded_coordinates(), **added_coordinates}))
+        ds = assembled_dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
+                                **series, **stacked_fields(self.fields), **added},
+                               {"time": self.times[:len(self.frames)], **coordinates,
+                                **solver.recorded_coordinates(), **added_coordinates})
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
@@ -348,14 +348,43 @@ def indexed_coordinates(arrays: dict[str, np.ndarray]) -> xr.Coordinates:
     study (a solver built per run) records the same grid at the same times; the arrays' bytes
     are the key. The cached coordinates are shared, read-only, by the datasets built from them.
     """
-    key = tuple((name, values.dtype.str, values.shape, values.tobytes())
-                for name, values in ((name, np.ascontiguousarray(values)) for name, values in arrays.items()))
-    return _indexed(key)
+    return _indexed(_coordinates_key(arrays))
+
+
+def _coordinates_key(arrays: dict[str, np.ndarray]) -> tuple[tuple[str, str, tuple[int, ...], bytes], ...]:
+    return tuple((name, values.dtype.str, values.shape, values.tobytes())
+                 for name, values in ((name, np.ascontiguousarray(values)) for name, values in arrays.items()))
 
 
 @lru_cache(maxsize=64)
 def _indexed(key: tuple[tuple[str, str, tuple[int, ...], bytes], ...]) -> xr.Coordinates:
     return xr.Coordinates({name: np.frombuffer(raw, dtype=dtype).reshape(shape) for name, dtype, shape, raw in key})
+
+
+def assembled_dataset(variables: dict[str, tuple], coordinates: dict[str, np.ndarray]) -> xr.Dataset:
+    """``xarray.Dataset(variables, coords=indexed_coordinates(coordinates))``, for variables
+    ``name: (dims, values[, attrs])``, built by filling a template of the same layout.
+
+    The constructor merges and aligns every variable with the coordinates, which costs more
+    than a short spectral run's steps; a sweep records the same layout (names, dimensions,
+    shapes, attributes, coordinates) run after run, so its template, whose values are
+    zero-memory broadcasts, is built once and copied with each run's values. Each dataset has
+    its own attribute dictionaries; the coordinates are shared, read-only.
+    """
+    layout = tuple((name, (dims,) if isinstance(dims, str) else tuple(dims), np.shape(values), tuple(sorted(attrs[0].items())) if attrs else ())
+                   for name, (dims, values, *attrs) in variables.items())
+    key = _coordinates_key(coordinates)
+    try:
+        template = _template(layout, key)
+    except TypeError:  # an attribute that cannot be a key (a list): no template
+        return xr.Dataset(variables, coords=_indexed(key))
+    return template.copy(deep=False, data={name: np.asarray(values) for name, (_, values, *_) in variables.items()})
+
+
+@lru_cache(maxsize=64)
+def _template(layout: tuple, coordinates_key: tuple) -> xr.Dataset:
+    return xr.Dataset({name: (dims, np.broadcast_to(np.float64(0.0), shape), dict(attrs))
+                       for name, dims, shape, attrs in layout}, coords=_indexed(coordinates_key))
 
 
 def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict:

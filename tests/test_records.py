@@ -83,9 +83,10 @@ def test_runs_on_one_grid_and_times_share_their_indexed_coordinates_and_record_t
     # the values: the cell centres (k + 1/2) 2 pi / N, written out here, not taken from the solver
     np.testing.assert_array_equal(first.theta.values, (np.arange(32) + 0.5) * (2 * np.pi / 32))
     np.testing.assert_array_equal(finer.theta.values, (np.arange(64) + 0.5) * (2 * np.pi / 64))
-    assert first.xindexes["theta"] is second.xindexes["theta"]  # built once for the grid and times
-    assert first.xindexes["time"] is second.xindexes["time"]
-    assert first.xindexes["theta"] is not finer.xindexes["theta"]
+    # built once for the grid and times (each dataset holds its own shallow copy of the index object)
+    assert first.xindexes["theta"].index is second.xindexes["theta"].index
+    assert first.xindexes["time"].index is second.xindexes["time"].index
+    assert first.xindexes["theta"].index is not finer.xindexes["theta"].index
     later = CircleFV(model, cells=32).solve(lambda t: 1 + 0.2 * np.cos(t), [0.0, 0.2], progress=False)
     assert later.time.values.tolist() == [0.0, 0.2] and first.time.values.tolist() == [0.0, 0.1]
     for values in (first.theta.values, first.time.values):
@@ -95,3 +96,26 @@ def test_runs_on_one_grid_and_times_share_their_indexed_coordinates_and_record_t
     integers = np.arange(4, dtype=np.int64)
     assert indexed_coordinates({"k": integers})["k"].dtype == np.int64
     assert indexed_coordinates({"k": integers.view(np.float64)})["k"].dtype == np.float64
+
+
+def test_datasets_of_one_layout_share_no_values_or_attributes():
+    # the grid solvers fill a template per layout (solvers.grid_solver.assembled_dataset):
+    # what one run's dataset is given or changed must not reach the next run's
+    model = mf.SelfAttention(2.0, diffusion=0.1)
+
+    def run():
+        return CircleFV(model, cells=32).solve(lambda t: 1 + 0.2 * np.cos(t), [0.0, 0.1], progress=False)
+
+    first = run()
+    expected = run().rho.values.copy()
+    first.rho.values[:] = -1.0
+    first.rho.attrs["units"] = "changed"
+    first.energy.attrs["note"] = "changed"
+    first.attrs["underresolved_since"] = -1.0
+    second = run()
+    np.testing.assert_array_equal(second.rho.values, expected)
+    assert second.rho.attrs == {"long_name": "density"} and second.energy.attrs["note"] == "E"
+    assert np.isnan(second.attrs["underresolved_since"])
+    assert second.resolved.dtype == bool and second.mass.dtype == np.float64
+    # the values are the run's own arrays: writable, and not a view of the template's zeros
+    assert second.rho.values.flags.writeable and not np.shares_memory(second.rho.values, first.rho.values)
