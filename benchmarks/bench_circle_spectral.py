@@ -9,7 +9,7 @@ The baseline (:func:`plain_spectral`) is the textbook method in a few lines of i
 FFTs with 3/2 padding, the kernel's Bessel coefficients, Lawson RK4 with fixed steps. For
 each code the error and time of every setting of a grid (modes and ``rtol``, or modes and
 the number of steps) are measured (the best of three runs where one is quick, see
-:func:`measured`); for each target the five cheapest settings of each code that reach it
+:func:`measured`); for each target the eight cheapest settings of each code that reach it
 are timed again, alternately, and the quickest (:func:`fastest_reaching`) is then timed
 against the other code's, alternately (each timing the best of enough runs to span about
 20 ms, :func:`repeats_for`). The reference is the baseline itself with 256
@@ -95,6 +95,7 @@ def measured(settings, run, error, repeats: int = 3, quick: float = 0.05) -> lis
     ``quick`` seconds (a single run of a millisecond is at the mercy of the machine's noise and
     would pick the cheapest setting by chance), one run otherwise."""
     rows = []
+    run(settings[0])  # a warm-up: the first call pays for caches and lazy imports, no setting's time
     for setting in settings:
         best = np.inf
         for _ in range(repeats):
@@ -143,7 +144,7 @@ def repeats_for(seconds: float, span: float = 0.02) -> int:
     return int(np.clip(span / max(seconds, 1e-9), 2, 20))
 
 
-def fastest_reaching(rows, target, run, finalists: int = 5, rounds: int = 3):
+def fastest_reaching(rows, target, run, finalists: int = 8, rounds: int = 3):
     """Of the ``finalists`` fastest settings whose error is at most ``target``, the one whose run is
     quickest when they are timed again, alternately (None: none reaches it).
 
