@@ -369,15 +369,13 @@ def assembled_dataset(variables: dict[str, tuple], coordinates: dict[str, np.nda
     than a short spectral run's steps; a sweep records the same layout (names, dimensions,
     shapes, attributes, coordinates) run after run, so its template, whose values are
     zero-memory broadcasts, is built once and copied with each run's values. Each dataset has
-    its own attribute dictionaries; the coordinates are shared, read-only.
+    its own attribute dictionaries; the coordinates are shared, read-only. Attribute values
+    are part of the layout: they must be hashable (the library's are strings).
     """
-    layout = tuple((name, (dims,) if isinstance(dims, str) else tuple(dims), np.shape(values), tuple(sorted(attrs[0].items())) if attrs else ())
+    layout = tuple((name, (dims,) if isinstance(dims, str) else tuple(dims), np.shape(values),
+                    tuple(sorted(attrs[0].items())) if attrs else ())
                    for name, (dims, values, *attrs) in variables.items())
-    key = _coordinates_key(coordinates)
-    try:
-        template = _template(layout, key)
-    except TypeError:  # an attribute that cannot be a key (a list): no template
-        return xr.Dataset(variables, coords=_indexed(key))
+    template = _template(layout, _coordinates_key(coordinates))
     return template.copy(deep=False, data={name: np.asarray(values) for name, (_, values, *_) in variables.items()})
 
 
