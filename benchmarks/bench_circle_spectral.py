@@ -11,10 +11,11 @@ each code the error and time of every setting of a grid (modes and ``rtol``, or 
 the number of steps) are measured (the best of three runs where one is quick, see
 :func:`measured`); for each target the eight cheapest settings of each code that reach it
 are timed again, alternately, and the quickest (:func:`fastest_reaching`) is then timed
-against the other code's, alternately (each timing the best of enough runs to span about
-20 ms, :func:`repeats_for`). The reference is the baseline itself with 256
-modes and a step of 1e-3 (RK4 error ~1e-12). Also printed: ``CircleFV`` at its cheapest
-setting for 1e-4 (one run; what the circle path was before).
+against the other code's run by run (``common.compare``: the best time of each and the
+median ratio of side-by-side runs, five times as many pairs as :func:`repeats_for` gives).
+The reference is the baseline itself with 256 modes and a step of 1e-3 (RK4 error ~1e-12).
+Also printed: ``CircleFV`` at its cheapest setting for 1e-4 (one run; what the circle path
+was before).
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+import numpy as np
+
 
 def best_time(function: Callable[[], object], repeats: int) -> float:
     best = float("inf")
@@ -17,13 +19,23 @@ def best_time(function: Callable[[], object], repeats: int) -> float:
 
 def compare(candidate: Callable[[], object], baseline: Callable[[], object], *, rounds: int = 5,
             repeats: int = 3) -> tuple[float, float, float]:
-    """Best times of candidate and baseline, alternated so that machine noise hits both alike.
+    """Best times of candidate and baseline, and the median ratio of runs taken side by side.
 
-    Returns ``(candidate_seconds, baseline_seconds, ratio)``.
+    ``rounds * repeats`` runs of each, alternated run by run: each candidate run is paired
+    with the baseline run right after it, and the ratio is the median over the pairs. The
+    machine's speed drifts over seconds (other tenants, clock changes), so two best times
+    taken at different moments can differ by their moments as much as by their codes; the
+    two runs of a pair share their moment, and the median drops the pairs an interruption hit.
+
+    Returns ``(candidate_seconds, baseline_seconds, ratio)``: the best single run of each,
+    and the median of the pairs' ratios.
     """
     candidate(), baseline()  # warm caches and lazy imports
-    ours = base = float("inf")
-    for _ in range(rounds):
-        ours = min(ours, best_time(candidate, repeats))
-        base = min(base, best_time(baseline, repeats))
-    return ours, base, ours / base
+    ours, base = np.empty(rounds * repeats), np.empty(rounds * repeats)
+    for pair in range(ours.size):
+        start = time.perf_counter()
+        candidate()
+        middle = time.perf_counter()
+        baseline()
+        ours[pair], base[pair] = middle - start, time.perf_counter() - middle
+    return float(ours.min()), float(base.min()), float(np.median(ours / base))
