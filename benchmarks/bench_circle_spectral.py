@@ -10,9 +10,10 @@ FFTs with 3/2 padding, the kernel's Bessel coefficients, Lawson RK4 with fixed s
 each code the error and time of every setting of a grid (modes and ``rtol``, or modes and
 the number of steps) are measured (the best of three runs where one is quick, see
 :func:`measured`); for each target the eight cheapest settings of each code that reach it
-are timed again, alternately, and the quickest (:func:`fastest_reaching`) is then timed
-against the other code's run by run (``common.compare``: the best time of each and the
-median ratio of side-by-side runs, five times as many pairs as :func:`repeats_for` gives).
+are timed again, one run of each in turn, and the quickest by its median run
+(:func:`fastest_reaching`) is then timed against the other code's run by run
+(``common.compare``: the best time of each and the median ratio of side-by-side runs, five
+times as many pairs as :func:`repeats_for` gives).
 The reference is the baseline itself with 256 modes and a step of 1e-3 (RK4 error ~1e-12).
 Also printed: ``CircleFV`` at its cheapest setting for 1e-4 (one run; what the circle path
 was before).
@@ -146,22 +147,22 @@ def repeats_for(seconds: float, span: float = 0.02) -> int:
 
 
 def fastest_reaching(rows, target, run, finalists: int = 8, rounds: int = 3):
-    """Of the ``finalists`` fastest settings whose error is at most ``target``, the one whose run is
-    quickest when they are timed again, alternately (None: none reaches it).
+    """Of the ``finalists`` fastest settings whose error is at most ``target``, the one whose median
+    run is quickest when they are timed again, one run of each in turn (None: none reaches it).
 
     The grid's timings of millisecond runs are a best of three each, taken minutes apart: among
-    settings within the machine's noise of each other they pick by chance.
+    settings within the machine's noise of each other they pick by chance. Taken in turn, the
+    runs of every finalist share the machine's drifts, and the median drops the interrupted ones.
     """
     reaching = sorted((seconds, index) for index, (_, seconds, error) in enumerate(rows) if error <= target)
     settings = [rows[index][0] for _, index in reaching[:finalists]]
     if len(settings) < 2:
         return settings[0] if settings else None
-    repeats = repeats_for(reaching[0][0])
-    best = dict.fromkeys(settings, float("inf"))
-    for _ in range(rounds):
+    seconds: dict = {setting: [] for setting in settings}
+    for _ in range(rounds * repeats_for(reaching[0][0])):
         for setting in settings:
-            best[setting] = min(best[setting], best_time(lambda: run(setting), repeats))
-    return min(settings, key=best.get)
+            seconds[setting].append(best_time(lambda: run(setting), 1))
+    return min(settings, key=lambda setting: float(np.median(seconds[setting])))
 
 
 def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None):
