@@ -158,11 +158,11 @@ def fastest_reaching(rows, target, run, finalists: int = 8, rounds: int = 3):
     settings = [rows[index][0] for _, index in reaching[:finalists]]
     if len(settings) < 2:
         return settings[0] if settings else None
-    seconds: dict = {setting: [] for setting in settings}
+    runs: dict = {setting: [] for setting in settings}
     for _ in range(rounds * repeats_for(reaching[0][0])):
         for setting in settings:
-            seconds[setting].append(best_time(lambda: run(setting), 1))
-    return min(settings, key=lambda setting: float(np.median(seconds[setting])))
+            runs[setting].append(best_time(lambda: run(setting), 1))
+    return min(settings, key=lambda setting: float(np.median(runs[setting])))
 
 
 def run(targets=TARGETS, cases=CASES, tableau="auto", curves: dict | None = None):

@@ -23,7 +23,7 @@ def compare(candidate: Callable[[], object], baseline: Callable[[], object], *, 
 
     ``rounds * repeats`` runs of each, alternated run by run: each candidate run is paired
     with the baseline run right after it, and the ratio is the median over the pairs. The
-    machine's speed drifts over seconds (other tenants, clock changes), so two best times
+    machine's speed drifts over seconds, so two best times
     taken at different moments can differ by their moments as much as by their codes; the
     two runs of a pair share their moment, and the median drops the pairs an interruption hit.
 
