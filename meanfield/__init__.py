@@ -2,7 +2,8 @@
 
 The equations are in the documentation's theory pages (docs/theory/). Public names::
 
-    SelfAttention, ZonalAggregation      models (velocity, energy, spectra)
+    SelfAttention, ZonalAggregation      models (velocity, velocity_field, energy, spectra)
+    FieldModel                           the base of a model given by its velocity_field alone
     CausalAttention                      causal (decoder) attention with ALiBi weights
     PureAttention                        self-attention in R^d without layer normalization, hardmax
     Perceptron, UserField                external velocity fields added to attention
@@ -21,6 +22,7 @@ from .causal import CausalAttention, positional_cell_weights
 from .errors import StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
+from .field_model import FieldModel
 from .homogenized import HomogenizedLimit, simulate_homogenized
 from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, diameter, mean_inner_product,
                              simulate_random_layers)
@@ -33,7 +35,7 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "CausalAttention", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
+    "SelfAttention", "ZonalAggregation", "FieldModel", "CausalAttention", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",

@@ -22,17 +22,24 @@ Weight = Callable[[np.ndarray], "np.ndarray | None"]
 
 
 def pair_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, weight: Weight,
-              *, max_block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> tuple[np.ndarray, np.ndarray | None]:
-    r"""Return :math:`S_i = \sum_j w(\langle q_i, k_j\rangle)\, u_j` for every system of a batch.
+              *, key_offsets: np.ndarray | None = None,
+              max_block_elements: int = DEFAULT_BLOCK_ELEMENTS) -> tuple[np.ndarray, np.ndarray | None]:
+    r"""Return :math:`S_i = \sum_j w(\langle q_i, k_j\rangle + o_j)\, u_j` for every system of a batch.
 
     Parameters
     ----------
-    queries, keys : numpy.ndarray, shape (b, n, d)
-    values : numpy.ndarray, shape (b, n, m)
+    queries : numpy.ndarray, shape (b, n, d)
+    keys : numpy.ndarray, shape (b, k, d)
+        ``k = n`` for a particle system; a measure's nodes may be more or fewer than the points.
+    values : numpy.ndarray, shape (b, k, m)
     weight : callable
-        Maps a block ``G`` of shape ``(bs, rows, n)`` in place to the weights and returns
+        Maps a block ``G`` of shape ``(bs, rows, k)`` in place to the weights and returns
         either ``None`` or a per-row log shift of shape ``(bs, rows, 1)`` that was subtracted
         from the exponent (softmax stabilisation).
+    key_offsets : numpy.ndarray, shape (b, k), optional
+        :math:`o_j`, added to every inner product with key ``j`` before ``weight`` (a softmax
+        over weighted keys takes :math:`\log m_j/\beta` there, so that its stabilising shift is
+        the largest weighted logit).
     max_block_elements : int
         Bound on the number of pair entries held at once.
 
@@ -43,18 +50,21 @@ def pair_sums(queries: np.ndarray, keys: np.ndarray, values: np.ndarray, weight:
         The per-row log shifts, when ``weight`` returned them.
     """
     b, n, _ = queries.shape
+    k = keys.shape[-2]
     sums = np.empty((b, n, values.shape[-1]))
     shifts = None
     keys_t = np.swapaxes(keys, -1, -2)
-    if n * n <= max_block_elements:
-        system_step, row_step = max(1, max_block_elements // (n * n)), n
+    if n * k <= max_block_elements:
+        system_step, row_step = max(1, max_block_elements // max(n * k, 1)), n
     else:
-        system_step, row_step = 1, max(1, max_block_elements // n)
+        system_step, row_step = 1, max(1, max_block_elements // k)
     for s0 in range(0, b, system_step):
         systems = slice(s0, min(b, s0 + system_step))
         for r0 in range(0, n, row_step):
             rows = slice(r0, min(n, r0 + row_step))
             block = np.matmul(queries[systems, rows], keys_t[systems])
+            if key_offsets is not None:
+                block += key_offsets[systems, None, :]
             shift = weight(block)
             np.matmul(block, values[systems], out=sums[systems, rows])
             if shift is not None:

@@ -105,8 +105,10 @@ x : numpy.ndarray, shape (..., n, d)
 class TangentVelocity:
     """A model's velocity from its attention output: the tangent projection, extended off the sphere.
 
-    A subclass defines ``_attention(flat)``: the output :math:`a_i` at unit vectors of shape
-    ``(batch, n, d)``.
+    A subclass defines ``_attention_at(points, nodes, masses)``: the output :math:`a(x)` at unit
+    ``points`` of the measure of unit ``nodes`` with those masses, batched ``(batch, m, d)``;
+    :meth:`velocity_field` projects it (the model's reference), and the particle velocity is it
+    at the tokens' own empirical measure.
     """
 
     #: Tokens live on the unit sphere (layer normalization); :class:`meanfield.PureAttention` has ``False``.
@@ -142,13 +144,53 @@ class TangentVelocity:
         """
         return self._attention(normalize(_flatten_batch(x))).reshape(x.shape)
 
+    def velocity_field(self, x: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        r"""The model's reference: the velocity :math:`v[\mu](x)` that :math:`\mu = \sum_j w_j\delta_{y_j}` induces at ``x``.
+
+        Every discretisation of the mean-field equation runs the model through this method:
+        the particle velocity is the field of the empirical measure at its own atoms
+        (:math:`w_j = 1/n`), the weighted atoms of :class:`solvers.SphereSpectralParticles`
+        carry their masses, and a PDE solver's general path (``interaction="reference"``)
+        takes its quadrature of the density (nodes and weights :math:`w_j = \rho(y_j)\,|c_j|`)
+        and evaluates the field where its fluxes need it. The faster paths of the solvers
+        (FFT convolution, Funk-Hecke, head coefficients) are checked against it by
+        :func:`solvers.check_pde_consistency`.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., m, d)
+            Nonzero points where the field is wanted, used through ``x / |x|``.
+        nodes : numpy.ndarray, shape (..., k, d)
+            Nonzero atoms :math:`y_j` of the measure, used through ``y / |y|`` (leading axes as ``x``'s).
+        weights : numpy.ndarray, shape (..., k)
+            Their real weights :math:`w_j`, of positive total: a probability measure sums to 1
+            (the normalised models do not read the total), and a spectral solver's quadrature of
+            its density may carry small negative weights where the density undershoots.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., m, d)
+            The velocities, tangent at ``x / |x|``.
+
+        Raises
+        ------
+        ValueError
+            If an argument is not finite or of mismatched shape, or the weights' total is not positive.
+        """
+        points, atoms, masses = _measure_arguments(x, nodes, weights)
+        flat_points, flat_atoms = _flatten_batch(points), _flatten_batch(atoms)
+        flat_masses = masses.reshape(flat_atoms.shape[:-1])
+        field_ = self._attention_at(flat_points, flat_atoms, flat_masses)
+        return project_tangent(flat_points, field_).reshape(points.shape)
+
     def weighted_velocity(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
         r"""The mean-field velocity :math:`v[\mu]` of the measure :math:`\mu = \sum_j m_j\delta_{x_j}` at its atoms.
 
-        The particle velocity is the case :math:`m_j = 1/n`; with other masses it is the
-        velocity field of the mean-field equation for a weighted measure, which the equation
-        (without diffusion) transports atom by atom with the masses fixed: a sum of weighted
-        Diracs is an exact solution (the weighted-particle continuation of
+        :meth:`velocity_field` at the atoms themselves (``velocity_field(x, x, masses)``). The
+        particle velocity is the case :math:`m_j = 1/n`; with other masses it is the velocity
+        field of the mean-field equation for a weighted measure, which the equation (without
+        diffusion) transports atom by atom with the masses fixed: a sum of weighted Diracs is
+        an exact solution (the weighted-particle continuation of
         :class:`solvers.SphereSpectralParticles`).
 
         Parameters
@@ -168,7 +210,43 @@ class TangentVelocity:
         return project_tangent(flat, self._attention(flat, masses)).reshape(x.shape)
 
     def _attention(self, flat: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray:
-        raise NotImplementedError
+        """The attention output at the atoms of the measure they make (``1/n`` each without ``masses``)."""
+        return self._attention_at(flat, flat, masses)
+
+    def _attention_at(self, points: np.ndarray, nodes: np.ndarray, masses: np.ndarray | None) -> np.ndarray:
+        r"""The output :math:`a(x)` at unit ``points`` ``(b, m, d)`` of the measure of unit ``nodes`` ``(b, k, d)``.
+
+        ``masses`` ``(b, k)``, or ``None`` for :math:`1/k` each; ``points is nodes`` for the
+        particle system (a model may use it: the self term bounds the logits).
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no velocity of a measure")
+
+
+def _measure_arguments(x, nodes, weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``velocity_field``'s arguments checked and normalized: points, nodes and weights with common leading axes."""
+    arrays = {}
+    for name, value in (("x", x), ("nodes", nodes), ("weights", weights)):
+        array = np.asarray(value, dtype=float)
+        if not np.all(np.isfinite(array)):
+            raise ValueError(f"{name} contains NaN or infinite entries")
+        arrays[name] = array
+    points, atoms, masses = arrays["x"], arrays["nodes"], arrays["weights"]
+    if points.ndim < 2 or atoms.ndim < 2 or points.shape[-1] != atoms.shape[-1]:
+        raise ValueError(f"x and nodes must be (..., m, d) and (..., k, d) with the same d, got shapes "
+                         f"{points.shape} and {atoms.shape}")
+    if masses.shape != atoms.shape[:-1]:
+        raise ValueError(f"weights must have the shape {atoms.shape[:-1]} of nodes without its last axis, "
+                         f"got {masses.shape}")
+    if not np.all(masses.sum(axis=-1) > 0):
+        raise ValueError(f"weights must have a positive total in every measure, got totals {masses.sum(axis=-1)}")
+    lead = np.broadcast_shapes(points.shape[:-2], atoms.shape[:-2])
+    points = np.broadcast_to(points, lead + points.shape[-2:])
+    atoms = np.broadcast_to(atoms, lead + atoms.shape[-2:])
+    masses = np.broadcast_to(masses, lead + masses.shape[-1:])
+    norms = np.linalg.norm(points, axis=-1, keepdims=True)
+    if np.any(norms == 0) or np.any(np.linalg.norm(atoms, axis=-1) == 0):
+        raise ValueError("x and nodes must be nonzero points (they are used through x / |x|)")
+    return points / norms, normalize(atoms), masses
 
 
 def _carried(flat: np.ndarray, masses: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:
@@ -353,44 +431,55 @@ class SelfAttention(TangentVelocity):
         self._check_dimension(x)
         return self.velocity_unchecked(x)
 
-    def _attention(self, flat: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray:
-        r""":meth:`attention_output` of unit vectors of shape ``(batch, n, d)``.
+    def _attention_at(self, points: np.ndarray, nodes: np.ndarray, masses: np.ndarray | None) -> np.ndarray:
+        r"""The output at unit ``points`` ``(batch, m, d)`` of the measure of unit ``nodes`` ``(batch, k, d)``.
 
-        .. math:: a_i = \sum_h V_h \sum_j w^h_{ij}\, x_j,
+        .. math:: a(x) = \sum_h V_h \sum_j w^h_j(x)\, y_j,
 
-        with the softmax weights (SA) or :math:`e^{\beta\langle Q_h x_i, K_h x_j\rangle}/n` (USA);
-        the paper's discrete layer is :math:`x \leftarrow (x + h a) / |x + h a|`. With
-        ``masses`` ``(batch, n)``, token ``j`` counts with weight :math:`m_j` in place of :math:`1/n`.
+        with the softmax weights :math:`m_j e^{\beta\langle Q_h x, K_h y_j\rangle} / \sum_l m_l
+        e^{\beta\langle Q_h x, K_h y_l\rangle}` (SA) or :math:`m_j e^{\beta\langle Q_h x, K_h y_j\rangle}`
+        (USA), :math:`m_j = 1/k` without ``masses``; the paper's discrete layer is
+        :math:`x \leftarrow (x + h a) / |x + h a|` at ``points is nodes``.
         """
-        total = np.zeros_like(flat)
+        total = np.zeros_like(points)
         for q, k, v in self.head_matrices():
-            drive = self._head_drive(flat, q, k, masses)
+            drive = self._head_drive(points, nodes, q, k, masses)
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
         if self.external is not None:
-            total += self.external.field(flat)
+            total += self.external.field(points)
         return total
 
-    def _head_drive(self, x: np.ndarray, q: np.ndarray | None, k: np.ndarray | None,
+    def _head_drive(self, x: np.ndarray, nodes: np.ndarray, q: np.ndarray | None, k: np.ndarray | None,
                     masses: np.ndarray | None = None) -> np.ndarray:
-        """Attention-weighted average (SA) or mean (USA) of the keys' points (weighted by ``masses``), before V."""
+        """Attention-weighted average (SA) or mean (USA) of the nodes (weighted by ``masses``) seen from ``x``, before V."""
         d = x.shape[-1]
-        carried, weights, divisor = _carried(x, masses)
+        carried, weights, divisor = _carried(nodes, masses)
         if self.beta == 0.0:
             mean = carried.sum(axis=-2, keepdims=True) / weights.sum(axis=-2, keepdims=True)
             return np.broadcast_to(mean, x.shape)
         beta = self.beta
         queries = x if q is None else x @ q.T
-        keys = x if k is None else x @ k.T
-        identity = q is None and k is None
+        keys = nodes if k is None else nodes @ k.T
         if self.normalized:
+            # With Q = K = I and the points the nodes, the largest logit of row i is the self
+            # term beta |x_i|^2 = beta; elsewhere the largest weighted logit, with the masses'
+            # logarithms inside (a point far from every weighted node would underflow otherwise).
+            self_bounded = q is None and k is None and x is nodes
+            offsets = None
+            if not self_bounded and masses is not None:
+                # a signed measure (a spectral density's undershoots) keeps its signs in the sums
+                with np.errstate(divide="ignore"):
+                    offsets = np.log(np.abs(masses)) / beta
+                signs = np.sign(masses)[..., None]
+                carried, weights = nodes * signs, signs
+
             def softmax_weight(block: np.ndarray) -> None:
                 block *= beta
-                # With Q = K = I the largest logit of row i is the self term beta |x_i|^2 = beta.
-                block -= beta if identity else block.max(axis=-1, keepdims=True)
+                block -= beta if self_bounded else block.max(axis=-1, keepdims=True)
                 np.exp(block, out=block)
 
             values = np.concatenate([carried, weights], axis=-1)
-            sums, _ = pair_sums(queries, keys, values, softmax_weight)
+            sums, _ = pair_sums(queries, keys, values, softmax_weight, key_offsets=offsets)
             return sums[..., :d] / sums[..., d:]
         shift = beta * self.logit_bound if self.time_rescaled else 0.0
 
@@ -680,15 +769,15 @@ class ZonalAggregation(TangentVelocity):
         """
         return self.velocity_unchecked(check_points(x, "x"))
 
-    def _attention(self, flat: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray:
-        r""":math:`a_i = \frac1n\sum_j W'(\langle x_i, x_j\rangle)\, x_j` of unit vectors ``(batch, n, d)`` (:math:`m_j` for :math:`1/n` with ``masses``)."""
+    def _attention_at(self, points: np.ndarray, nodes: np.ndarray, masses: np.ndarray | None) -> np.ndarray:
+        r""":math:`a(x) = \sum_j m_j W'(\langle x, y_j\rangle)\, y_j` at unit ``points`` ``(batch, m, d)`` of the nodes' measure (:math:`m_j = 1/k` without ``masses``)."""
         derivative = self.derivative
-        carried, _, divisor = _carried(flat, masses)
+        carried, _, divisor = _carried(nodes, masses)
 
         def weight(block: np.ndarray) -> None:
             block[...] = derivative(block)
 
-        sums, _ = pair_sums(flat, flat, carried, weight)
+        sums, _ = pair_sums(points, nodes, carried, weight)
         return sums / divisor
 
     def energy(self, x: np.ndarray, *, masses: np.ndarray | None = None) -> np.ndarray:

@@ -36,10 +36,17 @@ class ExternalField(Protocol):
 class Model(Protocol):
     r"""A particle model on :math:`S^{d-1}`: its reference right-hand side and what describes it.
 
-    :meth:`velocity` is the reference right-hand side :math:`\dot x_i = v_i(x)` in plain
-    numpy (the equation's math is in the class docstring); every engine of
-    :mod:`meanfield.engines` implements :meth:`velocity_unchecked` and :meth:`attention_output`
-    and is compared with them by :func:`meanfield.engines.check_consistency`.
+    :meth:`velocity_field` is the model's one reference in plain numpy: the velocity a
+    measure :math:`\sum_j w_j\delta_{y_j}` induces (the equation's math is in the class
+    docstring). The particle right-hand side :math:`\dot x_i = v_i(x)` (:meth:`velocity`) is
+    it at the empirical measure of the tokens, and every PDE discretisation has a general
+    path (``interaction="reference"``) that evaluates it through its own quadrature, so a
+    model written outside the library runs there without a line in :mod:`solvers`. Every
+    engine of :mod:`meanfield.engines` implements :meth:`velocity_unchecked` and
+    :meth:`attention_output` and is compared with them by
+    :func:`meanfield.engines.check_consistency`; every fast path of a solver is compared with
+    the general path by :func:`solvers.check_pde_consistency`. A causal model has no velocity
+    of a measure (its mean-field equation is layered: ``solvers.CausalCircleFV``).
     """
 
     #: Diffusion coefficient ``D >= 0`` (the noise :math:`\sqrt{2D}\,dB` on the sphere).
@@ -64,6 +71,9 @@ class Model(Protocol):
     has_energy: bool
     #: Whether the mean-field velocity is linear in the density (a gradient flow of the energy).
     velocity_is_linear: bool
+
+    def velocity_field(self, x: np.ndarray, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """The velocity at points ``x`` ``(..., m, d)`` of the measure ``sum_j weights_j delta_{nodes_j}``, tangent at ``x / |x|``."""
 
     def velocity(self, x: np.ndarray) -> np.ndarray:
         """Tangent velocities, shape ``(..., n, d)``, of checked unit vectors ``x`` of that shape."""

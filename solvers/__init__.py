@@ -9,6 +9,7 @@ from .circle_common_noise import CommonNoiseCircle
 from .circle_collapse import CircleFVLagrangian
 from .circle_lagrangian import CircleLagrangian, PointMasses
 from .circle_spectral import CircleSpectral
+from .consistency import check_pde_consistency
 from .line import LineFV
 from .line_lagrangian import LineLagrangian
 from .resolution import UnderResolvedWarning
@@ -16,4 +17,4 @@ from .sphere import SphereSpectral
 from .sphere_common_noise import CommonNoiseSphere
 from .sphere_particles import SphereSpectralParticles, SphereWeightedParticles
 
-__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CommonNoiseSphere", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian", "UnderResolvedWarning"]
+__all__ = ["CircleFV", "CircleSpectral", "CircleAuto", "CommonNoiseCircle", "CommonNoiseSphere", "CircleLagrangian", "CircleFVLagrangian", "PointMasses", "SphereSpectral", "SphereSpectralParticles", "SphereWeightedParticles", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian", "UnderResolvedWarning", "check_pde_consistency"]

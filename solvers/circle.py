@@ -51,13 +51,12 @@ from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.docstrings import fill_docstrings
 from meanfield.records import CIRCLE
 
-from .circle_general import GeneralCircleOperators
-from .heads import takes_general_path
 from .circle_operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
 from .grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver
+from .reference import circle_operators
 from .resolution import sharpest_cluster_width
 from .tolerance import error_tolerance
 
@@ -89,9 +88,10 @@ class CircleFV(GridSolver):
 
     Parameters
     ----------
-    model : SelfAttention or ZonalAggregation
-        SA or USA with any query, key and value matrices (2 x 2) and heads, ``beta = 0``, or a
-        zonal aggregation; any diffusion.
+    model : SelfAttention, ZonalAggregation or any model with a velocity_field
+        SA or USA with any query, key and value matrices (2 x 2) and heads, ``beta = 0``, a
+        zonal aggregation, or any model that provides :class:`meanfield.protocols.Model`
+        (through its ``velocity_field``); any diffusion.
     cells : int
         Number of cells ``N``; cell ``j`` is :math:`[2\pi j/N, 2\pi(j+1)/N)`.
     rtol : float
@@ -101,11 +101,12 @@ class CircleFV(GridSolver):
         Courant number bound, at most 0.5 (positivity of the reconstruction).
     min_cluster_cells : float
         A cluster narrower than this (full width at half maximum, in cells) is under-resolved.
-    interaction : {"auto", "zonal", "general"}
+    interaction : {"auto", "zonal", "general", "reference"}
         How the velocity is computed: ``"zonal"`` (``Q = K = I``, ``V = cI``, one head: an FFT
-        convolution, ``solvers.circle_operators``) or ``"general"`` (any query, key and
-        value matrices and heads: ``solvers.circle_general``); ``"auto"`` takes the zonal
-        path whenever the model allows it.
+        convolution, ``solvers.circle_operators``), ``"general"`` (any query, key and
+        value matrices and heads: ``solvers.circle_general``) or ``"reference"`` (the model's
+        ``velocity_field`` on the cell-centre quadrature, any model: ``solvers.reference``);
+        ``"auto"`` takes the fastest path that serves the model.
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair of the transport (``D = 0``;
         ``meanfield.integration.TABLEAUX``). The default, Heun/Euler, is strong-stability
@@ -136,9 +137,7 @@ class CircleFV(GridSolver):
         if self.model.dimension not in (None, 2):
             raise ValueError(f"CircleFV solves on the circle: the model's matrices are "
                              f"{self.model.dimension} x {self.model.dimension}, not 2 x 2")
-        general = takes_general_path(self.model, self.interaction, self.name)
-        operators = GeneralCircleOperators if general else CircleOperators
-        object.__setattr__(self, "operators", operators(self.model, self.cells))
+        object.__setattr__(self, "operators", circle_operators(self.model, self.cells, self.interaction, self.name))
         if self.error_level is not None:
             check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
             if self.cells % 2 or self.cells < 16:

@@ -61,6 +61,19 @@ def bessel_degree(z: float) -> int:
     return truncation_degree(lambda top: ive(np.arange(top + 1), z) * np.where(np.arange(top + 1) > 0, 2.0, 1.0), guess)
 
 
+def dual_cell_quadrature(bandwidth: float, width: float) -> tuple[np.ndarray, np.ndarray]:
+    r"""Gauss-Legendre offsets and weights that average a field of ``bandwidth`` over a dual cell to round-off.
+
+    Node ``g`` of the dual cell :math:`[\theta_j, \theta_{j+1}]`, :math:`\theta_j = jh`, sits at
+    ``offsets[g] + j h``; the weights sum to 1. The count is the smallest whose error bound
+    :math:`(Kh/2)^{2G}/(2G)!` for a field of bandwidth ``K`` is below :data:`QUADRATURE_ERROR`.
+    """
+    count = next((g for g in range(1, 64)
+                  if (bandwidth * width / 2) ** (2 * g) / math.factorial(2 * g) <= QUADRATURE_ERROR), 64)
+    nodes, weights = roots_legendre(count)
+    return width * (1.0 + 0.5 * nodes), weights / 2.0
+
+
 @dataclass(frozen=True)
 class _Head:
     """One head's kernel as a coefficient matrix and its value matrix in complex form."""
@@ -118,13 +131,10 @@ class GeneralCircleOperators(CircleOperators):
         set_(self, "heads", tuple(heads))
         # Same functional as the zonal scheme for a zonal model, so that both take the same steps.
         set_(self, "zonal", CircleOperators(model, n) if model.is_zonal else None)
-        bandwidth = max(h.matrix.shape[0] for h in heads) + 1
-        count = next(g for g in range(1, 32)
-                     if (bandwidth * self.width / 2) ** (2 * g) / math.factorial(2 * g) <= QUADRATURE_ERROR)
-        nodes, weights = roots_legendre(count)
-        # node g of the dual cell [theta_j, theta_{j+1}] sits at offset_g + j h; e^{-i theta} there
-        set_(self, "offsets", self.width * (1.0 + 0.5 * nodes))
-        set_(self, "weights", weights / 2.0)
+        offsets, weights = dual_cell_quadrature(max(h.matrix.shape[0] for h in heads) + 1, self.width)
+        set_(self, "offsets", offsets)
+        set_(self, "weights", weights)
+        # e^{-i theta} at node g of dual cell j
         set_(self, "rotations", np.exp(-1j * (self.offsets[:, None] + self.width * np.arange(n)[None, :])))
 
     # ------------------------------------------------------------------ Fourier machinery

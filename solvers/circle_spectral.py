@@ -56,7 +56,7 @@ from meanfield.sphere import periodic_angles
 
 from .circle_general import GeneralCircleOperators
 from .grid_solver import Diagnosis
-from .heads import takes_general_path
+from .reference import ReferenceCircleOperators, interaction_path
 from .resolution import fourier_tail_error
 from .spectral_solver import SPEED_PARAMETERS, SpectralSolver
 from .spectral_transport import SpectralTransport
@@ -101,8 +101,9 @@ class CircleSpectral(SpectralSolver):
         past it, while :meth:`error_estimate` stays within ``rtol`` times
         :math:`\max|\rho - \bar\rho|` (what the steps are held to: a loose ``rtol`` is not
         stopped by a tail it tolerates, a tight one by the tail alone).
-    interaction : {"auto", "zonal", "general"}
-        As for :class:`~solvers.CircleFV`.
+    interaction : {"auto", "zonal", "general", "reference"}
+        As for :class:`~solvers.CircleFV`; ``"reference"`` evaluates the model's
+        ``velocity_field`` at the flux grid's points, of the measure of those points.
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair (``meanfield.integration.TABLEAUX``), in
         integrating-factor form with diffusion; held within its imaginary stability.
@@ -161,7 +162,16 @@ class CircleSpectral(SpectralSolver):
         # bound (None: v linear in rho, or the general path's)
         set_(self, "_log_derivative", None)
         set_(self, "_log_rows", None)
-        if takes_general_path(model, self.interaction, self.name):
+        path = interaction_path(model, self.interaction, self.name)
+        if path == "reference":
+            # the field includes the external one, and the model's energy its potential
+            set_(self, "external_velocity", None)
+            set_(self, "external_potential", None)
+            general = ReferenceCircleOperators(model, self.points)
+            set_(self, "general", general)
+            set_(self, "energy_scaled", general.energy_scaled)
+            return
+        if path == "general":
             general = GeneralCircleOperators(model, self.points)
             self._check_kernel_resolved(max(h.matrix.shape[0] for h in general.heads) // 2,
                                         "its coefficient matrices reach")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 from meanfield.checks import EXP_OVERFLOW
-from meanfield.models import SelfAttention
 
 
 def head_matrices(model, d: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -45,23 +44,3 @@ def energy_factors(model, d: int) -> tuple[np.ndarray, bool]:
     scaled = bool(model.time_rescaled or model.beta * model.logit_bound > EXP_OVERFLOW)
     common = model.beta * model.logit_bound if scaled else 0.0
     return np.exp(np.array(kernel_shifts(model, d)) - common), scaled
-
-
-def takes_general_path(model, interaction: str, solver: str) -> bool:
-    """Whether a solver's ``interaction`` (``"auto"``, ``"zonal"``, ``"general"``) selects the general path for ``model``.
-
-    Refuses an unknown ``interaction``, a zonal path for a model with matrices, and a general
-    path for a model that is not :class:`~meanfield.SelfAttention` (naming the solver that can).
-    """
-    if interaction not in ("auto", "zonal", "general"):
-        raise ValueError(f"interaction must be 'auto', 'zonal' or 'general', got {interaction!r}")
-    general = interaction == "general" or (interaction == "auto" and not model.is_zonal)
-    if general and not isinstance(model, SelfAttention):
-        name = type(model).__name__
-        hint = f" (causal attention: use Causal{solver})" if name == "CausalAttention" else ""
-        raise ValueError(f"{solver} takes zonal models and SelfAttention with any query, key and value matrices; "
-                         f"got {name}{hint}")
-    if not general and not model.is_zonal:
-        raise ValueError("interaction='zonal' needs Q = K = I, V = cI and one head; this model has general "
-                         "matrices (use interaction='general' or 'auto')")
-    return general

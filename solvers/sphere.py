@@ -42,7 +42,8 @@ from meanfield.spectra import attention_spectrum
 from meanfield.integration import explicit_adaptive_step
 
 from .grid_solver import Diagnosis
-from .heads import energy_factors, takes_general_path
+from .heads import energy_factors
+from .reference import ReferenceSphereInteraction, interaction_path
 from .resolution import geometric_tail_error
 from .spectral_solver import SPEED_PARAMETERS, SpectralSolver
 from .spectral_transport import SpectralTransport
@@ -71,9 +72,10 @@ class SphereSpectral(SpectralSolver):
 
     Parameters
     ----------
-    model : SelfAttention or ZonalAggregation
+    model : SelfAttention, ZonalAggregation or any model with a velocity_field
         Any diffusion; query, key and value matrices (3 x 3) and stacked heads for
-        :class:`~meanfield.SelfAttention` (then ``interaction="general"``).
+        :class:`~meanfield.SelfAttention` (then ``interaction="general"``); any model that
+        provides :class:`meanfield.protocols.Model` through ``interaction="reference"``.
     lmax : int
         Largest degree; it must resolve the kernel (:math:`\lambda_{l_{max}}/\lambda_{max}`
         below ``1e-8``, i.e. ``lmax`` well above :math:`\sqrt{\beta}`; with matrices, of the
@@ -89,10 +91,12 @@ class SphereSpectral(SpectralSolver):
         With ``error_level=None``, the solution counts as resolved while the top 10 % of
         degrees hold less than this fraction of the spectral energy of :math:`\rho - \rho_0`
         (and it is nowhere negative beyond round-off): a stricter criterion, with no error attached.
-    interaction : {"auto", "zonal", "general"}
+    interaction : {"auto", "zonal", "general", "reference"}
         ``"zonal"``: the kernel is diagonal in harmonics (Funk-Hecke); ``"general"``: any
-        query, key and value matrices and heads (``solvers.sphere_general``); ``"auto"``
-        takes the zonal path whenever the model allows it.
+        query, key and value matrices and heads (``solvers.sphere_general``);
+        ``"reference"``: the model's ``velocity_field`` of the grid's measure at the grid's
+        points, any model (``solvers.reference``; :math:`O(P^2)` per right-hand side on ``P``
+        grid points); ``"auto"`` takes the fastest path that serves the model.
     tableau : str or ExplicitTableau
         The embedded Runge-Kutta pair of the transport part (``meanfield.integration.TABLEAUX``),
         in integrating-factor form when there is diffusion; its step is also held within the
@@ -117,10 +121,18 @@ class SphereSpectral(SpectralSolver):
         model = self.kernel_model
         if model.dimension not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
-        general = takes_general_path(model, self.interaction, self.name)
+        path = interaction_path(model, self.interaction, self.name)
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         self._set_external()
-        if general:
+        if path == "reference":
+            # the field includes the external one, and the model's energy its potential
+            object.__setattr__(self, "external_velocity", None)
+            object.__setattr__(self, "external_potential", None)
+            interaction = ReferenceSphereInteraction(model, self.grid)
+            object.__setattr__(self, "general", interaction)
+            object.__setattr__(self, "energy_scaled", interaction.energy_scaled)
+            return
+        if path == "general":
             # For fixed y the kernel is zonal in x with beta |A y| <= beta max_h ||A_h|| (model.logit_bound): resolve that one.
             self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * model.logit_bound, lmax, 3, scaled=True))
             interaction = GeneralSphereInteraction(model, self.grid)
@@ -444,7 +456,10 @@ def zonal_energy_spectrum(model, lmax: int) -> tuple[np.ndarray, bool]:
 
 def energy_is_scaled(model, lmax: int, interaction: str = "auto") -> bool:
     r"""Whether :class:`SphereSpectral` with these settings records :math:`e^{-\beta B}E` rather than :math:`E`."""
-    if takes_general_path(model, interaction, SphereSpectral.name):
+    path = interaction_path(model, interaction, SphereSpectral.name)
+    if path == "reference":
+        return bool(model.time_rescaled)
+    if path == "general":
         return energy_factors(model, 3)[1]
     return zonal_energy_spectrum(model, lmax)[1]
 

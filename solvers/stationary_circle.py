@@ -37,9 +37,9 @@ from meanfield.checks import check_int, check_real
 from meanfield.docstrings import fill_docstrings
 
 from .circle import ROUNDOFF_NEGATIVE
-from .circle_general import GeneralCircleOperators
 from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
-from .heads import head_matrices, takes_general_path
+from .heads import head_matrices
+from .reference import circle_operators
 from .resolution import sharpest_cluster_width
 from .stationary_problem import ParameterFamily, arpack_leading, state_sections
 
@@ -143,8 +143,7 @@ class CircleStationary(ParameterFamily):
         if operators is not None and (cached_value == value or self.parameter == "diffusion"):
             return operators
         model = self.model_at(value)
-        general = takes_general_path(model, self.interaction, self.name)
-        operators = (GeneralCircleOperators if general else CircleOperators)(model, self.cells)
+        operators = circle_operators(model, self.cells, self.interaction, self.name)
         self._operators = (value, operators)
         return operators
 

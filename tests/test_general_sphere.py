@@ -137,7 +137,7 @@ def test_zonal_interaction_refuses_matrices_and_foreign_models():
         SphereSpectral(general_model(), lmax=23, interaction="zonal")
     with pytest.raises(ValueError, match="interaction must be"):
         SphereSpectral(general_model(), lmax=23, interaction="matrix")
-    with pytest.raises(ValueError, match="SphereSpectral takes zonal models and SelfAttention .* got ZonalAggregation"):
+    with pytest.raises(ValueError, match="SphereSpectral's interaction='general' takes SelfAttention .* got ZonalAggregation"):
         SphereSpectral(mf.ZonalAggregation(lambda s: s, lambda s: 1 + 0 * s), lmax=23, interaction="general")
     with pytest.raises(ValueError, match="got CausalAttention \\(causal attention: use CausalSphereSpectral\\)"):
         SphereSpectral(mf.CausalAttention(1.0, True), lmax=23)
