@@ -39,7 +39,7 @@ from meanfield.docstrings import fill_docstrings
 from .circle import ROUNDOFF_NEGATIVE
 from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
 from .heads import head_matrices
-from .reference import circle_operators
+from .reference import circle_operators, interaction_path
 from .resolution import sharpest_cluster_width
 from .stationary_problem import ParameterFamily, arpack_leading, state_sections
 
@@ -97,7 +97,7 @@ class CircleStationary(ParameterFamily):
         round-off floor of the residual, :math:`16\epsilon (N/\pi)^2`, at large ``cells``).
     min_cluster_cells : float
         A state with a cluster narrower than this (full width at half maximum) is under-resolved.
-    interaction : {"auto", "zonal", "general"}
+    interaction : {"auto", "zonal", "general", "reference"}
         As for :class:`~solvers.CircleFV`.
     """
 
@@ -113,7 +113,9 @@ class CircleStationary(ParameterFamily):
         super().__init__(model, parameter, tol)
         self.min_cluster_cells = check_real(min_cluster_cells, "min_cluster_cells", minimum=0.0)
         self.interaction = interaction
-        self.rotations, reflection = symmetries(model)
+        # a model known only by its field is assumed to have no symmetry
+        path = interaction_path(model, interaction, self.name)
+        self.rotations, reflection = symmetries(model) if path != "reference" else (False, False)
         if self.rotations and not reflection:
             raise ValueError("the model is invariant under rotations but not under reflections (a value or "
                              "query-key matrix with a rotation part): its states rotate, none is stationary")

@@ -116,6 +116,10 @@ class ParameterFamily:
     def __init__(self, model, parameter: str, tol: float):
         if parameter not in PARAMETERS:
             raise ValueError(f"parameter must be one of {PARAMETERS}, got {parameter!r}")
+        if model.causal:
+            raise ValueError(f"stationary states are states of a measure, which has no token order: "
+                             f"{type(model).__name__} is causal (its layered equation runs in time: "
+                             f"CausalCircleFV, CausalSphereSpectral)")
         if parameter == "beta" and not isinstance(model, SelfAttention):
             raise ValueError(f"parameter 'beta' needs a SelfAttention model, got {type(model).__name__}")
         self.model, self.parameter = model, parameter

@@ -323,11 +323,10 @@ def dop853() -> ExplicitTableau:
 
 
 def _dop853_coefficients():
-    # Imported here, on first use of these pairs: scipy.integrate is slow to import, and every
-    # sweep worker would pay for it at start-up through `import meanfield`.
-    from scipy.integrate._ivp import dop853_coefficients
+    # Imported here, on first use of these pairs (the module is a few hundred numbers).
+    from . import dop853_data
 
-    return dop853_coefficients
+    return dop853_data
 
 
 def _dop853_steps(coefficients) -> dict:
