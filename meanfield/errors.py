@@ -27,3 +27,12 @@ class StepSizeCollapse(RuntimeError):
         super().__init__(message)
         self.time = time
         self.partial = partial
+
+
+class NonFiniteState(StepSizeCollapse):
+    """The state became NaN or infinite (an overflow): nothing past the last finite output can be trusted.
+
+    Raised by the integration driver at the first output whose state is not finite, or when
+    every step from a state overflows in its stages; ``time`` is the last time whose state was
+    finite, ``partial`` (filled in by the run that collected them) the outputs up to it.
+    """

@@ -38,7 +38,7 @@ from array_api_compat import array_namespace, is_array_api_obj
 
 from .engines.euclidean_array_api import EuclideanArrayAPIKernel
 from .engines.kernels import is_numpy, to_numpy
-from .errors import StepSizeCollapse
+from .errors import NonFiniteState, StepSizeCollapse
 from .euclidean import check_tokens
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
 from .integration.runs import embedded_pair_run, fixed_step_run, rms
@@ -124,7 +124,17 @@ def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol
                                  single=x0.ndim == 2)
 
     if not isinstance(method, ExplicitTableau):
-        frames, rescalings = fixed_step(flow, batch, times, method, dt, bar, _host_frame, settings)
+        kept: list[np.ndarray] = []  # the frames so far, for the partial result of a run that overflows
+
+        def keep(x) -> np.ndarray:
+            kept.append(_host_frame(x))
+            return kept[-1]
+
+        try:
+            frames, rescalings = fixed_step(flow, batch, times, method, dt, bar, keep, settings)
+        except NonFiniteState as overflow:
+            raise NonFiniteState(f"{overflow} ({_growth(model, batch.shape[-1], times)})", time=overflow.time,
+                                 partial=dataset(kept, [flow.rescaling(s) for s in times[:len(kept)]])) from None
         return dataset(frames, rescalings)
     frames: list[np.ndarray] = []
 
@@ -132,12 +142,23 @@ def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol
         raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
                                partial=dataset(frames, [flow.rescaling(s) for s in times[:len(frames)]]))
 
-    evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), flow.timed_state(times[0], batch), times, method,
-                                    rtol, atol, bar, norm=_rms_of_tokens,
-                                    record=lambda t, q: frames.append(q[1:].reshape(batch.shape).copy()),
-                                    fail=fail, settings=settings)
+    try:
+        evaluations = embedded_pair_run(flow.timed_rhs(batch.shape), flow.timed_state(times[0], batch), times,
+                                        method, rtol, atol, bar, norm=_rms_of_tokens,
+                                        record=lambda t, q: frames.append(q[1:].reshape(batch.shape).copy()),
+                                        fail=fail, settings=settings)
+    except NonFiniteState as overflow:
+        raise NonFiniteState(f"{overflow} ({_growth(model, batch.shape[-1], times)})", time=overflow.time,
+                             partial=overflow.partial) from None
     settings.update(velocity_evaluations=evaluations)
     return dataset(frames, [flow.rescaling(t) for t in times])
+
+
+def _growth(model, d: int, times: np.ndarray) -> str:
+    """What makes pure attention overflow: the tokens' growth rate over the run, and what to change."""
+    rate = model.heads * max(float(np.linalg.norm(v, 2)) for _, _, v in model.head_matrices(d))
+    return (f"the tokens grow up to e^(t H ||V||_2) and the logits as their squares: H ||V||_2 = {rate:.4g} over "
+            f"t in [{times[0]:g}, {times[-1]:g}]; a smaller value, rescaled = True, or a shorter interval of times")
 
 
 def observe(model, x0: np.ndarray, times: np.ndarray, method: str, dt: float, observer) -> list:
@@ -197,10 +218,29 @@ def _remark_four_layer(flow, linear_part: np.ndarray):
         x, cumulative = state
         if h not in matrices:
             step_matrix = np.eye(flow.d) + h * linear_part
+            _check_layer_rescaling(step_matrix, h)
             matrices[h] = (step_matrix, flow.asarray(np.linalg.inv(step_matrix).T))
         step_matrix, inverse_transpose = matrices[h]
         return x + h * (flow.velocity_at(x, cumulative) @ inverse_transpose), step_matrix @ cumulative
     return advance
+
+
+def _check_layer_rescaling(step_matrix: np.ndarray, h: float) -> None:
+    r"""Refuse a layer step whose rescaling :math:`R = I + hHV` is singular or reverses a direction.
+
+    An eigenvalue :math:`1 + hH\lambda \le 0` of ``R`` (:math:`\lambda` one of ``V``'s) means the step
+    overshoots that direction's decay: the rescaled tokens then grow without bound (or ``R``
+    cannot be inverted), which no smaller tolerance repairs.
+    """
+    eigenvalues = np.linalg.eigvals(step_matrix)
+    real_nonpositive = eigenvalues[(np.abs(eigenvalues.imag) <= 1e-12 * np.abs(eigenvalues).max()) &
+                                   (eigenvalues.real <= 0)]
+    if real_nonpositive.size or np.linalg.cond(step_matrix) > 1 / np.finfo(float).eps:
+        worst = float(eigenvalues.real.min())
+        limit = h / (1.0 - worst) if worst < 1 else h
+        raise ValueError(f"dt = {h:g} is too large for the layer scheme of rescaled tokens: R = I + dt H V has the "
+                         f"eigenvalue {worst:.4g} (<= 0: the step reverses the decay of value's negative "
+                         f"eigenvalues); use dt < {limit:.4g}")
 
 
 def euclidean_dataset(model, frames, rescalings, times, settings: dict, *, attention: bool, single: bool):

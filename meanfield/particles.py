@@ -47,7 +47,7 @@ import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
 
 from .checks import check_points, check_real, check_rtol, check_step, check_times
-from .errors import StepSizeCollapse
+from .errors import NonFiniteState, StepSizeCollapse
 from .integration import CLASSICAL_RK4, ExplicitRungeKutta, ExplicitTableau
 from .integration.driver import equal_steps
 from .integration.runs import embedded_pair_run, fixed_step_run, rms
@@ -169,11 +169,25 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             _require_numpy(x0, method.name)
             rtol, atol = _tolerances(rtol, atol, settings)
             settings["method"] = method.name
-            frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
+            try:
+                frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
+            except NonFiniteState as overflow:
+                raise NonFiniteState(f"{overflow} ({_overflow_scale(model)})", time=overflow.time,
+                                     partial=overflow.partial) from None
             frames, drift = _project(frames)
         else:
-            frames, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar,
-                                                        _host_copy, settings, kernel)
+            kept: list[np.ndarray] = []  # the frames so far, for the partial result of a run that overflows
+
+            def keep(x) -> np.ndarray:
+                kept.append(_host_copy(x))
+                return kept[-1]
+
+            try:
+                frames, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, keep, settings,
+                                                            kernel)
+            except NonFiniteState as overflow:
+                raise NonFiniteState(f"{overflow} ({_overflow_scale(model)})", time=overflow.time,
+                                     partial=particle_dataset(model, kept, times, settings)) from None
             drift = None  # every step ends on the sphere: the frames' own drift is round-off
     settings["velocity_evaluations"] = evaluations
     return particle_dataset(model, frames, times, settings, drift)
@@ -433,6 +447,15 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
     evaluations = embedded_pair_run(engine.velocity_unchecked, batch, times, tableau, rtol, atol, bar, norm=rms,
                                     record=record, fail=fail, settings=settings)
     return frames, evaluations
+
+
+def _overflow_scale(model) -> str:
+    """What sets the velocity's scale, for a run that overflows or collapses: the parameters to change."""
+    described = model.to_dict()
+    named = {key: described[key] for key in ("beta", "value", "prefactor", "alibi") if key in described}
+    scales = ", ".join(f"{key} = {np.asarray(value).tolist()!r}" for key, value in named.items()
+                       if np.size(value) == 1) or "the model's own scale"
+    return f"the velocity's scale: {scales}; a smaller value or a shorter interval of times"
 
 
 def _integrate_rk4(engine, x0, times, dt, bar, observe):

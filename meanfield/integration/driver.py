@@ -9,7 +9,9 @@ every output time exactly: adaptive steps are shortened to land on it (or, with 
 rejected ones retried with the proposed step; with ``fixed_step``, each output interval is
 split into equal steps no larger than it (:func:`equal_steps`). It records each output, calls the
 observer after each accepted step, advances the progress bar, and declares a collapse (with
-the reason) when the step becomes negligible or the step budget is spent. A ``stop``
+the reason) when the step becomes negligible or the step budget is spent, and ends the run at
+the first output whose state is not finite (:class:`~meanfield.errors.NonFiniteState`, or
+``collapse`` where the run gives one: a result with NaN is never recorded). A ``stop``
 condition ends the run after the first accepted step that meets it (a solver handing over
 to another).
 """
@@ -21,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
 import numpy as np
+from array_api_compat import array_namespace
 
+from ..errors import NonFiniteState, StepSizeCollapse
 from ..progress import time_progress
 from .controller import FixedStep
 
@@ -110,8 +114,21 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
         return stop is not None and stop(t, state)
 
     after = None if observer is None and pace is None and stop is None else after_step
+    last_finite = t
+
+    def record_finite(t_out: float, state_out) -> None:
+        """Record an output, or end the run at the first one that is not finite."""
+        nonlocal last_finite
+        if not all_finite(state_out):
+            _non_finite(collapse, last_finite, f"the state is not finite (NaN or infinite) at t={t_out:.6g}; "
+                                                f"it was at t={last_finite:.6g}: an overflow in between")
+        record(t_out, state_out)
+        last_finite = t_out
+
     record(t, state)
-    with time_progress(times[0], times[-1], progress, name) as bar:
+    # An overflow is detected at the next output (record_finite), with the time and the partial result:
+    # numpy's warnings on the way would only say it less clearly.
+    with time_progress(times[0], times[-1], progress, name) as bar, np.errstate(over="ignore", invalid="ignore"):
         advanced = bar.update
         for target in outputs[1:]:
             if fixed:  # a loop of its own, the scheme called directly: the smallest steps take a few microseconds
@@ -128,7 +145,7 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                         counts.next_step = dt
                         return t, state
                 counts.next_step = dt
-                record(target, state)
+                record_finite(target, state)
                 continue
             landing = outputs[-1] if interpolate is not None else target  # where adaptive steps are cut short
             while t < target:
@@ -141,6 +158,9 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     counts.reasons[reason] = counts.reasons.get(reason, 0) + 1
                     dt = proposal
                     if dt < 1e-13 * max(1.0, abs(t)):
+                        if reason == "non-finite":
+                            _non_finite(collapse, t, f"every step from t={t:.6g} overflows, down to {dt:.3g}: "
+                                                     f"the solution is not finite beyond t={t:.6g}")
                         collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
                     continue
                 state, before, t = new, t, landing if trial == landing - t else t + trial
@@ -152,8 +172,29 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     counts.next_step = dt
                     return t, state
             counts.next_step = dt
-            record(target, state if t == target else interpolate((target - before) / (t - before)))
+            record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
     return t, state
+
+
+def all_finite(state) -> bool:
+    """Whether every entry of a state (an array of any array API namespace, or a tuple of them) is finite."""
+    if isinstance(state, tuple):
+        return all(all_finite(part) for part in state)
+    if isinstance(state, np.ndarray):
+        return bool(np.isfinite(state).all())
+    xp = array_namespace(state)
+    return bool(xp.all(xp.isfinite(state)))
+
+
+def _non_finite(collapse, t: float, reason: str) -> NoReturn:
+    """End a run whose state is no longer finite: through ``collapse`` (which keeps the partial result) or
+    as :class:`~meanfield.errors.NonFiniteState` for the caller to fill in."""
+    if collapse is not None:
+        try:
+            collapse(t, reason)
+        except StepSizeCollapse as stopped:
+            raise NonFiniteState(str(stopped), time=stopped.time, partial=stopped.partial) from None
+    raise NonFiniteState(reason, time=t)
 
 
 def _check_pace(pace: Pace, start: float, t: float, started: float, collapse) -> None:

@@ -1,0 +1,92 @@
+"""Never call garbage trustworthy: each case a fault tester met, with the behaviour it must have.
+
+Every case below returned non-finite tokens, a bare numpy error or a traceback before, or
+reported a run with NaN as "trustworthy" (exit 0).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import meanfield as mf
+from meanfield.errors import NonFiniteState, StepSizeCollapse
+
+from test_experiment import _to_toml
+
+
+def meanfield(*arguments, timeout=300):
+    return subprocess.run([sys.executable, "-m", "validation.app.cli", *map(str, arguments)],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+TOKENS = np.random.default_rng(0).normal(size=(16, 2))
+
+#: Python calls that overflow: each raises NonFiniteState naming the time, with the finite outputs kept.
+OVERFLOWS = {
+    "pure attention, value 300, rk4": (lambda: mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 1, 2, 3],
+                                                                     method="rk4"), "H \\|\\|V\\|\\|_2 = 300"),
+    "pure attention, value 300, layer": (lambda: mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 3],
+                                                                       method="layer"), "H \\|\\|V\\|\\|_2 = 300"),
+    "pure attention, value 300, dop853": (lambda: mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 3]),
+                                          "H \\|\\|V\\|\\|_2 = 300"),
+    "causal attention, prefactor 1e300": (lambda: mf.simulate_particles(mf.CausalAttention(1.0, True, prefactor=1e300),
+                                                                        mf.sample_uniform(16, 2, rng=0), [0, 1],
+                                                                        method="rk4"), "prefactor = 1e\\+300"),
+}
+
+
+@pytest.mark.parametrize("case", OVERFLOWS, ids=list(OVERFLOWS))
+def test_an_overflow_ends_the_run_with_its_time_its_cause_and_the_finite_outputs(case, recwarn):
+    call, cause = OVERFLOWS[case]
+    with pytest.raises(NonFiniteState, match=f"not finite.*{cause}") as raised:
+        call()
+    assert isinstance(raised.value, StepSizeCollapse)  # every handler of a stopped run takes it
+    partial = raised.value.partial
+    assert partial is not None and partial.sizes["time"] >= 1
+    assert np.all(np.isfinite(partial.x.values))
+    assert float(partial.time[-1]) <= raised.value.time  # the last finite output, or an adaptive step past it
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # one clear error, not numpy's warnings
+
+
+@pytest.mark.parametrize("value, eigenvalue", [(-100.0, "0"), (-150.0, "-0.5")])
+def test_the_rescaled_layer_refuses_a_step_that_reverses_a_direction(value, eigenvalue):
+    model = mf.PureAttention(value=value, rescaled=True)
+    with pytest.raises(ValueError, match=f"dt = 0.01 is too large.*eigenvalue {eigenvalue} .*use dt <"):
+        mf.simulate_particles(model, TOKENS, [0, 3], method="layer", dt=0.01)
+    finite = mf.simulate_particles(model, TOKENS, [0, 0.5], method="layer", dt=0.005)  # 1 + dt H V = 0.25 and 0.5
+    assert np.all(np.isfinite(finite.x.values))
+
+
+def euclidean_config(output, stop: float) -> dict:
+    return {"geometry": "euclidean", "output": str(output), "times": {"stop": stop, "count": 5},
+            "model": {"beta": 1.0}, "method": {"kind": "particles", "n": 16, "d": 2, "dt": 0.1},
+            "initial": {"kind": "gaussian"}}
+
+
+def test_a_run_that_overflows_exits_3_keeps_its_finite_outputs_and_says_untrustworthy(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(_to_toml(euclidean_config(tmp_path / "out", 800.0)))
+    result = meanfield("run", config)
+    assert result.returncode == 3, result.stderr
+    assert "not finite" in result.stderr and "t=400" in result.stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "UNTRUSTWORTHY" in report and "trustworthy)" not in report
+    with xr.open_dataset(tmp_path / "out" / "dataset.nc") as ds:
+        assert ds.sizes["time"] == 2 and np.all(np.isfinite(ds.x.values))
+        assert ds.attrs["trustworthy"] == 0
+
+
+def test_stationary_states_refuse_causal_attention_in_one_line(tmp_path):
+    config = tmp_path / "stationary.toml"
+    config.write_text(_to_toml({"geometry": "circle", "output": str(tmp_path / "out"),
+                                "model": {"beta": 4.0, "diffusion": 0.1, "causal": True},
+                                "continuation": {"parameter": "diffusion", "start": 0.02, "stop": 0.4, "cells": 64,
+                                                 "modes": [1], "max_points": 5}}))
+    result = meanfield("stationary", config)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "causal" in result.stderr and "Traceback" not in result.stderr
