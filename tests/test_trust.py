@@ -90,3 +90,70 @@ def test_stationary_states_refuse_causal_attention_in_one_line(tmp_path):
     result = meanfield("stationary", config)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "causal" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_output_lock_is_held_until_the_figures_and_the_report_are_written(tmp_path, monkeypatch):
+    """A second writer started while the first draws its figures is refused, and the first run's files stay."""
+    from validation.app import ConfigError, experiment_figures
+    from validation.app.cli import main
+    from validation.app.experiment import run_experiment
+
+    config = tmp_path / "run.toml"
+    config.write_text(_to_toml(euclidean_config(tmp_path / "out", 2.0)))
+    refused = []
+    draw = experiment_figures.experiment_figures
+
+    def second_writer_then_draw(ds, output, *args, **kwargs):
+        with pytest.raises(ConfigError, match="is being written by PID"):
+            run_experiment(config, progress=False)
+        refused.append(True)
+        return draw(ds, output, *args, **kwargs)
+
+    monkeypatch.setattr(experiment_figures, "experiment_figures", second_writer_then_draw)
+    assert main(["run", str(config), "--quiet", "--no-animation"]) == 0
+    assert refused == [True]
+    assert (tmp_path / "out" / "report.md").exists() and (tmp_path / "out" / "dataset.nc").exists()
+
+
+def circle_checkpoint_config(output) -> dict:
+    return {"geometry": "circle", "output": str(output), "times": {"stop": 1.0, "count": 11}, "checkpoint_every": 1,
+            "model": {"beta": 4.0}, "method": {"kind": "CircleFV", "cells": 512},
+            "initial": {"kind": "perturbed_uniform", "amplitude": 0.1, "mode": 2}}
+
+
+@pytest.fixture
+def small_file_system(tmp_path):
+    """A 96 kB tmpfs: room for two checkpoints of the run above, not three (root can mount; CI runs as root)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode:
+        pytest.skip(f"cannot mount a small file system here: {mounted.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_full_disk_while_checkpointing_is_one_line_exit_1_and_keeps_the_written_segments(tmp_path,
+                                                                                         small_file_system):
+    config = tmp_path / "run.toml"
+    output = small_file_system / "out"
+    config.write_text(_to_toml(circle_checkpoint_config(output)))
+    result = meanfield("run", config, "--no-animation")
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.count("\n") == 1 and "could not write" in result.stderr and "full" in result.stderr
+    kept = sorted(p.name for p in (output / "checkpoint").iterdir())
+    assert kept and all(name.startswith("segment_") for name in kept)  # no partial file left
+
+
+def test_netcdfs_report_of_a_failed_write_becomes_an_os_error_naming_the_file(tmp_path):
+    from validation.app.files import write_atomically
+
+    def failing(temporary):
+        temporary.write_bytes(b"half")
+        raise RuntimeError("NetCDF: HDF error")
+
+    with pytest.raises(OSError, match="could not write .*data.nc \\(NetCDF: HDF error; .*bytes left"):
+        write_atomically(tmp_path / "data.nc", failing)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError, match="a bug"):  # other errors are not taken for the disk's
+        write_atomically(tmp_path / "data.nc", lambda temporary: (_ for _ in ()).throw(RuntimeError("a bug")))

@@ -103,24 +103,27 @@ def _run(args: argparse.Namespace) -> int:
 
     from .experiment import prepare, run_experiment, write_report
     from .experiment_figures import experiment_figures
+    from .files import locked_output
 
     run = prepare(args.config)
     config = run.config
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UnderResolvedWarning)
-        try:
-            ds = run_experiment(run, resume=args.resume, progress=False if args.quiet else None)
-        except KeyboardInterrupt:
-            args.kept = (f"the checkpoints written so far are kept in {config.output}/checkpoint: "
-                         "continue with --resume")
-            raise
     output = Path(config.output)
-    paths = experiment_figures(ds, output, config.geometry, animation=not args.no_animation,
-                               progress=False if args.quiet else None)
-    untrustworthy = None if ds.attrs["trustworthy"] else (
-        f"stopped before the last output time: {ds.attrs['stopped']}" if ds.attrs["stopped"] else
-        str(caught[0].message) if caught else "the solver's diagnostics say so")
-    write_report(ds, config, output, paths, untrustworthy)
+    # The folder stays locked until its last file is written: a second run is refused until then.
+    with locked_output(output, "meanfield run"):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UnderResolvedWarning)
+            try:
+                ds = run_experiment(run, resume=args.resume, progress=False if args.quiet else None, locked=True)
+            except KeyboardInterrupt:
+                args.kept = (f"the checkpoints written so far are kept in {config.output}/checkpoint: "
+                             "continue with --resume")
+                raise
+        paths = experiment_figures(ds, output, config.geometry, animation=not args.no_animation,
+                                   progress=False if args.quiet else None)
+        untrustworthy = None if ds.attrs["trustworthy"] else (
+            f"stopped before the last output time: {ds.attrs['stopped']}" if ds.attrs["stopped"] else
+            str(caught[0].message) if caught else "the solver's diagnostics say so")
+        write_report(ds, config, output, paths, untrustworthy)
     if not args.quiet:
         print(f"dataset: {output / 'dataset.nc'} ({ds.sizes['time']} output times, {ds.attrs['wall_time']:.1f} s)")
         print("figures: " + ", ".join(str(p) for p in paths))

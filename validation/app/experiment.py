@@ -60,10 +60,12 @@ def prepare(config: ExperimentConfig | dict | str | Path) -> RunObjects:
 
 
 def run_experiment(config: RunObjects | ExperimentConfig | dict | str | Path, *, resume: bool = False,
-                   progress: bool | None = None) -> xr.Dataset:
+                   progress: bool | None = None, locked: bool = False) -> xr.Dataset:
     """Run an experiment (``meanfield run``); returns the dataset also written to ``output/dataset.nc``.
 
-    The output folder is locked for the run (``validation.app.files.locked_output``).
+    The output folder is locked for the run (``validation.app.files.locked_output``), unless
+    ``locked`` says that the caller holds its lock (``meanfield run`` holds it until its
+    figures and report are written too).
     With ``resume``, every stored checkpoint segment is checked as it is read: a good one is
     used, a damaged or missing one is named on stderr and computed again from the segment
     before it (the same steps, so the result is that of an uninterrupted run).
@@ -76,6 +78,8 @@ def run_experiment(config: RunObjects | ExperimentConfig | dict | str | Path, *,
         Go on from the checkpoints of an interrupted run of the same config.
     progress : bool, optional
         Progress bar (default: when stderr is a terminal).
+    locked : bool
+        The caller holds the output folder's lock (``locked_output``) and keeps it past the run.
 
     Returns
     -------
@@ -92,6 +96,8 @@ def run_experiment(config: RunObjects | ExperimentConfig | dict | str | Path, *,
     """
     run = config if isinstance(config, RunObjects) else prepare(config)
     output = Path(run.config.output)
+    if locked:
+        return _run_locked(run, output, resume, progress)
     with locked_output(output, "meanfield run"):
         return _run_locked(run, output, resume, progress)
 

@@ -57,7 +57,15 @@ def signals_deferred() -> Iterator[None]:
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(temporary_path)`` next to ``path``, then rename it into place (signals deferred)."""
+    """Call ``write(temporary_path)`` next to ``path``, then rename it into place (signals deferred).
+
+    Raises
+    ------
+    OSError
+        The write failed (a full disk, a quota, a read-only file system): the message names the
+        file and the space left; nothing is left in the folder, and what was there is unchanged.
+        netCDF's own report of such a failure (``RuntimeError: NetCDF: HDF error``) is one of these.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}{PARTIAL}-", suffix=path.suffix, dir=path.parent)
@@ -65,10 +73,24 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> Path:
     try:
         with signals_deferred():
             _write_and_rename(path, Path(temporary), write)
+    except RuntimeError as error:
+        Path(temporary).unlink(missing_ok=True)
+        if not str(error).startswith("NetCDF:"):
+            raise
+        raise OSError(errno.EIO, f"could not write {path} ({error}; {_space_left(path.parent)})") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def _space_left(folder: Path) -> str:
+    """What a failed write's message says of the file system: the bytes left on it."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return "the file system's free space unknown"
+    return f"{free} bytes left on its file system" if free else "its file system is full"
 
 
 def _write_and_rename(path: Path, temporary: Path, write: Callable[[Path], None]) -> None:

@@ -28,7 +28,7 @@ from typing import ClassVar
 from .builders import build_model
 from .config import (NUMBER, ConfigSection, ModelConfig, option, read_matrices, read_toml, section_from_table)
 from .errors import ConfigError
-from .files import check_output_folder, write_atomically
+from .files import check_output_folder, locked_output, write_atomically
 
 #: The files a stationary run writes into its output folder.
 DATASET, FIGURE = "bifurcation.nc", "bifurcation.png"
@@ -117,14 +117,14 @@ def run_stationary(config: StationaryConfig, *, progress: bool | None = None):
 
     settings = config.continuation
     interval = tuple(sorted((float(settings.start), float(settings.stop))))
-    diagram = bifurcation_diagram(build_model(config), settings.parameter, interval, geometry=config.geometry,
-                                  cells=settings.cells, lmax=settings.lmax, modes=settings.modes,
-                                  max_points=settings.max_points, tol=settings.tol, progress=progress)
     output = Path(config.output)
-    output.mkdir(parents=True, exist_ok=True)
-    dataset = write_atomically(output / DATASET, diagram.to_netcdf)
-    figure = output / FIGURE
-    bifurcation_figure(diagram, figure)
+    with locked_output(output, "meanfield stationary"):  # until the figure is written
+        diagram = bifurcation_diagram(build_model(config), settings.parameter, interval, geometry=config.geometry,
+                                      cells=settings.cells, lmax=settings.lmax, modes=settings.modes,
+                                      max_points=settings.max_points, tol=settings.tol, progress=progress)
+        dataset = write_atomically(output / DATASET, diagram.to_netcdf)
+        figure = output / FIGURE
+        bifurcation_figure(diagram, figure)
     return diagram, [dataset, figure]
 
 

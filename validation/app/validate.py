@@ -17,7 +17,7 @@ from validation.convergence import StudySettings, mean_field_convergence
 from validation.figures import density_snapshots, energy_plot, rate_plot
 from validation.references import growth_rate
 
-from .files import write_atomically, write_text
+from .files import locked_output, write_atomically, write_text
 
 
 #: Default particle counts and seeds of the two studies (see :func:`default_specs`).
@@ -143,7 +143,8 @@ def run_validation(specs: dict[str, StudySpec], output: Path, *, progress: bool 
     specs : dict
         Study name -> ``StudySpec`` (as :func:`default_specs` returns).
     output : pathlib.Path
-        Folder of the report (created if needed).
+        Folder of the report (created if needed), locked while the studies run and write
+        (``validation.app.files.locked_output``: a second writer is refused).
     progress : bool, optional
         Progress bars (default: when stderr is a terminal).
     echo : callable
@@ -157,7 +158,11 @@ def run_validation(specs: dict[str, StudySpec], output: Path, *, progress: bool 
         ``pde_error`` and whether it reached the particle distances (``floor``).
     """
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
+    with locked_output(output, "meanfield validate"):  # until the report, the last file, is written
+        return _run_validation_locked(specs, output, progress, echo)
+
+
+def _run_validation_locked(specs, output: Path, progress, echo) -> list[dict]:
     studies, rows, figures, seconds = {}, [], [], {}
     for name, spec in specs.items():
         echo(f"[{name}] {spec.model!r}: sizes {spec.sizes}, {spec.seeds} seeds, times {spec.times}")
