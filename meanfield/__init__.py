@@ -19,7 +19,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
 """
 
 from .causal import CausalAttention, positional_cell_weights
-from .errors import StepSizeCollapse
+from .errors import NonFiniteState, StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
 from .field_model import FieldModel
@@ -36,7 +36,7 @@ from .sphere import circle_angles, circle_points, project_tangent, sphere_area, 
 
 __all__ = [
     "SelfAttention", "ZonalAggregation", "FieldModel", "CausalAttention", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
-    "StepSizeCollapse", "Perceptron", "UserField",
+    "StepSizeCollapse", "NonFiniteState", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_interval", "sample_von_mises_fisher", "in_common_hemisphere",

@@ -8,6 +8,7 @@ call without reading the source.
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 
@@ -142,3 +143,21 @@ def check_density(values: object, shape: tuple[int, ...], name: str = "rho0", *,
     if not np.any(values > 0):
         raise ValueError(f"{name} has zero mass: a density must have positive total mass")
     return values
+
+
+#: A computation may use at most this fraction of the machine's memory.
+MEMORY_FRACTION = 0.5
+
+
+def physical_memory() -> int:
+    """The machine's memory in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(needed: float, what: str, advice: str) -> None:
+    """Refuse, naming ``what`` (the arguments that decide it), a computation of ``needed`` bytes beyond
+    :data:`MEMORY_FRACTION` of the machine's memory, before anything is allocated."""
+    available = physical_memory()
+    if needed > MEMORY_FRACTION * available:
+        raise ValueError(f"{what} needs about {needed / 2**30:.3g} GiB, more than half of this machine's "
+                         f"{available / 2**30:.3g} GiB: {advice}")

@@ -7,6 +7,7 @@ import pytest
 import xarray as xr
 
 from validation.app.cli import main
+from validation.app.files import LOCK
 
 
 def test_validate_writes_report_data_and_figures(tmp_path):
@@ -19,7 +20,8 @@ def test_validate_writes_report_data_and_figures(tmp_path):
     assert "| circle |" in report and "| sphere |" in report
     study = xr.open_dataset(tmp_path / "circle.nc")
     assert study.distance.dims == ("size", "seed", "time") and study.attrs["geometry"] == "circle"
-    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+    # no temporary files left behind; the lock file stays (a second writer is refused through it)
+    assert [p.name for p in tmp_path.glob(".*")] == [LOCK]
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -143,7 +143,6 @@ def test_application_names_live_in_validation_app_only(name):
 LOCAL_IMPORTS = {
     "meanfield/engines/kernels.py": ({".series", ".fused", ".causal_series"}, "numba engines: importing one starts numba"),
     "meanfield/integration/runs.py": ({"scipy.integrate"}, "slow to import; only DOP853 runs need it"),
-    "meanfield/integration/tableaux.py": ({"scipy.integrate._ivp"}, "slow to import; only one pair's tableau"),
     "meanfield/limit_geometry.py": ({"scipy.cluster.hierarchy"}, "slow to import; one function needs it"),
     "meanfield/sampling.py": ({"scipy.optimize"}, "sweep workers import the module, never this function"),
     "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
@@ -156,7 +155,8 @@ LOCAL_IMPORTS = {
     "validation/app/cli.py": ({".experiment", ".experiment_figures", ".stationary", ".sweep", ".sweep_config",
                                ".validate", "solvers", "validation.figures"}, "each command imports its own modules"),
     "validation/app/stationary.py": ({"solvers.bifurcation", "solvers.stationary_circle", "solvers.stationary_sphere",
-                                      "validation.stationary_figures"}, "the stationary command's own modules"),
+                                      "solvers.sphere_grid", "validation.stationary_figures"},
+                                     "the stationary command's own modules"),
     "validation/app/sweep.py": ({"array_api_strict", "cupy", "jax", "torch", "dask.distributed", "distributed.config",
                                  "xarray"}, "optional libraries, and workers start without xarray"),
     "validation/app/sweep_config.py": ({".preflight"}, "it builds solvers, which sweep workers never need"),

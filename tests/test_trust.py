@@ -6,6 +6,7 @@ reported a run with NaN as "trustworthy" (exit 0).
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -157,3 +158,28 @@ def test_netcdfs_report_of_a_failed_write_becomes_an_os_error_naming_the_file(tm
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(RuntimeError, match="a bug"):  # other errors are not taken for the disk's
         write_atomically(tmp_path / "data.nc", lambda temporary: (_ for _ in ()).throw(RuntimeError("a bug")))
+
+
+def stationary_config(output, **continuation) -> dict:
+    return {"geometry": "circle", "output": str(output), "model": {"beta": 4.0, "diffusion": 0.1},
+            "continuation": {"parameter": "diffusion", "start": 0.02, "stop": 0.4, **continuation}}
+
+
+@pytest.mark.parametrize("continuation, message", [
+    ({"cells": 100_000_000}, "continuation.cells = 100000000 with .* needs about .* GiB"),
+    ({"cells": 32, "modes": [100]}, "continuation.modes \\[100\\] are not resolved: continuation.cells = 32 holds "
+                                    "Fourier modes up to 16"),
+], ids=["a grid beyond memory", "a mode the grid aliases"])
+def test_stationary_refuses_what_run_refuses_before_any_work(tmp_path, continuation, message):
+    config = tmp_path / "stationary.toml"
+    config.write_text(_to_toml(stationary_config(tmp_path / "out", **continuation)))
+    result = meanfield("stationary", config, timeout=60)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert re.search(message, result.stderr), result.stderr
+
+
+def test_a_study_beyond_memory_is_refused_naming_seeds():
+    from validation import mean_field_convergence
+
+    with pytest.raises(ValueError, match="seeds = 1000000000 over 2 sizes .* needs about .* GiB.*fewer seeds"):
+        mean_field_convergence(mf.SelfAttention(1.0), lambda th: 1 + 0 * th, sizes=[8, 16], seeds=10**9)

@@ -33,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 import meanfield as mf
-from meanfield.checks import check_int, check_real, check_times
+from meanfield.checks import check_int, check_memory, check_real, check_times
 from meanfield.records import CIRCLE, STUDY, record_attrs
 from meanfield.sampling import reproducible_seed
 from solvers import CircleAuto, LineLagrangian, SphereSpectral
@@ -142,6 +142,10 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     times = check_times(times)
     settings = settings or StudySettings()
     check_real(settings.particle_dt, "particle_dt", minimum=0.0, strictly=True)
+    # the distances, and the bootstrap's resampled seeds (resamples x sizes x seeds indices)
+    check_memory(8.0 * len(sizes) * seeds * (times.size + settings.bootstrap),
+                 f"seeds = {seeds} over {len(sizes)} sizes with {settings.bootstrap} bootstrap resamples",
+                 "fewer seeds (the interval narrows like seeds^-1/2)")
 
     seed = reproducible_seed(rng)
     scheme = "euler" if model.diffusion > 0 else "rk4"

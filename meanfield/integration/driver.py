@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
 
 import numpy as np
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, is_array_api_obj
 
 from ..errors import NonFiniteState, StepSizeCollapse
 from ..progress import time_progress
@@ -177,13 +177,17 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
 
 
 def all_finite(state) -> bool:
-    """Whether every entry of a state (an array of any array API namespace, or a tuple of them) is finite."""
-    if isinstance(state, tuple):
+    """Whether every number of a state is finite: an array of any array API namespace, a number, or a
+    tuple or list of them (a state of another kind has none to check)."""
+    if isinstance(state, (tuple, list)):
         return all(all_finite(part) for part in state)
-    if isinstance(state, np.ndarray):
-        return bool(np.isfinite(state).all())
-    xp = array_namespace(state)
-    return bool(xp.all(xp.isfinite(state)))
+    if is_array_api_obj(state) and not isinstance(state, np.ndarray):
+        xp = array_namespace(state)
+        return bool(xp.all(xp.isfinite(state)))
+    try:
+        return bool(np.isfinite(np.asarray(state, dtype=float)).all())
+    except (TypeError, ValueError):
+        return True
 
 
 def _non_finite(collapse, t: float, reason: str) -> NoReturn:

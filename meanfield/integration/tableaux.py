@@ -27,6 +27,8 @@ from functools import cached_property
 
 import numpy as np
 
+from . import dop853_data
+
 
 @dataclass(frozen=True)
 class ContinuousExtension:
@@ -284,9 +286,8 @@ def dormand_prince_853() -> ExplicitTableau:
     of the eighth-order solution. Its abscissas decrease once (:math:`c_7 < c_6`), so the
     integrating-factor form (diffusion) refuses it.
     """
-    coefficients = _dop853_coefficients()
-    return ExplicitTableau(name="dormand_prince_853", **_dop853_steps(coefficients), order=8,
-                           error=tuple(float(e) for e in coefficients.E5), error_estimator_order=5)
+    return ExplicitTableau(name="dormand_prince_853", **_dop853_steps(), order=8,
+                           error=tuple(float(e) for e in dop853_data.E5), error_estimator_order=5)
 
 
 def dop853() -> ExplicitTableau:
@@ -298,43 +299,35 @@ def dop853() -> ExplicitTableau:
     estimate alone at the same tolerance; the dense output gives the solution at output
     times inside a step, so steps need not land on them. The particle system's default.
     """
-    coefficients = _dop853_coefficients()
-    stages = coefficients.N_STAGES
-    extended = coefficients.N_STAGES_EXTENDED
+    stages = dop853_data.N_STAGES
+    extended = dop853_data.N_STAGES_EXTENDED
     # scipy's interpolant: y(t + x h) = y + x (F0 + (1-x)(F1 + x (F2 + (1-x)(F3 + ...)))) with
     # F0 = y1 - y, F1 = h f(y) - F0, F2 = 2 F0 - h (f(y) + f(y1)), F3.. = h D K: each F_j is
     # h W_j . K, and the nested products are the basis x, x(1-x), x^2(1-x), x^2(1-x)^2, ...
     b = np.zeros(extended)
-    b[:stages] = coefficients.B
+    b[:stages] = dop853_data.B
     first, last = np.eye(extended)[0], np.eye(extended)[stages]
-    rows = np.vstack([b, first - b, 2 * b - first - last, coefficients.D])
+    rows = np.vstack([b, first - b, 2 * b - first - last, dop853_data.D])
     x, one_minus_x = np.polynomial.Polynomial([0.0, 1.0]), np.polynomial.Polynomial([1.0, -1.0])
     basis = [x ** ((j + 2) // 2) * one_minus_x ** ((j + 1) // 2) for j in range(len(rows))]
     degree = max(p.degree() for p in basis)
     powers = np.array([np.pad(p.coef, (0, degree + 1 - p.coef.size))[1:] for p in basis])
     weights = rows.T @ powers  # stage i: b_i(x) as coefficients of x, x^2, ...
     extension = ContinuousExtension(
-        c=tuple(float(c) for c in coefficients.C[stages + 1:]),
-        a=tuple(tuple(float(a) for a in coefficients.A[j, :j]) for j in range(stages + 1, extended)),
+        c=tuple(float(c) for c in dop853_data.C[stages + 1:]),
+        a=tuple(tuple(float(a) for a in dop853_data.A[j, :j]) for j in range(stages + 1, extended)),
         weights=tuple(tuple(float(w) for w in row) for row in weights), order=7)
-    return ExplicitTableau(name="dop853", **_dop853_steps(coefficients), order=8,
-                           error=tuple(float(e) for e in coefficients.E5), error_estimator_order=7,
-                           coarse_error=tuple(float(e) for e in coefficients.E3), continuous_extension=extension)
+    return ExplicitTableau(name="dop853", **_dop853_steps(), order=8,
+                           error=tuple(float(e) for e in dop853_data.E5), error_estimator_order=7,
+                           coarse_error=tuple(float(e) for e in dop853_data.E3), continuous_extension=extension)
 
 
-def _dop853_coefficients():
-    # Imported here, on first use of these pairs (the module is a few hundred numbers).
-    from . import dop853_data
-
-    return dop853_data
-
-
-def _dop853_steps(coefficients) -> dict:
+def _dop853_steps() -> dict:
     """DOP853's ``c``, ``a`` and ``b``."""
-    stages = coefficients.N_STAGES
-    return dict(c=tuple(float(c) for c in coefficients.C[:stages]),
-                a=tuple(tuple(float(a) for a in coefficients.A[j, :j]) for j in range(stages)),
-                b=tuple(float(b) for b in coefficients.B))
+    stages = dop853_data.N_STAGES
+    return dict(c=tuple(float(c) for c in dop853_data.C[:stages]),
+                a=tuple(tuple(float(a) for a in dop853_data.A[j, :j]) for j in range(stages)),
+                b=tuple(float(b) for b in dop853_data.B))
 
 
 class TableauRegistry(Mapping):

@@ -25,7 +25,7 @@ from meanfield.errors import StepSizeCollapse
 from meanfield.records import package_version
 
 from .errors import SweepTaskError, Terminated
-from .files import check_output_folder
+from .files import check_output_folder, locked_output
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -103,7 +103,6 @@ def _run(args: argparse.Namespace) -> int:
 
     from .experiment import prepare, run_experiment, write_report
     from .experiment_figures import experiment_figures
-    from .files import locked_output
 
     run = prepare(args.config)
     config = run.config

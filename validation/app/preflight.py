@@ -8,13 +8,12 @@ file, an initial density the grid cannot resolve, an output larger than the mach
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 
 import meanfield as mf
-from meanfield.checks import check_step
+from meanfield.checks import check_memory, check_step
 from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
@@ -26,9 +25,6 @@ from solvers.sphere_grid import grid_shape
 from .builders import RunObjects, build_run, particle_method
 from .config import CIRCLE_SOLVERS, ExperimentConfig
 from .errors import ConfigError
-
-#: A run may use at most this fraction of the machine's memory.
-MEMORY_FRACTION = 0.5
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
@@ -235,11 +231,7 @@ def _check_memory(config: ExperimentConfig) -> None:
             needed += 8 * 4 * atoms * (count + WORKING_FIELDS[method.kind])
         key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
         what = f"{key} ({points} grid points) at times.count = {count} outputs"
-    available = _physical_memory()
-    if needed > MEMORY_FRACTION * available:
-        raise ConfigError(f"{what} needs about {needed / 2**30:.3g} GiB, more than half of this machine's "
-                          f"{available / 2**30:.3g} GiB: lower the resolution or the number of output times")
-
-
-def _physical_memory() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        check_memory(needed, what, "lower the resolution or the number of output times")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
+
+from meanfield.checks import check_memory
+
 from .builders import build_model
 from .config import (NUMBER, ConfigSection, ModelConfig, option, read_matrices, read_toml, section_from_table)
 from .errors import ConfigError
@@ -85,8 +89,32 @@ def load_stationary_config(path: str | Path) -> StationaryConfig:
     config = dataclasses.replace(config, output=output, model=read_matrices(config, path.parent),
                                  continuation=dataclasses.replace(config.continuation, modes=tuple(modes)))
     check_output_folder(Path(output), "output")
+    _check_size(config)  # before building anything: a grid of 10^8 cells takes minutes to refuse otherwise
     _problem(config)  # the model, the cells and the whole range, refused before any work
     return config
+
+
+def _check_size(config: StationaryConfig) -> None:
+    """Refuse modes the grid cannot hold (they alias onto lower ones) and a diagram beyond the machine's memory."""
+    from solvers.sphere_grid import grid_shape  # the command's own modules (cli docstring)
+
+    settings = config.continuation
+    if config.geometry == "circle":
+        key, highest, points = f"continuation.cells = {settings.cells}", settings.cells // 2, settings.cells
+        held = "Fourier modes"
+    else:
+        key, highest = f"continuation.lmax = {settings.lmax}", settings.lmax
+        points, held = int(np.prod(grid_shape(settings.lmax))), "degrees"
+    beyond = [k for k in settings.modes if k > highest]
+    if beyond:
+        raise ConfigError(f"continuation.modes {beyond} are not resolved: {key} holds {held} up to {highest}; "
+                          f"raise the resolution or drop those modes")
+    states = settings.max_points * (2 * len(settings.modes) + 1)  # every state of every branch is kept
+    try:
+        check_memory(8.0 * points * (states + 64), f"{key} with {states} states (continuation.max_points x branches)",
+                     "lower the resolution or continuation.max_points")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _problem(config: StationaryConfig):
