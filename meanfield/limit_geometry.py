@@ -25,6 +25,8 @@ import numpy as np
 from scipy.linalg import null_space, orth
 from scipy.spatial import ConvexHull
 
+from .checks import check_real
+
 
 def _tokens(z: object, name: str = "z") -> np.ndarray:
     array = np.asarray(z, dtype=float)
@@ -127,7 +129,11 @@ def levels(values: object, tolerance: float) -> np.ndarray:
 
     Returns each group's mean; Thm 4.1 says that at most three remain for :func:`leading_coordinates`.
     """
-    sorted_values = np.sort(np.asarray(values, dtype=float).ravel())
+    values = np.asarray(values, dtype=float).ravel()
+    if not np.all(np.isfinite(values)):
+        raise ValueError("values contains NaN or infinite entries: their levels are undefined")
+    check_real(tolerance, "tolerance", minimum=0.0)
+    sorted_values = np.sort(values)
     breaks = np.flatnonzero(np.diff(sorted_values) > tolerance) + 1
     return np.array([group.mean() for group in np.split(sorted_values, breaks)])
 
@@ -189,10 +195,18 @@ class BooleanLimit:
 
 
 def boolean_limit(attention: object) -> BooleanLimit:
-    """Measure one attention matrix ``(n, n)`` against the Boolean, rank-1-or-2 limit of ``d = 1`` (Thm 2.1)."""
+    """Measure one attention matrix ``(n, n)`` against the Boolean, rank-1-or-2 limit of ``d = 1`` (Thm 2.1).
+
+    A dataset's matrix of one head, ``(1, n, n)`` (``ds.attention.values[-1]``), is taken as it is.
+    """
     p = np.asarray(attention, dtype=float)
+    if p.ndim == 3 and p.shape[0] == 1:  # the head axis of a one-head dataset
+        p = p[0]
     if p.ndim != 2 or p.shape[0] != p.shape[1]:
-        raise ValueError(f"attention must be one square matrix (n, n), got shape {p.shape}")
+        hint = "; pass one head, attention[h]" if p.ndim == 3 and p.shape[1] == p.shape[2] else ""
+        raise ValueError(f"attention must be one square matrix (n, n), got shape {p.shape}{hint}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("attention contains NaN or infinite entries (a run that overflowed?)")
     per_row = np.minimum(p, 1.0 - p).max(axis=1)
     mixed = int(np.argmax(per_row))
     rest = np.delete(per_row, mixed)

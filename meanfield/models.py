@@ -22,16 +22,21 @@ from .sphere import normalize, project_tangent
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 
 
-def as_head_matrices(matrix: object, name: str, *, minimum_dimension: int = 2) -> np.ndarray | None:
-    """``None`` (identity), or a read-only array of shape ``(heads, d, d)``, ``d >= minimum_dimension``."""
+def as_head_matrices(matrix: object, name: str, *, minimum_dimension: int = 2,
+                     square: bool = True) -> np.ndarray | None:
+    """``None`` (identity), or a read-only array of shape ``(heads, d, d)``, ``d >= minimum_dimension``.
+
+    ``square=False`` (queries and keys): ``(heads, k, d)`` with ``1 <= k``, the head dimension of a
+    Transformer (usually ``d / heads``); only :math:`Q^T K`, ``(d, d)``, enters the dynamics.
+    """
     if matrix is None:
         return None
     array = np.asarray(matrix, dtype=float)
     if array.ndim == 2:
         array = array[None]
-    if array.ndim != 3 or array.shape[-1] != array.shape[-2] or array.shape[-1] < minimum_dimension:
-        raise ValueError(f"{name} must be a (d, d) matrix or a (heads, d, d) stack, "
-                         f"got shape {np.shape(matrix)}")
+    if array.ndim != 3 or (square and array.shape[-1] != array.shape[-2]) or array.shape[-1] < minimum_dimension:
+        shapes = "(d, d) matrix or a (heads, d, d) stack" if square else "(k, d) matrix or a (heads, k, d) stack"
+        raise ValueError(f"{name} must be a {shapes}, got shape {np.shape(matrix)}")
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains NaN or infinite entries")
     array.setflags(write=False)
@@ -281,8 +286,9 @@ class SelfAttention(TangentVelocity):
         ``True`` for SA (softmax), ``False`` for USA.
     diffusion : float
         Diffusion coefficient ``D >= 0``.
-    query, key : array_like, shape (d, d) or (heads, d, d), optional
-        Query and key matrices; identity when omitted.
+    query, key : array_like, shape (k, d) or (heads, k, d), optional
+        Query and key matrices; identity when omitted. ``k`` is the head dimension (usually
+        ``d / heads``; only :math:`Q_h^T K_h` enters), the same for both; one given alone is square.
     value : float or array_like, shape (d, d) or (heads, d, d), optional
         Value matrix; a number ``c`` means ``c I``. ``value=-1`` is the repulsive case:
         velocities reversed, energy non-increasing, uniform state stable.
@@ -321,8 +327,8 @@ class SelfAttention(TangentVelocity):
         set_(self, "diffusion", check_real(self.diffusion, "diffusion", minimum=0.0))
         if not isinstance(self.normalized, (bool, np.bool_)):
             raise TypeError(f"normalized must be True (SA) or False (USA), got {self.normalized!r}")
-        set_(self, "query", as_head_matrices(self.query, "query"))
-        set_(self, "key", as_head_matrices(self.key, "key"))
+        set_(self, "query", as_head_matrices(self.query, "query", square=False))
+        set_(self, "key", as_head_matrices(self.key, "key", square=False))
         if np.ndim(self.value) == 0:
             set_(self, "value", check_real(self.value, "value"))
         else:
@@ -330,8 +336,13 @@ class SelfAttention(TangentVelocity):
         shapes = {name: m.shape for name, m in
                   (("query", self.query), ("key", self.key), ("value", self.value))
                   if isinstance(m, np.ndarray)}
-        if len(set(shapes.values())) > 1:
-            raise ValueError(f"query, key and value must have the same shape, got {shapes}")
+        if len({(shape[0], shape[-1]) for shape in shapes.values()}) > 1:
+            raise ValueError(f"query, key and value must have the same heads and d (heads, ., d), got {shapes}")
+        projections = {name: shapes[name] for name in ("query", "key") if name in shapes}
+        rectangular_alone = len(projections) == 1 and any(shape[1] != shape[2] for shape in projections.values())
+        if len(set(projections.values())) > 1 or rectangular_alone:
+            raise ValueError(f"query and key must have the same shape (heads, k, d), or one alone be square (the "
+                             f"other the identity), got {projections}")
         set_(self, "external", as_external(self.external))
         matrix_dimension = next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)),
                                 None)

@@ -269,13 +269,19 @@ def mean_inner_product(x: np.ndarray) -> np.ndarray:
     Parameters
     ----------
     x : numpy.ndarray, shape (..., n, d)
-        Tokens.
+        Tokens on the unit sphere.
 
     Returns
     -------
     numpy.ndarray, shape (...,)
         1 at collapse (all tokens equal), about ``1/n`` for spread unit tokens.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not finite or not of unit norm (the observable's 1 and 1/n read unit tokens).
     """
+    x = check_points(x, "x")
     return np.sum(np.mean(x, axis=-2) ** 2, axis=-1)
 
 
@@ -291,7 +297,13 @@ def diameter(x: np.ndarray) -> np.ndarray:
     -------
     numpy.ndarray, shape (...,)
         0 at collapse, 2 with antipodal tokens.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is not finite or not of unit norm (the Gram matrix gives the distance of unit tokens only).
     """
+    x = check_points(x, "x")
     gram = x @ np.swapaxes(x, -1, -2)
     return np.sqrt(np.maximum(2.0 - 2.0 * gram.min(axis=(-1, -2)), 0.0))
 

@@ -243,6 +243,15 @@ class LineFV:
         return new, None
 
     # ------------------------------------------------------------------ the run
+    def _check_logits(self, times: np.ndarray) -> None:
+        r"""Refuse, naming ``times``, a run whose logits :math:`\beta e^{2vt}\,z z'` overflow by its end."""
+        reach = max(abs(self.faces[0]), abs(self.faces[-1])) ** 2 * self.logit_scale
+        exponent = 2.0 * self.value * float(times[-1])
+        if reach > 0 and exponent + math.log(reach) >= math.log(np.finfo(float).max):
+            raise ValueError(f"times: the logits beta e^(2 v t) z z' reach e^{exponent + math.log(reach):.4g} at "
+                             f"t = {times[-1]:g} (v = {self.value:g}), beyond double precision; end the run before "
+                             f"t = {(math.log(np.finfo(float).max) - math.log(reach)) / (2.0 * self.value):.4g}")
+
     def initial_masses(self, rho0) -> np.ndarray:
         """The cells' masses of an initial density, total one.
 
@@ -294,6 +303,7 @@ class LineFV:
         {solve_raises}
         """
         times = check_times(times)
+        self._check_logits(times)
         frames: list[np.ndarray] = []
         ghosts: list[float] = []
         monitor = ResolutionMonitor("Later outputs follow the scheme's numerical tails, not the mean-field solution; "

@@ -16,6 +16,7 @@ import xarray as xr
 
 import meanfield as mf
 from meanfield.errors import NonFiniteState, StepSizeCollapse
+from meanfield.limit_geometry import boolean_limit, levels
 
 from test_experiment import _to_toml
 
@@ -183,3 +184,80 @@ def test_a_study_beyond_memory_is_refused_naming_seeds():
 
     with pytest.raises(ValueError, match="seeds = 1000000000 over 2 sizes .* needs about .* GiB.*fewer seeds"):
         mean_field_convergence(mf.SelfAttention(1.0), lambda th: 1 + 0 * th, sizes=[8, 16], seeds=10**9)
+
+
+# ---------------------------------------------------------------- the smaller faults, one line each
+def test_boolean_limit_takes_a_datasets_one_head_matrix_and_refuses_nan():
+    ds = mf.simulate_particles(mf.PureAttention(value=1.0, beta=4.0), TOKENS[:6, :1], [0.0, 1.0], method="rk4",
+                               attention=True)
+    matrix = ds.attention.values[-1]
+    assert matrix.shape[0] == 1
+    assert boolean_limit(matrix) == boolean_limit(matrix[0])
+    with pytest.raises(ValueError, match="attention contains NaN"):
+        boolean_limit(np.full((3, 3), np.nan))
+    with pytest.raises(ValueError, match="values contains NaN"):
+        levels([0.0, np.nan, 1.0], 1e-3)
+
+
+@pytest.mark.parametrize("observable", [mf.mean_inner_product, mf.diameter], ids=["mean inner product", "diameter"])
+def test_the_collapse_observables_refuse_tokens_off_the_sphere(observable):
+    with pytest.raises(ValueError, match="unit"):
+        observable(2.0 * mf.sample_uniform(5, 3, rng=0))
+    assert np.isfinite(observable(mf.sample_uniform(5, 3, rng=0)))
+
+
+def test_line_fv_refuses_logits_that_overflow_naming_times():
+    from solvers import LineFV
+
+    solver = LineFV(mf.PureAttention(value=1.0, rescaled=True), (-1.0, 1.0), cells=50)
+    with pytest.raises(ValueError, match="times: the logits .* at t = 400 .*end the run before t = 354"):
+        solver.solve(lambda z: 1 + 0 * z, [0.0, 400.0])
+
+
+def test_rectangular_queries_and_keys_are_the_head_dimension():
+    """d_head = 2 < d = 4, two heads: the velocity against a direct evaluation, the engines against it."""
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(2, 2, 4)), rng.normal(size=(2, 2, 4)), rng.normal(size=(2, 4, 4))
+    model = mf.SelfAttention(1.0, query=q, key=k, value=v)
+    x = mf.sample_uniform(20, 4, rng=0)
+    a = np.zeros_like(x)
+    for h in range(2):
+        logits = (x @ q[h].T) @ (x @ k[h].T).T
+        weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+        a += (weights / weights.sum(axis=1, keepdims=True)) @ x @ v[h].T
+    np.testing.assert_allclose(model.velocity(x), a - np.sum(a * x, axis=1, keepdims=True) * x, atol=1e-14)
+    assert model.logit_bound == pytest.approx(max(np.linalg.norm(q[h].T @ k[h], 2) for h in range(2)))
+    from meanfield.engines import check_consistency
+    check_consistency(model, x[None])
+    with pytest.raises(ValueError, match="query and key must have the same shape"):
+        mf.SelfAttention(1.0, query=q)  # the key, the identity, would need k = d
+
+
+def run_config(tmp_path, changes) -> subprocess.CompletedProcess:
+    config = {"geometry": "circle", "output": str(tmp_path / "out"), "times": {"stop": 1.0, "count": 3},
+              "model": {"beta": 1.0}, "method": {"kind": "CircleFV", "cells": 64},
+              "initial": {"kind": "perturbed_uniform"}}
+    config.update(changes)  # whole sections: a key of another method would be refused first
+    path = tmp_path / "run.toml"
+    path.write_text(_to_toml(config))
+    return meanfield("run", path, timeout=120)
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"times": {"stop": float("inf"), "count": 3}}, "times.stop must be a finite number, got inf"),
+    ({"geometry": "euclidean", "method": {"kind": "particles", "n": 8, "d": 2},
+      "initial": {"kind": "gaussian", "std": float("inf")}}, "initial.std must be a finite number, got inf"),
+    ({"method": {"kind": "CircleFV", "cells": 2.5}}, "method.cells must be an integer, got 2.5"),
+    ({"geometry": "sphere", "method": {"kind": "SphereSpectralParticles", "lmax": 15, "quadrature_lmax": 100000}},
+     "method.quadrature_lmax = 100000 .* needs about"),
+], ids=["infinite stop", "infinite std", "a float for an integer", "the atoms' grid beyond memory"])
+def test_a_bad_key_is_one_line_naming_it_and_nothing_else(tmp_path, changes, message):
+    result = run_config(tmp_path, changes)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and re.search(message, result.stderr), result.stderr
+
+
+def test_help_shows_each_default_once():
+    text = meanfield("validate", "--help").stdout
+    assert "(default: None)" not in text and "(default: False)" not in text
+    assert text.count("default: 112 on the") == 1 and "(default: output/validate)" in text

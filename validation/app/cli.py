@@ -172,13 +172,19 @@ def _stationary(args: argparse.Namespace) -> int:
     return 0
 
 
-HELP_FORMAT = argparse.ArgumentDefaultsHelpFormatter
+class DefaultsOnceFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown once: not where the help already says it, nor for flags and unset options."""
+
+    def _get_help_string(self, action):
+        if "default" in (action.help or "") or action.default in (None, False, argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def _config_command(commands, name: str, handler, *, help: str, description: str,
                     resume: str) -> argparse.ArgumentParser:
     """A subcommand that reads a TOML config and can resume: ``name CONFIG [--resume] [--quiet]``."""
-    command = commands.add_parser(name, help=help, description=description, formatter_class=HELP_FORMAT)
+    command = commands.add_parser(name, help=help, description=description, formatter_class=DefaultsOnceFormatter)
     command.add_argument("config", type=Path)
     command.add_argument("--resume", action="store_true", help=resume)
     command.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -188,14 +194,14 @@ def _config_command(commands, name: str, handler, *, help: str, description: str
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="meanfield", formatter_class=HELP_FORMAT,
+        prog="meanfield", formatter_class=DefaultsOnceFormatter,
         description="Mean-field PDEs and particle systems of self-attention: the default validation run, "
                     "experiments and parameter sweeps from TOML configs.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     parser.set_defaults(kept=None)  # what an interrupted command leaves behind, set as it runs
     commands = parser.add_subparsers(dest="command", required=True)
     validate = commands.add_parser(
-        "validate", formatter_class=HELP_FORMAT, help="default mean-field validation run (report, NetCDF, figures)",
+        "validate", formatter_class=DefaultsOnceFormatter, help="default mean-field validation run (report, NetCDF, figures)",
         description="Particles against the PDE on the circle (SA, D = 0) and the sphere (USA, small D): "
                     "distances at several times, fitted convergence rate in n with bootstrap intervals. "
                     "With --strict the exit status is 1 when -1/2 lies outside some interval.")
@@ -235,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="array library and device of the particles, e.g. torch:cuda, cupy, jax "
                             "(default: sweep.device, numpy)")
     stationary = commands.add_parser(
-        "stationary", formatter_class=HELP_FORMAT, help="a bifurcation diagram of stationary states (TOML config)",
+        "stationary", formatter_class=DefaultsOnceFormatter, help="a bifurcation diagram of stationary states (TOML config)",
         description="Follows the stationary states of the mean-field equation with diffusion on the circle from "
                     "the uniform state through its bifurcation points over a range of diffusion or beta, with "
                     "their stability, and writes bifurcation.nc and bifurcation.png to the output folder "
@@ -244,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     stationary.add_argument("config", type=Path)
     stationary.add_argument("--quiet", action="store_true", help="no progress bars")
     stationary.set_defaults(handler=_stationary)
-    demo = commands.add_parser("demo", help="short particle demo on the circle", formatter_class=HELP_FORMAT,
+    demo = commands.add_parser("demo", help="short particle demo on the circle", formatter_class=DefaultsOnceFormatter,
                                description="SA particles on the circle cluster while their energy rises.")
     demo.add_argument("--beta", type=float, default=9.0, help="inverse temperature")
     demo.add_argument("--n", type=_positive_int, default=256, help="number of particles")

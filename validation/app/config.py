@@ -15,8 +15,9 @@ Example (see ``examples/``)::
     normalized = true
     diffusion = 0.0
     value = 1.0                         # -1.0: repulsive; or a (d, d) / (heads, d, d) matrix,
-                                        # inline or a .npy path, as query and key (optional;
-                                        # sphere PDE: Q = K = I, V = cI only)
+                                        # inline or a .npy path, as query and key (optional,
+                                        # (heads, k, d) with k the head dimension); every
+                                        # solver takes any matrices (their general path)
     # causal = true                     # causal attention (particles only): alibi = 0.0,
                                         # include_self = false; value is the prefactor c
 
@@ -46,6 +47,7 @@ Example (see ``examples/``)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import sys
 from dataclasses import MISSING, dataclass, field
@@ -81,6 +83,16 @@ def option(default: Any = MISSING, *, types: type | tuple, minimum: float | None
     return field(default=default, metadata=metadata)
 
 
+#: How an error names a TOML type ("must be an integer", not "must be a int").
+TYPE_NAMES = {int: "an integer", float: "a number", numbers.Real: "a number", str: "a string", bool: "true or false",
+              list: "a list", tuple: "a list", dict: "a table"}
+
+
+def _type_name(kind: type) -> str:
+    """A TOML type as an error names it; a config section is a table."""
+    return TYPE_NAMES.get(kind, "a table" if dataclasses.is_dataclass(kind) else f"a {kind.__name__}")
+
+
 def check_fields(record: Any) -> None:
     """Type, range and choices of every key of a config section (the section's ``PREFIX`` names them)."""
     values = values_of(record)
@@ -90,9 +102,10 @@ def check_fields(record: Any) -> None:
             continue
         types = rule["types"]
         if (isinstance(value, bool) and types is not bool) or not isinstance(value, types):
-            expected = types.__name__ if isinstance(types, type) else " or ".join(
-                t.__name__ if t is not numbers.Real else "number" for t in types)
-            raise ConfigError(f"{name} must be a {expected}, got {value!r}")
+            expected = " or ".join(_type_name(t) for t in (types if isinstance(types, tuple) else (types,)))
+            raise ConfigError(f"{name} must be {expected}, got {value!r}")
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number, got {value!r}")
         if rule["choices"] is not None and value not in rule["choices"]:
             raise ConfigError(f"{name} must be one of {', '.join(rule['choices'])}; got {value!r}")
         minimum = rule["minimum"]
@@ -513,9 +526,11 @@ def read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
             array = np.asarray(given, dtype=float)
         except (TypeError, ValueError):
             raise ConfigError(f"model.{key} must be numbers in a (d, d) or (heads, d, d) array, got {given!r}") from None
-        if array.ndim not in (2, 3) or array.shape[-2:] != (d, d):
-            raise ConfigError(f"model.{key} must have shape ({d}, {d}) or (heads, {d}, {d}) for "
-                              f"geometry = {config.geometry!r}, got shape {array.shape}")
+        projection = key in ("query", "key")  # (heads, k, d): k the head dimension
+        if array.ndim not in (2, 3) or array.shape[-1] != d or (not projection and array.shape[-2] != d):
+            shapes = f"(k, {d}) or (heads, k, {d})" if projection else f"({d}, {d}) or (heads, {d}, {d})"
+            raise ConfigError(f"model.{key} must have shape {shapes} for geometry = {config.geometry!r}, "
+                              f"got shape {array.shape}")
         matrices[key] = _nested_tuple(array.tolist())
     perceptron = model.perceptron
     if isinstance(perceptron, dict):

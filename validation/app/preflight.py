@@ -226,11 +226,13 @@ def _check_memory(config: ExperimentConfig) -> None:
         needed = 8 * points * (count + WORKING_FIELDS[method.kind])
         if method.kind == "CircleFVLagrangian":  # the labels' positions at every output
             needed += 8 * method.points * (count + WORKING_FIELDS[method.kind])
+        key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
+        what = f"{key} ({points} grid points) at times.count = {count} outputs"
         if method.kind == "SphereSpectralParticles":  # the atoms (position and mass) at every output
             atoms = int(np.prod(grid_shape(method.quadrature_lmax or method.lmax)))
             needed += 8 * 4 * atoms * (count + WORKING_FIELDS[method.kind])
-        key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
-        what = f"{key} ({points} grid points) at times.count = {count} outputs"
+            if method.quadrature_lmax is not None:
+                what += f" and method.quadrature_lmax = {method.quadrature_lmax} ({atoms} atoms)"
     try:
         check_memory(needed, what, "lower the resolution or the number of output times")
     except ValueError as error:
