@@ -119,7 +119,7 @@ class GridSolver:
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,
               max_steps: int | None = None, first_step: float | None = None,
-              continued: bool = False, pace: Pace | None = None) -> xr.Dataset:
+              continued: bool = False, pace: Pace | None = None, underresolved: str = "continue") -> xr.Dataset:
         r"""Evolve ``rho0`` and record it at ``times``.
 
         Parameters
@@ -147,6 +147,11 @@ class GridSolver:
         pace : meanfield.integration.Pace, optional
             A wall-clock budget: the run collapses (``StepSizeCollapse``) as soon as its pace
             says it cannot finish in time.
+        underresolved : {"continue", "stop"}
+            What the run does once an output is under-resolved (after the warning):
+            ``"continue"`` through every output time (the later outputs are flagged, and may be
+            far from the solution), ``"stop"`` right after that output (the dataset then ends
+            there: what is computed past it would not be the solution; ``meanfield run``'s default).
 
         Returns
         -------
@@ -161,13 +166,17 @@ class GridSolver:
         StepSizeCollapse
             With the time reached and the reason; ``partial`` holds the outputs so far.
         """
+        if underresolved not in ("continue", "stop"):
+            raise ValueError(f"underresolved must be 'continue' or 'stop', got {underresolved!r}")
         return self.solve_until(rho0, times, None, progress=progress, observer=observer, max_steps=max_steps,
-                                first_step=first_step, continued=continued, pace=pace).dataset
+                                first_step=first_step, continued=continued, pace=pace,
+                                stop_underresolved=underresolved == "stop").dataset
 
     def solve_until(self, rho0, times, stop: Callable[[Any], bool] | None, *, progress: bool | None = None,
                     observer: Callable[[float, np.ndarray], None] | None = None, max_steps: int | None = None,
                     first_step: float | None = None, continued: bool = False,
-                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> "Interrupted":
+                    pace: Pace | None = None, annotate: Callable[[int], tuple[dict, dict]] | None = None,
+                    stop_underresolved: bool = False) -> "Interrupted":
         """:meth:`solve`, ended after the first accepted step whose state meets ``stop(state)``.
 
         How one solver hands a run over to another (:class:`~solvers.CircleAuto`,
@@ -186,6 +195,9 @@ class GridSolver:
             values[, attrs])``) and their coordinates (name: one-dimensional array) for the dataset
             of ``outputs`` recorded times, built into it at once (what a solver handing over
             adds for the other one's records).
+        stop_underresolved : bool
+            End after the first accepted step past an under-resolved output (:meth:`solve`'s
+            ``underresolved="stop"``).
 
         Returns
         -------
@@ -205,6 +217,9 @@ class GridSolver:
         record = SolveRecord(self, times, extra_settings)
         watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
         until = None if stop is None else (lambda t, s: stop(s))
+        if stop_underresolved:
+            handed = until
+            until = (lambda t, s: record.monitor.since is not None or (handed is not None and handed(t, s)))
         with self._threads():
             reached, state = integrate(
                 state, times, attempt, first_step=first_step or first, record=record.record,

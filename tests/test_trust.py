@@ -261,3 +261,22 @@ def test_help_shows_each_default_once():
     text = meanfield("validate", "--help").stdout
     assert "(default: None)" not in text and "(default: False)" not in text
     assert text.count("default: 112 on the") == 1 and "(default: output/validate)" in text
+
+
+def test_an_underresolved_run_stops_at_its_first_underresolved_output(tmp_path):
+    """USA beta = 5 on S^2 at the default lmax: it used to run on for 15 minutes to densities of -1500."""
+    from solvers import SphereSpectral
+
+    with pytest.warns(Warning, match="under-resolved from t=0.4"):
+        ds = SphereSpectral(mf.SelfAttention(5.0, normalized=False)).solve(
+            lambda p: 1 + 0.1 * p[..., 2] * p[..., 0], np.linspace(0, 1.6, 17), progress=False, underresolved="stop")
+    assert ds.time.values[-1] == pytest.approx(0.4) and not ds.resolved.values[-1] and ds.resolved.values[:-1].all()
+    config = tmp_path / "run.toml"
+    config.write_text(_to_toml({"geometry": "sphere", "output": str(tmp_path / "out"),
+                                "times": {"stop": 1.6, "count": 17}, "model": {"beta": 5.0, "normalized": False},
+                                "method": {"kind": "SphereSpectral"},
+                                "initial": {"kind": "perturbed_uniform", "amplitude": 0.1, "mode": 2}}))
+    result = meanfield("run", config, "--no-animation")
+    assert result.returncode == 3 and "ends at its first under-resolved output" in result.stderr
+    with xr.open_dataset(tmp_path / "out" / "dataset.nc") as ds:
+        assert ds.time.values[-1] == pytest.approx(0.4) and ds.attrs["trustworthy"] == 0

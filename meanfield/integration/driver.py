@@ -185,7 +185,7 @@ def all_finite(state) -> bool:
         xp = array_namespace(state)
         return bool(xp.all(xp.isfinite(state)))
     try:
-        return bool(np.isfinite(np.asarray(state, dtype=float)).all())
+        return bool(np.isfinite(np.asarray(state)).all())  # complex too: a spectral solver's coefficients
     except (TypeError, ValueError):
         return True
 

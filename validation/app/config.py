@@ -29,6 +29,8 @@ Example (see ``examples/``)::
     kind = "CircleAuto"                 # "CircleAuto" | "CircleFV" | "CircleSpectral" | "CircleFVLagrangian"
                                         # | "SphereSpectral" | "SphereSpectralParticles" | "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
+    underresolved = "stop"              # CircleFV, CircleSpectral, SphereSpectral: end at the first
+                                        # under-resolved output (exit 3), or "continue"
                                         # CircleFVLagrangian: points = 4096 (mass labels after
                                         # the finite volumes' error passes 1e-3 of max rho)
                                         # SphereSpectralParticles: lmax, quadrature_lmax = lmax
@@ -199,10 +201,11 @@ class MethodConfig(ConfigSection):
     """``[method]``: the PDE solver or the particle system, and its resolution."""
 
     PREFIX: ClassVar[str] = "method."
-    KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol"}, "CircleSpectral": {"kind", "cells", "rtol"},
+    KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol", "underresolved"},
+                            "CircleSpectral": {"kind", "cells", "rtol", "underresolved"},
                             "CircleAuto": {"kind", "cells", "rtol"},
                             "CircleFVLagrangian": {"kind", "cells", "rtol", "points"},
-                            "SphereSpectral": {"kind", "lmax", "rtol"},
+                            "SphereSpectral": {"kind", "lmax", "rtol", "underresolved"},
                             "SphereSpectralParticles": {"kind", "lmax", "rtol", "quadrature_lmax"},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
     kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + ("particles",),
@@ -217,6 +220,10 @@ class MethodConfig(ConfigSection):
                                   help="SphereSpectralParticles: the Gauss grid of the atoms (default lmax)")
     rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
                          help="PDE: local error per step relative to the deviation from uniform (< 1)")
+    underresolved: str = option("stop", types=str, choices=("stop", "continue"),
+                                help="CircleFV, CircleSpectral, SphereSpectral: once an output is under-resolved, "
+                                     "end the run there (exit 3, the outputs so far kept) or continue (the later "
+                                     "outputs flagged)")
     n: int = option(512, types=int, minimum=1, help="particles: tokens")
     seed: int = option(0, types=int, minimum=0, help="particles: random seed")
     dt: float = option(0.01, types=NUMBER, minimum=0, strict=True, help="particles: step")

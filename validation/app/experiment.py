@@ -139,6 +139,11 @@ def _run_locked(run: RunObjects, output: Path, resume: bool, progress: bool | No
                         raise
                     break
                 next_step = dataset_settings(part)["next_step"] if solver is not None else None
+                if part.sizes["time"] < segment_times.size:  # ended at its first under-resolved output
+                    stopped = (f"under-resolved from t={part.attrs['underresolved_since']:.6g}: the run ends at its "
+                               f"first under-resolved output (method.underresolved = 'continue' goes on)")
+                    parts.append(part.isel(time=slice(int(segment > 1), None)))
+                    break
                 if segment > 1:
                     part = part.isel(time=slice(1, None))
                 if segment < len(boundaries) - 1:
@@ -168,7 +173,10 @@ def _compute_segment(config, model, solver, state, segment_times, generator, bar
     if solver is None:
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
                                      dt=config.method.dt, rng=generator, progress=bar)
-    return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace)
+    policy = {"underresolved": config.method.underresolved} if "underresolved" in config.method.KEYS[
+        config.method.kind] else {}  # a solver that hands over goes on with the other one instead
+    return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace,
+                        **policy)
 
 
 def _trustworthy(parts: list[xr.Dataset]) -> bool:
