@@ -126,9 +126,9 @@ def test_configs_take_matrices_and_a_perceptron(tmp_path):
 
 
 @pytest.mark.parametrize("geometry,key,method,message", [
-    ("circle", "[[0.9, 0.0, 1.0], [0.2, 1.0, 0.0]]", "CircleFV", "model.key must have shape (2, 2)"),
+    ("circle", "[[0.9, 0.0, 1.0], [0.2, 1.0, 0.0]]", "CircleFV", "model.key must have shape (k, 2)"),
     ("circle", '"missing.npy"', "CircleFV", "model.key: no file"),
-    ("sphere", "[[0.9, 0.0], [0.2, 1.0]]", "SphereSpectral", "model.query must have shape (3, 3)"),
+    ("sphere", "[[0.9, 0.0], [0.2, 1.0]]", "SphereSpectral", "model.query must have shape (k, 3)"),
 ])
 def test_bad_matrices_are_refused(tmp_path, capsys, geometry, key, method, message):
     from validation.app.cli import main

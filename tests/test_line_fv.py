@@ -164,17 +164,17 @@ def test_particles_approach_the_mass_coordinates_like_one_over_root_n_after_the_
                          ids=["LineFV", "LineLagrangian"])
 def test_a_collapse_raises_with_the_outputs_so_far(solver, monkeypatch):
     """A right-hand side that turns NaN after t = 0.3 rejects every step until the step
-    collapses: the error names the solver and the time, and ``partial`` holds the outputs
-    before it with the step counts and the reason in its settings."""
+    collapses: the error (a NonFiniteState) names the solver, the time and the overflow, and
+    ``partial`` holds the outputs before it with the step counts and the reason in its settings."""
     rhs = type(solver).rhs
 
     def failing(self, state):
         return rhs(self, state) if state[0] < 0.3 else np.full_like(state, np.nan)
 
     monkeypatch.setattr(type(solver), "rhs", failing)
-    with pytest.raises(mf.StepSizeCollapse, match=f"{solver.name} failed at t=0.3") as caught:
+    with pytest.raises(mf.NonFiniteState, match=f"{solver.name} failed at t=0.3") as caught:
         solver.solve(density, [0.0, 0.1, 0.2, 0.5, 1.0])
     partial = caught.value.partial
     np.testing.assert_array_equal(partial["time"].values, [0.0, 0.1, 0.2])
     settings = json.loads(partial.attrs["settings"])
-    assert settings["failure"].startswith("step size collapsed") and settings["rejected_steps"] > 0
+    assert settings["failure"].startswith("every step from t=0.3 overflows") and settings["rejected_steps"] > 0

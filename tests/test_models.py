@@ -133,7 +133,7 @@ def test_model_round_trips_through_its_description():
     (dict(beta=float("nan")), "beta"),
     (dict(beta=1.0, diffusion=-0.1), "diffusion"),
     (dict(beta=1.0, query=np.eye(3)[:2]), "query"),
-    (dict(beta=1.0, query=np.eye(3), key=np.eye(4)), "same shape"),
+    (dict(beta=1.0, query=np.eye(3), key=np.eye(4)), "same heads and d"),
     (dict(beta=1.0, value=np.full((2, 2), np.nan)), "value"),
 ])
 def test_bad_model_arguments_raise_value_error_naming_them(kwargs, argument):
