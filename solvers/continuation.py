@@ -16,13 +16,19 @@ parameter value as unknowns; the symmetry makes every such bifurcation a pitchfo
 two sides one orbit), then followed by pseudo-arclength: a secant predictor and the
 constraint :math:`\langle z - z_{pred}, t\rangle = 0` in the metric that weighs the state by
 :math:`\bar\rho` and the parameter by its scale, with the step adapted to Newton's iteration
-count. A fold is where the tangent's parameter component changes sign; a change of the
-number of unstable eigenvalues marks a secondary bifurcation.
+count. A step whose Newton iteration fails, strays to a parameter value the problem
+refuses, or lands at more than 18 degrees from the branch's direction (:data:`TURN_COSINE`: a
+bend the step cannot follow, or a jump to another branch) is retried with half the step. A fold is where the tangent's parameter component
+changes sign; it is located to Newton's tolerance as the extremum of the parameter along the
+branch (a bounded scalar search over the states at a fixed distance along the tangent there)
+and inserted as a point of the branch. A change of the number of unstable eigenvalues marks a
+secondary bifurcation.
 
-A branch stops where it leaves the interval, leaves the resolved range (a cluster narrower
-than the problem's ``min_cluster_cells``, a density that is not positive), where Newton fails
-at the smallest step, or where a parameter value is refused (no diffusion left); what was
-computed is kept and the reason recorded.
+A branch stops where it reaches the interval's end (the last point solved at the end value
+itself), leaves the resolved range (a cluster narrower than the problem's
+``min_cluster_cells``, a density that is not positive), where Newton fails at the smallest
+step, or where a parameter value is refused at the smallest step (no diffusion left); what
+was computed is kept and the reason recorded.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import NoConvergence, brentq, newton_krylov
+from scipy.optimize import NoConvergence, brentq, minimize_scalar, newton_krylov
 from scipy.sparse.linalg import LinearOperator
 
 from meanfield.checks import check_int, check_real
@@ -43,6 +49,10 @@ NEWTON_ITERATIONS = 12
 
 #: Largest Newton iteration count of a solve from a user's guess (line search from afar).
 GUESS_ITERATIONS = 60
+
+#: A continuation step whose secant makes a larger angle than this cosine with the last one is
+#: retried shorter: the branch bends more than a step may follow, or Newton jumped to another branch.
+TURN_COSINE = 0.95
 
 #: Leading eigenvalues recorded per point.
 EIGENVALUES = 4
@@ -102,7 +112,7 @@ class Branch:
     end : str
         Why the continuation stopped.
     folds : list of int
-        Indices of the points after which the parameter turns back.
+        Indices of the located folds among the points: where the parameter turns back.
     """
 
     points: list[Point]
@@ -277,6 +287,57 @@ def _accept(problem, z: np.ndarray, evaluations: int) -> Point:
     return point
 
 
+def _vector(point: Point) -> np.ndarray:
+    """A point as the continuation's vector: its unknowns, then its parameter value."""
+    return np.append(point.unknowns, point.value)
+
+
+def _point_at_value(problem, current: np.ndarray, beyond: np.ndarray, value: float) -> Point | None:
+    """The branch's state at the parameter ``value``, between ``current`` and ``beyond`` (which passed it), or ``None``."""
+    weight = (value - current[-1]) / (beyond[-1] - current[-1])
+    start = current + weight * (beyond - current)
+    try:
+        z, evaluations, _ = _solve_augmented(problem, start, lambda z: z[-1] - value)
+    except (NoConvergence, ValueError):
+        return None
+    return _accept(problem, z, evaluations)
+
+
+def _locate_fold(problem, metric, previous: np.ndarray, current: np.ndarray, after: np.ndarray,
+                 rising: float) -> Point | None:
+    r"""The fold between ``previous`` and ``after`` (the parameter turns at ``current``), to Newton's tolerance.
+
+    The states at the distance ``a`` along the chord :math:`t` through ``current`` (the
+    constraint :math:`\langle z - z_c, t\rangle = a`) form a smooth curve through the fold,
+    and the parameter along it is extremal there (``rising > 0``: a maximum): a bounded
+    scalar search in ``a``, whose error in ``a`` enters the parameter squared.
+    """
+    chord = after - previous
+    tangent = chord / metric.norm(chord)
+    bounds = sorted((metric.dot(previous - current, tangent), metric.dot(after - current, tangent)))
+    # the hyperplanes meet the uniform branch too: a state much nearer to it is not on this branch
+    nearest = 0.5 * min(problem.norm(z[:-1]) for z in (previous, current, after))
+    solved: dict[float, tuple[np.ndarray, int]] = {}
+
+    def turned(a: float) -> float:
+        try:
+            z, evaluations, _ = _solve_augmented(problem, current + a * tangent,
+                                                 lambda z: metric.dot(z - current, tangent) - a)
+        except (NoConvergence, ValueError):
+            return np.inf
+        if problem.norm(z[:-1]) < nearest:
+            return np.inf
+        solved[a] = (z, evaluations)
+        return -rising * z[-1]
+
+    found = minimize_scalar(turned, bounds=bounds, method="bounded",
+                            options={"xatol": 1e-10 * (bounds[1] - bounds[0])})
+    if found.x not in solved:
+        return None
+    z, evaluations = solved[found.x]
+    return _accept(problem, z, evaluations)
+
+
 @fill_docstrings(problem=PROBLEM, branch_limits=BRANCH_LIMITS)
 def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float, float], *,
                         first_amplitude: float | None = None, max_points: int = 200,
@@ -346,43 +407,69 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
     low, high = sorted(interval)
     scale = max(abs(low), abs(high))
     metric = _Metric(problem, scale)
-    as_vector = lambda point: np.append(point.unknowns, point.value)  # noqa: E731
-    previous, current = as_vector(branch.points[-2]), as_vector(branch.points[-1])
+    previous, current = _vector(branch.points[-2]), _vector(branch.points[-1])
     step = metric.norm(current - previous)
     # By default a step may cross a fifth of the interval (in the metric's parameter units).
     max_step = 0.2 * (high - low) / scale if max_step is None else check_real(max_step, "max_step", minimum=0.0, strictly=True)
     min_step = 1e-6 * max_step
     previous_direction = None
+    # A branch entered at a bifurcation of the uniform state may come back to it at another one
+    # (a loop between two bifurcations): it ends there rather than run round the loop again.
+    entry = problem.norm(branch.points[0].unknowns) if np.isfinite(branch.start_value) else None
+    left_uniform = False
     with count_progress(max_points, progress, f"branch of mode {branch.mode}", "point") as bar:
         bar.update(len(branch.points))
         while len(branch.points) < max_points:
             tangent = (current - previous) / metric.norm(current - previous)
             prediction = current + step * tangent
+            refused = None
             try:
                 z, evaluations, iterations = _solve_augmented(
                     problem, prediction, lambda z, p=prediction, t=tangent: metric.dot(z - p, t))
             except NoConvergence:
                 z = None
-            except ValueError as refused:
-                branch.end = f"stopped at {problem.parameter}={prediction[-1]:.6g}: {refused}"
-                break
+            except ValueError as error:  # an iterate strayed to a refused value: a shorter step may not
+                z, refused = None, error
+            if z is not None and step > min_step and metric.dot(z - current, tangent) < TURN_COSINE * metric.norm(
+                    z - current):
+                z = None  # the secant turned too far: a step that long may have jumped to another branch
             if z is None:
                 step *= 0.5
                 if step < min_step:
-                    branch.end = (f"Newton-Krylov failed at every step down to {min_step:.3g} near "
+                    branch.end = (f"stopped at {problem.parameter}={current[-1]:.6g}: {refused}" if refused else
+                                  f"Newton-Krylov failed at every step down to {min_step:.3g} near "
                                   f"{problem.parameter}={current[-1]:.6g}")
                     break
                 continue
             if not low <= z[-1] <= high:
-                branch.end = f"left the interval [{low:g}, {high:g}] of {problem.parameter}"
+                end = _point_at_value(problem, current, z, high if z[-1] > high else low)
+                if end is not None and problem.resolved(end.unknowns)[0]:
+                    branch.points.append(end)
+                    bar.update(1)
+                branch.end = f"reached the end of the interval [{low:g}, {high:g}] of {problem.parameter}"
                 break
             resolved, reason = problem.resolved(z[:-1])
             if not resolved:
                 branch.end = f"left the resolved range at {problem.parameter}={z[-1]:.6g}: {reason}"
                 break
+            if entry is not None:
+                size = problem.norm(z[:-1])
+                if left_uniform and size < entry:
+                    branch.points.append(_accept(problem, z, evaluations))
+                    bar.update(1)
+                    branch.end = (f"returned to the uniform state near {problem.parameter}={z[-1]:.6g} (a loop "
+                                  f"between two of its bifurcations)")
+                    break
+                left_uniform = left_uniform or size > 3 * entry
             direction = np.sign(z[-1] - current[-1])
             if previous_direction is not None and direction != 0 and direction != previous_direction:
-                branch.folds.append(len(branch.points) - 1)
+                fold = _locate_fold(problem, metric, previous, current, z, previous_direction)
+                if fold is None:  # not located: the point before the turn stands for it
+                    branch.folds.append(len(branch.points) - 1)
+                else:
+                    before = metric.dot(_vector(fold) - current, z - previous) < 0
+                    branch.points.insert(len(branch.points) - (1 if before else 0), fold)
+                    branch.folds.append(len(branch.points) - (2 if before else 1))
             previous_direction = direction if direction != 0 else previous_direction
             branch.points.append(_accept(problem, z, evaluations))
             bar.update(1)

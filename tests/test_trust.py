@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -280,3 +281,62 @@ def test_an_underresolved_run_stops_at_its_first_underresolved_output(tmp_path):
     assert result.returncode == 3 and "ends at its first under-resolved output" in result.stderr
     with xr.open_dataset(tmp_path / "out" / "dataset.nc") as ds:
         assert ds.time.values[-1] == pytest.approx(0.4) and ds.attrs["trustworthy"] == 0
+
+
+# ---------------------------------------------------------------- continuation
+def test_a_branch_retries_a_step_that_strays_and_follows_its_loop_to_the_other_bifurcation():
+    """SA beta = 3, D = 0.15, mode 2 over beta: it ended at beta = 2.485 with 'beta must be >= 0'
+    (a Newton iterate refused), and with long steps jumped between branches."""
+    from solvers.bifurcation import bifurcation_diagram
+
+    diagram = bifurcation_diagram(mf.SelfAttention(3.0, diffusion=0.15), "beta", (0.5, 10.0), cells=256, modes=[2],
+                                  progress=False)
+    first, second = diagram.bifurcation_value.values[1:]
+    for branch in (1, 2):
+        assert diagram.end.values[branch].startswith("returned to the uniform state")
+        values = diagram.beta.values[diagram.on_branch.values == branch]
+        assert values.min() == pytest.approx(first, abs=2e-3) and values.max() == pytest.approx(second, abs=2e-3)
+
+
+def test_a_branch_ends_exactly_at_the_end_of_the_interval():
+    from solvers.continuation import branch_from_uniform
+    from solvers.stationary_circle import CircleStationary
+
+    problem = CircleStationary(mf.SelfAttention(0.0, diffusion=0.3), 128)  # Kuramoto: mode 1 at D = 1/2
+    branch = branch_from_uniform(problem, 1, 0.5, (0.15, 0.65), progress=False)
+    assert branch.end.startswith("reached the end of the interval")
+    assert branch.points[-1].value == pytest.approx(0.15, abs=1e-12)
+
+
+def test_a_fold_is_located_to_newtons_tolerance():
+    r"""W = cos + 0.6 cos 2 (a subcritical mode-1 pitchfork in D): the fold against the self-consistency
+    :math:`\rho \propto e^{(r_1\cos\theta + b r_2\cos 2\theta)/D}`, :math:`r_k = \int\cos k\theta\,\rho`,
+    solved here for ``(D, r_2)`` at each :math:`r_1` and maximised over :math:`r_1` (the discrete
+    stationary states are that Gibbs form on the cells, so the two agree to the quadrature's round-off)."""
+    from scipy.optimize import fsolve, minimize_scalar
+
+    from solvers.continuation import branch_from_uniform
+    from solvers.stationary_circle import CircleStationary
+
+    b = 0.6
+    model = mf.ZonalAggregation(lambda s: s + b * (2 * s**2 - 1), lambda s: 1 + 4 * b * s, diffusion=0.3)
+    branch = branch_from_uniform(CircleStationary(model, 128), 1, 0.5, (0.05, 1.5), progress=False)
+    assert len(branch.folds) == 1
+    located = branch.points[branch.folds[0]].value
+
+    theta = 2 * np.pi * np.arange(2048) / 2048
+
+    def diffusion_at(r1):
+        def equations(unknowns):
+            diffusion, r2 = unknowns
+            gibbs = np.exp((r1 * np.cos(theta) + b * r2 * np.cos(2 * theta)) / diffusion)
+            gibbs /= gibbs.sum()
+            return [gibbs @ np.cos(theta) - r1, gibbs @ np.cos(2 * theta) - r2]
+        with warnings.catch_warnings():  # "not making good progress": at round-off, below the tolerance
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return fsolve(equations, (0.5, 0.0), xtol=1e-14)[0]
+
+    fold = -minimize_scalar(lambda r1: -diffusion_at(r1), bounds=(0.01, 0.6), method="bounded",
+                            options={"xatol": 1e-12}).fun
+    assert located == pytest.approx(fold, abs=1e-8)
+    assert max(point.value for point in branch.points) == located  # the largest D on the branch is the fold
