@@ -1,7 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make run    the main job (meanfield validate: report, data and figures in output/validate)
 #   make test   the test suite (what CI runs)
-#   make docs   the documentation site (docs/_build/html; warnings are errors)
+#   make docs   the documentation site (docs/_build/html; warnings and raw markup in a page are errors)
 # Set-up (FFTW, the virtual environment, the package) happens once; a second call reuses it.
 
 VENV ?= .venv
@@ -23,6 +23,7 @@ test-all: setup
 docs:
 	@bash scripts/setup.sh docs
 	$(VENV)/bin/python -m sphinx -b html -W --keep-going -n -q docs docs/_build/html
+	$(VENV)/bin/python scripts/check_site.py docs/_build/html
 
 bench: setup
 	$(VENV)/bin/python benchmarks/run.py

@@ -32,7 +32,8 @@ rotations'.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -51,6 +52,9 @@ class CriticalConfiguration:
     ``eigenvalues`` are those of :math:`c\\,\\mathrm{Hess}\\,E` (ascending); ``index`` counts the
     positive ones (directions the dynamics leaves by), ``zero_modes`` the zero ones and
     ``rotation_modes`` the dimension of the configuration's orbit under rotations.
+    ``start_gradient_norm`` is the gradient at the start (how far from critical it was, in the
+    units of ``gradient_norm``) and ``displacement`` the largest distance a token moved: a start
+    far from critical may lead Newton to another critical configuration than the one a run was near.
     """
 
     x: np.ndarray
@@ -61,6 +65,8 @@ class CriticalConfiguration:
     index: int
     zero_modes: int
     rotation_modes: int
+    start_gradient_norm: float = np.nan
+    displacement: float = np.nan
 
     @property
     def strict_optimum(self) -> bool:
@@ -161,12 +167,18 @@ def critical_configuration(model, x0, *, tol: float = 1e-12, max_iterations: int
     tol = check_real(tol, "tol", minimum=0.0, strictly=True)
     max_iterations = check_int(max_iterations, "max_iterations", minimum=1)
     n, d = x.shape
+    start = x.copy()
     scale = float(np.abs(derivatives[0](np.array([-1.0, 1.0]))).max()) / n
     for iteration in range(max_iterations + 1):
         gradient, hessian, bases = _riemannian(x, derivatives)
         size = float(np.abs(gradient).max())
+        if iteration == 0:
+            start_size = size
         if size <= tol * scale:
-            return _characterise(x, float(model.energy(x)), size, iteration, c * hessian)
+            _warn_if_merged(start, x, start_size / scale)
+            critical = _characterise(x, float(model.energy(x)), size, iteration, c * hessian)
+            return replace(critical, start_gradient_norm=start_size,
+                           displacement=float(np.linalg.norm(x - start, axis=1).max()))
         if iteration == max_iterations:
             break
         step = np.linalg.lstsq(hessian, -gradient, rcond=1e-10)[0].reshape(n, d - 1)
@@ -175,6 +187,24 @@ def critical_configuration(model, x0, *, tol: float = 1e-12, max_iterations: int
     raise RuntimeError(f"Riemannian Newton did not reach a critical configuration in {max_iterations} "
                        f"iterations (gradient {size:.3g}, tolerance {tol * scale:.3g}); start nearer, "
                        "e.g. from a longer run's end state")
+
+
+#: Tokens closer than this are one point (a cluster) of a critical configuration.
+COINCIDENT = 1e-6
+
+
+def _warn_if_merged(start: np.ndarray, x: np.ndarray, start_gradient: float) -> None:
+    """Warn when Newton made tokens coincide that the start held apart: it found a configuration of
+    fewer points, and the index it reports counts the directions that split them again."""
+    distance = np.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+    apart = np.linalg.norm(start[:, None, :] - start[None, :, :], axis=-1) > COINCIDENT
+    merged = np.argwhere(np.triu((distance <= COINCIDENT) & apart, k=1))
+    if merged.size:
+        i, j = merged[0]
+        warnings.warn(f"the critical configuration found has coincident tokens ({i} and {j}, and {len(merged) - 1} "
+                      f"more pairs) that the start held apart: Newton went to a configuration of fewer points from "
+                      f"a start {start_gradient:.3g} (gradient / scale) from critical; start from a later state of "
+                      f"the run", RuntimeWarning, stacklevel=3)
 
 
 def _characterise(x, energy, gradient_norm, iterations, hessian) -> CriticalConfiguration:

@@ -340,3 +340,24 @@ def test_a_fold_is_located_to_newtons_tolerance():
                             options={"xatol": 1e-12}).fun
     assert located == pytest.approx(fold, abs=1e-8)
     assert max(point.value for point in branch.points) == located  # the largest D on the branch is the fold
+
+
+def test_critical_configuration_says_how_far_it_started_and_warns_when_it_merged_tokens():
+    """Repulsive USA, 12 tokens on S^2: from the end state at T = 200 Newton moved tokens by more than 1 and
+    made some coincide (an index-13 saddle of fewer points, returned silently before); from T = 2000 it
+    finds the icosahedron (a local optimum: index 0) next to its start."""
+    from meanfield.landscape import critical_configuration
+
+    model = mf.SelfAttention(1.0, value=-1.0, normalized=False)
+    x0 = mf.sample_uniform(12, 3, rng=0)
+    early = mf.simulate_particles(model, x0, [0.0, 200.0]).x.values[-1]
+    with pytest.warns(RuntimeWarning, match="coincident tokens .* that the start held apart"):
+        merged = critical_configuration(model, early)
+    assert merged.displacement > 1.0 and merged.start_gradient_norm > 1e3 * merged.gradient_norm
+    late = mf.simulate_particles(model, x0, [0.0, 2000.0]).x.values[-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        icosahedron = critical_configuration(model, late)
+    assert icosahedron.index == 0 and icosahedron.displacement < 1e-3
+    gram = np.sort(np.round(icosahedron.x @ icosahedron.x.T, 6).ravel())
+    assert np.allclose(np.unique(gram), [-1.0, -1 / np.sqrt(5), 1 / np.sqrt(5), 1.0], atol=1e-6)
