@@ -61,7 +61,7 @@ class CausalCircleSeries(OutputKernel):
         return out.reshape(unit.shape)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, parallel=True)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, parallel=True)
 def _causal_circle(x, a, decay, normalized, include_self, value, totals, out):
     """``out_i = c N_i / D_i`` (SA) or ``c N_i / Z_i`` (USA); zero where nothing is seen (module docstring)."""
     b, n, _ = x.shape

@@ -54,7 +54,9 @@ MAX_TOKENS = 256
 #: Zonal SA below this beta skips the shift: row sums of up to e^100 terms of size e^beta stay finite.
 UNSHIFTED_BETA = EXP_OVERFLOW - 100.0
 
-# Reassociation lets LLVM vectorize the reductions; no flag that assumes finite values.
+# Reassociation lets LLVM vectorize the reductions; no flag that assumes finite values. The
+# kernels run with numpy's error model: a division by zero gives inf or NaN (an overflowing run
+# is then ended by the driver's finite check, with its time), not a ZeroDivisionError.
 FAST_MATH = {"reassoc", "contract", "nsz", "arcp"}
 
 
@@ -70,7 +72,20 @@ NO_NOISE = np.empty((1, 0, 0))  # "no noise": one system of no tokens
 OUTPUT, VELOCITY, STEP = 0, 1, 2
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
+def _inverse_norm(y):
+    """``1 / |y|`` where the squares over- or underflow: the norm of ``y`` scaled by its largest entry
+    (NaN for an infinite or zero vector, which the run reports)."""
+    largest = 0.0
+    for c in range(y.shape[0]):
+        largest = max(largest, abs(y[c]))
+    total = 0.0
+    for c in range(y.shape[0]):
+        total += (y[c] / largest) ** 2
+    return 1.0 / (largest * np.sqrt(total))
+
+
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def _prepare_system(tokens, normalize, beta, ext, keys):
     r"""``ext = [u, 1]`` (``n x (d + 1)``) and ``keys[:d] = \beta u^T``, ``u = x / |x|`` or ``x``.
 
@@ -84,7 +99,7 @@ def _prepare_system(tokens, normalize, beta, ext, keys):
             norm = 0.0
             for c in range(d):
                 norm += tokens[i, c] * tokens[i, c]
-            scale = 1.0 / np.sqrt(norm)
+            scale = 1.0 / np.sqrt(norm) if 0.0 < norm < np.inf else _inverse_norm(tokens[i])
         for c in range(d):
             ext[i, c] = tokens[i, c] * scale
     for c in range(d):
@@ -92,7 +107,7 @@ def _prepare_system(tokens, normalize, beta, ext, keys):
             keys[c, i] = beta * ext[i, c]
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _zonal_logits(x, start, normalize, beta, shift, extended, keys, logits):
     r"""For the systems ``x[start:start + len(logits)]``: prepare them (:func:`_prepare_system`)
     and write :math:`\beta\langle u_i, u_j\rangle - m` into ``logits``."""
@@ -107,7 +122,7 @@ def _zonal_logits(x, start, normalize, beta, shift, extended, keys, logits):
                     g[i, j] -= shift
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _zonal_finish(weights, extended, start, weight, denominator, mode, h, project, noise, noise_scale, sums,
                   out):
     """Per system: ``S = W [u, 1]`` into the scratch ``sums`` (``n x (d + 1)``), then its rows
@@ -118,7 +133,7 @@ def _zonal_finish(weights, extended, start, weight, denominator, mode, h, projec
                      noise_scale, out, start + s)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise, ns, noise_scale, out, os):
     r"""The rows of one system from its sums: ``a_i = w S_i / Z_i`` (``S = sums[ss, :, :d]``,
     ``Z`` the last column, or ``denominator`` if nonzero), then per ``mode``: ``out[os] = a``
@@ -166,12 +181,12 @@ def finish_rows(x, xs, sums, ss, d, weight, denominator, mode, h, project, noise
                     y += noise_scale * (noise[ns, i, c] - radial_noise * x[xs, i, c])
                 out[os, i, c] = y
                 norm += y * y
-            inverse = 1.0 / np.sqrt(norm)
+            inverse = 1.0 / np.sqrt(norm) if 0.0 < norm < np.inf else _inverse_norm(out[os, i, :d])
             for c in range(d):
                 out[os, i, c] *= inverse
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise_scale, out):
     """:func:`finish_rows` for every system of ``(b, n, .)`` arrays (``noise`` as ``x``).
 
@@ -186,7 +201,7 @@ def finish_systems(x, sums, weight, denominator, mode, h, project, noise, noise_
         _finish_each(x, sums, out.shape[2], weight, denominator, mode, h, project, noise, noise_scale, out)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def _finish_each(x, sums, d, weight, denominator, mode, h, project, noise, noise_scale, out):
     for s in range(out.shape[0]):
         finish_rows(x, s, sums, s, d, weight, denominator, mode, h, project, noise, s, noise_scale, out, s)
@@ -198,7 +213,7 @@ def _finish_each(x, sums, d, weight, denominator, mode, h, project, noise, noise
 UNROLLED_DIMENSIONS = (2, 3)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def _logits_of(x, start, d, normalize, beta, shift, extended, tokens, logits):
     r"""For the systems ``x[start:start + len(logits)]``: ``tokens[s, :d] = u^T``,
     ``extended[s] = [u, 1]`` if ``normalize`` (else ``u = x``, read from ``x``), and the logits
@@ -219,7 +234,7 @@ def _logits_of(x, start, d, normalize, beta, shift, extended, tokens, logits):
                 logits[s, i, j] = acc
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def _row_sums(weights, s, i, tokens, d, sums):
     """``sums[0, i] = (W u)_i, (W 1)_i`` in one pass along the row, the sums in scalars.
 
@@ -247,7 +262,7 @@ def _row_sums(weights, s, i, tokens, d, sums):
         sums[0, i, 0], sums[0, i, 1], sums[0, i, 2], sums[0, i, 3] = first, second, third, total
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def _finish_of(weights, x, start, d, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
                noise_scale, sums, out):
     """Per system: the sums of each row (:func:`_row_sums`), then :func:`finish_rows`, ``d`` a constant."""
@@ -262,7 +277,7 @@ def _finish_of(weights, x, start, d, normalize, extended, tokens, weight, denomi
 
 # One entry per pass; each branch is its own copy of the loops with d compiled in (LLVM
 # unrolls the components and vectorizes along the tokens).
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _unrolled_logits(x, start, normalize, beta, shift, extended, tokens, logits):
     if x.shape[2] == 2:
         _logits_of(x, start, 2, normalize, beta, shift, extended, tokens, logits)
@@ -270,7 +285,7 @@ def _unrolled_logits(x, start, normalize, beta, shift, extended, tokens, logits)
         _logits_of(x, start, 3, normalize, beta, shift, extended, tokens, logits)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _unrolled_finish(weights, x, start, normalize, extended, tokens, weight, denominator, mode, h, project, noise,
                      noise_scale, sums, out):
     if x.shape[2] == 2:
@@ -281,14 +296,14 @@ def _unrolled_finish(weights, x, start, normalize, extended, tokens, weight, den
                    noise_scale, sums, out)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _prepare_into(x, start, normalize, beta, extended, keys):
     """:func:`_prepare_system` for the systems ``x[start:start + len(extended)]``."""
     for s in range(extended.shape[0]):
         _prepare_system(x[start + s], normalize, beta, extended[s], keys[s])
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _exponents(g, row_max, shift):
     """``g <- g - m_i`` in place (``g`` the logits), ``m_i`` the row maximum (``row_max``) or ``shift``."""
     b, n, m = g.shape
@@ -303,7 +318,7 @@ def _exponents(g, row_max, shift):
                 g[s, i, j] = g[s, i, j] - offset
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _add_head(sums, normalized, values, first, out):
     r"""``out_i (+)= V (S_i / Z_i)``: ``S = sums[..., :d]``, ``Z`` its last column (SA) or ``n`` (USA)."""
     b, n, d = out.shape

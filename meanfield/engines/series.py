@@ -163,7 +163,7 @@ class SeriesAttention(OutputKernel):
 
 
 # --------------------------------------------------------------------------- circle
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _power_sums(x, s, fr, fi, pr, pi):
     """``fr + i fi = F_m = sum_j z_j^m``, ``m = 0 .. fr.size - 1``, for system ``s`` (``pr``, ``pi``: scratch)."""
     n = x.shape[1]
@@ -189,7 +189,7 @@ def _power_sums(x, s, fr, fi, pr, pi):
             fi[m] += acci
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, error_model="numpy", parallel=True)
 def _circle_pair_totals(x, a, out):
     r""":math:`\sum_{ij} k_{ij} = a_0 n^2 + 2 \sum_{m \ge 1} a_m |F_m|^2` per system."""
     b, n, _ = x.shape
@@ -204,7 +204,7 @@ def _circle_pair_totals(x, a, out):
         out[s] = total
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, parallel=True)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, parallel=True)
 def _circle_streamed(x, a, normalized, value, out):
     r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA), :math:`k_{ij} = \sum_{|m| \le M} a_m z_i^m \bar z_j^m`.
 
@@ -247,7 +247,7 @@ def _circle_streamed(x, a, normalized, value, out):
                 out[s, start + i, 1] = si[i] * scale
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, parallel=True)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, parallel=True)
 def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, noise, noise_scale):
     """:func:`_circle_streamed` with each system's powers kept in a table (:func:`_power_table`) from
     the sums to the synthesis; ``mode`` other than OUTPUT: each system's output then goes
@@ -283,7 +283,7 @@ def _circle_tabled(x, a, normalized, value, out, threads, mode, h, project, nois
                 finish_rows(x, s, out, s, 2, 1.0, 1.0, mode, h, project, noise, s, noise_scale, out, s)
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _power_table(x, s, pr, pi, fr, fi):
     """``pr[m] + i pi[m] = z_j^m`` for the ``n`` points of system ``s`` and ``fr + i fi = F_m``, ``m < len(pr)``.
 
@@ -311,7 +311,7 @@ def _power_table(x, s, pr, pi, fr, fi):
         fr[m], fi[m] = total_r, total_i
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH, inline="always")
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, inline="always")
 def _mode_coefficients(a, fr, fi, m):
     """What mode ``m`` adds to ``Z_i`` per ``(Re, Im) z_i^m``, then to ``Re S_i`` and ``Im S_i`` (:func:`_circle_streamed`)."""
     return (2.0 * a[m] * fr[m], 2.0 * a[m] * fi[m], a[m] * (fr[m - 1] + fr[m + 1]), a[m] * (fi[m - 1] + fi[m + 1]),
@@ -319,7 +319,7 @@ def _mode_coefficients(a, fr, fi, m):
 
 
 # --------------------------------------------------------------------------- sphere
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _recurrence_coefficients(degree):
     r"""Coefficients of the orthonormal associated Legendre recurrence, by ``(l, m)``.
 
@@ -339,7 +339,7 @@ def _recurrence_coefficients(degree):
     return diagonal, alpha, gamma
 
 
-@numba.njit(cache=True, fastmath=FAST_MATH)
+@numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
 def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_im, weights, acc):
     r"""One pass over the harmonics ``l <= degree`` for points ``start .. start + count`` of system ``s``.
 
@@ -416,7 +416,7 @@ def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_i
                 g_im[l, m, 3] += s3i
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, error_model="numpy")
 def _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc):
     """:math:`G_{lm}[f]` of system ``s`` (``f = 1, x^1, x^2, x^3``), point block by point block."""
     n = x.shape[1]
@@ -429,7 +429,7 @@ def _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc):
                       acc)
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, error_model="numpy", parallel=True)
 def _sphere_attention(x, weights, normalized, value, out):
     """``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA) through the harmonic series on S^2."""
     b, n, _ = x.shape
@@ -450,7 +450,7 @@ def _sphere_attention(x, weights, normalized, value, out):
                     out[s, start + i, c] = acc[c + 1, i] * scale
 
 
-@numba.njit(cache=True, parallel=True)
+@numba.njit(cache=True, error_model="numpy", parallel=True)
 def _harmonic_sums(x, degree, out):
     b, n, _ = x.shape
     coefficients = _recurrence_coefficients(degree)

@@ -100,6 +100,16 @@ def rms(x: np.ndarray) -> float:
     return math.sqrt(float(np.vdot(x, x)) / x.size)
 
 
+def _scaled_norm(norm: Callable[[np.ndarray], float], x: np.ndarray) -> float:
+    """``norm(x)``, or where the squares overflow (a huge speed) ``max|x| norm(x / max|x|)``."""
+    value = norm(x)
+    if value < np.inf:
+        return value
+    largest = float(np.abs(x).max())
+    with np.errstate(invalid="ignore"):
+        return largest * norm(x / largest) if largest < np.inf else np.inf
+
+
 def initial_step(rhs: Callable[[np.ndarray], np.ndarray], q: np.ndarray, f0: np.ndarray, span: float,
                  error_estimator_order: int, scale: np.ndarray, norm: Callable[[np.ndarray], float]) -> float:
     """Hairer's first step (Hairer, Norsett and Wanner, *Solving ODEs I*, II.4; scipy's ``select_initial_step``).
@@ -109,9 +119,12 @@ def initial_step(rhs: Callable[[np.ndarray], np.ndarray], q: np.ndarray, f0: np.
     would reach 1 % of the tolerance, for an estimate of the given order; at most 100 times
     the trial, and ``span``. One evaluation of ``rhs`` (the trial's).
     """
-    d0, d1 = norm(q / scale), norm(f0 / scale)
-    h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, span)
-    d2 = norm((rhs(q + h0 * f0) - f0) / scale) / h0
+    with np.errstate(over="ignore", invalid="ignore"):  # a speed that overflows is the controller's to refuse
+        d0, d1 = _scaled_norm(norm, q / scale), _scaled_norm(norm, f0 / scale)
+        h0 = min(1e-6 if d0 < 1e-5 or d1 < 1e-5 else 0.01 * d0 / d1, span)
+        if not h0 > 0:
+            return float(span)
+        d2 = _scaled_norm(norm, (rhs(q + h0 * f0) - f0) / scale) / h0
     if d1 <= 1e-15 and d2 <= 1e-15:
         h1 = max(1e-6, h0 * 1e-3)
     else:
