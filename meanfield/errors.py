@@ -33,6 +33,14 @@ class NonFiniteState(StepSizeCollapse):
     """The state became NaN or infinite (an overflow): nothing past the last finite output can be trusted.
 
     Raised by the integration driver at the first output whose state is not finite, or when
-    every step from a state overflows in its stages; ``time`` is the last time whose state was
-    finite, ``partial`` (filled in by the run that collected them) the outputs up to it.
+    every step from a state overflows in its stages.
+
+    Parameters
+    ----------
+    message : str
+        When, and the likely cause (the parameter to change).
+    time : float
+        The last time whose state was finite.
+    partial : xarray.Dataset, optional
+        The outputs up to it (filled in by the run that collected them).
     """

@@ -49,10 +49,11 @@ def normalize(x: np.ndarray) -> np.ndarray:
 
     Vectors beyond about 1e154 (a step of a huge velocity) have squares that overflow: their norm
     is then taken of the vector scaled by its largest entry, so that they land on the sphere
-    instead of at 0; an infinite entry gives NaN, which the run reports.
+    instead of at 0; an infinite entry gives NaN, which the run reports. (A zero vector gives
+    NaN too: it has no direction.)
     """
     norms = np.linalg.norm(x, axis=-1, keepdims=True)
-    if not (norms.min(initial=1.0) > 0.0 and norms.max(initial=1.0) < np.inf):
+    if norms.max(initial=0.0) == np.inf:
         largest = np.abs(x).max(axis=-1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
             norms = largest * np.linalg.norm(x / largest, axis=-1, keepdims=True)

@@ -90,7 +90,7 @@ class CircleFV(GridSolver):
     ----------
     model : SelfAttention, ZonalAggregation or any model with a velocity_field
         SA or USA with any query, key and value matrices (2 x 2) and heads, ``beta = 0``, a
-        zonal aggregation, or any model that provides :class:`meanfield.protocols.Model`
+        zonal aggregation, or any model that provides ``meanfield.protocols.Model``
         (through its ``velocity_field``); any diffusion.
     cells : int
         Number of cells ``N``; cell ``j`` is :math:`[2\pi j/N, 2\pi(j+1)/N)`.

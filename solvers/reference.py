@@ -19,7 +19,7 @@ sphere, harmonics (:class:`ReferenceSphereInteraction` in :class:`~solvers.Spher
     field at the same points (Gauss in colatitude and the trapezoid rule in longitude are exact
     to degree ``2 nlat - 1``).
 
-Any model that provides the protocol (:class:`meanfield.protocols.Model`), one written outside
+Any model that provides the protocol (``meanfield.protocols.Model``), one written outside
 the library included, so runs on every discretisation with ``interaction="reference"``
 (``"auto"`` takes it for every model no fast path serves). The cost is that of the pairs:
 :math:`O(GN\cdot N)` kernel values per right-hand side on ``N`` cells (``G`` Gauss nodes per

@@ -75,7 +75,7 @@ class SphereSpectral(SpectralSolver):
     model : SelfAttention, ZonalAggregation or any model with a velocity_field
         Any diffusion; query, key and value matrices (3 x 3) and stacked heads for
         :class:`~meanfield.SelfAttention` (then ``interaction="general"``); any model that
-        provides :class:`meanfield.protocols.Model` through ``interaction="reference"``.
+        provides ``meanfield.protocols.Model`` through ``interaction="reference"``.
     lmax : int
         Largest degree; it must resolve the kernel (:math:`\lambda_{l_{max}}/\lambda_{max}`
         below ``1e-8``, i.e. ``lmax`` well above :math:`\sqrt{\beta}`; with matrices, of the
