@@ -22,7 +22,8 @@ from solvers import CircleFV, CircleSpectral, UnderResolvedWarning
 ARGUMENT_NAMES = ("beta", "value", "diffusion", "dt", "times", "x0", "method", "normalized", "time_rescaled",
                   "cells", "rho0", "kernel", "prefactor", "alibi")
 
-EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Derandomized: the same examples in every run (CI included), so that its time and outcome repeat.
+EXAMPLES = settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 signed = st.one_of(st.floats(-1e3, 1e3, allow_nan=False), st.sampled_from([0.0, -1.0, 1.0, 1e3, -1e3]))
 positive = st.one_of(st.floats(0.0, 1e3, allow_nan=False), st.sampled_from([0.0, 1e-300, 700.0, 1e3]))
@@ -80,7 +81,7 @@ def test_pure_attention_in_the_plane(beta, value, rescaled, method, stop, dt, se
     check_outcome(call, lambda ds: ds.x.values)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(beta=st.one_of(st.floats(0.0, 60.0), st.sampled_from([0.0, 60.0])), value=st.floats(-5.0, 5.0),
        normalized=st.booleans(), diffusion=st.sampled_from([0.0, 0.1]), solver=st.sampled_from([CircleFV, CircleSpectral]),
        amplitude=st.floats(0.0, 0.9), stop=st.sampled_from([0.2, 2.0]))
