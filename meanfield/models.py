@@ -248,10 +248,9 @@ def _measure_arguments(x, nodes, weights) -> tuple[np.ndarray, np.ndarray, np.nd
     points = np.broadcast_to(points, lead + points.shape[-2:])
     atoms = np.broadcast_to(atoms, lead + atoms.shape[-2:])
     masses = np.broadcast_to(masses, lead + masses.shape[-1:])
-    norms = np.linalg.norm(points, axis=-1, keepdims=True)
-    if np.any(norms == 0) or np.any(np.linalg.norm(atoms, axis=-1) == 0):
+    if not (np.abs(points).max(axis=-1).all() and np.abs(atoms).max(axis=-1).all()):
         raise ValueError("x and nodes must be nonzero points (they are used through x / |x|)")
-    return points / norms, normalize(atoms), masses
+    return normalize(points), normalize(atoms), masses
 
 
 def _carried(flat: np.ndarray, masses: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, float]:

@@ -37,7 +37,7 @@ def check_outcome(call, values_of) -> str:
         try:
             result = call()
         except StepSizeCollapse as stopped:
-            assert np.isfinite(stopped.time) and f"t={stopped.time:.6g}" in str(stopped) or "t=" in str(stopped)
+            assert np.isfinite(stopped.time) and "t=" in str(stopped)  # the time it reached, named
             if stopped.partial is not None:
                 assert np.all(np.isfinite(values_of(stopped.partial)))
             return "stopped"
@@ -91,8 +91,7 @@ def test_circle_solvers(beta, value, normalized, diffusion, solver, amplitude, s
         return solver(model, cells=32).solve(lambda th: 1 + amplitude * np.cos(2 * th), [0.0, stop / 2, stop],
                                             progress=False, max_steps=5_000)
 
-    outcome = check_outcome(call, lambda ds: ds.rho.values)
-    assert outcome in ("finite", "stopped", "refused")
+    check_outcome(call, lambda ds: ds.rho.values)
 
 
 @pytest.mark.parametrize("case", ["USA beta 1e3", "pure attention value 300"])
