@@ -184,8 +184,8 @@ class ModelConfig(ConfigSection):
     diffusion: float = option(0.0, types=NUMBER, minimum=0, help="diffusion coefficient D")
     value: Any = option(1.0, types=NUMBER + (list, str, tuple),
                         help="V = value I, or a (d, d) / (heads, d, d) matrix, inline or a .npy path")
-    query: Any = option(None, types=(list, str, tuple), help="Q: a (d, d) / (heads, d, d) matrix or a .npy path")
-    key: Any = option(None, types=(list, str, tuple), help="K: a (d, d) / (heads, d, d) matrix or a .npy path")
+    query: Any = option(None, types=(list, str, tuple), help="Q: a (k, d) / (heads, k, d) matrix (k the head dimension, as the key's) or a .npy path")
+    key: Any = option(None, types=(list, str, tuple), help="K: a (k, d) / (heads, k, d) matrix (k as the query's) or a .npy path")
     perceptron: Any = option(None, types=(dict, PerceptronConfig),
                              help="the perceptron block: weights (J numbers), directions (J d-vectors)")
     time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
