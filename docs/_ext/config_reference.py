@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+from pathlib import Path
 from dataclasses import MISSING
 
 from docutils import nodes
@@ -105,6 +107,9 @@ class ConfigReference(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         cls = _class(self.arguments[0])
         title = self.arguments[1] if len(self.arguments) > 1 else "top level"
+        # The tables come from Python sources, not from this page: a change there must re-read it.
+        for source in Path(inspect.getsourcefile(cls)).parent.glob("*.py"):
+            self.env.note_dependency(str(source))
         container = nodes.container()
         self.state.nested_parse(StringList(section_rst(cls, title), source="config-reference"),
                                 self.content_offset, container)

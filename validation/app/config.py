@@ -296,10 +296,11 @@ class TimesConfig(ConfigSection):
 
 @dataclass(frozen=True, kw_only=True)
 class ExperimentConfig(ConfigSection):
-    """A checked experiment (``meanfield run``): what :func:`check_config` returns, frozen.
+    """A checked experiment (``meanfield run``): what :func:`~validation.app.check_config` returns, frozen.
 
-    Build one with :func:`check_config` or :func:`load_config` (they also check the keys
-    against each other and resolve paths); :meth:`to_dict` gives the TOML tables back.
+    Build one with :func:`~validation.app.check_config` or :func:`~validation.app.load_config`
+    (they also check the keys against each other and resolve paths); ``to_dict`` gives the TOML
+    tables back.
     """
 
     PREFIX: ClassVar[str] = ""
