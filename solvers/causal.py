@@ -45,6 +45,7 @@ from .circle import CircleFV
 from .circle_operators import GAUSS_4, CircleOperators
 from .circle_spectral import CircleSpectral
 from .grid_solver import Diagnosis
+from .reference import circle_operators
 from .resolution import sharpest_cluster_width
 from .sphere import SphereSpectral
 from .threads import single_threaded_blas
@@ -75,8 +76,8 @@ def _layer_values(rho0, layers: int, evaluate, shape: tuple[int, ...], name: str
 class LayeredCircleOperators:
     """:class:`CircleOperators` of the mixed model, applied to ``(layers, cells)`` arrays with mixed velocities."""
 
-    def __init__(self, model, cells: int, layers: int) -> None:
-        self.base = CircleOperators(model.mixed_model, cells)
+    def __init__(self, model, cells: int, layers: int, interaction: str = "auto") -> None:
+        self.base = circle_operators(model.mixed_model, cells, interaction, "CausalCircleFV")
         self.weights = positional_cell_weights(model.alibi, layers)
         self.width, self.uniform, self.theta = self.base.width, self.base.uniform, self.base.theta
         self.uniform_norm = self.base.uniform_norm * np.sqrt(layers)
@@ -84,13 +85,18 @@ class LayeredCircleOperators:
 
     def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
         """Face velocities of every layer: the mixed model's at the mixed deviation ``W deviation``."""
-        return self.base.face_velocity(self.weights @ deviation)
+        return self._per_layer(self.base.face_velocity, self.weights @ deviation)
+
+    def _per_layer(self, operator, mixed: np.ndarray) -> np.ndarray:
+        if type(self.base) is CircleOperators:  # the convolution takes every layer in one call
+            return operator(mixed)
+        return np.stack([operator(layer) for layer in mixed])  # the other paths take one density
 
     def rhs(self, deviation: np.ndarray) -> np.ndarray:
         return -self.flux_divergence(deviation, self.face_velocity(deviation))
 
     def linearly_implicit_step(self, deviation: np.ndarray, dt: float) -> np.ndarray:
-        jumps = self.base.potential_jumps(self.weights @ deviation)
+        jumps = self._per_layer(self.base.potential_jumps, self.weights @ deviation)
         return np.stack([self.base.linearly_implicit_step(own, dt, jump) for own, jump in zip(deviation, jumps)])
 
     def deviation_norm(self, deviation: np.ndarray) -> float:
@@ -129,7 +135,8 @@ class CausalCircleFV(CircleFV):
         _require_causal(self.model, "CausalCircleFV")
         check_int(self.layers, "layers", minimum=1)
         self._check_time_settings()
-        object.__setattr__(self, "operators", LayeredCircleOperators(self.model, self.cells, self.layers))
+        object.__setattr__(self, "operators", LayeredCircleOperators(self.model, self.cells, self.layers,
+                                                                              self.interaction))
 
     name = "CausalCircleFV"
 

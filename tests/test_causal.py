@@ -373,7 +373,7 @@ def test_causal_configs_run_and_sweep(tmp_path):
 
 @pytest.mark.parametrize("model,method,message", [
     ("alibi = 2.0", "particles", "model.alibi applies to causal attention only"),
-    ("causal = true", "CircleFV", "runs with method.kind = 'particles'"),
+    ("causal = true", "CircleFV", "runs with method.kind = 'CausalCircleFV' or 'CausalCircleSpectral' (its layered mean-field equation) or 'particles'"),
 ])
 def test_causal_config_refusals(tmp_path, capsys, model, method, message):
     from validation.app.cli import main

@@ -148,10 +148,12 @@ LOCAL_IMPORTS = {
     "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "solvers/__init__.py": ({"."}, "lazy public names (module __getattr__): the table of solvers.methods is read "
+                                   "without them"),
+    "solvers/methods.py": ({"solvers"}, "the table is data; a solver's module loads when it is built"),
     "solvers/sphere_grid.py": ({"shtns"}, "its C library prints on import: stdout is redirected around it"),
     "validation/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
     "validation/app/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
-    "validation/app/builders.py": ({"solvers"}, "particle sweep workers start without solvers and xarray"),
     "validation/app/cli.py": ({".experiment", ".experiment_figures", ".stationary", ".sweep", ".sweep_config",
                                ".validate", "solvers", "validation.figures"}, "each command imports its own modules"),
     "validation/app/stationary.py": ({"solvers.bifurcation", "solvers.stationary_circle", "solvers.stationary_sphere",

@@ -15,7 +15,8 @@ import pytest
 
 import meanfield as mf
 from meanfield.interaction import pair_sums
-from solvers import CircleFV, CircleSpectral, SphereSpectral, check_pde_consistency
+from solvers import (CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral, CircleFV, CircleSpectral,
+                     SphereSpectral, check_pde_consistency)
 from solvers.circle_general import GeneralCircleOperators
 from solvers.circle_operators import CircleOperators
 from solvers.sphere_general import GeneralSphereInteraction
@@ -267,6 +268,38 @@ def test_doubling_the_reference_doubles_every_discretisation(discretisation):
     np.testing.assert_allclose(double, 2.0 * single, rtol=0, atol=1e-12 * np.abs(single).max())
     x = mf.sample_uniform(20, 3, rng=0)
     np.testing.assert_allclose(DoubledAttention(3.0).velocity(x), 2.0 * mf.SelfAttention(3.0).velocity(x), atol=1e-15)
+
+
+def _layered_velocity(solver) -> np.ndarray:
+    """Every layer's velocity of a causal solver, on one layered state (the layers differ)."""
+    if isinstance(solver, CausalCircleFV):
+        rho = solver.initial_density(lambda s, t: 1 + 0.3 * np.cos(2 * t + 3 * s) + 0.1 * np.sin(3 * t))
+        return solver.operators.face_velocity(rho - solver.operators.uniform)
+    if isinstance(solver, CausalCircleSpectral):
+        return solver.velocity(solver.initial_coefficients(lambda s, t: 1 + 0.3 * np.cos(2 * t + 3 * s)))
+    coefficients = solver.initial_coefficients(lambda s, x: 1 + 0.3 * s * x[..., 2] + 0.1 * x[..., 0])
+    return np.stack(solver.transport_and_speed(coefficients)[0])
+
+
+@pytest.mark.parametrize("solver", [
+    lambda model, path: CausalCircleFV(model, cells=64, layers=5, interaction=path, error_level=None),
+    lambda model, path: CausalCircleSpectral(model, cells=64, layers=5, interaction=path),
+    lambda model, path: CausalSphereSpectral(model, lmax=15, layers=3, interaction=path),
+], ids=["CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral"])
+def test_the_causal_layers_move_by_every_path_alike(solver, monkeypatch):
+    """Each layer's velocity is the mixed model's at its mixed density, by the convolution, the general
+    heads or the model's own field: they agree to round-off (the reference path takes one layer at a time),
+    and the reference path is the mixed model's field (doubling it doubles the layers' velocity)."""
+    model = mf.CausalAttention(3.0, True, alibi=1.0)
+    zonal = _layered_velocity(solver(model, "zonal"))
+    assert np.abs(np.diff(zonal, axis=0)).max() > 1e-3 * np.abs(zonal).max()  # the layers do differ
+    for path in ("general", "reference"):
+        np.testing.assert_allclose(_layered_velocity(solver(model, path)), zonal, rtol=0,
+                                   atol=1e-12 * np.abs(zonal).max())
+    field = mf.SelfAttention.velocity_field
+    monkeypatch.setattr(mf.SelfAttention, "velocity_field", lambda self, *args: 2.0 * field(self, *args))
+    np.testing.assert_allclose(_layered_velocity(solver(model, "reference")), 2.0 * zonal, rtol=0,
+                               atol=1e-12 * np.abs(zonal).max())
 
 
 def test_a_model_without_a_field_is_refused_in_one_line():

@@ -14,6 +14,7 @@ from scipy.special import eval_legendre
 
 import meanfield as mf
 from meanfield.protocols import Model
+from solvers.methods import METHODS_BY_NAME  # the table only: the solvers' modules load when one is built
 
 from .config import ExperimentConfig
 from .errors import ConfigError
@@ -36,7 +37,11 @@ class RunObjects:
 def build_run(config: ExperimentConfig) -> RunObjects:
     """The output times, model, solver and initial density of ``config``."""
     model = build_model(config)
-    return RunObjects(config, config.times.array(), model, build_solver(config, model), initial_density(config))
+    solver, initial = build_solver(config, model), initial_density(config)
+    if solver is not None and config.model.causal and callable(initial):
+        density = initial
+        initial = lambda s, x: density(x)  # every layer starts from it (the causal solvers take rho0(s, x))
+    return RunObjects(config, config.times.array(), model, solver, initial)
 
 
 def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttention | mf.PureAttention:
@@ -99,25 +104,18 @@ def load_initial_file(path: str) -> np.ndarray:
 
 
 def build_solver(config: ExperimentConfig, model):
-    """The PDE solver the config names, or None for particles."""
-    # here: particle sweep workers start without solvers/xarray
-    from solvers import CircleAuto, CircleFV, CircleFVLagrangian, CircleSpectral, SphereSpectral, SphereSpectralParticles
-
+    """The PDE solver the config names (its entry of ``solvers.methods.METHODS``), or None for particles."""
     method = config.method
-    extra = {} if method.rtol is None else {"rtol": method.rtol}
-    circle = {"CircleFV": CircleFV, "CircleSpectral": CircleSpectral, "CircleAuto": CircleAuto}
+    if method.kind == "particles":
+        return None
+    chosen = METHODS_BY_NAME[method.kind]
+    # underresolved is a setting of the run (experiment.py), not of the solver; an unset key keeps the default
+    settings = {key: getattr(method, key) for key in chosen.settings if key != "underresolved"}
+    settings = {key: value for key, value in settings.items() if value is not None}
     try:
-        if method.kind == "CircleFVLagrangian":
-            return CircleFVLagrangian(model, cells=method.cells, points=method.points, **extra)
-        if method.kind in circle:
-            return circle[method.kind](model, cells=method.cells, **extra)
-        if method.kind == "SphereSpectral":
-            return SphereSpectral(model, lmax=method.lmax, **extra)
-        if method.kind == "SphereSpectralParticles":
-            return SphereSpectralParticles(model, lmax=method.lmax, quadrature_lmax=method.quadrature_lmax, **extra)
-    except (ValueError, NotImplementedError) as error:
+        return chosen.solver(model, **settings)
+    except (ValueError, NotImplementedError, TypeError) as error:
         raise ConfigError(f"method: {error}") from None
-    return None
 
 
 def initial_particles(config: ExperimentConfig, rho0, generator: np.random.Generator,

@@ -18,16 +18,19 @@ Example (see ``examples/``)::
                                         # inline or a .npy path, as query and key (optional,
                                         # (heads, k, d) with k the head dimension); every
                                         # solver takes any matrices (their general path)
-    # causal = true                     # causal attention (particles only): alibi = 0.0,
-                                        # include_self = false; value is the prefactor c
+    # causal = true                     # causal attention: alibi = 0.0, include_self = false;
+                                        # value is the prefactor c (particles, CausalCircleFV,
+                                        # CausalCircleSpectral, CausalSphereSpectral)
 
     # [model.perceptron]                # the perceptron block added to attention
     # weights = [1.0, -0.5]             # w_j
     # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
 
     [method]
-    kind = "CircleAuto"                 # "CircleAuto" | "CircleFV" | "CircleSpectral" | "CircleFVLagrangian"
-                                        # | "SphereSpectral" | "SphereSpectralParticles" | "particles"
+    kind = "CircleAuto"                 # a solver of solvers.solve's table (solvers.methods.METHODS:
+                                        # CircleAuto, CircleFV, CircleSpectral, CircleLagrangian,
+                                        # CircleFVLagrangian, SphereSpectral, SphereWeightedParticles,
+                                        # SphereSpectralParticles, the causal ones) or "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
     underresolved = "stop"              # CircleFV, CircleSpectral, SphereSpectral: end at the first
                                         # under-resolved output (exit 3), or "continue"
@@ -59,6 +62,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.docstrings import fill_docstrings
+from solvers.methods import METHODS, METHODS_BY_NAME
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -157,9 +161,9 @@ class ConfigSection:
         check_fields(self)
 
 
-#: The PDE solvers of ``method.kind`` on the circle and on the sphere (``solvers``).
-CIRCLE_SOLVERS = ("CircleFV", "CircleSpectral", "CircleAuto", "CircleFVLagrangian")
-SPHERE_SOLVERS = ("SphereSpectral", "SphereSpectralParticles")
+#: The PDE solvers of ``method.kind`` on the circle and on the sphere: the table of ``solvers.methods``.
+CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle")
+SPHERE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "sphere")
 
 #: Tokens in R^d without layer normalization: pure attention (particles only).
 EUCLIDEAN = "euclidean"
@@ -191,7 +195,8 @@ class ModelConfig(ConfigSection):
     time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
     rescaled: bool = option(False, types=bool, help="geometry = 'euclidean': evolve the rescaled tokens "
                                                     "z = exp(-tV) x (pure attention)")
-    causal: bool = option(False, types=bool, help="causal attention (particles only)")
+    causal: bool = option(False, types=bool, help="causal attention (particles, or the causal solvers of its "
+                                                   "layered equation)")
     alibi: float = option(0.0, types=NUMBER, minimum=0, help="ALiBi slope of causal attention")
     include_self: bool = option(False, types=bool, help="causal attention sums over j <= i")
 
@@ -201,28 +206,31 @@ class MethodConfig(ConfigSection):
     """``[method]``: the PDE solver or the particle system, and its resolution."""
 
     PREFIX: ClassVar[str] = "method."
-    KEYS: ClassVar[dict] = {"CircleFV": {"kind", "cells", "rtol", "underresolved"},
-                            "CircleSpectral": {"kind", "cells", "rtol", "underresolved"},
-                            "CircleAuto": {"kind", "cells", "rtol"},
-                            "CircleFVLagrangian": {"kind", "cells", "rtol", "points"},
-                            "SphereSpectral": {"kind", "lmax", "rtol", "underresolved"},
-                            "SphereSpectralParticles": {"kind", "lmax", "rtol", "quadrature_lmax"},
+    #: The keys each kind takes: a solver's settings in the table of ``solvers.methods``.
+    KEYS: ClassVar[dict] = {**{method.name: {"kind", *method.settings} for method in METHODS
+                               if method.name in CIRCLE_SOLVERS + SPHERE_SOLVERS},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
     kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + ("particles",),
-                       help="a PDE solver of the geometry (solvers), or the particle system")
+                       help="a PDE solver of the geometry (solvers.solve's table), or the particle system")
     cells: int = option(1024, types=int, minimum=8,
                         help="the circle's solvers: cells (CircleSpectral: modes |k| < cells/2; CircleAuto: "
-                             "those of its finite volumes)")
+                             "those of its finite volumes; CircleLagrangian: those of the recorded averages)")
     points: int = option(4096, types=int, minimum=8,
-                         help="CircleFVLagrangian: mass labels of the measure after the hand-over")
-    lmax: int = option(63, types=int, minimum=2, help="SphereSpectral(Particles): highest degree")
+                         help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure")
+    lmax: int = option(63, types=int, minimum=2, help="the sphere's solvers: highest degree")
     quadrature_lmax: int = option(None, types=int, minimum=2,
-                                  help="SphereSpectralParticles: the Gauss grid of the atoms (default lmax)")
+                                  help="SphereWeightedParticles, SphereSpectralParticles: the Gauss grid of the "
+                                       "atoms (default lmax)")
+    layers: int = option(None, types=int, minimum=1,
+                         help="the causal solvers: layers in the token position s (default: the solver's)")
+    interaction: str = option("auto", types=str, choices=("auto", "zonal", "general", "reference"),
+                              help="the grid solvers' velocity path: the fastest that serves the model, the "
+                                   "convolution, the general-head path, or the model's own velocity field")
     rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
                          help="PDE: local error per step relative to the deviation from uniform (< 1)")
     underresolved: str = option("stop", types=str, choices=("stop", "continue"),
-                                help="CircleFV, CircleSpectral, SphereSpectral: once an output is under-resolved, "
-                                     "end the run there (exit 3, the outputs so far kept) or continue (the later "
+                                help="the solvers that do not hand over: once an output is under-resolved, end "
+                                     "the run there (exit 3, the outputs so far kept) or continue (the later "
                                      "outputs flagged)")
     n: int = option(512, types=int, minimum=1, help="particles: tokens")
     seed: int = option(0, types=int, minimum=0, help="particles: random seed")
@@ -563,8 +571,17 @@ def _nested_tuple(values: Any) -> Any:
 
 
 def _check_causal(config: ExperimentConfig) -> None:
-    """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles here."""
-    model, values = config.model, values_of(config.model)
+    """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles or on
+    the solvers of its layered equation, and only there."""
+    model, values, kind = config.model, values_of(config.model), config.method.kind
+    solver = METHODS_BY_NAME.get(kind)
+    if solver is not None and solver.causal != model.causal:
+        layered = [m.name for m in METHODS if m.causal and m.geometry == config.geometry]
+        if model.causal:
+            raise ConfigError(f"model.causal = true runs with method.kind = {' or '.join(map(repr, layered))} (its "
+                              f"layered mean-field equation) or 'particles', got method.kind = {kind!r}")
+        raise ConfigError(f"method.kind = {kind!r} solves the layered equation of causal attention: it needs "
+                          f"model.causal = true")
     if not model.causal:
         for key in ("alibi", "include_self"):
             if values[key] != _default(ModelConfig, key):
@@ -575,10 +592,6 @@ def _check_causal(config: ExperimentConfig) -> None:
             raise ConfigError(f"model.{key} does not apply to causal attention (model.causal = true)")
     if not isinstance(model.value, NUMBER):
         raise ConfigError("model.value of causal attention is its prefactor c, a number")
-    if config.method.kind != "particles":
-        raise ConfigError(f"model.causal = true runs with method.kind = 'particles'; the layered mean-field "
-                          f"equation is solvers.CausalCircleFV / CausalSphereSpectral from Python "
-                          f"(got method.kind = {config.method.kind!r})")
 
 
 def _check_mode_resolved(config: ExperimentConfig) -> None:

@@ -31,6 +31,13 @@ DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest 
                      "error_estimate": "estimated max-norm error of the density",
                      "norm_error": "max | |x_i| - 1 | (before projection)"}
 
+def _density(ds: xr.Dataset) -> np.ndarray:
+    """The density of all tokens per output time: causal attention's layers (``position``, each
+    of mass one, equally spaced in ``s``) averaged."""
+    rho = ds.rho
+    return (rho.mean("position") if "position" in rho.dims else rho).values
+
+
 CIRCLE_DENSITY = "density (per radian)"
 SPHERE_DENSITY = "density (per unit area)"
 
@@ -50,6 +57,12 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
     if geometry == "circle":
         if _particles(ds):
             ax.hist(circle_angles(ds.x.values[k]), bins=128, range=(0, 2 * np.pi), density=True, color="0.5")
+        elif "position" in ds.rho.dims:  # causal attention: all tokens, and the first and last positions
+            ax.plot(ds.theta, _density(ds)[k], color="C0", label="all positions")
+            for index, style in ((0, "--"), (-1, ":")):
+                ax.plot(ds.theta, ds.rho.values[k, index], style, color="0.4",
+                        label=f"s = {float(ds.position[index]):.2g}")
+            ax.legend(fontsize="small")
         else:
             ax.plot(ds.theta, ds.rho.values[k], color="C0")
         ax.set(xlim=(0, 2 * np.pi), ylim=(0, scale[1]), xlabel="angle θ (rad)", ylabel=CIRCLE_DENSITY,
@@ -61,7 +74,7 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
     else:
         longitude = np.mod(ds.longitude.values + np.pi, 2 * np.pi) - np.pi
         order = np.argsort(longitude)
-        mappable = ax.pcolormesh(longitude[order], 0.5 * np.pi - ds.colatitude.values, ds.rho.values[k][:, order],
+        mappable = ax.pcolormesh(longitude[order], 0.5 * np.pi - ds.colatitude.values, _density(ds)[k][:, order],
                                  shading="auto", cmap="viridis", vmin=scale[0], vmax=scale[1])
     ax.set_title(f"t = {t:g}", pad=12)
     ax.set_xticklabels([])
@@ -103,7 +116,7 @@ def _token_norms(ds: xr.Dataset, output: Path) -> Path:
 def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
     """The smallest and largest density of the run (every frame's scale)."""
     if not _particles(ds):
-        return float(ds.rho.min()), 1.05 * float(ds.rho.max())
+        return float(ds.rho.min()), 1.05 * float(ds.rho.max())  # causal: every layer's curve fits
     if geometry != "circle":
         return 0.0, 1.0
     counts = [np.histogram(circle_angles(x), bins=128, range=(0, 2 * np.pi), density=True)[0].max()
@@ -145,14 +158,17 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
             # one artist for all points (one line per particle costs seconds per thousand particles)
             ax.plot(angles.ravel(), np.repeat(ds.time.values, angles.shape[1]), ",", color="k")
         else:
-            rho = ds.rho.values
+            rho = _density(ds)
             # Log colours: the early, nearly uniform phase and the sharp clusters both stay visible.
             floor = max(rho.max() * 1e-3, rho[rho > 0].min()) if np.any(rho > 0) else 1e-300
             mesh = ax.pcolormesh(ds.theta, ds.time, np.maximum(rho, floor), shading="auto", cmap="magma",
                                  norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
             fig.colorbar(mesh, ax=ax, label=f"{CIRCLE_DENSITY}, log scale")
-        ax.set(xlabel="angle θ (rad)", ylabel="time", title="space-time")
+        ax.set(xlabel="angle θ (rad)", ylabel="time", title="space-time" + (
+            ", all positions" if "position" in ds.dims else ""))
         paths.append(_save(fig, output / "spacetime.png"))
+        if "position" in ds.dims:
+            paths.append(_positions(ds, output))
 
     if geometry == EUCLIDEAN:
         paths.append(_token_norms(ds, output))
@@ -177,6 +193,16 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
     if animation:
         paths.append(_animation(ds, output, geometry, progress))
     return paths
+
+
+def _positions(ds: xr.Dataset, output: Path) -> Path:
+    """Causal attention on the circle: the last output's density against the angle and the position ``s``."""
+    fig, ax = subplots(figsize=(7, 4.5))
+    mesh = ax.pcolormesh(ds.theta, ds.position, ds.rho.values[-1], shading="auto", cmap="magma")
+    fig.colorbar(mesh, ax=ax, label=CIRCLE_DENSITY)
+    ax.set(xlabel="angle θ (rad)", ylabel="relative position s of the token",
+           title=f"density by token position at t = {float(ds.time[-1]):g}")
+    return _save(fig, output / "positions.png")
 
 
 def _animation(ds: xr.Dataset, output: Path, geometry: str, progress: bool | None) -> Path:

@@ -8,6 +8,7 @@ file, an initial density the grid cannot resolve, an output larger than the mach
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import numpy as np
@@ -18,7 +19,9 @@ from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
-from solvers import CircleAuto, CircleFVLagrangian, CircleSpectral, SphereSpectralParticles
+from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, SphereSpectralParticles,
+                     SphereWeightedParticles)
+from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere_grid import grid_shape
 
@@ -28,8 +31,12 @@ from .errors import ConfigError
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
-WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleFVLagrangian": 24, "SphereSpectral": 48,
-                  "SphereSpectralParticles": 48}
+WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleLagrangian": 24,
+                  "CircleFVLagrangian": 24, "CausalCircleFV": 16, "CausalCircleSpectral": 24, "SphereSpectral": 48,
+                  "SphereWeightedParticles": 48, "SphereSpectralParticles": 48, "CausalSphereSpectral": 48}
+
+#: The solvers that move a measure (labels, atoms) and have no stability limit nor grid to resolve.
+MEASURE_SOLVERS = (CircleLagrangian, SphereWeightedParticles)
 
 
 def preflight(config: ExperimentConfig) -> RunObjects:
@@ -42,10 +49,24 @@ def preflight(config: ExperimentConfig) -> RunObjects:
     if run.solver is None:
         _check_particle_initial(config, run.initial)
         _check_particle_steps(config)
+    elif isinstance(run.solver, MEASURE_SOLVERS):
+        _check_measure_initial(run.solver, run.initial)
     else:
         state = _check_pde_initial(run.solver, run.initial)
         _check_duration(config, run.solver, state)
     return run
+
+
+def _check_measure_initial(solver, initial) -> None:
+    """The initial density turned into the solver's labels or atoms, refused as the config's if it cannot be."""
+    try:
+        if isinstance(solver, CircleLagrangian):
+            solver.initial_quantile(initial, name="the initial density")
+        else:
+            values = initial(solver.quadrature.points()) if callable(initial) else initial
+            solver.quadrature_atoms(np.asarray(values, dtype=float), name="the initial density")
+    except ValueError as error:
+        raise ConfigError(f"initial: {error}") from None
 
 
 def _check_particle_initial(config: ExperimentConfig, initial) -> None:
@@ -88,7 +109,7 @@ def _check_pde_initial(solver, initial) -> np.ndarray:
         raise ConfigError(f"initial: {error}") from None
     if not spectral:  # finite volumes, or CircleAuto (which takes them where the spectral solver cannot)
         finite = solver.finite_volumes if isinstance(solver, (CircleAuto, CircleFVLagrangian)) else solver
-        width = sharpest_cluster_width(state)
+        width = min(sharpest_cluster_width(layer) for layer in np.reshape(state, (-1, state.shape[-1])))  # causal: per layer
         if width < finite.min_cluster_cells:
             raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
                               f"its sharpest peak spans {width:.3g} cells (< {finite.min_cluster_cells:g}); "
@@ -104,7 +125,9 @@ def _check_pde_initial(solver, initial) -> np.ndarray:
 
 
 def _attention_speed_bound(model) -> float:
-    """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors."""
+    """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors; causal
+    attention's is its mixed model's (each layer moves with that model's velocity at a mixed density)."""
+    model = getattr(model, "mixed_model", model)
     if model.is_zonal:
         return abs(model.value_scale)
     return float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in model.head_matrices()))
@@ -221,14 +244,18 @@ def _check_memory(config: ExperimentConfig) -> None:
         needed = 8 * (count + 16) * method.n * config.dimension + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method.n} particles at times.count = {count} outputs"
     else:
-        circle = method.kind in CIRCLE_SOLVERS
+        circle, chosen = method.kind in CIRCLE_SOLVERS, METHODS_BY_NAME[method.kind]
         points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
-        needed = 8 * points * (count + WORKING_FIELDS[method.kind])
-        if method.kind == "CircleFVLagrangian":  # the labels' positions at every output
-            needed += 8 * method.points * (count + WORKING_FIELDS[method.kind])
         key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
         what = f"{key} ({points} grid points) at times.count = {count} outputs"
-        if method.kind == "SphereSpectralParticles":  # the atoms (position and mass) at every output
+        if chosen.causal:  # one density per layer
+            layers = method.layers or inspect.signature(chosen.solver).parameters["layers"].default
+            points *= layers
+            what += f" in {layers} layers (method.layers)"
+        needed = 8 * points * (count + WORKING_FIELDS[method.kind])
+        if method.kind in ("CircleLagrangian", "CircleFVLagrangian"):  # the labels' positions at every output
+            needed += 8 * method.points * (count + WORKING_FIELDS[method.kind])
+        if method.kind in ("SphereWeightedParticles", "SphereSpectralParticles"):  # the atoms at every output
             atoms = int(np.prod(grid_shape(method.quadrature_lmax or method.lmax)))
             needed += 8 * 4 * atoms * (count + WORKING_FIELDS[method.kind])
             if method.quadrature_lmax is not None:

@@ -1,0 +1,289 @@
+r"""One front door to the mean-field solvers: :func:`~solvers.solve` picks the discretisation.
+
+Each solver class of this package is one entry of :data:`~solvers.methods.METHODS`: the geometry it solves on,
+the discretisation it starts with, the one it hands over to when the first stops resolving
+the density (``then``), whether it solves the layered equation of causal attention, and the
+arguments that set its resolution. :func:`~solvers.solve` and :func:`~solvers.solver_for` choose the entry from
+``geometry``, ``method`` and ``then``; the configuration of ``meanfield run`` is built from the
+same table (``method.kind`` is an entry's name), so a solver added here is selectable there.
+
+The discretisations (``method`` and ``then``):
+
+=====================  ==========  ============================================================
+name                   geometry    the state
+=====================  ==========  ============================================================
+``fourier``            circle      Fourier coefficients (pseudo-spectral)
+``finite_volumes``     circle      cell averages (positive, mass exact)
+``mass_coordinates``   circle      the measure's quantile: positions of equal-mass labels
+``harmonics``          sphere      spherical-harmonic coefficients (shtns)
+``atoms``              sphere      weighted Diracs on a Gauss grid
+``finite_volumes``     line        pure attention's rescaled tokens' density (d = 1)
+``mass_coordinates``   line        its quantile
+=====================  ==========  ============================================================
+
+Every entry takes any model that provides the model protocol (its ``velocity_field``), a
+user's own included, through the discretisation's reference path (``solvers.reference``);
+the causal entries take :class:`~meanfield.CausalAttention`, whose layers in the token
+position are a policy of the same discretisations.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+GEOMETRIES = ("circle", "sphere", "line")
+DISCRETISATIONS = ("fourier", "finite_volumes", "mass_coordinates", "harmonics", "atoms")
+
+
+@dataclass(frozen=True)
+class Method:
+    """One solver of the package: where it solves, what it starts with and hands over to.
+
+    The table is data (no solver module is imported to read it): the configuration checks of
+    ``meanfield run`` and ``sweep`` read it in processes that never build a solver.
+
+    Parameters
+    ----------
+    name : str
+        The solver class's name (``method.kind`` in a config).
+    geometry : str
+        ``"circle"``, ``"sphere"`` or ``"line"``.
+    discretisation : str
+        What it starts with (module docstring).
+    then : str or None
+        What it hands over to once the first stops resolving the density; ``None``: nothing.
+    causal : bool
+        Whether it solves the layered equation of :class:`~meanfield.CausalAttention` (and
+        nothing else).
+    settings : tuple of str
+        Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
+        velocity path ``interaction``, and ``underresolved`` where its ``solve`` takes it.
+    """
+
+    name: str
+    geometry: str
+    discretisation: str
+    then: str | None = None
+    causal: bool = False
+    settings: tuple[str, ...] = ()
+
+    @property
+    def solver(self) -> type:
+        """The class (its module imported on first use)."""
+        import solvers
+
+        return getattr(solvers, self.name)
+
+    @property
+    def options(self) -> frozenset[str]:
+        """The constructor's keyword arguments besides the model."""
+        return frozenset(inspect.signature(self.solver).parameters) - {"model"}
+
+    @property
+    def solve_options(self) -> frozenset[str]:
+        """The keyword arguments of its ``solve`` besides the initial measure and the times."""
+        return frozenset(inspect.signature(self.solver.solve).parameters) - {"self", "rho0", "times"}
+
+
+_GRID = ("rtol", "interaction", "underresolved")  # what the grid solvers of the reference path take
+
+#: Every solver of the package; the first of a geometry (and causality) is what
+#: ``method="auto"`` picks when ``then`` is not given.
+METHODS: tuple[Method, ...] = (
+    Method("CircleAuto", "circle", "fourier", then="finite_volumes",
+           settings=("cells", "rtol", "interaction")),
+    Method("CircleFV", "circle", "finite_volumes", settings=("cells", *_GRID)),
+    Method("CircleSpectral", "circle", "fourier", settings=("cells", *_GRID)),
+    Method("CircleLagrangian", "circle", "mass_coordinates",
+           settings=("points", "cells", "rtol", "underresolved")),
+    Method("CircleFVLagrangian", "circle", "finite_volumes", then="mass_coordinates",
+           settings=("cells", "points", "rtol", "interaction")),
+    Method("CausalCircleFV", "circle", "finite_volumes", causal=True,
+           settings=("cells", "layers", *_GRID)),
+    Method("CausalCircleSpectral", "circle", "fourier", causal=True,
+           settings=("cells", "layers", *_GRID)),
+    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", *_GRID)),
+    Method("SphereWeightedParticles", "sphere", "atoms",
+           settings=("lmax", "quadrature_lmax", "rtol", "interaction", "underresolved")),
+    Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",
+           settings=("lmax", "quadrature_lmax", "rtol", "interaction")),
+    Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
+           settings=("lmax", "layers", *_GRID)),
+    Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol")),
+    Method("LineLagrangian", "line", "mass_coordinates",
+           settings=("interval", "labels", "cells", "rtol")),
+)
+
+#: The entries by name (``method.kind`` of a config).
+METHODS_BY_NAME = {method.name: method for method in METHODS}
+
+
+def method_named(name: str) -> Method:
+    """The entry of a solver class's name; an unknown name is a ``ValueError`` listing them."""
+    try:
+        return METHODS_BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"method: no solver named {name!r}; the solvers are {', '.join(METHODS_BY_NAME)}") from None
+
+
+def choose_method(model, geometry: str = "circle", method: str = "auto", then: str | None = None) -> Method:
+    """The entry :func:`~solvers.solve` uses (its docstring says how it chooses).
+
+    Parameters
+    ----------
+    model : object
+        The model; its ``causal`` attribute selects the causal entries.
+    geometry : {"circle", "sphere", "line"}
+        Where the density lives.
+    method : str
+        ``"auto"``, a discretisation, or a solver class's name.
+    then : str, optional
+        The discretisation to hand over to.
+
+    Returns
+    -------
+    Method
+        The entry.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument, its value and what is available.
+    """
+    if geometry not in GEOMETRIES:
+        raise ValueError(f"geometry must be one of {', '.join(GEOMETRIES)}; got {geometry!r}")
+    if method in METHODS_BY_NAME:
+        chosen = METHODS_BY_NAME[method]
+        if chosen.geometry != geometry:
+            raise ValueError(f"method={method!r} solves on the {chosen.geometry}, not on the {geometry} "
+                             f"(geometry={chosen.geometry!r})")
+        if then is not None and then != chosen.then:
+            raise ValueError(f"method={method!r} hands over to {chosen.then!r}, not to then={then!r}; give a "
+                             f"discretisation as method to choose the hand-over")
+        return _checked_causality(chosen, model)
+    if method != "auto" and method not in DISCRETISATIONS:
+        raise ValueError(f"method must be 'auto', a discretisation ({', '.join(DISCRETISATIONS)}) or a solver's "
+                         f"name ({', '.join(METHODS_BY_NAME)}); got {method!r}")
+    if then is not None and then not in DISCRETISATIONS:
+        raise ValueError(f"then must be None or a discretisation ({', '.join(DISCRETISATIONS)}); got {then!r}")
+    causal = bool(getattr(model, "causal", False))
+    here = [m for m in METHODS if m.geometry == geometry and m.causal == causal]
+    matching = [m for m in here if (method == "auto" or m.discretisation == method)
+                and (m.then == then or (method == "auto" and then is None))]
+    if not matching:
+        offered = "; ".join(f"method={m.discretisation!r}, then={m.then!r} ({m.name})" for m in here) or "none"
+        what = "causal attention" if causal else "this model"
+        raise ValueError(f"no solver of {what} on the {geometry} starts with method={method!r} and hands over to "
+                         f"then={then!r}; available: {offered}")
+    return matching[0]
+
+
+def _checked_causality(method: Method, model) -> Method:
+    causal = bool(getattr(model, "causal", False))
+    if causal != method.causal:
+        layered = [m.name for m in METHODS if m.causal and m.geometry == method.geometry]
+        if causal:
+            raise ValueError(f"{type(model).__name__} is causal: its layered equation is solved by "
+                             f"{' or '.join(layered)}, not by {method.name}")
+        raise ValueError(f"{method.name} solves the layered equation of causal attention; {type(model).__name__} "
+                         f"is not causal")
+    return method
+
+
+def solver_for(model, *, geometry: str = "circle", method: str = "auto", then: str | None = None, **settings):
+    """The solver :func:`~solvers.solve` would run, built (to continue runs, read its grid, or solve again).
+
+    Parameters
+    ----------
+    model : object
+        The model (any model protocol implementation).
+    geometry, method, then
+        As for :func:`~solvers.solve`.
+    **settings
+        The solver's constructor arguments (resolution, ``rtol``, ...).
+
+    Returns
+    -------
+    object
+        An instance of the chosen entry's class.
+
+    Raises
+    ------
+    TypeError
+        If a setting is not an argument of the chosen solver (the message lists them).
+    ValueError
+        If no solver matches, or the solver refuses the model or a setting.
+    """
+    chosen = choose_method(model, geometry, method, then)
+    unknown = sorted(set(settings) - chosen.options)
+    if unknown:
+        raise TypeError(f"{chosen.name} takes no setting {unknown[0]!r}; its settings: {', '.join(sorted(chosen.options))}")
+    return chosen.solver(model, **settings)
+
+
+def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto", then: str | None = None,
+          **settings) -> xr.Dataset:
+    r"""Solve the mean-field equation of ``model`` from ``rho0``, recording at ``times``.
+
+    The one entry point to the package's solvers. It picks the solver from ``geometry``,
+    ``method`` and ``then`` (the table :data:`~solvers.methods.METHODS`), builds it with the settings its
+    constructor takes, and calls its ``solve`` with the rest.
+
+    Parameters
+    ----------
+    model : object
+        :class:`~meanfield.SelfAttention`, :class:`~meanfield.ZonalAggregation`,
+        :class:`~meanfield.CausalAttention` (the layered equation), pure attention on the line,
+        or a model of your own (:class:`~meanfield.FieldModel`).
+    rho0 : callable or numpy.ndarray
+        The initial density, as the chosen solver takes it (a callable of the angle on the
+        circle, of points on the sphere, of ``(s, angle)`` for causal attention; grid values;
+        or the solver's own state with ``continued=True``).
+    times : array_like
+        Increasing output times.
+    geometry : {"circle", "sphere", "line"}
+        Where the density lives.
+    method : str
+        ``"auto"``: the circle's Fourier-then-finite-volumes (:class:`~solvers.CircleAuto`),
+        the sphere's harmonics (:class:`~solvers.SphereSpectral`), the line's finite volumes,
+        the causal finite volumes on the circle and harmonics on the sphere; or the
+        discretisation to start with (``"fourier"``, ``"finite_volumes"``,
+        ``"mass_coordinates"``, ``"harmonics"``, ``"atoms"``), or a solver class's name.
+    then : str, optional
+        The discretisation to hand over to when the first stops resolving the density:
+        ``"finite_volumes"`` after ``"fourier"``, ``"mass_coordinates"`` after
+        ``"finite_volumes"`` on the circle, ``"atoms"`` after ``"harmonics"`` on the sphere.
+    **settings
+        The chosen solver's constructor arguments (``cells``, ``lmax``, ``points``,
+        ``layers``, ``rtol``, ``interaction``, ...) and its ``solve``'s (``progress``,
+        ``observer``, ``max_steps``, ``underresolved``, ...).
+
+    Returns
+    -------
+    xarray.Dataset
+        The chosen solver's dataset (its class page lists the fields).
+
+    Raises
+    ------
+    TypeError
+        If a setting belongs to neither the solver nor its ``solve``.
+    ValueError
+        If no solver matches the arguments, or the solver refuses the model, a setting or
+        ``rho0``.
+
+    Examples
+    --------
+    >>> import json, numpy as np, meanfield as mf, solvers
+    >>> ds = solvers.solve(mf.SelfAttention(4.0), lambda t: 1 + 0.01 * np.cos(3 * t), [0, 1],
+    ...                    method="finite_volumes", cells=128, progress=False)
+    >>> json.loads(ds.attrs["settings"])["solver"]
+    'CircleFV'
+    """
+    chosen = choose_method(model, geometry, method, then)
+    solve_settings = {key: settings.pop(key) for key in list(settings) if key in chosen.solve_options}
+    return solver_for(model, geometry=geometry, method=chosen.name, **settings).solve(rho0, times, **solve_settings)

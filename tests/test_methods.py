@@ -1,0 +1,180 @@
+"""The front door (``solvers.solve``) and its table, and every solver reachable from a TOML config."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import meanfield as mf
+import solvers
+from solvers.methods import DISCRETISATIONS, METHODS, METHODS_BY_NAME, choose_method, solver_for
+from validation.app import ConfigError, check_config
+from validation.app.builders import build_run
+from validation.app.config import CIRCLE_SOLVERS, SPHERE_SOLVERS, MethodConfig
+from validation.app.experiment import run_experiment
+from validation.app.preflight import preflight
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.name)
+def test_the_table_says_what_each_solver_takes(method):
+    """Declared as data (config checks read it without importing the solvers): held to the signatures."""
+    solver = method.solver
+    assert solver is getattr(solvers, method.name)
+    assert method.geometry == getattr(solver, "geometry", "line")
+    assert method.discretisation in DISCRETISATIONS and method.then in (None, *DISCRETISATIONS)
+    assert set(method.settings) <= method.options | method.solve_options, method.settings
+    if "underresolved" in method.settings:  # the run's setting, a keyword of solve
+        assert "underresolved" in method.solve_options
+    parameters = inspect.signature(solver).parameters
+    assert ("layers" in parameters) == method.causal
+
+
+@pytest.mark.parametrize("model, geometry, method, then, expected", [
+    (mf.SelfAttention(4.0), "circle", "auto", None, "CircleAuto"),
+    (mf.SelfAttention(4.0), "circle", "finite_volumes", None, "CircleFV"),
+    (mf.SelfAttention(4.0), "circle", "fourier", None, "CircleSpectral"),
+    (mf.SelfAttention(4.0), "circle", "fourier", "finite_volumes", "CircleAuto"),
+    (mf.SelfAttention(4.0), "circle", "auto", "mass_coordinates", "CircleFVLagrangian"),
+    (mf.SelfAttention(4.0), "circle", "mass_coordinates", None, "CircleLagrangian"),
+    (mf.SelfAttention(4.0), "sphere", "auto", None, "SphereSpectral"),
+    (mf.SelfAttention(4.0), "sphere", "harmonics", "atoms", "SphereSpectralParticles"),
+    (mf.SelfAttention(4.0), "sphere", "atoms", None, "SphereWeightedParticles"),
+    (mf.CausalAttention(4.0, True), "circle", "auto", None, "CausalCircleFV"),
+    (mf.CausalAttention(4.0, True), "circle", "fourier", None, "CausalCircleSpectral"),
+    (mf.CausalAttention(4.0, True), "sphere", "auto", None, "CausalSphereSpectral"),
+    (mf.PureAttention(), "line", "auto", None, "LineFV"),
+    (mf.PureAttention(), "line", "mass_coordinates", None, "LineLagrangian"),
+])
+def test_the_front_door_picks_the_solver(model, geometry, method, then, expected):
+    assert choose_method(model, geometry, method, then).name == expected
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(geometry="torus"), "geometry must be one of circle, sphere, line; got 'torus'"),
+    (dict(method="spectral"), "method must be 'auto', a discretisation"),
+    (dict(geometry="sphere", method="fourier"), "no solver of this model on the sphere starts with method='fourier'"),
+    (dict(method="finite_volumes", then="atoms"), "hands over to then='atoms'"),
+    (dict(then="harmonic"), "then must be None or a discretisation"),
+    (dict(method="SphereSpectral"), "method='SphereSpectral' solves on the sphere"),
+    (dict(method="CircleFV", then="mass_coordinates"), "hands over to None, not to then='mass_coordinates'"),
+    (dict(method="CausalCircleFV"), "CausalCircleFV solves the layered equation of causal attention"),
+])
+def test_the_front_door_names_what_it_cannot_match(arguments, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        choose_method(mf.SelfAttention(1.0), **arguments)
+
+
+def test_a_causal_model_is_refused_by_the_non_causal_solvers():
+    with pytest.raises(ValueError, match="CausalAttention is causal: its layered equation is solved by CausalCircleFV "
+                                         "or CausalCircleSpectral, not by CircleAuto"):
+        choose_method(mf.CausalAttention(1.0, True), "circle", "CircleAuto")
+
+
+def test_a_setting_the_solver_does_not_take_is_named():
+    with pytest.raises(TypeError, match="CircleFV takes no setting 'lmax'; its settings: cells, cfl"):
+        solver_for(mf.SelfAttention(1.0), method="finite_volumes", lmax=31)
+    with pytest.raises(TypeError, match="SphereSpectral takes no setting 'cells'"):
+        solvers.solve(mf.SelfAttention(1.0), lambda p: 1 + 0 * p[..., 0], [0, 1], geometry="sphere", cells=64)
+
+
+def test_the_front_door_runs_what_the_class_runs():
+    """``solve`` splits the settings between the constructor and ``solve``: the same run, bit for bit."""
+    model, rho0, times = mf.SelfAttention(4.0), (lambda t: 1 + 0.05 * np.cos(3 * t)), [0.0, 0.5, 1.0]
+    direct = solvers.CircleFV(model, cells=96, rtol=1e-7).solve(rho0, times, progress=False, max_steps=10_000)
+    front = solvers.solve(model, rho0, times, method="finite_volumes", cells=96, rtol=1e-7, progress=False,
+                          max_steps=10_000)
+    np.testing.assert_array_equal(front.rho.values, direct.rho.values)
+    assert json.loads(front.attrs["settings"])["solver"] == "CircleFV"
+
+
+def test_reading_the_table_imports_no_solver():
+    """The config of ``meanfield run`` and of sweep workers reads the table: it must stay data."""
+    script = ("import sys, solvers.methods; "
+              "print(' '.join(m for m in sys.modules if m.startswith('solvers.') or m == 'xarray'))")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert loaded.stdout.split() == ["solvers.methods"]
+
+
+# ---------------------------------------------------------------------------- the config
+
+def _config(kind: str, tmp_path, **method) -> dict:
+    circle = kind in CIRCLE_SOLVERS
+    causal = METHODS_BY_NAME[kind].causal if kind in METHODS_BY_NAME else False
+    resolution = {"cells": 64} if circle else {"lmax": 11}
+    return {"geometry": "circle" if circle else "sphere", "output": str(tmp_path / kind),
+            "times": {"stop": 0.5, "count": 3}, "model": {"beta": 2.0, "causal": causal},
+            "method": {"kind": kind, **resolution, **method},
+            "initial": {"kind": "perturbed_uniform", "amplitude": 0.05, "mode": 2}}
+
+
+def test_every_solver_of_the_circle_and_the_sphere_is_a_config_kind():
+    assert set(MethodConfig.KEYS) == set(CIRCLE_SOLVERS + SPHERE_SOLVERS) | {"particles"}
+    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS) == {m.name for m in METHODS if m.geometry != "line"}
+
+
+@pytest.mark.parametrize("kind", CIRCLE_SOLVERS + SPHERE_SOLVERS)
+def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_given(kind, tmp_path):
+    method = METHODS_BY_NAME[kind]
+    keys = {"rtol": 1e-5}
+    if "interaction" in method.settings:
+        keys["interaction"] = "reference"
+    if method.causal:
+        keys["layers"] = 4
+    run = preflight(check_config(_config(kind, tmp_path, **keys)))  # what `meanfield run` checks, then runs
+    assert type(run.solver).__name__ == kind
+    for key, value in keys.items():
+        assert getattr(run.solver, key) == value
+
+
+@pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",
+                                  "CausalSphereSpectral"])
+def test_the_kinds_new_to_the_config_run_as_the_class_does(kind, tmp_path):
+    config = check_config(_config(kind, tmp_path))
+    ds = run_experiment(config, progress=False)
+    run = build_run(config)
+    direct = run.solver.solve(run.initial, run.times, progress=False)
+    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    assert json.loads(ds.attrs["config"])["method"]["kind"] == kind
+
+
+@pytest.mark.parametrize("kind, causal, message", [
+    ("CircleAuto", True, "model.causal = true runs with method.kind = 'CausalCircleFV' or 'CausalCircleSpectral'"),
+    ("SphereSpectral", True, "model.causal = true runs with method.kind = 'CausalSphereSpectral'"),
+    ("CausalCircleFV", False, "method.kind = 'CausalCircleFV' solves the layered equation of causal attention"),
+])
+def test_causality_and_the_solver_must_agree(kind, causal, message, tmp_path):
+    config = _config(kind, tmp_path)
+    config["model"]["causal"] = causal
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)
+
+
+def test_keys_of_another_solver_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="method.layers does not apply to method.kind = 'CircleFV'"):
+        check_config(_config("CircleFV", tmp_path, layers=4))
+    with pytest.raises(ConfigError, match="method.interaction does not apply to method.kind = 'CircleLagrangian'"):
+        check_config(_config("CircleLagrangian", tmp_path, interaction="zonal"))
+
+
+def test_a_causal_run_from_the_command_line_draws_its_positions(tmp_path):
+    config = _config("CausalCircleFV", tmp_path, layers=8)
+    config["model"]["alibi"] = 1.0
+    config["initial"] = {"kind": "von_mises_fisher", "means": [[1.0, 0.0], [0.0, 1.0]], "kappa": 4.0}
+    from tests.test_experiment import _to_toml  # the one TOML writer of the tests
+
+    path = tmp_path / "causal.toml"
+    path.write_text(_to_toml(config))
+    result = subprocess.run([sys.executable, "-m", "validation.app.cli", "run", str(path), "--quiet",
+                             "--no-animation"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    output = tmp_path / "CausalCircleFV"
+    for name in ("snapshots.png", "spacetime.png", "positions.png", "diagnostics.png"):
+        assert (output / name).stat().st_size > 10_000
+    ds = xr.open_dataset(output / "dataset.nc")
+    assert ds.rho.dims == ("time", "position", "theta") and ds.sizes["position"] == 8
