@@ -22,24 +22,24 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-from meanfield.checks import check_density, check_int, check_times
+from meanfield.checks import check_density, check_int
 from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE, PDE, record_attrs
 from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, handover_sections,
-                          joined_runs, joined_settings)
+from .grid_solver import DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, joined_runs, joined_settings
+from .handover import HandOver
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.
 SPECTRAL_FLAG = "whether CircleSpectral computed this output (else CircleFV)"
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, **handover_sections("CircleFV"))
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class CircleAuto(StartsWithFiniteVolumes):
+class CircleAuto(StartsWithFiniteVolumes, HandOver):
     r"""Fourier pseudo-spectral on the circle while it resolves the density, then finite volumes.
 
     Parameters
@@ -68,6 +68,14 @@ class CircleAuto(StartsWithFiniteVolumes):
         the hand-over ends the spectral part before the density is rough enough for its
         error estimates to reject step after step), Dormand-Prince 5(4) with diffusion (the
         integrating-factor form needs its nondecreasing abscissas).
+
+    Notes
+    -----
+    :meth:`solve` records what :class:`~solvers.CircleFV` records, with ``spectral`` (bool per
+    time: which solver) and both solvers' diagnostics (NaN where the other ran);
+    ``attrs["settings"]`` holds ``handover_time`` (NaN: the spectral solver covered every
+    output; ``times[0]``: the finite volumes from the start), ``handover_clipped`` and both
+    solvers' settings and step counts.
     """
 
     model: object
@@ -125,47 +133,37 @@ class CircleAuto(StartsWithFiniteVolumes):
         coefficients = spectral.coefficients_of_averages(averages, self.cells // 2)
         return tail_fraction(coefficients, spectral.cells // 2 - 1) < spectral.tail_threshold
 
-    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
-              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
-        """As ``CircleFV.solve``; the dataset also holds ``spectral`` (per time: which solver) and the hand-over.
+    # ------------------------------------------------------------------ the hand-over (solvers.handover)
+    @property
+    def first(self) -> CircleSpectral | None:
+        return self.spectral
 
-        ``attrs["settings"]`` records ``handover_time`` (NaN: none, the spectral solver
-        covered every output; ``times[0]``: the finite volumes from the start) and both
-        solvers' settings and step counts.
+    @property
+    def second(self) -> CircleFV:
+        return self.finite_volumes
 
-        {handover_parameters}
+    def _second_state(self, state) -> np.ndarray | None:
+        return state if np.shape(state) != (self.cells,) else None  # the finite volumes', their shadow included
 
-        Returns
-        -------
-        xarray.Dataset
-            As :class:`~solvers.CircleFV` records, with ``spectral`` (bool per time) and both
-            solvers' diagnostics (NaN where the other ran).
+    def _first_state(self, rho0, continued: bool) -> tuple[np.ndarray, bool]:
+        averages = check_density(rho0, (self.cells,), "rho0", evolved=True) if continued else self.initial_density(rho0)
+        return averages, True
 
-        {handover_raises}
-        """
-        times = check_times(times)
-        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
-        if continued and np.shape(rho0) != (self.cells,):  # the finite volumes' state, their shadow included
-            return self._annotated(self.finite_volumes.solve(rho0, times, continued=True, first_step=first_step,
-                                                             **common), None, float(times[0]), 0.0)
-        averages = (check_density(rho0, (self.cells,), "rho0", evolved=True) if continued
-                    else self.initial_density(rho0))
-        if not self._spectrally_smooth(averages):
-            return self._annotated(self.finite_volumes.solve(averages, times, continued=True, first_step=first_step,
-                                                             **common), None, float(times[0]), 0.0)
+    def _starts_on_second(self, averages: np.ndarray) -> bool:
+        return not self._spectrally_smooth(averages)
+
+    def _stop(self):
         spectral = self.spectral
-        part = spectral.solve_until(averages, times, lambda c: not spectral.resolves(c), first_step=first_step,
-                                    continued=True, annotate=self._finite_volume_fields, **common)
-        recorded = part.dataset.sizes["time"]
-        if recorded == times.size:
-            return self._annotated(None, part.dataset, np.nan, 0.0)
-        handed, clipped = _clip_negative(part.density, self.finite_volumes.operators.width)
-        later = times[times > part.time]
-        finite = self.finite_volumes.solve(handed, np.concatenate([[part.time], later]), continued=True,
-                                           first_step=part.next_step, **common)
-        if part.time not in times:
-            finite = finite.isel(time=slice(1, None))
-        return self._annotated(finite, part.dataset, part.time, clipped)
+        return lambda coefficients: not spectral.resolves(coefficients)
+
+    def _annotate_first(self):
+        return self._finite_volume_fields
+
+    def _handed(self, part) -> tuple[np.ndarray, float]:
+        return _clip_negative(part.density, self.finite_volumes.operators.width)
+
+    def _second_first_step(self, part) -> float:
+        return part.next_step
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
@@ -199,7 +197,7 @@ class CircleAuto(StartsWithFiniteVolumes):
         fields["spectral"] = ("time", np.ones(outputs, bool), {"long_name": SPECTRAL_FLAG})
         return fields, coordinates
 
-    def _annotated(self, finite: xr.Dataset | None, spectral: xr.Dataset | None, handover: float,
+    def _annotated(self, spectral: xr.Dataset | None, finite: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
         if finite is None:  # the spectral part carries the finite volumes' fields already (one dataset built)

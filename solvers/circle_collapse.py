@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import xarray as xr
 
-from meanfield.checks import check_times
 from meanfield.records import CIRCLE, PDE, record_attrs
 from meanfield.docstrings import fill_docstrings
 
 from .circle import CircleFV, StartsWithFiniteVolumes
 from .circle_lagrangian import CircleLagrangian
-from .grid_solver import (DATASET_PARAMETERS, earliest_underresolution, handover_sections, joined_runs, joined_settings,
-                          stacked_fields)
+from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings, stacked_fields
+from .handover import HandOver
 
 
 @dataclass(frozen=True)
@@ -36,9 +35,9 @@ class LabelPositions:
     positions: np.ndarray
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, **handover_sections("CircleFV"))
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class CircleFVLagrangian(StartsWithFiniteVolumes):
+class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
     r"""Finite volumes until their estimated error passes ``error_level``, then :class:`CircleLagrangian`.
 
     Parameters
@@ -57,6 +56,13 @@ class CircleFVLagrangian(StartsWithFiniteVolumes):
         The finite volumes' velocity path.
     cluster_separation : float
         The Lagrangian solver's cluster rule, applied to every output.
+
+    Notes
+    -----
+    :meth:`solve` records what :class:`~solvers.CircleFV` records, with ``position`` (the
+    labels), the clusters' masses and positions, and ``lagrangian`` (bool per time: which
+    solver); ``attrs["settings"]`` holds ``handover_time`` (NaN: the finite volumes covered
+    every output) and both solvers' settings and step counts.
     """
 
     model: object
@@ -82,41 +88,29 @@ class CircleFVLagrangian(StartsWithFiniteVolumes):
                                                                 rtol=self.rtol,
                                                                 cluster_separation=self.cluster_separation))
 
-    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
-              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
-        """As ``CircleFV.solve``; the dataset also holds the labels' positions, the clusters and ``lagrangian``.
+    # ------------------------------------------------------------------ the hand-over (solvers.handover)
+    @property
+    def first(self) -> CircleFV:
+        return self.finite_volumes
 
-        ``attrs["settings"]`` records ``handover_time`` (NaN: the finite volumes covered
-        every output) and both solvers' settings and step counts.
+    @property
+    def second(self) -> CircleLagrangian:
+        return self.lagrangian
 
-        {handover_parameters}
+    def _second_state(self, state) -> np.ndarray | None:
+        return state.positions if isinstance(state, LabelPositions) else None
 
-        Returns
-        -------
-        xarray.Dataset
-            As :class:`~solvers.CircleFV` records, with ``position`` (the labels), the
-            clusters' masses and positions, and ``lagrangian`` (bool per time).
+    def _first_state(self, rho0, continued: bool) -> tuple[np.ndarray, bool]:
+        return (rho0 if continued else self.initial_density(rho0)), True
 
-        {handover_raises}
-        """
-        times = check_times(times)
-        finite = self.finite_volumes
-        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
-        if isinstance(rho0, LabelPositions):  # continued after the hand-over
-            measure = self.lagrangian.solve(rho0.positions, times, continued=True, first_step=first_step, **common)
-            return self._annotated(None, measure, float(times[0]))
-        start = rho0 if continued else self.initial_density(rho0)
-        part = finite.solve_until(start, times, finite.beyond_error_level, first_step=first_step, continued=True,
-                                  **common)
-        grid = self._with_labels(part.dataset)
-        if grid.sizes["time"] == times.size:
-            return self._annotated(grid, None, np.nan)
-        later = times[times > part.time]
-        positions = self.lagrangian.initial_quantile(np.maximum(part.density, 0.0))
-        measure = self.lagrangian.solve(positions, np.concatenate([[part.time], later]), continued=True, **common)
-        if part.time not in times:
-            measure = measure.isel(time=slice(1, None))
-        return self._annotated(grid, measure, part.time)
+    def _stop(self):
+        return self.finite_volumes.beyond_error_level
+
+    def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
+        return self._with_labels(ds)
+
+    def _handed(self, part) -> tuple[np.ndarray, float]:
+        return self.lagrangian.initial_quantile(np.maximum(part.density, 0.0)), 0.0
 
     def continuation_state(self, ds: xr.Dataset):
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
@@ -138,7 +132,8 @@ class CircleFVLagrangian(StartsWithFiniteVolumes):
         frames = [lagrangian.recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0))) for rho in ds.rho.values]
         return ds.assign_coords(lagrangian.recorded_coordinates()).assign(stacked_fields(frames))
 
-    def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float) -> xr.Dataset:
+    def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
+                   moved: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((grid, False), (measure, True)) if part is not None]
         expected = {"error_estimate": ("time",), "cluster_width": ("time",), "shadow_rho": ("time", "shadow_theta")}
         ds = joined_runs(parts, "lagrangian", "whether CircleLagrangian computed this output (else CircleFV)",

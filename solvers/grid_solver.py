@@ -18,7 +18,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_times
-from meanfield.docstrings import fill_docstrings, parameters
+from meanfield.docstrings import fill_docstrings
 from meanfield.errors import StepSizeCollapse
 from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
 from meanfield.records import PDE, dataset_settings, record_attrs
@@ -32,16 +32,6 @@ Parameters
 ds : xarray.Dataset
     A dataset this solver returned.
 """
-
-
-def handover_sections(reference: str) -> dict[str, str]:
-    """The Parameters and Raises sections (``{handover_parameters}``, ``{handover_raises}``) of the
-    ``solve`` of a solver that hands a run between two others and takes ``reference``'s arguments."""
-    arguments = (f"rho0, times, progress, observer, max_steps, first_step, continued, pace\n"
-                 f"    As for :meth:`{reference}.solve <solvers.{reference}.solve>`; with ``continued``,\n"
-                 f"    ``rho0`` is what :meth:`continuation_state` returned.")
-    return {"handover_parameters": parameters(arguments),
-            "handover_raises": f"Raises\n------\nStepSizeCollapse\n    As for ``{reference}.solve``."}
 
 
 #: Attributes of the diagnostic variables a solver may report.

@@ -34,7 +34,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from meanfield.checks import check_density, check_int, check_real, check_rtol, check_times
+from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -43,7 +43,8 @@ from meanfield.sphere import normalize
 from meanfield.docstrings import fill_docstrings
 
 from .grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model,
-                          earliest_underresolution, handover_sections, joined_runs, joined_settings)
+                          earliest_underresolution, joined_runs, joined_settings)
+from .handover import HandOver
 from .sphere import SphereSpectral, energy_is_scaled
 from .sphere_grid import SphereGrid
 from .tolerance import ROUNDOFF
@@ -417,9 +418,9 @@ class _AtomTransport(UnboundedTransport):
         return self.solver.merged(new), None
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS, **handover_sections("SphereSpectral"))
+@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class SphereSpectralParticles:
+class SphereSpectralParticles(HandOver):
     r""":class:`~solvers.SphereSpectral` while it resolves the density, then :class:`SphereWeightedParticles` (module docstring).
 
     Parameters
@@ -434,6 +435,15 @@ class SphereSpectralParticles:
     quadrature_lmax, cluster_separation, min_cluster_mass, dropped_mass, merge_distance
         The particles' (:class:`SphereWeightedParticles`; the cluster rule is applied to every
         output, before the hand-over to the density's quadrature atoms).
+
+    Notes
+    -----
+    :meth:`solve` records what :class:`~solvers.SphereSpectral` records, with
+    ``atom_position``, ``atom_mass`` (NaN before the hand-over), the clusters' masses and
+    positions (of the density's quadrature atoms before it), and ``particles`` (bool per time:
+    which solver); ``attrs["settings"]`` holds ``handover_time`` (NaN: the harmonics covered
+    every output), ``handover_clipped`` (the negative mass set to zero there) and both
+    solvers' settings and step counts.
     """
 
     model: object
@@ -469,47 +479,28 @@ class SphereSpectralParticles:
                                                 merge_distance=self.merge_distance, interaction=self.interaction)
         object.__setattr__(self, "particles", particles)
 
-    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
-              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
-        """As ``SphereSpectral.solve``; the dataset also holds the atoms, the clusters and ``particles``.
+    # ------------------------------------------------------------------ the hand-over (solvers.handover)
+    @property
+    def first(self) -> SphereSpectral:
+        return self.spectral
 
-        ``attrs["settings"]`` records ``handover_time`` (NaN: the harmonics covered every
-        output), ``handover_clipped`` (the negative mass set to zero there) and both solvers'
-        settings and step counts.
+    @property
+    def second(self) -> SphereWeightedParticles | None:
+        return self.particles
 
-        {handover_parameters}
+    def _second_state(self, state) -> np.ndarray | None:
+        return state if np.ndim(state) == 2 and np.shape(state)[1] == 4 else None  # atoms: (n, 4)
 
-        Returns
-        -------
-        xarray.Dataset
-            As :class:`~solvers.SphereSpectral` records, with ``atom_position``,
-            ``atom_mass`` (NaN before the hand-over), the clusters' masses and positions (of the
-            density's quadrature atoms before it), and ``particles`` (bool per time).
-
-        {handover_raises}
-        """
-        times = check_times(times)
-        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
-        particles = self.particles
-        if continued and np.ndim(rho0) == 2 and np.shape(rho0)[1] == 4:  # atoms: after the hand-over
-            if particles is None:
-                raise ValueError("a run with diffusion has no particle part to continue")
-            measure = particles.solve(rho0, times, continued=True, first_step=first_step, **common)
-            return self._annotated(None, measure, float(times[0]), 0.0)
+    def _stop(self):
         spectral = self.spectral
-        stop = None if particles is None else (lambda c: not spectral.resolves(c))
-        part = spectral.solve_until(rho0, times, stop, first_step=first_step, continued=continued, **common)
-        harmonics = self._with_clusters(part.dataset)
-        if harmonics.sizes["time"] == times.size:
-            return self._annotated(harmonics, None, np.nan, 0.0)
-        grid = spectral.grid
-        atoms, clipped = particles.band_limited_atoms(grid.analyse(part.density), grid,
-                                                      name="the density at the hand-over")
-        later = times[times > part.time]
-        measure = particles.solve(atoms, np.concatenate([[part.time], later]), continued=True, **common)
-        if part.time not in times:
-            measure = measure.isel(time=slice(1, None))
-        return self._annotated(harmonics, measure, part.time, clipped)
+        return None if self.particles is None else (lambda coefficients: not spectral.resolves(coefficients))
+
+    def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
+        return self._with_clusters(ds)
+
+    def _handed(self, part) -> tuple[np.ndarray, float]:
+        grid = self.spectral.grid
+        return self.particles.band_limited_atoms(grid.analyse(part.density), grid, name="the density at the hand-over")
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
