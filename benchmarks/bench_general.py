@@ -1,9 +1,9 @@
 """Right-hand side of the PDE with general Q, K, V and heads against the zonal one, at the same resolution.
 
-Circle, ``N = 1024`` cells: :class:`solvers.circle_general.GeneralCircleOperators` (one and
+Circle, ``N = 1024`` cells: :class:`solvers.circle.general.GeneralCircleOperators` (one and
 two heads; SA, whose face velocities need Gauss quadrature over the dual cells, and USA,
-linear) against :class:`solvers.circle_operators.CircleOperators` for the zonal model of the
-same ``beta``. Sphere, ``lmax = 63``: :class:`solvers.sphere_general.GeneralSphereInteraction`
+linear) against :class:`solvers.circle.operators.CircleOperators` for the zonal model of the
+same ``beta``. Sphere, ``lmax = 63``: :class:`solvers.sphere.general.GeneralSphereInteraction`
 inside :class:`solvers.SphereSpectral` (the whole transport, divergence included) against the
 zonal path, both timed as a solve runs them (BLAS on the calling thread:
 :mod:`solvers.threads`). Target: at most 10x.
@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import meanfield as mf  # noqa: E402
 from common import compare  # noqa: E402
-from solvers.circle_general import GeneralCircleOperators  # noqa: E402
-from solvers.circle_operators import CircleOperators  # noqa: E402
-from solvers.sphere import SphereSpectral  # noqa: E402
+from solvers.circle.general import GeneralCircleOperators  # noqa: E402
+from solvers.circle.operators import CircleOperators  # noqa: E402
+from solvers.sphere.spectral import SphereSpectral  # noqa: E402
 from solvers.threads import single_threaded_blas  # noqa: E402
 
 CELLS = 1024

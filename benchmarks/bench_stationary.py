@@ -14,8 +14,8 @@ import numpy as np
 
 import meanfield as mf
 from solvers import CircleFV
-from solvers.continuation import branch_from_uniform, uniform_bifurcations
-from solvers.stationary_circle import CircleStationary
+from solvers.stationary.continuation import branch_from_uniform, uniform_bifurcations
+from solvers.stationary.circle import CircleStationary
 
 CELLS, BETA, LOW = 256, 4.0, 0.02
 

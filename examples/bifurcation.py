@@ -33,7 +33,7 @@ from scipy.special import ive  # noqa: E402
 
 import meanfield as mf  # noqa: E402
 from meanfield.landscape import critical_configuration, design_strength  # noqa: E402
-from solvers.bifurcation import bifurcation_diagram  # noqa: E402
+from solvers.stationary.bifurcation import bifurcation_diagram  # noqa: E402
 from validation.stationary_figures import bifurcation_figure  # noqa: E402
 
 

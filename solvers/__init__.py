@@ -7,30 +7,34 @@ pure attention on the line (d = 1, rescaled tokens).
 start with and the one to hand over to (the table :data:`~solvers.methods.METHODS`).
 """
 
-#: Each public name and the module that defines it: loaded on first use, so that reading the
-#: table of solvers (``solvers.methods``) does not import xarray and shtns.
-_HOMES = {
-    "solve": "methods", "solver_for": "methods",
-    "CausalCircleFV": "causal", "CausalCircleSpectral": "causal", "CausalSphereSpectral": "causal",
-    "CircleFV": "circle", "CircleAuto": "circle_auto", "CommonNoiseCircle": "circle_common_noise",
-    "CircleFVLagrangian": "circle_collapse", "CircleLagrangian": "circle_lagrangian",
-    "PointMasses": "circle_lagrangian", "CircleSpectral": "circle_spectral",
-    "check_pde_consistency": "consistency", "LineFV": "line", "LineLagrangian": "line_lagrangian",
-    "UnderResolvedWarning": "resolution", "SphereSpectral": "sphere", "CommonNoiseSphere": "sphere_common_noise",
-    "SphereSpectralParticles": "sphere_particles", "SphereWeightedParticles": "sphere_particles",
-}
-
-__all__ = list(_HOMES)
+__all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
+           "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
+           "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian",
+           "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
 
 
 def __getattr__(name: str):
-    if name not in _HOMES:
+    # The public names load on first use: reading the table of solvers (solvers.methods, as the
+    # configuration checks and sweep workers do) does not import xarray and shtns.
+    if name not in __all__:
         raise AttributeError(f"module 'solvers' has no attribute {name!r}")
-    from . import (causal, circle, circle_auto, circle_collapse, circle_common_noise,  # noqa: F401 (globals())
-                   circle_lagrangian, circle_spectral, consistency, line, line_lagrangian, methods, resolution,
-                   sphere, sphere_common_noise, sphere_particles)
+    from .causal import CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral  # noqa: F401 (locals())
+    from .circle.auto import CircleAuto  # noqa: F401
+    from .circle.collapse import CircleFVLagrangian  # noqa: F401
+    from .circle.finite_volumes import CircleFV  # noqa: F401
+    from .circle.lagrangian import CircleLagrangian, PointMasses  # noqa: F401
+    from .circle.spectral import CircleSpectral  # noqa: F401
+    from .consistency import check_pde_consistency  # noqa: F401
+    from .line.finite_volumes import LineFV  # noqa: F401
+    from .line.lagrangian import LineLagrangian  # noqa: F401
+    from .methods import solve, solver_for  # noqa: F401
+    from .noise.circle import CommonNoiseCircle  # noqa: F401
+    from .noise.sphere import CommonNoiseSphere  # noqa: F401
+    from .resolution import UnderResolvedWarning  # noqa: F401
+    from .sphere.particles import SphereSpectralParticles, SphereWeightedParticles  # noqa: F401
+    from .sphere.spectral import SphereSpectral  # noqa: F401
 
-    return getattr(globals()[_HOMES[name]], name)
+    return locals()[name]
 
 
 def __dir__() -> list[str]:

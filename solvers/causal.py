@@ -16,11 +16,11 @@ Discretization in ``s``: ``L`` layers at the centres :math:`s_l = (l - 1/2)/L` o
 densities are convex combinations :math:`\tilde\rho = W\rho` (rows of ``W`` sum to one), the
 uniform density is stationary in every layer, and the first layer obeys the non-causal
 equation. Each layer is then moved by the existing scheme of its geometry, with the mixed
-density's velocity: :class:`CausalCircleFV` shares :class:`~solvers.circle.CircleFV`'s
+density's velocity: :class:`CausalCircleFV` shares :class:`~solvers.circle.finite_volumes.CircleFV`'s
 operators and steps (flux form: mass kept per layer to round-off, positivity, CFL),
 :class:`CausalCircleSpectral` :class:`~solvers.CircleSpectral`'s Fourier transforms and
 integrator (each layer's transport in Fourier space: spectral accuracy while the layers are
-smooth), :class:`CausalSphereSpectral` :class:`~solvers.sphere.SphereSpectral`'s transforms and
+smooth), :class:`CausalSphereSpectral` :class:`~solvers.sphere.spectral.SphereSpectral`'s transforms and
 integrator. All layers advance together with one step (the system is lower triangular in
 ``s``; marching layer by layer would need each layer's history at every step of the next).
 
@@ -41,13 +41,13 @@ from meanfield.causal import CausalAttention, positional_cell_weights
 from meanfield.checks import check_density, check_int
 from meanfield.docstrings import fill_docstrings
 
-from .circle import CircleFV
-from .circle_operators import GAUSS_4, CircleOperators
-from .circle_spectral import CircleSpectral
+from .circle.finite_volumes import CircleFV
+from .circle.operators import GAUSS_4, CircleOperators
+from .circle.spectral import CircleSpectral
 from .grid_solver import Diagnosis
 from .reference import circle_operators
 from .resolution import sharpest_cluster_width
-from .sphere import SphereSpectral
+from .sphere.spectral import SphereSpectral
 from .threads import single_threaded_blas
 
 

@@ -14,10 +14,10 @@ from typing import Callable
 
 import numpy as np
 
-from .circle import CircleFV
-from .circle_spectral import CircleSpectral
+from .circle.finite_volumes import CircleFV
+from .circle.spectral import CircleSpectral
 from .reference import interaction_path
-from .sphere import SphereSpectral
+from .sphere.spectral import SphereSpectral
 
 #: The fast paths a discretisation may have.
 FAST_PATHS = ("zonal", "general")

@@ -41,9 +41,9 @@ import numpy as np
 
 from meanfield.models import SelfAttention, ZonalAggregation
 
-from .circle_general import GeneralCircleOperators, dual_cell_quadrature
-from .circle_operators import CircleOperators
-from .sphere_grid import SphereGrid
+from .circle.general import GeneralCircleOperators, dual_cell_quadrature
+from .circle.operators import CircleOperators
+from .sphere.grid import SphereGrid
 
 #: The velocity computations a solver's ``interaction`` names ("auto" picks one).
 INTERACTIONS = ("auto", "zonal", "general", "reference")
@@ -126,7 +126,7 @@ def _energy_of(model, nodes: np.ndarray, weights: np.ndarray) -> float:
 
 @dataclass(frozen=True, eq=False)
 class ReferenceCircleOperators(CircleOperators):
-    """:class:`~solvers.circle_operators.CircleOperators` whose velocity is the model's ``velocity_field`` (module docstring)."""
+    """:class:`~solvers.circle.operators.CircleOperators` whose velocity is the model's ``velocity_field`` (module docstring)."""
 
     offsets: np.ndarray = field(init=False, repr=False)
     weights: np.ndarray = field(init=False, repr=False)

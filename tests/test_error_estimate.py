@@ -1,6 +1,6 @@
 """CircleFV's error estimate against the true error (a run at twice the cells), and when it warns.
 
-The claim (``solvers/circle.py``): the recorded ``error_estimate`` is within a factor 3 of the
+The claim (``solvers/circle/finite_volumes.py``): the recorded ``error_estimate`` is within a factor 3 of the
 true max-norm error whenever that error is above round-off and below 5 % of ``max rho``, and
 the run is declared under-resolved (the warning) no later than the first output whose true
 error passes ``error_level = 1e-3`` of ``max rho``. Checked over the growth-rate runs of

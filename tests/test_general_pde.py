@@ -143,7 +143,7 @@ def test_bad_matrices_are_refused(tmp_path, capsys, geometry, key, method, messa
 def test_energy_is_the_particles_functional(normalized):
     """E = (1/2 beta) sum_h int int e^{beta <Q_h x, K_h y>} rho rho, unscaled for SA too (midpoint quadrature, exact
     for this smooth periodic integrand), and at beta = 0 the limit (1/2) sum_h m^T Q_h^T K_h m of the particles' energy."""
-    from solvers.circle_general import GeneralCircleOperators
+    from solvers.circle.general import GeneralCircleOperators
     cells = 512
     theta = (np.arange(cells) + 0.5) * 2 * np.pi / cells
     rho = bumpy(theta) / (bumpy(theta).sum() * 2 * np.pi / cells)

@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 
 import meanfield as mf
 from solvers import CircleFV
-from solvers.circle_lagrangian import CircleLagrangian, PointMasses
+from solvers.circle.lagrangian import CircleLagrangian, PointMasses
 from validation import Merge, merge_times
 
 

@@ -78,7 +78,7 @@ def test_no_layer_imports_a_higher_one():
 
 
 @pytest.mark.parametrize("module, source", [
-    ("solvers.circle", "from validation.measures import circle_cdf"),
+    ("solvers.circle.finite_volumes", "from validation.measures import circle_cdf"),
     ("meanfield.models", "def f():\n    import solvers\n"),
     ("validation.measures", "from .app.config import load_config"),
     ("validation.distances", "from validation.app import run_sweep"),
@@ -148,16 +148,19 @@ LOCAL_IMPORTS = {
     "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
-    "solvers/__init__.py": ({"."}, "lazy public names (module __getattr__): the table of solvers.methods is read "
+    "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.collapse", ".circle.finite_volumes",
+                             ".circle.lagrangian", ".circle.spectral", ".consistency", ".line.finite_volumes",
+                             ".line.lagrangian", ".methods", ".noise.circle", ".noise.sphere", ".resolution",
+                             ".sphere.particles", ".sphere.spectral"}, "lazy public names (module __getattr__): the table of solvers.methods is read "
                                    "without them"),
     "solvers/methods.py": ({"solvers"}, "the table is data; a solver's module loads when it is built"),
-    "solvers/sphere_grid.py": ({"shtns"}, "its C library prints on import: stdout is redirected around it"),
+    "solvers/sphere/grid.py": ({"shtns"}, "its C library prints on import: stdout is redirected around it"),
     "validation/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
     "validation/app/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
     "validation/app/cli.py": ({".experiment", ".experiment_figures", ".stationary", ".sweep", ".sweep_config",
                                ".validate", "solvers", "validation.figures"}, "each command imports its own modules"),
-    "validation/app/stationary.py": ({"solvers.bifurcation", "solvers.stationary_circle", "solvers.stationary_sphere",
-                                      "solvers.sphere_grid", "validation.stationary_figures"},
+    "validation/app/stationary.py": ({"solvers.stationary.bifurcation", "solvers.stationary.circle", "solvers.stationary.sphere",
+                                      "solvers.sphere.grid", "validation.stationary_figures"},
                                      "the stationary command's own modules"),
     "validation/app/sweep.py": ({"array_api_strict", "cupy", "jax", "torch", "dask.distributed", "distributed.config",
                                  "xarray"}, "optional libraries, and workers start without xarray"),

@@ -1,4 +1,4 @@
-"""The d = 1 mean-field equation of pure attention (solvers.line.LineFV): mass, positivity, the
+"""The d = 1 mean-field equation of pure attention (solvers.line.finite_volumes.LineFV): mass, positivity, the
 collapse toward the ends of the support, first-order convergence, and the particle system
 approaching it like n^{-1/2} (1-D Wasserstein distance by scipy, independent of the solver)."""
 
@@ -10,8 +10,8 @@ import pytest
 from scipy.stats import wasserstein_distance
 
 import meanfield as mf
-from solvers.line import GHOST_MASS, GHOST_SHARE, LineFV
-from solvers.line_lagrangian import LineLagrangian
+from solvers.line.finite_volumes import GHOST_MASS, GHOST_SHARE, LineFV
+from solvers.line.lagrangian import LineLagrangian
 from solvers.resolution import UnderResolvedWarning
 
 MODEL = mf.PureAttention(rescaled=True)  # Q = K = V = 1, d = 1 (Fig. 3 of the paper)

@@ -17,10 +17,10 @@ import meanfield as mf
 from meanfield.interaction import pair_sums
 from solvers import (CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral, CircleFV, CircleSpectral,
                      SphereSpectral, check_pde_consistency)
-from solvers.circle_general import GeneralCircleOperators
-from solvers.circle_operators import CircleOperators
-from solvers.sphere_general import GeneralSphereInteraction
-from solvers.sphere_grid import SphereGrid
+from solvers.circle.general import GeneralCircleOperators
+from solvers.circle.operators import CircleOperators
+from solvers.sphere.general import GeneralSphereInteraction
+from solvers.sphere.grid import SphereGrid
 from validation import mean_field_convergence
 from validation.convergence import StudySettings
 

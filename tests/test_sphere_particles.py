@@ -1,4 +1,4 @@
-"""Weighted particles on S^2 and the hand-over from harmonics (solvers.sphere_particles).
+"""Weighted particles on S^2 and the hand-over from harmonics (solvers.sphere.particles).
 
 References independent of the code under test: the weighted velocity written out pair by
 pair; duplicated tokens; the particle system's own integrator (scipy's DOP853); the angle
@@ -16,7 +16,7 @@ from scipy.integrate import solve_ivp
 
 import meanfield as mf
 from solvers import SphereSpectral, SphereSpectralParticles, SphereWeightedParticles, UnderResolvedWarning
-from solvers.sphere_particles import atoms_of
+from solvers.sphere.particles import atoms_of
 
 
 def unit(rng, n):

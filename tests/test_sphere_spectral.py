@@ -8,7 +8,7 @@ from scipy.special import sph_harm_y, spherical_in
 
 import meanfield as mf
 from solvers import SphereSpectral, UnderResolvedWarning
-from solvers.sphere_grid import SphereGrid
+from solvers.sphere.grid import SphereGrid
 
 
 def smooth_density(points):

@@ -14,9 +14,9 @@ from scipy.special import ive
 
 import meanfield as mf
 from solvers import CircleFV
-from solvers.bifurcation import bifurcation_diagram
-from solvers.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
-from solvers.stationary_circle import CircleStationary
+from solvers.stationary.bifurcation import bifurcation_diagram
+from solvers.stationary.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
+from solvers.stationary.circle import CircleStationary
 from validation.references import circle_stationary_density, growth_rate
 
 

@@ -1,4 +1,4 @@
-"""Stationary states on S^2 (solvers.stationary_sphere): axisymmetric states, their stability, their branches.
+"""Stationary states on S^2 (solvers.stationary.sphere): axisymmetric states, their stability, their branches.
 
 References written apart from the solver: the dispersion relation (validation.growth_rate), the
 self-consistency of the gradient flows solved in the polar variable alone (Gauss-Legendre
@@ -13,9 +13,9 @@ from scipy.special import eval_legendre, spherical_in
 
 import meanfield as mf
 from solvers import SphereSpectral
-from solvers.bifurcation import bifurcation_diagram
-from solvers.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
-from solvers.stationary_sphere import SphereStationary
+from solvers.stationary.bifurcation import bifurcation_diagram
+from solvers.stationary.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
+from solvers.stationary.sphere import SphereStationary
 from validation import growth_rate
 
 

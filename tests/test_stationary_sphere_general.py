@@ -1,4 +1,4 @@
-"""Stationary states on S^2 of models without rotation symmetry (solvers.stationary_sphere_general).
+"""Stationary states on S^2 of models without rotation symmetry (solvers.stationary.sphere_general).
 
 Checked against the time-dependent solver, an independent code path through the same
 equation: a state Newton-Krylov returns does not move when SphereSpectral runs from it, and
@@ -12,8 +12,8 @@ import pytest
 
 import meanfield as mf
 from solvers import SphereSpectral
-from solvers.continuation import stationary_state
-from solvers.stationary_sphere_general import SphereStationaryGeneral
+from solvers.stationary.continuation import stationary_state
+from solvers.stationary.sphere_general import SphereStationaryGeneral
 
 _A = np.random.default_rng(5).normal(size=(3, 3))
 _B = np.random.default_rng(6).normal(size=(3, 3))

@@ -288,7 +288,7 @@ def test_an_underresolved_run_stops_at_its_first_underresolved_output(tmp_path):
 def test_a_branch_retries_a_step_that_strays_and_follows_its_loop_to_the_other_bifurcation():
     """SA beta = 3, D = 0.15, mode 2 over beta: it ended at beta = 2.485 with 'beta must be >= 0'
     (a Newton iterate refused), and with long steps jumped between branches."""
-    from solvers.bifurcation import bifurcation_diagram
+    from solvers.stationary.bifurcation import bifurcation_diagram
 
     diagram = bifurcation_diagram(mf.SelfAttention(3.0, diffusion=0.15), "beta", (0.5, 10.0), cells=256, modes=[2],
                                   progress=False)
@@ -300,8 +300,8 @@ def test_a_branch_retries_a_step_that_strays_and_follows_its_loop_to_the_other_b
 
 
 def test_a_branch_ends_exactly_at_the_end_of_the_interval():
-    from solvers.continuation import branch_from_uniform
-    from solvers.stationary_circle import CircleStationary
+    from solvers.stationary.continuation import branch_from_uniform
+    from solvers.stationary.circle import CircleStationary
 
     problem = CircleStationary(mf.SelfAttention(0.0, diffusion=0.3), 128)  # Kuramoto: mode 1 at D = 1/2
     branch = branch_from_uniform(problem, 1, 0.5, (0.15, 0.65), progress=False)
@@ -316,8 +316,8 @@ def test_a_fold_is_located_to_newtons_tolerance():
     stationary states are that Gibbs form on the cells, so the two agree to the quadrature's round-off)."""
     from scipy.optimize import fsolve, minimize_scalar
 
-    from solvers.continuation import branch_from_uniform
-    from solvers.stationary_circle import CircleStationary
+    from solvers.stationary.continuation import branch_from_uniform
+    from solvers.stationary.circle import CircleStationary
 
     b = 0.6
     model = mf.ZonalAggregation(lambda s: s + b * (2 * s**2 - 1), lambda s: 1 + 4 * b * s, diffusion=0.3)

@@ -16,8 +16,8 @@ from meanfield.records import (CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry,
                                euclidean_name)
 from meanfield.engines.series import harmonic_sums
 from meanfield.sphere import circle_angles
-from solvers.line_lagrangian import label_cdf
-from solvers.sphere_grid import SphereGrid
+from solvers.line.lagrangian import label_cdf
+from solvers.sphere.grid import SphereGrid
 
 #: The line: tokens of :class:`meanfield.PureAttention` with ``d = 1``, :class:`solvers.LineFV`'s and
 #: :class:`solvers.LineLagrangian`'s measures.

@@ -1,4 +1,4 @@
-"""The bifurcation diagram of :func:`solvers.bifurcation.bifurcation_diagram`: stable solid, unstable dashed."""
+"""The bifurcation diagram of :func:`solvers.stationary.bifurcation.bifurcation_diagram`: stable solid, unstable dashed."""
 
 from __future__ import annotations
 

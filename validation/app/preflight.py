@@ -23,7 +23,7 @@ from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpe
                      SphereWeightedParticles)
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import sharpest_cluster_width
-from solvers.sphere_grid import grid_shape
+from solvers.sphere.grid import grid_shape
 
 from .builders import RunObjects, build_run, particle_method
 from .config import CIRCLE_SOLVERS, ExperimentConfig

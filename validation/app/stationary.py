@@ -96,7 +96,7 @@ def load_stationary_config(path: str | Path) -> StationaryConfig:
 
 def _check_size(config: StationaryConfig) -> None:
     """Refuse modes the grid cannot hold (they alias onto lower ones) and a diagram beyond the machine's memory."""
-    from solvers.sphere_grid import grid_shape  # the command's own modules (cli docstring)
+    from solvers.sphere.grid import grid_shape  # the command's own modules (cli docstring)
 
     settings = config.continuation
     if config.geometry == "circle":
@@ -118,8 +118,8 @@ def _check_size(config: StationaryConfig) -> None:
 
 
 def _problem(config: StationaryConfig):
-    from solvers.stationary_circle import CircleStationary  # the command's own modules (cli docstring)
-    from solvers.stationary_sphere import SphereStationary
+    from solvers.stationary.circle import CircleStationary  # the command's own modules (cli docstring)
+    from solvers.stationary.sphere import SphereStationary
 
     settings = config.continuation
     try:
@@ -140,7 +140,7 @@ def _problem(config: StationaryConfig):
 
 def run_stationary(config: StationaryConfig, *, progress: bool | None = None):
     """Compute the diagram, write the dataset and the figure; returns ``(dataset, paths)``."""
-    from solvers.bifurcation import bifurcation_diagram  # the command's own modules (cli docstring)
+    from solvers.stationary.bifurcation import bifurcation_diagram  # the command's own modules (cli docstring)
     from validation.stationary_figures import bifurcation_figure
 
     settings = config.continuation

@@ -37,7 +37,7 @@ from meanfield.integration.runs import noise_grid_run
 from meanfield.records import PDE, record_attrs
 from meanfield.sampling import reproducible_seed
 
-from .resolution import ResolutionMonitor
+from ..resolution import ResolutionMonitor
 
 #: Standard deviations of the Brownian move that a substep must keep stable.
 SIGMAS = 6.0

@@ -27,10 +27,10 @@ from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE, PDE, record_attrs
 from meanfield.docstrings import fill_docstrings
 
-from .circle import CircleFV, StartsWithFiniteVolumes
-from .circle_spectral import CircleSpectral, tail_fraction
-from .grid_solver import DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, joined_runs, joined_settings
-from .handover import HandOver
+from .finite_volumes import CircleFV, StartsWithFiniteVolumes
+from .spectral import CircleSpectral, tail_fraction
+from ..grid_solver import DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, joined_runs, joined_settings
+from ..handover import HandOver
 
 
 #: The meaning of a CircleAuto dataset's ``spectral``.

@@ -8,7 +8,7 @@ not kept). The potential is diagonal in this basis (the kernel's Funk-Hecke spec
 :mod:`meanfield`): :math:`v = \partial_\theta(\Phi*\rho)` for USA, Kuramoto and zonal
 aggregation, :math:`v = \frac{c}{\beta}\,\partial_\theta(K*\rho)/(K*\rho)` for SA (any query,
 key and value matrices and heads through the coefficient matrices of
-``solvers.circle_general``). The flux :math:`\rho v` is formed on :math:`M \ge 3N/2`
+``solvers.circle.general``). The flux :math:`\rho v` is formed on :math:`M \ge 3N/2`
 points (the 3/2 rule: a quadratic product of modes :math:`|k| < N/2` has no alias among
 them) and its derivative taken exactly in coefficient space.
 
@@ -18,7 +18,7 @@ default) with the error control of ``solvers.tolerance`` (``rtol`` relative to t
 deviation from the uniform density) and a stability bound: mode :math:`k` advected by
 :math:`v` has a nearly imaginary frequency up to :math:`k\max|v|`, so the step stays within
 :math:`\Delta t\,(N/2)\max|v| \le y_I`, the pair's imaginary stability (as on :math:`S^2`,
-:mod:`solvers.sphere`).
+:mod:`solvers.sphere.spectral`).
 
 It is a second discretisation of the equation whose reference is the flux form of
 :class:`~solvers.CircleFV` (same kernel spectra, same velocity laws); the tests check the two
@@ -54,12 +54,12 @@ from meanfield.integration import explicit_adaptive_step
 from meanfield.records import CIRCLE
 from meanfield.sphere import periodic_angles
 
-from .circle_general import GeneralCircleOperators
-from .grid_solver import Diagnosis
-from .reference import ReferenceCircleOperators, interaction_path
-from .resolution import fourier_tail_error
-from .spectral_solver import SPEED_PARAMETERS, SpectralSolver
-from .spectral_transport import SpectralTransport
+from .general import GeneralCircleOperators
+from ..grid_solver import Diagnosis
+from ..reference import ReferenceCircleOperators, interaction_path
+from ..resolution import fourier_tail_error
+from ..spectral_solver import SPEED_PARAMETERS, SpectralSolver
+from ..spectral_transport import SpectralTransport
 
 #: The smallest positive double: K*rho is floored there before dividing by it.
 _TINY = np.finfo(float).tiny

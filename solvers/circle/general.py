@@ -47,8 +47,8 @@ from scipy.special import ive, roots_legendre
 
 from meanfield.spectra import truncation_degree
 
-from .circle_operators import CircleOperators
-from .heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
+from .operators import CircleOperators
+from ..heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
 
 #: Gauss nodes per dual cell are chosen so that the quadrature error bound
 #: (K h / 2)^{2G} / (2G)! of a band-limited integrand of bandwidth K is below this.

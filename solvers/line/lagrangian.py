@@ -4,7 +4,7 @@ r"""The ``d = 1`` mean-field equation of pure attention in mass coordinates: thr
 large (its module docstring): the attention at a point goes to the furthest mass however
 small. In mass coordinates there are no tails. A probability measure on the line is its
 quantile function :math:`X(t, m)`, the position of the mass label :math:`m \in (0, 1)`, and the
-continuity equation of :mod:`solvers.line` becomes
+continuity equation of :mod:`solvers.line.finite_volumes` becomes
 
 .. math:: \partial_t X(t, m) = u\big(t, X(t, m)\big), \qquad
           u(t, z) = v\Big(\frac{\int_0^1 X(m')\,e^{s(t) z X(m')}\,dm'}{\int_0^1 e^{s(t) z X(m')}\,dm'} - z\Big):
@@ -38,8 +38,8 @@ from meanfield.docstrings import fill_docstrings
 from meanfield.integration import DORMAND_PRINCE
 from meanfield.records import PDE, euclidean_name, record_attrs
 
-from .circle_lagrangian import mass_labels
-from .line import SOLVE_RAISES, TIMES_AND_PROGRESS, line_problem, run_on_line
+from ..circle.lagrangian import mass_labels
+from .finite_volumes import SOLVE_RAISES, TIMES_AND_PROGRESS, line_problem, run_on_line
 
 #: Fine cells per label of the table from which the initial quantiles are read (their error is
 #: the square of a fine cell's width times the density's relative slope).

@@ -42,12 +42,12 @@ from meanfield.records import PDE, SPHERE, record_attrs
 from meanfield.sphere import normalize
 from meanfield.docstrings import fill_docstrings
 
-from .grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model,
+from ..grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model,
                           earliest_underresolution, joined_runs, joined_settings)
-from .handover import HandOver
-from .sphere import SphereSpectral, energy_is_scaled
-from .sphere_grid import SphereGrid
-from .tolerance import ROUNDOFF
+from ..handover import HandOver
+from .spectral import SphereSpectral, energy_is_scaled
+from .grid import SphereGrid
+from ..tolerance import ROUNDOFF
 
 #: ``(n, 4)`` states: the atoms' unit vectors, then their masses (which the equation keeps).
 MASS = 3

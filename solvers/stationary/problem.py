@@ -1,9 +1,9 @@
 """What every stationary problem shares: the family of models along one parameter, and the checks of its values.
 
-:class:`~solvers.stationary_circle.CircleStationary`,
-:class:`~solvers.stationary_sphere.SphereStationary` and
-:class:`~solvers.stationary_sphere_general.SphereStationaryGeneral` are stationary problems of one model
-whose ``diffusion`` or ``beta`` a branch varies (:mod:`solvers.continuation`).
+:class:`~solvers.stationary.circle.CircleStationary`,
+:class:`~solvers.stationary.sphere.SphereStationary` and
+:class:`~solvers.stationary.sphere_general.SphereStationaryGeneral` are stationary problems of one model
+whose ``diffusion`` or ``beta`` a branch varies (:mod:`solvers.stationary.continuation`).
 """
 
 from __future__ import annotations

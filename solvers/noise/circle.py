@@ -8,7 +8,7 @@ transport equation of ``meanfield.common_noise``,
 one density path per path of the noise. Space: point values on :math:`N` equispaced angles, the
 fields by the trapezoidal rule over them (spectrally accurate), the flux's derivative by FFT
 with the top third of the modes removed (the 2/3 rule, against aliasing of the product). Time,
-stability and resolution: ``solvers.common_noise_transport``, shared with the sphere
+stability and resolution: ``solvers.noise.transport``, shared with the sphere
 (:class:`~solvers.CommonNoiseSphere`).
 """
 
@@ -24,8 +24,8 @@ from meanfield.homogenized import HomogenizedLimit
 from meanfield.records import CIRCLE
 from meanfield.sphere import circle_points, periodic_angles
 
-from .circle_spectral import tail_fraction
-from .common_noise_transport import CommonNoiseTransport, checked_grid_values
+from ..circle.spectral import tail_fraction
+from .transport import CommonNoiseTransport, checked_grid_values
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 r"""Stationary states by Newton-Krylov, and branches of them by pseudo-arclength continuation.
 
-Works on any stationary problem with the interface of :class:`~solvers.stationary_circle.CircleStationary`
+Works on any stationary problem with the interface of :class:`~solvers.stationary.circle.CircleStationary`
 (unknowns, a residual that vanishes at the stationary states, a preconditioner, the
 linearisation's leading eigenvalues, the uniform state's modes). Every nonlinear solve is
 :func:`scipy.optimize.newton_krylov`.
@@ -60,8 +60,8 @@ EIGENVALUES = 4
 #: The stationary problem's entry (``{problem}``).
 PROBLEM = """
 problem : CircleStationary, SphereStationary or SphereStationaryGeneral
-    The stationary problem (``solvers.stationary_circle``, ``solvers.stationary_sphere``,
-    ``solvers.stationary_sphere_general``).
+    The stationary problem (``solvers.stationary.circle``, ``solvers.stationary.sphere``,
+    ``solvers.stationary.sphere_general``).
 """
 
 #: The entries of how far a branch is followed and how it shows progress (``{branch_limits}``).

@@ -42,8 +42,8 @@ from meanfield.models import SelfAttention
 from meanfield.spectra import attention_spectrum, truncation_degree
 from meanfield.sphere import sphere_points
 
-from .heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
-from .sphere_grid import MIN_LATITUDES, SphereGrid, shtns
+from ..heads import energy_factors, head_matrices, is_gradient_flow, kernel_shifts
+from .grid import MIN_LATITUDES, SphereGrid, shtns
 
 #: Kernel values are computed in blocks of this many nodes ``y`` (memory: blocks times nodes).
 NODE_BLOCK = 256

@@ -37,8 +37,8 @@ from scipy.sparse.linalg import LinearOperator
 from meanfield.checks import check_int, check_real
 from meanfield.docstrings import fill_docstrings
 
-from .sphere import SphereSpectral
-from .stationary_problem import ParameterFamily, state_sections
+from ..sphere.spectral import SphereSpectral
+from .problem import ParameterFamily, state_sections
 
 #: An eigenvector this aligned with the rotation's generator is the rotation's (cosine of the angle).
 ROTATION_ALIGNMENT = 0.9
@@ -54,7 +54,7 @@ tail_threshold : float
     spectral energy is under-resolved (as for :class:`~solvers.SphereSpectral`).
 """
 
-#: The state's entry in a Parameters section (:func:`~solvers.stationary_problem.state_sections`).
+#: The state's entry in a Parameters section (:func:`~solvers.stationary.problem.state_sections`).
 UNKNOWNS = """
 unknowns : numpy.ndarray, shape (lmax,)
     The state's unknowns: the coefficients of the orthonormal zonal harmonics of degree
@@ -161,7 +161,7 @@ class SphereFamily(ParameterFamily):
         return True, ""
 
 
-#: The entry of the argument that names a mode (:func:`~solvers.stationary_problem.state_sections`).
+#: The entry of the argument that names a mode (:func:`~solvers.stationary.problem.state_sections`).
 MODE = """
 degree : int
     :math:`l`.
@@ -195,7 +195,7 @@ class SphereStationary(SphereFamily):
         if not model.is_zonal or model.external is not None:
             raise ValueError("stationary states on S^2 are sought among axisymmetric densities, which needs a zonal "
                              f"model without external field, got {model!r}; SphereStationaryGeneral "
-                             "(solvers.stationary_sphere_general) takes the others")
+                             "(solvers.stationary.sphere_general) takes the others")
         super().__init__(model, lmax, parameter, tol, tail_threshold)
         transform = self.grid.transform
         self.size = self.lmax

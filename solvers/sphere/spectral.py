@@ -41,15 +41,15 @@ from meanfield.spectra import attention_spectrum
 
 from meanfield.integration import explicit_adaptive_step
 
-from .grid_solver import Diagnosis
-from .heads import energy_factors
-from .reference import ReferenceSphereInteraction, interaction_path
-from .resolution import geometric_tail_error
-from .spectral_solver import SPEED_PARAMETERS, SpectralSolver
-from .spectral_transport import SpectralTransport
-from .sphere_general import GeneralSphereInteraction
-from .sphere_grid import SphereGrid
-from .threads import single_threaded_blas
+from ..grid_solver import Diagnosis
+from ..heads import energy_factors
+from ..reference import ReferenceSphereInteraction, interaction_path
+from ..resolution import geometric_tail_error
+from ..spectral_solver import SPEED_PARAMETERS, SpectralSolver
+from ..spectral_transport import SpectralTransport
+from .general import GeneralSphereInteraction
+from .grid import SphereGrid
+from ..threads import single_threaded_blas
 
 #: Degrees whose kernel eigenvalue is below this fraction of the largest are negligible.
 KERNEL_TOLERANCE = 1e-8
@@ -93,7 +93,7 @@ class SphereSpectral(SpectralSolver):
         (and it is nowhere negative beyond round-off): a stricter criterion, with no error attached.
     interaction : {"auto", "zonal", "general", "reference"}
         ``"zonal"``: the kernel is diagonal in harmonics (Funk-Hecke); ``"general"``: any
-        query, key and value matrices and heads (``solvers.sphere_general``);
+        query, key and value matrices and heads (``solvers.sphere.general``);
         ``"reference"``: the model's ``velocity_field`` of the grid's measure at the grid's
         points, any model (``solvers.reference``; :math:`O(P^2)` per right-hand side on ``P``
         grid points); ``"auto"`` takes the fastest path that serves the model.

@@ -3,7 +3,7 @@ r"""Finite-volume solver for the mean-field equation on the circle.
 .. math:: \partial_t\rho + \partial_\theta(\rho\, v[\rho]) = D\,\partial_\theta^2\rho
 
 Space: flux form, face velocities from an FFT convolution
-(``solvers.circle_operators``). The state is the deviation from the uniform density and
+(``solvers.circle.operators``). The state is the deviation from the uniform density and
 ``rtol`` bounds each step's local error relative to it (``solvers.tolerance``). Time,
 with the step always adapted:
 
@@ -51,14 +51,14 @@ from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.docstrings import fill_docstrings
 from meanfield.records import CIRCLE
 
-from .circle_operators import CircleOperators, gauss_cell_averages
+from .operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
-from .grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver
-from .reference import circle_operators
-from .resolution import sharpest_cluster_width
-from .tolerance import error_tolerance
+from ..grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver
+from ..reference import circle_operators
+from ..resolution import sharpest_cluster_width
+from ..tolerance import error_tolerance
 
 #: Relative round-off slack of the Lyapunov check (sums of N terms in double precision).
 LYAPUNOV_SLACK = 1e-12
@@ -103,8 +103,8 @@ class CircleFV(GridSolver):
         A cluster narrower than this (full width at half maximum, in cells) is under-resolved.
     interaction : {"auto", "zonal", "general", "reference"}
         How the velocity is computed: ``"zonal"`` (``Q = K = I``, ``V = cI``, one head: an FFT
-        convolution, ``solvers.circle_operators``), ``"general"`` (any query, key and
-        value matrices and heads: ``solvers.circle_general``) or ``"reference"`` (the model's
+        convolution, ``solvers.circle.operators``), ``"general"`` (any query, key and
+        value matrices and heads: ``solvers.circle.general``) or ``"reference"`` (the model's
         ``velocity_field`` on the cell-centre quadrature, any model: ``solvers.reference``);
         ``"auto"`` takes the fastest path that serves the model.
     tableau : str or ExplicitTableau

@@ -3,7 +3,7 @@ r"""The stationary problem of :class:`~solvers.CircleFV`'s drift-diffusion discr
 With diffusion :math:`D > 0` the finite volumes integrate
 :math:`\dot\rho = L[\rho]\,\rho`, :math:`L[\rho]` the Scharfetter-Gummel generator of
 :math:`\partial_\theta(D\partial_\theta\rho - \rho\,\partial_\theta\phi[\rho])`
-(:meth:`~solvers.circle_operators.CircleOperators.drift_diffusion_rhs`). A stationary state is
+(:meth:`~solvers.circle.operators.CircleOperators.drift_diffusion_rhs`). A stationary state is
 a zero of that right-hand side with mass one. Where the velocity has a periodic potential
 (every model on the circle without a circulating field) it is exactly the discrete Gibbs state
 :math:`\rho_j \propto e^{\phi_j/D}` at the cell centres: read as point values it is the
@@ -36,12 +36,12 @@ from scipy.sparse.linalg import LinearOperator
 from meanfield.checks import check_int, check_real
 from meanfield.docstrings import fill_docstrings
 
-from .circle import ROUNDOFF_NEGATIVE
-from .circle_operators import CircleOperators, solve_cyclic_tridiagonal
-from .heads import head_matrices
-from .reference import circle_operators, interaction_path
-from .resolution import sharpest_cluster_width
-from .stationary_problem import ParameterFamily, arpack_leading, state_sections
+from ..circle.finite_volumes import ROUNDOFF_NEGATIVE
+from ..circle.operators import CircleOperators, solve_cyclic_tridiagonal
+from ..heads import head_matrices
+from ..reference import circle_operators, interaction_path
+from ..resolution import sharpest_cluster_width
+from .problem import ParameterFamily, arpack_leading, state_sections
 
 _ROTATION = np.array([[0.0, -1.0], [1.0, 0.0]])
 _REFLECTION = np.diag([1.0, -1.0])
@@ -65,14 +65,14 @@ def symmetries(model) -> tuple[bool, bool]:
             all(_commutes(a, _REFLECTION) and _commutes(v, _REFLECTION) for a, v in pairs))
 
 
-#: The state's entry in a Parameters section (:func:`~solvers.stationary_problem.state_sections`).
+#: The state's entry in a Parameters section (:func:`~solvers.stationary.problem.state_sections`).
 UNKNOWNS = """
 unknowns : numpy.ndarray, shape (size,)
     The state's unknowns: the deviation from the uniform density, on the first half of the
     cells where the states are even (:meth:`expand` gives all of them).
 """
 
-#: The entry of the argument that names a mode (:func:`~solvers.stationary_problem.state_sections`).
+#: The entry of the argument that names a mode (:func:`~solvers.stationary.problem.state_sections`).
 MODE = """
 wavenumber : int
     :math:`k`.

@@ -57,9 +57,9 @@ from meanfield.models import SelfAttention
 from meanfield.records import CIRCLE
 from meanfield.sphere import circle_points
 
-from .circle_operators import gauss_cell_averages, solve_cyclic_tridiagonal
-from .grid_solver import Diagnosis, GridSolver, UnboundedTransport, check_measure_model
-from .tolerance import ROUNDOFF
+from .operators import gauss_cell_averages, solve_cyclic_tridiagonal
+from ..grid_solver import Diagnosis, GridSolver, UnboundedTransport, check_measure_model
+from ..tolerance import ROUNDOFF
 
 TWO_PI = 2.0 * np.pi
 

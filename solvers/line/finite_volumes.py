@@ -49,7 +49,7 @@ from meanfield.euclidean import PureAttention
 from meanfield.integration import BOGACKI_SHAMPINE, StepCounts, explicit_adaptive_step, integrate
 from meanfield.records import PDE, euclidean_name, record_attrs
 
-from .resolution import ResolutionMonitor
+from ..resolution import ResolutionMonitor
 
 #: Cells of smaller mass (the total is one) hold no mass the solution put there.
 GHOST_MASS = 1e-12

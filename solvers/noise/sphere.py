@@ -12,7 +12,7 @@ spectrally accurate for the analytic attention kernel); the divergence of the fl
 vector transform (:math:`\operatorname{div}_S V = -l(l+1)S_{lm}` of its spheroidal part),
 truncated at :math:`l_{\max}`, so the density stays of degree at most :math:`l_{\max}` and its
 mean (degree 0) is never changed. Time, stability and resolution:
-``solvers.common_noise_transport``, shared with the circle (:class:`~solvers.CommonNoiseCircle`).
+``solvers.noise.transport``, shared with the circle (:class:`~solvers.CommonNoiseCircle`).
 
 Cost: every evaluation of the fields is an attention over all pairs of grid nodes, with the
 measure derivative of each noise field (``meanfield.common_noise.WeightedAttention``): about
@@ -32,8 +32,8 @@ from meanfield.checks import check_int
 from meanfield.homogenized import HomogenizedLimit
 from meanfield.records import SPHERE
 
-from .common_noise_transport import CommonNoiseTransport, checked_grid_values
-from .sphere_grid import SphereGrid
+from .transport import CommonNoiseTransport, checked_grid_values
+from ..sphere.grid import SphereGrid
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import xarray as xr
 from meanfield.records import CIRCLE, PDE, record_attrs
 from meanfield.docstrings import fill_docstrings
 
-from .circle import CircleFV, StartsWithFiniteVolumes
-from .circle_lagrangian import CircleLagrangian
-from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings, stacked_fields
-from .handover import HandOver
+from .finite_volumes import CircleFV, StartsWithFiniteVolumes
+from .lagrangian import CircleLagrangian
+from ..grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings, stacked_fields
+from ..handover import HandOver
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from meanfield.checks import check_int, check_real
 from meanfield.records import CIRCLE, SPHERE, package_version
 
 from .continuation import EIGENVALUES, Branch, Point, branch_from_uniform, uniform_bifurcations
-from .stationary_circle import CircleStationary
-from .stationary_sphere import SphereStationary
+from .circle import CircleStationary
+from .sphere import SphereStationary
 
 #: Order parameters |int rho e^{ik theta}| recorded per point, k = 1..ORDER_MODES.
 ORDER_MODES = 4
@@ -25,7 +25,7 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
 
     The uniform branch with its stability; every bifurcation point on it (a mode's eigenvalue
     crossing zero: the dispersion relation's zero); from each, the bifurcating branch followed
-    by pseudo-arclength continuation (``solvers.continuation``) until it leaves the
+    by pseudo-arclength continuation (``solvers.stationary.continuation``) until it leaves the
     interval or the resolved range, with the leading eigenvalues of every state.
 
     Parameters
@@ -37,8 +37,8 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
     interval : (float, float)
         The range of the parameter.
     geometry : {"circle", "sphere"}
-        The circle (``solvers.stationary_circle.CircleStationary``, the finite volumes'
-        discretisation) or :math:`S^2` (``solvers.stationary_sphere.SphereStationary``,
+        The circle (``solvers.stationary.circle.CircleStationary``, the finite volumes'
+        discretisation) or :math:`S^2` (``solvers.stationary.sphere.SphereStationary``,
         spherical harmonics, axisymmetric states; a zonal model).
     cells : int
         Circle: cells of the finite-volume discretisation.

@@ -1,6 +1,6 @@
 r"""Stationary states on :math:`S^2` of models without rotation symmetry: every spherical harmonic an unknown.
 
-:class:`~solvers.stationary_sphere.SphereStationary` seeks the states of zonal models among
+:class:`~solvers.stationary.sphere.SphereStationary` seeks the states of zonal models among
 axisymmetric densities. A model with general query, key and value matrices (or an external
 field) has no such symmetry: its stationary states are densities of both angles, and the
 uniform density is in general not one of them (for SA the uniform measure's velocity is
@@ -12,9 +12,9 @@ coefficient :math:`q_{lm}`, :math:`1 \le l \le l_{max}`, as an unknown: the real
 :math:`m = 0` coefficients, then the real and imaginary parts of those with :math:`m > 0`
 (:math:`(l_{max} + 1)^2 - 1` real numbers; the mass fixes :math:`q_{00}`). Newton-Krylov solves
 the residual :math:`R(q) = q - T(q)/(D\,l(l+1))`, the identity plus a compact operator, as on
-the axisymmetric problem; a state is found from a guess (:func:`solvers.continuation.stationary_state`,
+the axisymmetric problem; a state is found from a guess (:func:`solvers.stationary.continuation.stationary_state`,
 for instance the end of a run of the dynamics) and followed in the parameter by
-:func:`solvers.continuation.continue_branch`.
+:func:`solvers.stationary.continuation.continue_branch`.
 
 Stability: the leading eigenvalues of the linearised right-hand side on the same unknowns
 (mass-free, since :math:`q_{00}` is fixed and the transport keeps the mass), by ARPACK
@@ -31,11 +31,11 @@ from scipy.sparse.linalg import LinearOperator
 
 from meanfield.docstrings import fill_docstrings
 
-from .stationary_problem import arpack_leading, state_sections
-from .stationary_sphere import JACOBIAN_STEP, TAIL_THRESHOLD, SphereFamily
+from .problem import arpack_leading, state_sections
+from .sphere import JACOBIAN_STEP, TAIL_THRESHOLD, SphereFamily
 
 
-#: The state's entry in a Parameters section (:func:`~solvers.stationary_problem.state_sections`).
+#: The state's entry in a Parameters section (:func:`~solvers.stationary.problem.state_sections`).
 UNKNOWNS = """
 unknowns : numpy.ndarray, shape (size,)
     The state's unknowns (:meth:`coefficients`).

@@ -1,0 +1,1 @@
+"""The circle: finite volumes, Fourier, mass coordinates, and the hand-overs between them. (The public names: ``solvers``.)"""

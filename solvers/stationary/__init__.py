@@ -1,0 +1,1 @@
+"""Stationary states, their continuation in a parameter, bifurcation diagrams."""
