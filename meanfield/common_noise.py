@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .random_weights import ATTENTION_BLOCK, GaussianWeights, system_generators, value_sum
+from .random_weights import ATTENTION_BLOCK, GaussianWeights, check_centred, system_generators, value_sum
 from .sphere import project_tangent
 
 if TYPE_CHECKING:
@@ -61,6 +61,8 @@ class NoisePath:
     def __init__(self, limit: HomogenizedLimit, systems: int, d: int, seed: int, dt: float,
                  steps: int, increments: np.ndarray | None = None):
         self.limit, self.dt = limit, dt
+        if limit.noise:
+            check_centred(limit.law, limit.beta, d)
         self.generators = system_generators(seed, systems)
         nodes = [limit.draw_nodes(g, d) for g in self.generators]
         self.query, self.key, self.value = (np.stack([node[i] for node in nodes]) for i in range(3))
@@ -120,9 +122,9 @@ class NoisePath:
     def field_blocks(self, points: int, atoms: int):
         """``(start, stop)`` blocks of fields whose work arrays stay within :data:`ATTENTION_BLOCK` doubles."""
         systems, nodes, d = self.value.shape[:3]
-        # per field: its matrices, its moves and fields at the points, and the derivative's
-        # columns (v, Kv, y (x) Kv) at the atoms and their attention-weighted sums at the points
-        per_field = systems * nodes * (d * d + 4 * points * d + (points + atoms) * (2 * d + d * d))
+        # per field: its matrices, its moves and fields at the points, the derivative's moved keys
+        # at the atoms and its scores (a point-by-atom array, twice)
+        per_field = systems * nodes * (d * d + 4 * points * d + atoms * d + 2 * points * atoms)
         chunk = max(1, ATTENTION_BLOCK // per_field)
         return [(start, min(start + chunk, self.field_count)) for start in range(0, self.field_count, chunk)]
 
@@ -149,11 +151,6 @@ class WeightedAttention:
         logits /= logits.sum(axis=-1, keepdims=True)
         self.probabilities = logits
         self.averages = logits @ self.atom_points[:, None]  # (systems, nodes, P, d)
-        # attention-weighted K y_j and y_j (K y_j)^T, shared by every direction of derivative
-        self.key_means = logits @ self.keys
-        d = points.shape[-1]
-        outer = (self.atom_points[:, None, :, :, None] * self.keys[..., None, :]).reshape(self.keys.shape[:-1] + (d * d,))
-        self.key_outer = (logits @ outer).reshape(logits.shape[:-1] + (d, d))
 
     def derivative(self, moves: np.ndarray) -> np.ndarray:
         r"""Derivative of the averages when every point moves by ``moves`` ``(systems, fields, nodes, P, d)`` (atoms with them).
@@ -166,26 +163,20 @@ class WeightedAttention:
             \delta a = \sum_j p_j v_j + \sum_j p_j(\delta s_j - \overline{\delta s})\,y_j, \quad
             \delta s_j = \beta\big(\langle Qu, Ky_j\rangle + \langle Qx, Kv_j\rangle\big),
 
-        computed from attention-weighted sums of :math:`v`, :math:`Kv` and :math:`y\otimes Kv`
-        (one product with the attention matrix for all fields), never a matrix per field.
+        computed from the scores' changes :math:`\langle Qx, Kv_j\rangle` (one per point and atom)
+        and attention-weighted sums of :math:`v_j` and :math:`\delta s_j y_j`: :math:`O(PAd)` per
+        field and node, never a :math:`d \times d` matrix per atom.
         """
-        d = moves.shape[-1]
         atom_moves = moves[..., self.atoms, :]
         atom_keys = np.einsum("smed,sfmjd->sfmje", self.path.key, atom_moves)
-        columns = np.concatenate([atom_moves, atom_keys,
-                                  (self.atom_points[:, None, None, :, :, None] * atom_keys[..., None, :]).reshape(
-                                      atom_keys.shape[:-1] + (d * d,))], axis=-1)  # (s, f, m, A, 2d + d^2)
-        fields = columns.shape[1]
-        stacked = np.moveaxis(columns, 1, -2).reshape(columns.shape[0], columns.shape[2], columns.shape[3], -1)
-        summed = (self.probabilities @ stacked).reshape(stacked.shape[:2] + (self.points.shape[1], fields, -1))
-        summed = np.moveaxis(summed, -2, 1)  # (s, f, m, P, 2d + d^2)
-        moved, moved_keys, outer = summed[..., :d], summed[..., d:2 * d], summed[..., 2 * d:].reshape(summed.shape[:-1] + (d, d))
         moved_queries = np.einsum("smed,sfmpd->sfmpe", self.path.query, moves)
-        mean_shift = self.beta * (np.sum(moved_queries * self.key_means[:, None], axis=-1)
-                                  + np.sum(self.queries[:, None] * moved_keys, axis=-1))
-        weighted = self.beta * (np.einsum("sfmpe,smpce->sfmpc", moved_queries, self.key_outer)
-                                + np.einsum("smpe,sfmpce->sfmpc", self.queries, outer))
-        return moved + weighted - mean_shift[..., None] * self.averages[:, None]
+        # delta s_pj = beta (<Q u_p, K y_j> + <Q x_p, K v_j>), with the attention p_pj of point p on atom j
+        scores = self.beta * (moved_queries @ np.swapaxes(self.keys, -1, -2)[:, None]
+                              + self.queries[:, None] @ np.swapaxes(atom_keys, -1, -2))
+        scores *= self.probabilities[:, None]
+        mean_shift = scores.sum(axis=-1, keepdims=True)
+        moved = self.probabilities[:, None] @ atom_moves
+        return moved + scores @ self.atom_points[:, None, None] - mean_shift * self.averages[:, None]
 
     def stratonovich_drift(self) -> tuple[np.ndarray, np.ndarray]:
         r"""The Stratonovich drift :math:`\tilde b` at the points, and :math:`\sum_k|\sigma_k|^2` there.

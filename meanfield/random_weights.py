@@ -225,6 +225,66 @@ class RandomAttention:
                 "law": self.law.to_dict()}
 
 
+#: At most this many draws estimate a sampled law's centring (fewer in high d: their memory).
+CENTRING_DRAWS = 65536
+
+#: Tokens at which the mean field E[V a_QK(x)] is estimated.
+CENTRING_TOKENS = 16
+
+#: Standard errors beyond which an estimated mean counts as non-zero.
+CENTRING_ERRORS = 6.0
+
+
+def check_centred(law, beta: float, d: int) -> None:
+    r"""Refuse a sampled law whose diffusive limit does not exist: the mean field of one head must vanish.
+
+    The limit SDE (:mod:`meanfield.homogenized`) needs :math:`m(x;\mu) = E[V\,a_{QK}(x)] = 0`
+    for every configuration: otherwise the drift per unit diffusive time, :math:`H m/\eta`,
+    grows without bound as the step :math:`\eta 	o 0`. With :math:`V` independent of
+    :math:`(Q, K)` that is :math:`E V = 0`; a :math:`V` correlated with the attention can give
+    :math:`m 
+e 0` with :math:`E V = 0`. Both are estimated by Monte Carlo at dimension ``d``
+    (the mean field at ``CENTRING_TOKENS`` uniform tokens), each entry against its standard
+    error. :class:`GaussianWeights` is centred exactly when ``value_mean = 0`` (checked
+    where the limit is built).
+
+    Parameters
+    ----------
+    law : GaussianWeights or SampledWeights
+        One head's weight law.
+    beta : float
+        The softmax's inverse temperature.
+    d : int
+        The tokens' dimension.
+
+    Raises
+    ------
+    ValueError
+        If an estimated mean is more than ``CENTRING_ERRORS`` standard errors from zero, or the
+        law cannot be sampled at dimension ``d``.
+    """
+    if isinstance(law, GaussianWeights):
+        return
+    draws = int(min(CENTRING_DRAWS, max(1024, 2 ** 24 // (3 * d * d + CENTRING_TOKENS * (CENTRING_TOKENS + d)))))
+    try:
+        query, key, values = law.sample(np.random.default_rng(0), draws, d)
+    except (ValueError, TypeError, IndexError) as error:
+        raise ValueError(f"the law {law.name!r} cannot be sampled at the tokens' dimension d = {d}: {error}") from None
+    tokens = normalize(np.random.default_rng(1).standard_normal((CENTRING_TOKENS, d)))
+    averages = attention_averages(np.broadcast_to(tokens, (draws,) + tokens.shape), query[:, None], key[:, None],
+                                  beta)[:, 0]
+    drift = np.einsum("mab,mkb->mka", values, averages)
+    for what, samples in (("E V", values), ("the mean field E[V a_QK(x)] at uniform tokens", drift)):
+        samples = samples.reshape(draws, -1)
+        mean, error = samples.mean(axis=0), samples.std(axis=0) / np.sqrt(draws)
+        scaled = np.divide(np.abs(mean), error, out=np.where(mean == 0, 0.0, np.inf), where=error > 0)
+        if scaled.max() > CENTRING_ERRORS:
+            raise ValueError(f"the diffusive (common-noise) limit needs centred weights, E[V a_QK(x)] = 0 for every "
+                             f"configuration; for the law {law.name!r} at d = {d}, {what} is {scaled.max():.3g} "
+                             f"standard errors from zero ({draws} draws): V has a mean or is correlated with Q, K, "
+                             "and the chain's drift diverges as the step goes to 0 (no such limit)")
+
+
 def attention_averages(x: np.ndarray, query: np.ndarray, key: np.ndarray, beta: float) -> np.ndarray:
     r"""Every head's attention average :math:`a_{Q_hK_h}(x_i)`, shape ``(systems, heads, n, d)``.
 

@@ -191,8 +191,9 @@ def test_bad_regimes_and_laws_are_refused_with_the_reason():
     def shifted(rng, count, d):
         eye = np.broadcast_to(np.eye(d), (count, d, d))
         return eye, eye, rng.standard_normal((count, d, d)) + 0.2
-    with pytest.raises(ValueError, match="centred values.*'shifted'.*standard errors"):
-        HomogenizedLimit(1.0, SampledWeights(shifted, "shifted"))
+    limit = HomogenizedLimit(1.0, SampledWeights(shifted, "shifted"))  # checked where d is known: at the tokens
+    with pytest.raises(ValueError, match="centred weights.*'shifted' at d = 2, E V is .* standard errors"):
+        simulate_homogenized(limit, mf.sample_uniform(3, 2, rng=0), [0, 0.1], dt=0.1)
     with pytest.raises(ValueError, match="returned Q of shape \\(2, 2\\); expected \\(1, 2, 2\\)"):
         simulate_random_layers(RandomAttention(1.0, law=SampledWeights(lambda rng, c, d: (np.eye(d),) * 3, "bad")),
                                mf.sample_uniform(3, 2, rng=0), 1)

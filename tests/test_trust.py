@@ -362,3 +362,44 @@ def test_critical_configuration_says_how_far_it_started_and_warns_when_it_merged
     assert icosahedron.index == 0 and icosahedron.displacement < 1e-3
     gram = np.sort(np.round(icosahedron.x @ icosahedron.x.T, 6).ravel())
     assert np.allclose(np.unique(gram), [-1.0, -1 / np.sqrt(5), 1 / np.sqrt(5), 1.0], atol=1e-6)
+
+
+def _correlated_with_the_query(rng, count, d):
+    """Mean-zero values V = xi I with the query 3 xi I: E V = 0, but E[V a_QK(x)] != 0."""
+    xi = rng.standard_normal(count)[:, None, None]
+    eye = np.eye(d)[None]
+    return 3 * xi * eye, np.broadcast_to(eye, (count, d, d)).copy(), xi * eye
+
+
+def _slightly_shifted(rng, count, d):
+    """V = 0.03 I + N(0, 1/d): a mean 4096 draws at d = 3 did not tell from zero."""
+    eye = np.broadcast_to(np.eye(d), (count, d, d)).copy()
+    return eye, eye.copy(), 0.03 * np.eye(d) + rng.standard_normal((count, d, d)) / np.sqrt(d)
+
+
+def _written_for_three_dimensions(rng, count, d):
+    return rng.standard_normal((count, 3, 3)), rng.standard_normal((count, 3, 3)), rng.standard_normal((count, 3, 3))
+
+
+@pytest.mark.parametrize("sampler, d, message", [
+    (_correlated_with_the_query, 3, r"the mean field E\[V a_QK\(x\)\] at uniform tokens is .* standard errors"),
+    (_slightly_shifted, 3, r"at d = 3, E V is .* standard errors from zero"),
+    (_written_for_three_dimensions, 16, r"cannot be sampled at the tokens' dimension d = 16: .* returned Q of shape "
+                                        r"\(\d+, 3, 3\); expected \(\d+, 16, 16\)"),
+])
+def test_the_homogenized_limit_refuses_laws_it_does_not_cover(sampler, d, message):
+    """The diffusive limit needs E[V a_QK(x)] = 0 (the derivation's centring), not E V = 0 alone, at the
+    tokens' dimension; before, these ran and the chain and the limit SDE differed by 10-12 standard errors."""
+    limit = mf.HomogenizedLimit(1.0, mf.SampledWeights(sampler, sampler.__name__))
+    with pytest.raises(ValueError, match=message):
+        mf.simulate_homogenized(limit, mf.sample_uniform(4, d, rng=0), [0.0, 0.1], dt=0.05)
+
+
+def test_a_centred_sampled_law_independent_of_the_attention_is_accepted():
+    def wigner(rng, count, d):
+        return (rng.standard_normal((count, d, d)), rng.standard_normal((count, d, d)),
+                rng.standard_normal((count, d, d)) / np.sqrt(d))
+
+    limit = mf.HomogenizedLimit(1.0, mf.SampledWeights(wigner, "wigner"))
+    ds = mf.simulate_homogenized(limit, mf.sample_uniform(4, 5, rng=0), [0.0, 0.1], dt=0.05, seed=1, progress=False)
+    assert np.all(np.isfinite(ds.x.values))
