@@ -22,7 +22,7 @@ test-all: setup
 # The site, nitpicky and with warnings as errors; the gallery runs every example at its quick size.
 docs:
 	@bash scripts/setup.sh docs
-	$(VENV)/bin/python -m sphinx -b html -W --keep-going -n -q docs docs/_build/html
+	$(VENV)/bin/python -m sphinx -b html -E -W --keep-going -n -q docs docs/_build/html
 	$(VENV)/bin/python scripts/check_site.py docs/_build/html
 
 bench: setup

@@ -34,33 +34,32 @@ WORKLOADS = {
     "CircleFV 512 cells, SA beta=9, t=2": (
         "pde = solvers.CircleFV(mf.SelfAttention(9.0), cells=512)",
         "pde.solve(lambda t: 1 + 0.01 * np.cos(4 * t), np.linspace(0, 2, 5), progress=False)"),
-    "CircleSpectral 256, SA beta=5, t=2": (
-        "pde = solvers.CircleSpectral(mf.SelfAttention(5.0), cells=256)",
-        "pde.solve(lambda t: 1 + 0.01 * np.cos(3 * t), np.linspace(0, 2, 5), progress=False)"),
-    "CircleAuto 1024, SA beta=9, t=6 (hand-over)": (
+    "CircleSpectral 512, SA beta=5, t=4": (
+        "pde = solvers.CircleSpectral(mf.SelfAttention(5.0), cells=512, rtol=1e-9)",
+        "pde.solve(lambda t: 1 + 0.1 * np.cos(3 * t), np.linspace(0, 4, 5), progress=False)"),
+    "CircleAuto 1024, SA beta=9, t=12 (hand-over)": (
         "pde = solvers.CircleAuto(mf.SelfAttention(9.0), cells=1024)",
-        "pde.solve(lambda t: 1 + 0.01 * np.cos(4 * t), np.linspace(0, 6, 7), progress=False)"),
+        "pde.solve(lambda t: 1 + 0.1 * np.cos(4 * t), np.linspace(0, 12, 7), progress=False)"),
     "CircleFV 256, general heads (Q, K)": (
         "q = np.array([[1.0, 0.3], [0.0, 1.0]]); "
         "pde = solvers.CircleFV(mf.SelfAttention(3.0, query=q, key=np.eye(2)), cells=256)",
         "pde.solve(lambda t: 1 + 0.05 * np.cos(2 * t), np.linspace(0, 1, 3), progress=False)"),
-    "CircleLagrangian 1024 labels, three masses, t=100": (
-        "pde = solvers.CircleLagrangian(mf.SelfAttention(6.0), points=1024); "
-        "start = solvers.PointMasses([0.0, 2.0, 4.0], [0.3, 0.3, 0.4])",
-        "pde.solve(start, [0.0, 50.0, 100.0], progress=False)"),
-    "SphereSpectral lmax=31, SA beta=4, t=1": (
-        "pde = solvers.SphereSpectral(mf.SelfAttention(4.0), lmax=31)",
-        "pde.solve(lambda p: 1 + 0.05 * p[..., 2] * p[..., 0], np.linspace(0, 1, 3), progress=False)"),
-    "SphereSpectralParticles lmax=23, SA beta=9, t=3": (
+    "CircleLagrangian 1024 labels, smooth start, t=30": (
+        "pde = solvers.CircleLagrangian(mf.SelfAttention(6.0), points=1024)",
+        "pde.solve(lambda t: 1 + 0.3 * np.cos(3 * t), [0.0, 10.0, 30.0], progress=False)"),
+    "SphereSpectral lmax=63, SA beta=4, t=2": (
+        "pde = solvers.SphereSpectral(mf.SelfAttention(4.0), lmax=63, rtol=1e-8)",
+        "pde.solve(lambda p: 1 + 0.3 * p[..., 2] * p[..., 0], np.linspace(0, 2, 3), progress=False)"),
+    "SphereSpectralParticles lmax=23, SA beta=9, t=8": (
         "pde = solvers.SphereSpectralParticles(mf.SelfAttention(9.0), lmax=23)",
-        "pde.solve(lambda p: 1 + 0.3 * p[..., 2], np.linspace(0, 3, 4), progress=False)"),
+        "pde.solve(lambda p: 1 + 0.5 * p[..., 2] + 0.3 * p[..., 0], np.linspace(0, 8, 5), progress=False)"),
     "LineFV pure attention, 1000 cells, t=1": (
-        "pde = solvers.LineFV(mf.PureAttention(beta=1.0), (-4.0, 4.0))",
+        "pde = solvers.LineFV(mf.PureAttention(beta=1.0, rescaled=True), (-4.0, 4.0))",
         "pde.solve(lambda z: np.exp(-z ** 2), np.linspace(0, 1, 3), progress=False)"),
     "bifurcation diagram, circle, 128 cells": (
-        "import importlib, importlib.util; module = importlib.import_module("
-        "'solvers.stationary.bifurcation' if importlib.util.find_spec('solvers.stationary') else 'solvers.bifurcation')",
-        "module.bifurcation_diagram(mf.SelfAttention(4.0), 'diffusion', (0.05, 0.4), geometry='circle', cells=128, "
+        "import importlib, pathlib; module = importlib.import_module('solvers.stationary.bifurcation' if "
+        "(pathlib.Path(solvers.__file__).parent / 'stationary').is_dir() else 'solvers.bifurcation')",
+        "module.bifurcation_diagram(mf.SelfAttention(4.0, diffusion=0.1), 'diffusion', (0.05, 0.4), geometry='circle', cells=128, "
         "modes=(1, 2), max_points=40, progress=False)"),
 }
 
