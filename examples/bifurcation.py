@@ -1,4 +1,4 @@
-"""Stationary states and their bifurcations on the circle and on S^2, and the energy landscape of a few tokens.
+"""Stationary states and their bifurcations on the circle and on S², and the energy landscape of a few tokens.
 =============================================================================================================
 
 - Noisy Kuramoto (SA at beta = 0): the uniform state loses stability at D = 1/2 and a stable

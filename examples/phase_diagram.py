@@ -1,4 +1,4 @@
-"""The paper's phase diagram: how likely two tokens have clustered, over beta and t, for several d.
+"""The paper's phase diagram: how likely two tokens have clustered, over β and t, for several d.
 ================================================================================================
 
 SA, ``n = 32`` tokens iid uniform on ``S^{d-1}``, the paper's discrete layer

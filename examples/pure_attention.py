@@ -1,4 +1,4 @@
-"""Pure self-attention in R^d: the figures of "The emergence of clusters in self-attention dynamics".
+"""Pure self-attention in ℝᵈ: the figures of "The emergence of clusters in self-attention dynamics".
 ==================================================================================================
 
 Each case is run in the paper's rescaled variables z = e^{-tV} x (``PureAttention(rescaled=True)``,
@@ -26,6 +26,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from mpl_toolkits.mplot3d.art3d import Poly3DCollection  # noqa: E402
+from scipy.spatial import ConvexHull  # noqa: E402
 
 import meanfield as mf  # noqa: E402
 from meanfield import limit_geometry as lg  # noqa: E402
@@ -57,8 +59,14 @@ def main() -> None:
           f"(initial hull {len(lg.hull_vertices(polytope['x'].values[0]))}, n = {N}), largest distance of a token "
           f"to a vertex {lg.vertex_distance(final, vertices).max():.1e}")
     axes = fig.add_subplot(1, 4, 1, projection="3d")
-    for k, colour in ((0, "0.7"), (1, "tab:blue"), (2, "tab:red")):
-        axes.scatter(*polytope["x"].values[k].T, s=8, color=colour, label=f"t = {polytope.time.values[k]:g}")
+    for k, colour in ((0, "0.75"), (1, "tab:blue")):
+        axes.scatter(*polytope["x"].values[k].T, s=5, color=colour, alpha=0.6, label=f"t = {polytope.time.values[k]:g}")
+    if len(vertices) >= 4:  # the final polytope drawn over the earlier tokens: its faces, then its vertices
+        faces = vertices[ConvexHull(vertices).simplices]
+        axes.add_collection3d(Poly3DCollection(faces, facecolor="tab:red", edgecolor="tab:red", alpha=0.12,
+                                               linewidths=0.8))
+    axes.scatter(*vertices.T, s=36, color="tab:red", depthshade=False, zorder=5,
+                 label=f"t = {polytope.time.values[-1]:g}: {len(vertices)} vertices")
     axes.set_title("Fig. 5: V = I, polytope")
     axes.legend(fontsize=7)
 

@@ -224,6 +224,21 @@ class PureAttention:
                                 "cannot be mapped back there; shorten the interval")
         return matrix
 
+    def _growth_bound(self, t: float, d: int) -> np.ndarray:
+        r"""The original tokens' growth :math:`x(t) = e^{tHV} z(t)`, :math:`z` in the hull of the start (Thm 3.1).
+
+        With value matrices that differ between heads there is no such map: the identity (the
+        run then reports a non-finite state when and if it happens).
+        """
+        if isinstance(self.value, np.ndarray) and self.value.shape[0] > 1 and not np.all(self.value == self.value[:1]):
+            return np.eye(d)
+        with np.errstate(over="ignore", invalid="ignore"):
+            matrix = expm(t * self.linear_part(d))
+        if not np.all(np.isfinite(matrix)):
+            raise OverflowError(f"the tokens grow as e^(t H V), which overflows double precision by t = {t:g}; run "
+                                "the rescaled tokens (rescaled=True) or shorten the interval")
+        return matrix
+
     def _logit_bound(self) -> float:
         r""":math:`\max_h\|Q_h^T K_h\|_2`: the logits are at most this times :math:`|Mx_i||Mx_j|`."""
         if self.query is None and self.key is None:
@@ -349,7 +364,7 @@ class PureAttention:
         radius = float(np.abs(x0).max()) * math.sqrt(d)
         for t in (start, end):
             try:
-                m = self.rescaling(t, d)
+                m = self.rescaling(t, d) if self.rescaled else self._growth_bound(t, d)
             except OverflowError as error:
                 raise ValueError(f"times: {error}") from None
             log_bound = math.log(self.logit_bound or 1.0) + 2.0 * math.log(float(np.linalg.norm(m, 2)) * radius or 1.0)

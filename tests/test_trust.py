@@ -29,14 +29,21 @@ def meanfield(*arguments, timeout=300):
 
 TOKENS = np.random.default_rng(0).normal(size=(16, 2))
 
+#: Two heads whose value matrices differ but add up to 300 I (one head of 300 I, as dynamics): no bound
+#: of the growth up front (the rescaling needs one shared V), so the run itself must catch the overflow.
+SPLIT_VALUE = np.stack([180.0 * np.eye(2), 120.0 * np.eye(2)])
+
 #: Python calls that overflow: each raises NonFiniteState naming the time, with the finite outputs kept.
 OVERFLOWS = {
-    "pure attention, value 300, rk4": (lambda: mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 1, 2, 3],
-                                                                     method="rk4"), "H \\|\\|V\\|\\|_2 = 300"),
-    "pure attention, value 300, layer": (lambda: mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 3],
-                                                                       method="layer"), "H \\|\\|V\\|\\|_2 = 300"),
-    "pure attention, value 300, dop853": (lambda: mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 3]),
-                                          "H \\|\\|V\\|\\|_2 = 300"),
+    "pure attention, value 300 in two heads, rk4": (
+        lambda: mf.simulate_particles(mf.PureAttention(value=SPLIT_VALUE), TOKENS, [0, 1, 2, 3], method="rk4"),
+        "H \\|\\|V\\|\\|_2 = 360"),
+    "pure attention, value 300 in two heads, layer": (
+        lambda: mf.simulate_particles(mf.PureAttention(value=SPLIT_VALUE), TOKENS, [0, 3], method="layer"),
+        "H \\|\\|V\\|\\|_2 = 360"),
+    "pure attention, value 300 in two heads, dop853": (
+        lambda: mf.simulate_particles(mf.PureAttention(value=SPLIT_VALUE), TOKENS, [0, 3]),
+        "H \\|\\|V\\|\\|_2 = 360"),
     # 1e300 no longer overflows: the stages are normalized by their largest entry (finite tokens, on the sphere)
     "causal attention, prefactor 1e308": (lambda: mf.simulate_particles(mf.CausalAttention(1.0, True, prefactor=1e308),
                                                                         mf.sample_uniform(16, 2, rng=0), [0, 1],
@@ -57,6 +64,16 @@ def test_an_overflow_ends_the_run_with_its_time_its_cause_and_the_finite_outputs
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]  # one clear error, not numpy's warnings
 
 
+@pytest.mark.parametrize("method", ["rk4", "layer", "dop853"])
+def test_pure_attention_refuses_up_front_a_run_whose_tokens_overflow(method):
+    """One shared V: the tokens are e^(tHV) z with z in the start's hull (Thm 3.1), a bound known before any step."""
+    with pytest.raises(ValueError, match="times: the tokens grow as e\\^\\(t H V\\), which overflows double precision "
+                                         "by t = 3; run the rescaled tokens \\(rescaled=True\\)"):
+        mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 1, 2, 3], method=method)
+    with pytest.raises(ValueError, match="times: the logits .* at t = 1.5"):  # the tokens are finite, their squares not
+        mf.simulate_particles(mf.PureAttention(value=300.0), TOKENS, [0, 1.5], method=method)
+
+
 @pytest.mark.parametrize("value, eigenvalue", [(-100.0, "0"), (-150.0, "-0.5")])
 def test_the_rescaled_layer_refuses_a_step_that_reverses_a_direction(value, eigenvalue):
     model = mf.PureAttention(value=value, rescaled=True)
@@ -66,15 +83,24 @@ def test_the_rescaled_layer_refuses_a_step_that_reverses_a_direction(value, eige
     assert np.all(np.isfinite(finite.x.values))
 
 
-def euclidean_config(output, stop: float) -> dict:
+def euclidean_config(output, stop: float, value=1.0) -> dict:
     return {"geometry": "euclidean", "output": str(output), "times": {"stop": stop, "count": 5},
-            "model": {"beta": 1.0}, "method": {"kind": "particles", "n": 16, "d": 2, "dt": 0.1},
+            "model": {"beta": 1.0, "value": value}, "method": {"kind": "particles", "n": 16, "d": 2, "dt": 0.1},
             "initial": {"kind": "gaussian"}}
+
+
+def test_a_run_whose_tokens_would_overflow_is_refused_before_it_starts(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text(_to_toml(euclidean_config(tmp_path / "out", 800.0)))
+    result = meanfield("run", config)
+    assert result.returncode == 2 and "times: the tokens grow as e^(t H V)" in result.stderr
+    assert "rescaled=True" in result.stderr and not (tmp_path / "out" / "dataset.nc").exists()
 
 
 def test_a_run_that_overflows_exits_3_keeps_its_finite_outputs_and_says_untrustworthy(tmp_path):
     config = tmp_path / "run.toml"
-    config.write_text(_to_toml(euclidean_config(tmp_path / "out", 800.0)))
+    split = [[[0.6, 0.0], [0.0, 0.6]], [[0.4, 0.0], [0.0, 0.4]]]  # V = I as dynamics, no bound up front
+    config.write_text(_to_toml(euclidean_config(tmp_path / "out", 800.0, split)))
     result = meanfield("run", config)
     assert result.returncode == 3, result.stderr
     assert "not finite" in result.stderr and "t=400" in result.stderr
