@@ -94,13 +94,18 @@ def test_circle_solvers(beta, value, normalized, diffusion, solver, amplitude, s
     check_outcome(call, lambda ds: ds.rho.values)
 
 
-@pytest.mark.parametrize("case", ["USA beta 1e3", "pure attention value 300"])
+@pytest.mark.parametrize("case", ["USA beta 1e3", "pure attention value 300", "pure attention value 300 in two heads"])
 def test_the_overflow_prone_corners_stop_with_their_time(case):
-    """The corners the strategies above reach by chance, reached every run."""
+    """The corners the strategies above reach by chance, reached every run: refused up front where the
+    growth is known before the run (one shared V), stopped with its time where it is not."""
+    x0 = np.random.default_rng(0).normal(size=(6, 2))
     if case == "USA beta 1e3":
         call = lambda: mf.SelfAttention(1e3, normalized=False)  # noqa: E731
         assert check_outcome(call, lambda model: 0.0) == "refused"
-    else:
-        x0 = np.random.default_rng(0).normal(size=(6, 2))
+    elif case == "pure attention value 300":
         call = lambda: mf.simulate_particles(mf.PureAttention(value=300.0), x0, [0.0, 3.0], method="rk4")  # noqa: E731
+        assert check_outcome(call, lambda ds: ds.x.values) == "refused"
+    else:
+        value = np.stack([180.0 * np.eye(2), 120.0 * np.eye(2)])
+        call = lambda: mf.simulate_particles(mf.PureAttention(value=value), x0, [0.0, 3.0], method="rk4")  # noqa: E731
         assert check_outcome(call, lambda ds: ds.x.values) == "stopped"
