@@ -26,6 +26,7 @@ extensions = [
     "sphinx_gallery.gen_gallery",
     "config_reference",  # docs/_ext: the TOML reference generated from the config schema
     "offline_site",  # docs/_ext: no page loads a script or stylesheet from the network
+    "gallery_thumbnails",  # docs/_ext: a multi-panel figure's thumbnail shows its first panel
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}

@@ -1,17 +1,17 @@
-"""Measured growth rates of perturbations of the uniform state against the dispersion relation.
+r"""Measured growth rates of perturbations of the uniform state against the dispersion relation.
 ============================================================================================
 
-A density ``rho_0 (1 + a Y_l)`` with a small ``a`` evolves linearly at first: the degree-``l``
-coefficient grows like ``exp(gamma_l t)`` with (docs/theory/references.md)
+A density :math:`\rho_0 (1 + a Y_l)` with a small :math:`a` evolves linearly at first: the
+degree-:math:`l` coefficient grows like :math:`e^{\gamma_l t}` with (docs/theory/references.md)
 
-- circle: ``gamma_k = k^2 (I_k(beta) / (beta I_0(beta)) - D)`` (SA),
-- sphere: ``gamma_l = l(l+1) (i_l(beta) / (beta i_0(beta)) - D)`` (SA),
-  ``l(l+1) (i_l(beta) / beta - D)`` (USA).
+- circle: :math:`\gamma_k = k^2 \big(I_k(\beta) / (\beta I_0(\beta)) - D\big)` (SA),
+- sphere: :math:`\gamma_l = l(l+1) \big(i_l(\beta) / (\beta i_0(\beta)) - D\big)` (SA),
+  :math:`l(l+1) \big(i_l(\beta) / \beta - D\big)` (USA).
 
 Each mode is run on its own at the solvers' default settings (CircleFV: 1024 cells,
 SphereSpectral: lmax = 63, default ``rtol``) from a perturbation of amplitude ``1e-8``, its
-coefficient recorded at 11 times over ``1 / max |gamma|``, and the rate fitted to
-``log |coefficient|``. Writes ``OUTPUT/growth_rates.png`` and ``OUTPUT/growth_rates.csv``.
+coefficient recorded at 11 times over :math:`1 / \max|\gamma|`, and the rate fitted to
+the logarithm of its modulus. Writes ``OUTPUT/growth_rates.png`` and ``OUTPUT/growth_rates.csv``.
 
     python examples/growth_rates.py        # about 5 s
 """

@@ -1,4 +1,4 @@
-"""Representation collapse with random weights: the chain of "Homogenized Transformers", its limit SDE and density equation.
+r"""Representation collapse with random weights: the chain of "Homogenized Transformers", its limit SDE and density equation.
 =========================================================================================================================
 
 Weights resampled at every layer and head (Gaussian, fan-in variances), H = 4 heads, step 0.25,
@@ -10,7 +10,7 @@ tokens n and the inverse temperature beta vary. The table gives the value at the
 standard error over the draws. The last panel is the circle (d = 2): the chain and the SDE for
 n = 256 tokens next to the stochastic density equation (n = infinity, Fourier collocation on 64
 angles, one path per 16 draws), all from rho0 = (1 + cos(theta)/2)/(2 pi) (a uniform start stays
-antipodally symmetric, its mean 0); ``|int x rho|^2`` has no 1/n self term. The density concentrates
+antipodally symmetric, its mean 0); :math:`|\int x\,\rho|^2` has no :math:`1/n` self term. The density concentrates
 as the tokens collapse; its curve stops where the grid no longer resolves it (NaN in the table).
 
 Writes ``OUTPUT/homogenized.png``.

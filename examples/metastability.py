@@ -1,4 +1,4 @@
-"""Metastability on the circle (d = 2): a few clusters form fast, then merge slowly.
+r"""Metastability on the circle (d = 2): a few clusters form fast, then merge slowly.
 =================================================================================
 
 1. Particles (the paper's setting): SA, ``n = 32`` tokens iid uniform on the circle,
@@ -7,11 +7,11 @@
 2. The PDE (CircleFV, 1024 cells) from the uniform density perturbed in every mode
    ``k = 1..32`` with random phases: which mode wins is not put in by hand. The number of
    density clusters that form is compared with the fastest-growing mode ``k*`` of the
-   dispersion relation ``gamma_k = k^2 I_k(beta) / (beta I_0(beta))`` (docs/theory/references.md).
+   dispersion relation :math:`\gamma_k = k^2 I_k(\beta) / (\beta I_0(\beta))` (docs/theory/references.md).
 3. How many clusters (the seeds' question): for each ``beta`` of ``--kde-betas``, systems of
    256 tokens iid uniform; the number of metastable clusters (the most frequent count over
    ``t`` in [10, 40], tokens closer than 0.1 rad joined) against the number of modes of the
-   initial tokens' kernel density estimate at bandwidth ``beta^{-1/2}`` (the attention kernel
+   initial tokens' kernel density estimate at bandwidth :math:`\beta^{-1/2}` (the attention kernel
    itself, ``validation.kde_mode_count(..., circle=True)``), means over the systems with their
    correlation system by system.
 

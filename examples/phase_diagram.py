@@ -1,9 +1,9 @@
-"""The paper's phase diagram: how likely two tokens have clustered, over β and t, for several d.
+r"""The paper's phase diagram: how likely two tokens have clustered, over β and t, for several d.
 ================================================================================================
 
-SA, ``n = 32`` tokens iid uniform on ``S^{d-1}``, the paper's discrete layer
+SA, :math:`n = 32` tokens iid uniform on :math:`S^{d-1}`, the paper's discrete layer
 ``x <- normalize(x + 0.1 a(x))`` (the discrete-time Transformer), ``t`` in ``[0, 30]``: the probability that
-``<x_1(t), x_2(t)> >= 1 - 1e-3``, estimated from ``--realisations`` systems per ``beta``.
+:math:`\langle x_1(t), x_2(t)\rangle \ge 1 - 10^{-3}`, estimated from ``--realisations`` systems per ``beta``.
 Overlaid: the time at which the orthogonal-token curve of docs/theory/references.md reaches
 ``1 - 1e-3`` (exact for orthonormal tokens, accurate for ``d >> n``).
 

@@ -1,8 +1,8 @@
 """Pure self-attention in ℝᵈ: the figures of "The emergence of clusters in self-attention dynamics".
 ==================================================================================================
 
-Each case is run in the paper's rescaled variables z = e^{-tV} x (``PureAttention(rescaled=True)``,
-n = 40 tokens drawn uniformly in [-1, 1]^d as the paper's experiments, DOP853 at rtol 1e-10),
+Each case is run in the paper's rescaled variables :math:`z = e^{-tV} x` (``PureAttention(rescaled=True)``,
+:math:`n = 40` tokens drawn uniformly in :math:`[-1, 1]^d` as the paper's experiments, DOP853 at rtol 1e-10),
 and the theorem's prediction is printed next to what the run shows:
 
 - Figs. 1 and 5 (Thm 3.1): d = 3, Q = K = V = I: tokens end at the vertices of a polytope;

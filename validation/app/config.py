@@ -313,7 +313,7 @@ class ExperimentConfig(ConfigSection):
 
     PREFIX: ClassVar[str] = ""
     geometry: str = option(types=str, choices=GEOMETRIES,
-                           help="S^1 or S^2 (particles: S^{d-1}), or R^d without layer normalization")
+                           help="S¹ or S² (particles: Sᵈ⁻¹), or ℝᵈ without layer normalization")
     output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
     times: TimesConfig = option(types=TimesConfig, help="output times: a table {start, stop, count} "
                                                         "(below) or a strictly increasing array")

@@ -60,7 +60,7 @@ class StationaryConfig(ConfigSection):
 
     PREFIX: ClassVar[str] = ""
     geometry: str = option(types=str, choices=("circle", "sphere"),
-                           help="the circle, or S^2 (axisymmetric states of a zonal model)")
+                           help="the circle, or S² (axisymmetric states of a zonal model)")
     output: str = option(types=str, help="output folder (relative paths: from the config's folder)")
     model: ModelConfig = option(types=ModelConfig)
     continuation: ContinuationConfig = option(types=ContinuationConfig)
