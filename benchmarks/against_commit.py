@@ -92,8 +92,8 @@ def timed_sweep(tree: Path, folder: Path) -> float:
                             env=environment, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"{tree}: {result.stderr.strip().splitlines()[-1]}")
-    line = next(line for line in result.stdout.splitlines() if "2 workers" in line)
-    return float(line.split()[-2])
+    line = next(line for line in result.stdout.splitlines() if "worker(s):" in line)  # "...: 123.4 s"
+    return float(line.rsplit(":", 1)[1].split()[0])
 
 
 def main() -> None:

@@ -62,7 +62,7 @@ class Method:
         nothing else).
     settings : tuple of str
         Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
-        velocity path ``interaction``, and ``underresolved`` where its ``solve`` takes it.
+        velocity path ``interaction``, and ``underresolved`` where its run can be under-resolved.
     """
 
     name: str
@@ -100,7 +100,7 @@ METHODS: tuple[Method, ...] = (
     Method("CircleFV", "circle", "finite_volumes", settings=("cells", *_GRID)),
     Method("CircleSpectral", "circle", "fourier", settings=("cells", *_GRID)),
     Method("CircleLagrangian", "circle", "mass_coordinates",
-           settings=("points", "cells", "rtol", "underresolved")),
+           settings=("points", "cells", "rtol")),  # exact for any measure: nothing to under-resolve
     Method("CircleFVLagrangian", "circle", "finite_volumes", then="mass_coordinates",
            settings=("cells", "points", "rtol", "interaction")),
     Method("CausalCircleFV", "circle", "finite_volumes", causal=True,
@@ -109,7 +109,7 @@ METHODS: tuple[Method, ...] = (
            settings=("cells", "layers", *_GRID)),
     Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", *_GRID)),
     Method("SphereWeightedParticles", "sphere", "atoms",
-           settings=("lmax", "quadrature_lmax", "rtol", "interaction", "underresolved")),
+           settings=("lmax", "quadrature_lmax", "rtol", "interaction")),  # as CircleLagrangian
     Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),
     Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
