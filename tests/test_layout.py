@@ -198,3 +198,13 @@ def test_imports_inside_functions_are_the_declared_ones():
 def test_the_local_import_check_finds_one():
     source = "import numpy\n\ndef f():\n    if True:\n        from .series import x\n    return x\n"
     assert function_level_imports(source) == {".series"}
+
+
+def test_every_package_of_the_library_is_in_the_wheel():
+    """pyproject.toml lists the packages by name: a subpackage left out installs editable but not as a wheel."""
+    from validation.app.config import tomllib  # tomli before Python 3.11
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module_name(init) for top in ("meanfield", "solvers", "validation")
+             for init in (ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts}
+    assert found == listed
