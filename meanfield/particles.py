@@ -54,6 +54,7 @@ from .integration.runs import embedded_pair_run, fixed_step_run, rms
 from .integration.tableaux import ADAPTIVE_PAIRS, tableau_named
 from . import euclidean_particles
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
+from .models import SelfAttention
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
@@ -169,6 +170,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             _require_numpy(x0, method.name)
             rtol, atol = _tolerances(rtol, atol, settings)
             settings["method"] = method.name
+            _check_explicit_steps(model, times, method.name)
             try:
                 frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
             except NonFiniteState as overflow:
@@ -447,6 +449,40 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
     evaluations = embedded_pair_run(engine.velocity_unchecked, batch, times, tableau, rtol, atol, bar, norm=rms,
                                     record=record, fail=fail, settings=settings)
     return frames, evaluations
+
+
+#: An adaptive run whose stability bound alone needs more steps than this is refused up front.
+MOST_EXPLICIT_STEPS = 10**7
+
+#: The reach of the explicit pairs' stability regions along the negative real axis (DOP853 about
+#: 6, Dormand-Prince 5(4) about 3.3): the largest stable step times the stiffness.
+STABILITY_REACH = 6.0
+
+
+def _check_explicit_steps(model, times: np.ndarray, method: str) -> None:
+    r"""Refuse USA at a ``beta`` whose stiffness no explicit pair can afford over ``times``.
+
+    USA's kernel :math:`e^{\beta\langle Qx, Ky\rangle}` reaches :math:`e^{\beta B}` (``B`` the
+    logit bound) once tokens gather, and a token displaced from its cluster is pulled back at a
+    rate of about :math:`e^{\beta B}\|V\|`: an explicit step must stay below the pair's
+    stability reach over it, after the clusters form too (DOP853 takes about that many steps:
+    0.5-0.7 of the estimate at beta = 8 to 12, 12 tokens). ``time_rescaled=True`` (time in
+    units of :math:`e^{\beta B}`) removes the exponential.
+    """
+    if not isinstance(model, SelfAttention) or model.normalized or model.time_rescaled or model.beta == 0:
+        return
+    exponent = model.beta * model.logit_bound
+    if exponent < 1.0:
+        return
+    value = float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in model.head_matrices()))
+    log_rate = math.log(max(value, 1e-300)) + exponent
+    log_steps = log_rate + math.log(float(times[-1] - times[0])) - math.log(STABILITY_REACH)
+    if log_steps > math.log(MOST_EXPLICIT_STEPS):
+        raise ValueError(f"times: USA at beta = {model.beta:g} is stiff: near a cluster its velocity changes at a "
+                         f"rate of about e^beta |V| = 10^{log_rate / math.log(10):.3g}, "
+                         f"so method={method!r} would take about 10^{log_steps / math.log(10):.3g} steps over "
+                         f"t in [{times[0]:g}, {times[-1]:g}]; use time_rescaled=True (time in units of e^beta), a "
+                         "shorter interval, or a fixed-step method with a step below the rate's inverse")
 
 
 def _overflow_scale(model) -> str:

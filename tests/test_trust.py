@@ -6,6 +6,7 @@ reported a run with NaN as "trustworthy" (exit 0).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -429,3 +430,19 @@ def test_a_centred_sampled_law_independent_of_the_attention_is_accepted():
     limit = mf.HomogenizedLimit(1.0, mf.SampledWeights(wigner, "wigner"))
     ds = mf.simulate_homogenized(limit, mf.sample_uniform(4, 5, rng=0), [0.0, 0.1], dt=0.05, seed=1, progress=False)
     assert np.all(np.isfinite(ds.x.values))
+
+
+def test_usa_at_a_beta_no_explicit_pair_can_afford_is_refused_up_front():
+    """USA at beta = 20 to t = 1 ran for hours (its stiffness e^beta needs ~8e7 DOP853 steps); it is refused in
+    one line naming time_rescaled, which runs the same flow in units of e^beta in a second."""
+    x0 = mf.sample_uniform(12, 3, rng=0)
+    with pytest.raises(ValueError, match=r"times: USA at beta = 20 is stiff: .* about 10\^7.9\d* steps .* "
+                                         r"time_rescaled=True"):
+        mf.simulate_particles(mf.SelfAttention(20.0, normalized=False), x0, [0.0, 1.0], progress=False)
+    rescaled = mf.simulate_particles(mf.SelfAttention(20.0, normalized=False, time_rescaled=True), x0, [0.0, 1.0],
+                                     progress=False)
+    assert np.all(np.isfinite(rescaled.x.values))
+    # the estimate is the run's own order: beta = 10 to t = 10 takes a number of steps near e^10 * 10 / 6
+    run = mf.simulate_particles(mf.SelfAttention(10.0, normalized=False), x0, [0.0, 10.0], progress=False)
+    steps = json.loads(run.attrs["settings"])["steps"]
+    assert 0.2 < steps / (np.exp(10.0) * 10 / 6) < 2.0
