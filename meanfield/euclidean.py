@@ -135,8 +135,7 @@ class PureAttention:
                              f"got shapes {shapes}")
         if not isinstance(self.rescaled, (bool, np.bool_)):
             raise TypeError(f"rescaled must be True or False, got {self.rescaled!r}")
-        if self.rescaled and isinstance(self.value, np.ndarray) and self.value.shape[0] > 1 and \
-                not np.all(self.value == self.value[:1]):
+        if self.rescaled and not self._value_shared():
             raise ValueError("rescaled=True needs one value matrix shared by every head (the rescaling "
                              "e^{-tHV}); the heads' value matrices differ")
         set_(self, "tie_tolerance", check_real(self.tie_tolerance, "tie_tolerance", minimum=0.0))
@@ -217,12 +216,8 @@ class PureAttention:
         """
         if not self.rescaled:
             return np.eye(d)
-        with np.errstate(over="ignore", invalid="ignore"):
-            matrix = expm(t * self.linear_part(d))
-        if not np.all(np.isfinite(matrix)):
-            raise OverflowError(f"e^(t H V) overflows double precision at t = {t:g}: the rescaled variables "
-                                "cannot be mapped back there; shorten the interval")
-        return matrix
+        return self._exponential(t, d, "e^(t H V) overflows double precision at t = {t:g}: the rescaled variables "
+                                       "cannot be mapped back there; shorten the interval")
 
     def _growth_bound(self, t: float, d: int) -> np.ndarray:
         r"""The original tokens' growth :math:`x(t) = e^{tHV} z(t)`, :math:`z` in the hull of the start (Thm 3.1).
@@ -230,14 +225,23 @@ class PureAttention:
         With value matrices that differ between heads there is no such map: the identity (the
         run then reports a non-finite state when and if it happens).
         """
-        if isinstance(self.value, np.ndarray) and self.value.shape[0] > 1 and not np.all(self.value == self.value[:1]):
+        if not self._value_shared():
             return np.eye(d)
+        return self._exponential(t, d, "the tokens grow as e^(t H V), which overflows double precision by t = {t:g}; "
+                                       "run the rescaled tokens (rescaled=True) or shorten the interval")
+
+    def _exponential(self, t: float, d: int, overflow: str) -> np.ndarray:
+        """:math:`e^{tHV}` (:func:`scipy.linalg.expm`), or an ``OverflowError`` with ``overflow`` (``{t}`` filled in)."""
         with np.errstate(over="ignore", invalid="ignore"):
             matrix = expm(t * self.linear_part(d))
         if not np.all(np.isfinite(matrix)):
-            raise OverflowError(f"the tokens grow as e^(t H V), which overflows double precision by t = {t:g}; run "
-                                "the rescaled tokens (rescaled=True) or shorten the interval")
+            raise OverflowError(overflow.format(t=t))
         return matrix
+
+    def _value_shared(self) -> bool:
+        """Whether every head has the same value matrix (the rescaling :math:`e^{-tHV}` needs it)."""
+        return not (isinstance(self.value, np.ndarray) and self.value.shape[0] > 1
+                    and not np.all(self.value == self.value[:1]))
 
     def _logit_bound(self) -> float:
         r""":math:`\max_h\|Q_h^T K_h\|_2`: the logits are at most this times :math:`|Mx_i||Mx_j|`."""

@@ -410,6 +410,12 @@ class SelfAttention(TangentVelocity):
         k = self.key if self.key is not None else np.broadcast_to(np.eye(d), (self.heads, d, d))
         return float(max(np.linalg.norm(qh.T @ kh, 2) for qh, kh in zip(q, k)))
 
+    @property
+    def value_bound(self) -> float:
+        r""":math:`\sum_h\|V_h\|_2`: SA's velocity is at most this (softmax averages of unit vectors), USA's
+        this times the kernel's largest value."""
+        return float(sum(abs(v) if np.ndim(v) == 0 else np.linalg.norm(v, 2) for _, _, v in self.head_matrices()))
+
     def head_matrices(self):
         """Yield ``(Q, K, V)`` per head, ``None`` standing for the identity (what engines and solvers read)."""
         for h in range(self.heads):

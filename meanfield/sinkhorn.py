@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import logsumexp
+from scipy.special import logsumexp, softmax
 
 from .checks import check_int, check_real
 from .field_model import FieldModel
@@ -162,13 +162,8 @@ class SinkhornAttention(FieldModel):
             log_weights = np.log(masses.reshape(atoms.shape[:-1]) / masses.reshape(atoms.shape[:-1]).sum(
                 axis=-1, keepdims=True))
         total = np.zeros_like(points)
-        for q, k, v in self.softmax.head_matrices():
-            queries = points if q is None else points @ q.T
-            node_queries, keys = (atoms, atoms) if q is None and k is None else (
-                atoms if q is None else atoms @ q.T, atoms if k is None else atoms @ k.T)
-            drive = self._head_drive(self.beta * queries @ np.swapaxes(keys, -1, -2),
-                                     self.beta * node_queries @ np.swapaxes(keys, -1, -2), log_weights, atoms,
-                                     _symmetric(q, k))
+        for attention, v in self._head_attention(points, atoms, log_weights):
+            drive = attention @ atoms
             total += v * drive if np.ndim(v) == 0 else drive @ v.T
         return project_tangent(points, total).reshape(shape)
 
@@ -247,14 +242,7 @@ class SinkhornAttention(FieldModel):
         """
         x = np.asarray(x, dtype=float)[None]
         log_weights = np.full(x.shape[:-1], -np.log(x.shape[-2]))
-        matrices = []
-        for q, k, _ in self.softmax.head_matrices():
-            queries, keys = (x if q is None else x @ q.T), (x if k is None else x @ k.T)
-            scores = self.beta * queries @ np.swapaxes(keys, -1, -2)
-            logits = scores + (log_weights + self.column_potential(scores, log_weights,
-                                                                   symmetric=_symmetric(q, k)))[:, None, :]
-            matrices.append(np.exp(logits - logsumexp(logits, axis=-1, keepdims=True))[0])
-        return np.stack(matrices)
+        return np.stack([attention[0] for attention, _ in self._head_attention(x, x, log_weights)])
 
     def column_potential(self, scores: np.ndarray, log_weights: np.ndarray, *, symmetric: bool = False) -> np.ndarray:
         r"""The column potential :math:`g` of the atoms after the model's iterations.
@@ -330,8 +318,8 @@ class SinkhornAttention(FieldModel):
 
         :math:`f \leftarrow \frac12(f + T f)`, :math:`(Tf)_i = -\log\sum_j w_j e^{f_j + s_{ij}}`
         (Feydy et al. 2019, symmetric Sinkhorn), whose fixed point is the Schrödinger potential:
-        it converges in a few dozen rounds where the alternating iteration's rate nears one (a
-        clustered measure). The row sums of :math:`w_j e^{f_i + f_j + s_{ij}}` are
+        it stays fast where the alternating iteration's rate nears one (a clustered measure).
+        The row sums of :math:`w_j e^{f_i + f_j + s_{ij}}` are
         :math:`e^{f_i - (Tf)_i}`. ``scaled``: on :math:`u = e^{f + M/2}` with the kernel
         :math:`e^{s - M}` (:math:`M` the largest score), where :math:`Tf` is :math:`1/(K(wu))`.
         """
@@ -367,15 +355,18 @@ class SinkhornAttention(FieldModel):
                           f"{self.max_iterations} (row sums off by {error:.3g}): raise max_iterations or tolerance, "
                           f"or lower beta (now {self.beta:g})")
 
-    def _head_drive(self, scores: np.ndarray, node_scores: np.ndarray, log_weights: np.ndarray,
-                    atoms: np.ndarray, symmetric: bool) -> np.ndarray:
-        """One head's average :math:`\\sum_j A(x, y_j) y_j` at the points, before V."""
-        column = self.column_potential(node_scores, log_weights, symmetric=symmetric)
-        logits = scores + (log_weights + column)[:, None, :]
-        logits -= logits.max(axis=-1, keepdims=True)
-        attention = np.exp(logits)
-        attention /= attention.sum(axis=-1, keepdims=True)
-        return attention @ atoms
+    def _head_attention(self, points: np.ndarray, atoms: np.ndarray, log_weights: np.ndarray):
+        """Per head, the scaled attention :math:`A_h(x, y_j)` of the points on the atoms ``(b, m, k)``, and ``V_h``.
+
+        The column potential comes from the atoms' own scores; the final row normalisation is a
+        softmax at the points.
+        """
+        for q, k, v in self.softmax.head_matrices():
+            keys = np.swapaxes(atoms if k is None else atoms @ k.T, -1, -2)
+            node_scores = self.beta * (atoms if q is None else atoms @ q.T) @ keys
+            column = self.column_potential(node_scores, log_weights, symmetric=_symmetric(q, k))
+            scores = self.beta * (points if q is None else points @ q.T) @ keys
+            yield softmax(scores + (log_weights + column)[:, None, :], axis=-1), v
 
     def to_dict(self) -> dict:
         """The model's parameters (matrices as nested lists).
