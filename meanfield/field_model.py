@@ -25,6 +25,14 @@ x : numpy.ndarray, shape (..., n, d)
     Nonzero points, the tokens (used through ``x / |x|`` by the field).
 """
 
+#: The Returns section of a ``velocity_field`` (``{field_returns}``): every model's reference returns this.
+FIELD_RETURNS = """
+Returns
+-------
+numpy.ndarray, shape (..., m, d)
+    The velocities, tangent at ``x / |x|``.
+"""
+
 #: The Returns section of the particle members (``{velocities}``).
 VELOCITIES = """
 Returns
@@ -34,7 +42,7 @@ numpy.ndarray, shape (..., n, d)
 """
 
 
-@fill_docstrings(tokens=TOKENS, velocities=VELOCITIES)
+@fill_docstrings(tokens=TOKENS, velocities=VELOCITIES, field_returns=FIELD_RETURNS)
 class FieldModel:
     r"""Base of a model given by its velocity field :math:`v[\mu](x)` (module docstring).
 
@@ -68,10 +76,7 @@ class FieldModel:
         weights : numpy.ndarray, shape (..., k)
             Their weights :math:`w_j` (a quadrature of a density may hold small negative ones).
 
-        Returns
-        -------
-        numpy.ndarray, shape (..., m, d)
-            The velocities, tangent at ``x / |x|``.
+        {field_returns}
 
         Raises
         ------

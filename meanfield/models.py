@@ -16,6 +16,7 @@ from scipy.special import logsumexp
 
 from .checks import EXP_OVERFLOW, check_points, check_real
 from .docstrings import fill_docstrings, parameters
+from .field_model import FIELD_RETURNS
 from .external import as_external, potential_energy
 from .interaction import pair_sums
 from .sphere import normalize, project_tangent
@@ -106,7 +107,7 @@ x : numpy.ndarray, shape (..., n, d)
 """
 
 
-@fill_docstrings(points_parameters=POINTS_PARAMETERS)
+@fill_docstrings(points_parameters=POINTS_PARAMETERS, field_returns=FIELD_RETURNS)
 class TangentVelocity:
     """A model's velocity from its attention output: the tangent projection, extended off the sphere.
 
@@ -172,10 +173,7 @@ class TangentVelocity:
             (the normalised models do not read the total), and a spectral solver's quadrature of
             its density may carry small negative weights where the density undershoots.
 
-        Returns
-        -------
-        numpy.ndarray, shape (..., m, d)
-            The velocities, tangent at ``x / |x|``.
+        {field_returns}
 
         Raises
         ------

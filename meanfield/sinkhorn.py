@@ -35,7 +35,8 @@ import numpy as np
 from scipy.special import logsumexp, softmax
 
 from .checks import check_int, check_real
-from .field_model import FieldModel
+from .docstrings import fill_docstrings
+from .field_model import FIELD_RETURNS, FieldModel
 from .models import SelfAttention, _measure_arguments
 from .sphere import project_tangent
 
@@ -63,6 +64,7 @@ def _largest(values: np.ndarray, where: np.ndarray) -> float:
     return float(values[where].max()) if where.any() else 0.0
 
 
+@fill_docstrings(field_returns=FIELD_RETURNS)
 @dataclass(frozen=True, eq=False)
 class SinkhornAttention(FieldModel):
     r"""Doubly stochastic (Sinkhorn) self-attention on the sphere (module docstring).
@@ -139,10 +141,7 @@ class SinkhornAttention(FieldModel):
         weights : numpy.ndarray, shape (..., k)
             Their nonnegative weights, of positive total (normalised to a probability).
 
-        Returns
-        -------
-        numpy.ndarray, shape (..., m, d)
-            The velocities, tangent at ``x / |x|``.
+        {field_returns}
 
         Raises
         ------
