@@ -109,7 +109,7 @@ class GridSolver:
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,
               max_steps: int | None = None, first_step: float | None = None,
-              continued: bool = False, pace: Pace | None = None, underresolved: str = "continue") -> xr.Dataset:
+              continued: bool = False, pace: Pace | None = None, underresolved: str = "stop") -> xr.Dataset:
         r"""Evolve ``rho0`` and record it at ``times``.
 
         Parameters
@@ -138,10 +138,10 @@ class GridSolver:
             A wall-clock budget: the run collapses (``StepSizeCollapse``) as soon as its pace
             says it cannot finish in time.
         underresolved : {"continue", "stop"}
-            What the run does once an output is under-resolved (after the warning):
-            ``"continue"`` through every output time (the later outputs are flagged, and may be
-            far from the solution), ``"stop"`` right after that output (the dataset then ends
-            there: what is computed past it would not be the solution; ``meanfield run``'s default).
+            What the run does once an output is under-resolved (after the warning): ``"stop"``
+            (the default) right after that output, so the dataset ends there, since what is
+            computed past it would not be the solution; ``"continue"`` through every output time
+            (the later outputs are flagged ``resolved = False``, and may be far from the solution).
 
         Returns
         -------
@@ -204,7 +204,7 @@ class GridSolver:
         times = check_times(times)
         state = self._initial_state(rho0, continued)
         attempt, first, extra_settings = self._stepper(state, times)
-        record = SolveRecord(self, times, extra_settings)
+        record = SolveRecord(self, times, extra_settings, stops=stop_underresolved)
         watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
         until = None if stop is None else (lambda t, s: stop(s))
         if stop_underresolved:
@@ -308,9 +308,12 @@ def _energy_note(solver) -> str:
 class SolveRecord:
     """Outputs, diagnostics and counters of one solve (observes the loop, never steers it)."""
 
-    def __init__(self, solver: GridSolver, times: np.ndarray, extra_settings: Callable[[], dict]):
+    def __init__(self, solver: GridSolver, times: np.ndarray, extra_settings: Callable[[], dict], *,
+                 stops: bool = False):
         self.solver, self.times, self.extra_settings = solver, times, extra_settings
-        self.monitor = ResolutionMonitor(solver.resolution_advice)
+        ending = ("; the run ends at this output (underresolved='continue' computes the later ones, flagged "
+                  "unresolved)." if stops else "")
+        self.monitor = ResolutionMonitor(solver.resolution_advice + ending)
         self.frames: list[np.ndarray] = []
         self.fields: list[dict] = []
         self.diagnostics: list[dict[str, float]] = []

@@ -27,7 +27,7 @@ def true_and_estimated(model, rho0, times):
     """Relative true and estimated errors per output, and the time the run declared itself under-resolved."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnderResolvedWarning)
-        run = CircleFV(model).solve(rho0, times, progress=False)
+        run = CircleFV(model).solve(rho0, times, progress=False, underresolved="continue")
         reference = CircleFV(model, cells=2 * run.sizes["theta"], error_level=None).solve(rho0, times,
                                                                                           progress=False)
     rho = run.rho.values
