@@ -74,29 +74,42 @@ def _layer_values(rho0, layers: int, evaluate, shape: tuple[int, ...], name: str
 
 
 class LayeredCircleOperators:
-    """:class:`CircleOperators` of the mixed model, applied to ``(layers, cells)`` arrays with mixed velocities."""
+    """:class:`CircleOperators` of the mixed models, applied to ``(layers, cells)`` arrays with mixed velocities.
+
+    One group per ALiBi slope and ``beta`` (:attr:`~meanfield.CausalAttention.mixed_groups`):
+    a layer moves with the sum of each group's velocity at that group's mixed density.
+    """
 
     def __init__(self, model, cells: int, layers: int, interaction: str = "auto") -> None:
-        self.base = circle_operators(model.mixed_model, cells, interaction, "CausalCircleFV")
-        self.weights = positional_cell_weights(model.alibi, layers)
+        self.groups = [(positional_cell_weights(alibi, layers),
+                        circle_operators(mixed, cells, interaction, "CausalCircleFV"))
+                       for alibi, mixed in model.mixed_groups]
+        self.base = self.groups[0][1]  # the grid, fluxes and implicit step are every group's
         self.width, self.uniform, self.theta = self.base.width, self.base.uniform, self.base.theta
         self.uniform_norm = self.base.uniform_norm * np.sqrt(layers)
         self.flux_divergence = self.base.flux_divergence
 
     def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
-        """Face velocities of every layer: the mixed model's at the mixed deviation ``W deviation``."""
-        return self._per_layer(self.base.face_velocity, self.weights @ deviation)
+        """Face velocities of every layer: each group's at its mixed deviation ``W_g deviation``, added up."""
+        return self._summed("face_velocity", deviation)
 
-    def _per_layer(self, operator, mixed: np.ndarray) -> np.ndarray:
-        if type(self.base) is CircleOperators:  # the convolution takes every layer in one call
-            return operator(mixed)
-        return np.stack([operator(layer) for layer in mixed])  # the other paths take one density
+    def _summed(self, operator: str, deviation: np.ndarray) -> np.ndarray:
+        """``operator`` of each group's operators at its mixed deviations, added up over the groups."""
+        total = None
+        for weights, base in self.groups:
+            mixed = weights @ deviation
+            if type(base) is CircleOperators:  # the convolution takes every layer in one call
+                value = getattr(base, operator)(mixed)
+            else:  # the other paths take one density
+                value = np.stack([getattr(base, operator)(layer) for layer in mixed])
+            total = value if total is None else total + value
+        return total
 
     def rhs(self, deviation: np.ndarray) -> np.ndarray:
         return -self.flux_divergence(deviation, self.face_velocity(deviation))
 
     def linearly_implicit_step(self, deviation: np.ndarray, dt: float) -> np.ndarray:
-        jumps = self._per_layer(self.base.potential_jumps, self.weights @ deviation)
+        jumps = self._summed("potential_jumps", deviation)
         return np.stack([self.base.linearly_implicit_step(own, dt, jump) for own, jump in zip(deviation, jumps)])
 
     def deviation_norm(self, deviation: np.ndarray) -> float:
@@ -207,8 +220,12 @@ class _LayeredSpectral:
     def __post_init__(self) -> None:
         _require_causal(self.model, self.name)
         check_int(self.layers, "layers", minimum=1)
+        if len(self.model.mixed_groups) > 1:
+            raise ValueError(f"{self.name} moves every layer with one mixed model: the heads' beta "
+                             f"{np.asarray(self.model.beta).tolist()} or alibi {np.asarray(self.model.alibi).tolist()} "
+                             "differ (a mixture of slopes); use CausalCircleFV, which adds the groups' velocities")
         super().__post_init__()
-        object.__setattr__(self, "weights", positional_cell_weights(self.model.alibi, self.layers))
+        object.__setattr__(self, "weights", positional_cell_weights(self.model.mixed_groups[0][0], self.layers))
 
     @property
     def kernel_model(self):

@@ -37,11 +37,17 @@ SA_SERIES_MAX_EXPONENT = 10.0
 
 
 class CausalCircleSeries(OutputKernel):
-    """Attention output, velocity and step of a :class:`~meanfield.causal.CausalAttention` on the circle, ``O(n K)``."""
+    """Attention output, velocity and step of a :class:`~meanfield.causal.CausalAttention` on the circle, ``O(n K)``.
+
+    For models without matrices whose heads share one ``beta`` and one slope (their values add up).
+    """
 
     name = "series"
 
     def __init__(self, model) -> None:
+        if not (model.without_matrices and len(model.mixed_groups) == 1):
+            raise ValueError("kernel='series' for causal attention needs heads without query, key or value matrices "
+                             f"that share one beta and one alibi slope, got {model!r}")
         mixed = model.mixed_model
         self.degree = series_degree(mixed, 2)
         self.coefficients = mixed.kernel_spectrum(self.degree, 2) / (2.0 * np.pi)
@@ -55,9 +61,10 @@ class CausalCircleSeries(OutputKernel):
         out = np.empty_like(x)
         model = self.model
         n = x.shape[1]
-        totals = model.positional_totals(n)
-        _causal_circle(x, self.coefficients, np.exp(-model.alibi / n), bool(model.normalized),
-                       bool(model.include_self), float(model.prefactor), totals, out)
+        ((alibi, mixed),) = model.mixed_groups
+        totals = model.positional_totals(n, alibi)
+        _causal_circle(x, self.coefficients, np.exp(-alibi / n), bool(model.normalized),
+                       bool(model.include_self), mixed.value_scale, totals, out)
         return out.reshape(unit.shape)
 
 

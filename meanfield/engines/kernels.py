@@ -187,8 +187,9 @@ def _causal_kernel(model, x, kernel: str):
     if kernel == "series" and not on_circle:
         raise ValueError(f"kernel='series' for causal attention needs numba and the circle (d = 2), got d={x.shape[-1]}"
                          f"{'' if _numba_available() else ' (numba is not installed)'}")
-    if kernel == "auto" and on_circle:
-        accurate = not model.normalized or 2 * model.beta + model.alibi <= SA_SERIES_MAX_EXPONENT
+    if kernel == "auto" and on_circle and model.without_matrices and len(model.mixed_groups) == 1:
+        ((alibi, mixed),) = model.mixed_groups
+        accurate = not model.normalized or 2 * mixed.beta + alibi <= SA_SERIES_MAX_EXPONENT
         series = CausalCircleSeries(model)
         # The scan costs about as much per token and harmonic as the series of the non-causal sum.
         if accurate and series_is_cheaper(x.shape[-2], 2 * series.degree + 1):

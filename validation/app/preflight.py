@@ -126,11 +126,9 @@ def _check_pde_initial(solver, initial) -> np.ndarray:
 
 def _attention_speed_bound(model) -> float:
     """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors; causal
-    attention's is its mixed model's (each layer moves with that model's velocity at a mixed density)."""
-    model = getattr(model, "mixed_model", model)
-    if model.is_zonal:
-        return abs(model.value_scale)
-    return model.value_bound
+    attention's is the sum of its mixed models' (each layer moves with their velocities at mixed densities)."""
+    mixed = [group for _, group in model.mixed_groups] if model.causal else [model]
+    return sum(group.value_bound for group in mixed)
 
 
 def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None:
