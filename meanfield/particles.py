@@ -54,6 +54,7 @@ from .integration.runs import embedded_pair_run, fixed_step_run, rms
 from .integration.tableaux import ADAPTIVE_PAIRS, tableau_named
 from . import euclidean_particles
 from .engines.kernels import energy_pair_sum, is_numpy, select_kernel, to_numpy
+from .causal import CausalAttention
 from .models import SelfAttention
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
@@ -467,21 +468,36 @@ def _check_explicit_steps(model, times: np.ndarray, method: str) -> None:
     rate of about :math:`e^{\beta B}\|V\|`: an explicit step must stay below the pair's
     stability reach over it, after the clusters form too (the tests hold the estimate against
     DOP853's step count). ``time_rescaled=True`` (time in units of :math:`e^{\beta B}`) removes
-    the exponential.
+    the exponential; causal USA, whose kernel is divided by the positional weights only, has
+    the same rate per head (times its prefactor), and its prefactor rescales time.
     """
-    if not isinstance(model, SelfAttention) or model.normalized or model.time_rescaled or model.beta == 0:
+    stiffness = _usa_stiffness(model)
+    if stiffness is None:
         return
-    exponent = model.beta * model.logit_bound
-    if exponent < 1.0:
-        return
-    log_rate = math.log(max(model.value_bound, 1e-300)) + exponent
+    log_rate, remedy = stiffness
     log_steps = log_rate + math.log(float(times[-1] - times[0])) - math.log(STABILITY_REACH)
     if log_steps > math.log(MOST_EXPLICIT_STEPS):
-        raise ValueError(f"times: USA at beta = {model.beta:g} is stiff: near a cluster its velocity changes at a "
-                         f"rate of about e^beta |V| = 10^{log_rate / math.log(10):.3g}, "
+        beta = f"{model.beta:g}" if np.ndim(model.beta) == 0 else np.asarray(model.beta).tolist()
+        raise ValueError(f"times: USA at beta = {beta} is stiff: near a cluster its "
+                         f"velocity changes at a rate of about e^beta |V| = 10^{log_rate / math.log(10):.3g}, "
                          f"so method={method!r} would take about 10^{log_steps / math.log(10):.3g} steps over "
-                         f"t in [{times[0]:g}, {times[-1]:g}]; use time_rescaled=True (time in units of e^beta), a "
-                         "shorter interval, or a fixed-step method with a step below the rate's inverse")
+                         f"t in [{times[0]:g}, {times[-1]:g}]; use {remedy}, a shorter interval, or a fixed-step "
+                         "method with a step below the rate's inverse")
+
+
+def _usa_stiffness(model) -> tuple[float, str] | None:
+    """``(log of the rate, the remedy)`` of an unnormalized attention whose kernel grows like ``e^{beta B}``, or ``None``."""
+    if isinstance(model, SelfAttention) and not model.normalized and not model.time_rescaled and model.beta > 0:
+        exponent = model.beta * model.logit_bound
+        if exponent >= 1.0:
+            return math.log(max(model.value_bound, 1e-300)) + exponent, "time_rescaled=True (time in units of e^beta)"
+    if isinstance(model, CausalAttention) and not model.normalized:
+        groups = [mixed for _, mixed in model.mixed_groups]
+        rates = [math.log(max(g.value_bound, 1e-300)) + g.beta * g.logit_bound for g in groups
+                 if g.beta * g.logit_bound >= 1.0]
+        if rates:
+            return max(rates) + math.log(len(rates)), "a prefactor of about e^-beta (time in units of e^beta)"
+    return None
 
 
 def _overflow_scale(model) -> str:

@@ -256,3 +256,13 @@ def test_the_profile_refuses_what_it_does_not_cover():
         recency_time(mf.SelfAttention(1.0), words=4)
     with pytest.raises(ValueError, match="s0 must lie in"):
         mixture_retrieval_profile(mf.CausalAttention(1.0, False), 1.0, 0.0, words=4)
+
+
+def test_causal_usa_at_a_stiff_beta_is_refused_up_front_naming_the_prefactor(rng):
+    x0 = circle_tokens(rng, (16,))
+    with pytest.raises(ValueError, match="times: USA at beta = 20 is stiff.*prefactor of about e\\^-beta"):
+        mf.simulate_particles(mf.CausalAttention(20.0, False), x0, [0.0, 1.0], method="dop853")
+    # the prefactor e^-beta measures time in units of e^beta: the same run is affordable
+    ds = mf.simulate_particles(mf.CausalAttention(20.0, False, prefactor=np.exp(-20.0)), x0, [0.0, 1.0],
+                               method="dop853")
+    assert np.all(np.isfinite(ds.x.values))
