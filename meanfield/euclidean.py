@@ -23,6 +23,20 @@ the same attention matrix as the original tokens at the same time. :math:`M(t)` 
 (its Remark 4): :math:`z^{[k+1]} = z^{[k]} + \Delta t\, R^{-1}V\sum_h (P^h z^{[k]} - z^{[k]})`, with
 the logits taken at :math:`M = R^k`.
 
+Pre-LN (``normalization="pre"``): the layer normalisation of most trained Transformers sits
+before attention, on the residual branch, :math:`x \leftarrow x + \Delta t\,a(N_g(x))`, with
+:math:`N_g(x) = g \odot x/|x|` (RMS normalisation with the trained diagonal gain ``g``; the
+:math:`\sqrt d` of RMSNorm is absorbed in ``g``, ``g = 1`` is the unit sphere of the rest of the
+library), so that
+
+.. math:: \dot x_i = \sum_h V_h\sum_j P^h_{ij}\,N_g(x_j), \qquad
+          P^h_{ij} = \mathrm{softmax}_j\big(\beta\langle Q_h N_g(x_i), K_h N_g(x_j)\rangle\big).
+
+The tokens leave the sphere and their norms grow (at most like :math:`t\sum_h\|V_h\|\max|g|`),
+while attention reads only their directions. Post-LN, :math:`x \leftarrow N(x + \Delta t\,a(x))`
+with the limit :math:`\dot x = P_x a(x)` on the sphere, is :class:`~meanfield.SelfAttention`;
+``normalization="none"`` (the default) is the system above.
+
 ``beta = inf`` is the hardmax limit ("A mathematical perspective on Transformers", sec. 9.3,
 eqs. (9.5)-(9.6)): each token moves toward the average of the tokens that maximise
 :math:`\langle Q x_i, K x_j\rangle`. The argmax set is taken with a relative tolerance
@@ -46,6 +60,9 @@ from scipy.linalg import expm
 from .checks import check_real
 from .interaction import pair_sums
 from .models import as_head_matrices
+
+#: Where layer normalisation may sit in :class:`PureAttention` (post-LN is :class:`~meanfield.SelfAttention`).
+NORMALIZATIONS = ("none", "pre")
 
 #: Largest logit magnitude a run may reach: beyond it ``exp`` of logit differences loses every digit.
 LOGIT_OVERFLOW = 1e300
@@ -87,6 +104,11 @@ class PureAttention:
         Inverse temperature ``> 0``; ``math.inf`` is the hardmax limit.
     rescaled : bool
         Evolve the rescaled tokens :math:`z = M(t)^{-1}x` (eq. (4) of the paper) instead of ``x``.
+    normalization : {"none", "pre"}
+        Where layer normalisation sits: nowhere (pure attention), or before attention (pre-LN:
+        attention reads :math:`N_g(x) = g \odot x/|x|`, module docstring).
+    gain : array_like, shape (d,), optional
+        Pre-LN only: the diagonal gain ``g`` of RMS normalisation, nonzero entries (default: ones).
     tie_tolerance : float
         Hardmax only: token ``j`` is in the argmax set of row ``i`` when its logit is within
         ``tie_tolerance * max(1, max_l |logit_il|)`` of the row's largest.
@@ -94,8 +116,9 @@ class PureAttention:
     Raises
     ------
     ValueError
-        If ``beta`` is not a number ``> 0``, the matrices' shapes disagree, or ``rescaled``
-        is asked with value matrices that differ between heads.
+        If ``beta`` is not a number ``> 0``, the matrices' shapes disagree, ``rescaled`` is
+        asked with value matrices that differ between heads or with pre-LN, or ``gain`` has a
+        zero entry or is given without pre-LN.
 
     Notes
     -----
@@ -109,6 +132,8 @@ class PureAttention:
     beta: float = 1.0
     rescaled: bool = False
     tie_tolerance: float = 1e-9
+    normalization: str = "none"
+    gain: np.ndarray | None = None
     logit_bound: float = field(init=False, repr=False)
 
     # The model protocol's neutral values (meanfield.protocols.EuclideanModel).
@@ -135,11 +160,35 @@ class PureAttention:
                              f"got shapes {shapes}")
         if not isinstance(self.rescaled, (bool, np.bool_)):
             raise TypeError(f"rescaled must be True or False, got {self.rescaled!r}")
+        if self.rescaled and self.normalization == "pre":
+            raise ValueError("rescaled=True undoes the growth e^(tHV) of pure attention; pre-LN tokens grow at most "
+                             "linearly (attention reads N(x)), so normalization='pre' takes rescaled=False")
         if self.rescaled and not self._value_shared():
             raise ValueError("rescaled=True needs one value matrix shared by every head (the rescaling "
                              "e^{-tHV}); the heads' value matrices differ")
         set_(self, "tie_tolerance", check_real(self.tie_tolerance, "tie_tolerance", minimum=0.0))
+        self._check_normalization()
         set_(self, "logit_bound", self._logit_bound())
+
+    def _check_normalization(self) -> None:
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {', '.join(map(repr, NORMALIZATIONS))} (post-LN is "
+                             f"SelfAttention, on the sphere), got {self.normalization!r}")
+        if self.gain is None:
+            return
+        if self.normalization != "pre":
+            raise ValueError("gain is the RMS normalisation's diagonal gain: it needs normalization='pre'")
+        gain = np.asarray(self.gain, dtype=float)
+        if gain.ndim != 1 or not np.all(np.isfinite(gain)):
+            raise ValueError(f"gain must be a finite (d,) vector, got {self.gain!r}")
+        if np.any(gain == 0):
+            raise ValueError(f"gain must have nonzero entries (a zero entry erases that coordinate), got "
+                             f"{gain.tolist()}")
+        matrix_d = next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)), None)
+        if matrix_d not in (None, gain.size):
+            raise ValueError(f"gain has {gain.size} entries but the matrices are {matrix_d} x {matrix_d}")
+        gain.setflags(write=False)
+        object.__setattr__(self, "gain", gain)
 
     # ------------------------------------------------------------------ structure
     @property
@@ -153,8 +202,27 @@ class PureAttention:
 
     @property
     def dimension(self) -> int | None:
-        """The ``d`` fixed by the matrices, or ``None`` (any)."""
-        return next((m.shape[-1] for m in (self.query, self.key, self.value) if isinstance(m, np.ndarray)), None)
+        """The ``d`` fixed by the matrices or the gain, or ``None`` (any)."""
+        return next((m.shape[-1] for m in (self.query, self.key, self.value, self.gain) if isinstance(m, np.ndarray)),
+                    None)
+
+    def attention_inputs(self, x: np.ndarray) -> np.ndarray:
+        r"""What attention reads of the tokens: ``x``, or :math:`N_g(x) = g \odot x/|x|` with pre-LN.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens (nonzero with pre-LN).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The inputs of the attention layer.
+        """
+        if self.normalization == "none":
+            return x
+        unit = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        return unit if self.gain is None else unit * self.gain
 
     def head_matrices(self, d: int):
         """The matrices of each head.
@@ -294,7 +362,7 @@ class PureAttention:
         numpy.ndarray, shape (..., n, d)
             The velocity.
         """
-        flat = x.reshape((-1,) + x.shape[-2:])
+        flat = self.attention_inputs(x.reshape((-1,) + x.shape[-2:]))
         d = flat.shape[-1]
         total = np.zeros_like(flat)
         for q, k, v in self.head_matrices(d):
@@ -339,7 +407,7 @@ class PureAttention:
             Softmax (or, for hardmax, the uniform weights on the argmax set) of the logits
             :math:`\langle Q_h x_i, K_h x_j\rangle`.
         """
-        x = check_tokens(x, "x", self.dimension)
+        x = self.attention_inputs(check_tokens(x, "x", self.dimension))
         d = x.shape[-1]
         mapped = x if rescaling is None else x @ np.asarray(rescaling, dtype=float).T
         heads = []
@@ -364,6 +432,10 @@ class PureAttention:
         ValueError
             Naming ``times``, when :math:`M(t)` or the logits overflow at either end.
         """
+        if self.normalization == "pre":
+            if np.any(np.linalg.norm(x0, axis=-1) == 0):
+                raise ValueError("x0: pre-LN normalises every token, and a token is zero")
+            return  # attention reads N_g(x): bounded logits, and the tokens grow at most linearly
         d = x0.shape[-1]
         radius = float(np.abs(x0).max()) * math.sqrt(d)
         for t in (start, end):
@@ -382,4 +454,5 @@ class PureAttention:
             return m.tolist() if isinstance(m, np.ndarray) else m
         return {"model": "PureAttention", "query": plain(self.query), "key": plain(self.key),
                 "value": plain(self.value), "beta": "inf" if self.hardmax else self.beta,
-                "rescaled": bool(self.rescaled), "tie_tolerance": self.tie_tolerance}
+                "rescaled": bool(self.rescaled), "tie_tolerance": self.tie_tolerance,
+                "normalization": self.normalization, "gain": plain(self.gain)}

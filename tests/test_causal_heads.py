@@ -266,3 +266,28 @@ def test_causal_usa_at_a_stiff_beta_is_refused_up_front_naming_the_prefactor(rng
     ds = mf.simulate_particles(mf.CausalAttention(20.0, False, prefactor=np.exp(-20.0)), x0, [0.0, 1.0],
                                method="dop853")
     assert np.all(np.isfinite(ds.x.values))
+
+
+def test_a_config_with_heads_and_a_mixture_of_slopes_runs(tmp_path, capsys):
+    import xarray as xr
+    from validation.app.cli import main
+    from test_causal import CAUSAL_RUN
+    heads = "causal = true\nbeta = [1.0, 2.0]\nalibi = [4.0, 0.0]\nvalue = [1.0, -0.3]"
+    for method, extra in (("particles", ""), ("CausalCircleFV", "cells = 32\nlayers = 4\n")):
+        config = tmp_path / f"{method}.toml"
+        text = CAUSAL_RUN.format(model=heads, method=method).replace('"out"', f'"{method}"').replace("beta = 1.0\n", "")
+        config.write_text(text.replace("dt = 0.05\n", "dt = 0.05\n" + extra) if extra else text)
+        if extra:
+            config.write_text(config.read_text().replace("n = 64\ndt = 0.05\n", ""))
+        assert main(["run", str(config), "--quiet", "--no-animation"]) in (0, None), capsys.readouterr().err
+        model = mf.model_from_dict(xr.open_dataset(tmp_path / method / "dataset.nc").attrs["model"])
+        assert model.to_dict() == mf.CausalAttention([1.0, 2.0], False, alibi=[4.0, 0.0], value=[1.0, -0.3]).to_dict()
+    config = tmp_path / "matrices.toml"
+    config.write_text(CAUSAL_RUN.format(model="causal = true\nquery = [[1.0, 0.5], [0.0, 1.0]]", method="particles"))
+    assert main(["run", str(config), "--quiet", "--no-animation"]) in (0, None), capsys.readouterr().err
+    config.write_text(CAUSAL_RUN.format(model="alibi = 0.0", method="particles").replace("beta = 1.0", "beta = [1.0, 2.0]"))
+    assert main(["run", str(config)]) == 2
+    assert "model.beta must be a number (one per head is for causal attention)" in capsys.readouterr().err
+    config.write_text(CAUSAL_RUN.format(model="causal = true\nalibi = [1.0, -1.0]", method="particles"))
+    assert main(["run", str(config)]) == 2
+    assert "model.alibi must be >= 0, got [1.0, -1.0]" in capsys.readouterr().err

@@ -7,7 +7,8 @@ is the subpackage :mod:`validation.app`; validation proper never imports it.
 __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarning", "growth_rate",
            "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
-           "merge_times", "Merge", "circle_cluster_counts", "settling_time"]
+           "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
+           "recency_time"]
 
 
 def __getattr__(name: str):
@@ -17,6 +18,8 @@ def __getattr__(name: str):
         from . import clusters as module
     elif name in ("PDEErrorWarning", "StudySettings", "mean_field_convergence"):
         from . import convergence as module
+    elif name in ("mixture_retrieval_profile", "recency_time"):
+        from . import causal_heads as module
     elif name == "kde_mode_count":
         from . import modes as module
     elif name == "distance":

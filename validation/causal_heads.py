@@ -102,7 +102,7 @@ def mixture_retrieval_profile(model: CausalAttention, t: float, s0, *, words: in
     Parameters
     ----------
     model : meanfield.CausalAttention
-        As for :func:`slope_rates`.
+        As for ``validation.causal_heads.slope_rates``: causal USA without matrices.
     t : float
         Depth (time), ``>= 0``, in the model's time (its prefactor).
     s0 : array_like
@@ -171,7 +171,7 @@ def recency_time(model: CausalAttention, *, words: int) -> float:
     Parameters
     ----------
     model : meanfield.CausalAttention
-        As for :func:`slope_rates`.
+        As for ``validation.causal_heads.slope_rates``: causal USA without matrices.
     words : int
         Vocabulary size ``M >= 2``.
 

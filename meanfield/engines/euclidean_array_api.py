@@ -3,7 +3,7 @@ r"""Pure attention in :math:`\mathbb{R}^d` in the namespace, and on the device, 
 :class:`EuclideanArrayAPIKernel` implements the reference right-hand side
 :meth:`meanfield.PureAttention.velocity_at` (original variables :math:`\sum_h V_h P^h x`,
 rescaled :math:`V\sum_h (P^h z - z)`, the logits :math:`\langle Q_h M x_i, K_h M x_j\rangle`)
-with the operations of the Python array API standard: CuPy, PyTorch or JAX arrays stay on
+(with pre-LN at :math:`N_g(x)`) with the operations of the Python array API standard: CuPy, PyTorch or JAX arrays stay on
 their device, and ``array_api_strict`` runs it on the CPU for the tests.
 :func:`meanfield.engines.check_consistency` compares it with the reference.
 
@@ -44,7 +44,7 @@ class EuclideanArrayAPIKernel:
         ``rescaling`` = :math:`M` (numpy, ``(d, d)``)."""
         xp = self.xp
         shape = x.shape
-        flat = xp.reshape(x, (-1,) + tuple(shape[-2:]))
+        flat = self._attention_inputs(xp.reshape(x, (-1,) + tuple(shape[-2:])))
         d = shape[-1]
         heads = [(self.asarray(q @ rescaling).T, self.asarray(k @ rescaling).T, self.asarray(v).T)
                  for q, k, v in self.model.head_matrices(d)]
@@ -53,6 +53,13 @@ class EuclideanArrayAPIKernel:
         parts = [self._velocity_block(flat[start:min(b, start + block), ...], heads) for start in range(0, b, block)]
         total = parts[0] if len(parts) == 1 else xp.concat(parts, axis=0)
         return xp.reshape(total, shape)
+
+    def _attention_inputs(self, x):
+        r"""The reference's ``attention_inputs``: ``x``, or :math:`g \odot x/|x|` with pre-LN."""
+        if self.model.normalization == "none":
+            return x
+        unit = x / self.xp.sqrt(self.xp.sum(x * x, axis=-1, keepdims=True))
+        return unit if self.model.gain is None else unit * self.asarray(self.model.gain)
 
     def _velocity_block(self, x, heads):
         xp = self.xp

@@ -50,11 +50,13 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
                 for key, value in (("query", spec.query), ("key", spec.key), ("value", spec.value))}
     try:
         if config.euclidean:
-            return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, **matrices)
-        if spec.causal:
-            return mf.CausalAttention(spec.beta, normalized=spec.normalized, alibi=spec.alibi,
-                                      prefactor=spec.value, include_self=spec.include_self,
-                                      diffusion=spec.diffusion)
+            return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, normalization=spec.normalization,
+                                    gain=spec.gain, **matrices)
+        if spec.causal:  # a number for value is the prefactor c (the paper's convention is c = beta)
+            prefactor, value = (spec.value, 1.0) if np.ndim(spec.value) == 0 else (1.0, matrices["value"])
+            return mf.CausalAttention(spec.beta, normalized=spec.normalized, alibi=spec.alibi, prefactor=prefactor,
+                                      include_self=spec.include_self, diffusion=spec.diffusion,
+                                      query=matrices["query"], key=matrices["key"], value=value)
         perceptron = spec.perceptron
         external = None if perceptron is None else mf.Perceptron(perceptron.weights, perceptron.directions)
         return mf.SelfAttention(spec.beta, normalized=spec.normalized, diffusion=spec.diffusion,

@@ -19,8 +19,10 @@ Example (see ``examples/``)::
                                         # (heads, k, d) with k the head dimension); every
                                         # solver takes any matrices (their general path)
     # causal = true                     # causal attention: alibi = 0.0, include_self = false;
-                                        # value is the prefactor c (particles, CausalCircleFV,
-                                        # CausalCircleSpectral, CausalSphereSpectral)
+                                        # a number for value is the prefactor c (particles,
+                                        # CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral);
+                                        # beta, alibi and value may be lists, one per head (a
+                                        # mixture of slopes: particles, CausalCircleFV)
 
     # [model.perceptron]                # the perceptron block added to attention
     # weights = [1.0, -0.5]             # w_j
@@ -115,8 +117,13 @@ def check_fields(record: Any) -> None:
         if rule["choices"] is not None and value not in rule["choices"]:
             raise ConfigError(f"{name} must be one of {', '.join(rule['choices'])}; got {value!r}")
         minimum = rule["minimum"]
-        if minimum is not None and not (value > minimum if rule["strict"] else value >= minimum):
-            raise ConfigError(f"{name} must be {'>' if rule['strict'] else '>='} {minimum:g}, got {value!r}")
+        if minimum is None:
+            continue
+        for entry in value if isinstance(value, (list, tuple)) else (value,):  # a number, or one per head
+            if isinstance(entry, bool) or not isinstance(entry, numbers.Real) or not math.isfinite(entry):
+                raise ConfigError(f"{name} must hold finite numbers, got {value!r}")
+            if not (entry > minimum if rule["strict"] else entry >= minimum):
+                raise ConfigError(f"{name} must be {'>' if rule['strict'] else '>='} {minimum:g}, got {value!r}")
 
 
 def section_from_table(cls: type, table: Any, name: str) -> Any:
@@ -183,11 +190,13 @@ class ModelConfig(ConfigSection):
     """``[model]``: the :class:`~meanfield.SelfAttention` (or causal attention) to run."""
 
     PREFIX: ClassVar[str] = "model."
-    beta: float = option(types=NUMBER, minimum=0, help="inverse temperature")
+    beta: Any = option(types=NUMBER + (list,), minimum=0,
+                       help="inverse temperature (causal attention: a list gives one per head)")
     normalized: bool = option(True, types=bool, help="SA (true) or USA (false)")
     diffusion: float = option(0.0, types=NUMBER, minimum=0, help="diffusion coefficient D")
     value: Any = option(1.0, types=NUMBER + (list, str, tuple),
-                        help="V = value I, or a (d, d) / (heads, d, d) matrix, inline or a .npy path")
+                        help="V = value I, or a (d, d) / (heads, d, d) matrix, inline or a .npy path (causal "
+                             "attention: a number is the prefactor c, a list one signed value per head)")
     query: Any = option(None, types=(list, str, tuple), help="Q: a (k, d) / (heads, k, d) matrix (k the head dimension, as the key's) or a .npy path")
     key: Any = option(None, types=(list, str, tuple), help="K: a (k, d) / (heads, k, d) matrix (k as the query's) or a .npy path")
     perceptron: Any = option(None, types=(dict, PerceptronConfig),
@@ -195,9 +204,15 @@ class ModelConfig(ConfigSection):
     time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
     rescaled: bool = option(False, types=bool, help="geometry = 'euclidean': evolve the rescaled tokens "
                                                     "z = exp(-tV) x (pure attention)")
+    normalization: str = option("none", types=str, choices=("none", "pre"),
+                                help="geometry = 'euclidean': where layer normalisation sits, nowhere (pure "
+                                     "attention) or before attention (pre-LN); on the sphere it is post-LN")
+    gain: Any = option(None, types=(list, tuple), help="normalization = 'pre': the RMS normalisation's diagonal "
+                                                       "gain, d nonzero numbers (default ones)")
     causal: bool = option(False, types=bool, help="causal attention (particles, or the causal solvers of its "
                                                    "layered equation)")
-    alibi: float = option(0.0, types=NUMBER, minimum=0, help="ALiBi slope of causal attention")
+    alibi: Any = option(0.0, types=NUMBER + (list,), minimum=0,
+                        help="ALiBi slope of causal attention (a list gives one per head)")
     include_self: bool = option(False, types=bool, help="causal attention sums over j <= i")
 
 
@@ -448,9 +463,10 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
                           f"density; the default is 1e-6), got {method.rtol!r}")
     if config.euclidean:
         return _checked_euclidean(config, output, base)
-    if config.model.rescaled:
-        raise ConfigError(f"model.rescaled applies to geometry = 'euclidean' (pure attention), "
-                          f"got geometry = {geometry!r}")
+    for key in ("rescaled", "normalization", "gain"):
+        if values_of(config.model)[key] != _default(ModelConfig, key):
+            raise ConfigError(f"model.{key} applies to geometry = 'euclidean' (attention in R^d; on the "
+                              f"{geometry} layer normalisation is post-LN), got geometry = {geometry!r}")
     if initial.kind == "gaussian":
         raise ConfigError(f"initial.kind = 'gaussian' draws tokens in R^d (geometry = 'euclidean'), "
                           f"got geometry = {geometry!r}")
@@ -487,7 +503,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
 
 
 #: What pure attention takes from ``[model]``; every other key must keep its default.
-EUCLIDEAN_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled"}
+EUCLIDEAN_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled", "normalization", "gain"}
 
 
 def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> ExperimentConfig:
@@ -543,6 +559,9 @@ def read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
         except (TypeError, ValueError):
             raise ConfigError(f"model.{key} must be numbers in a (d, d) or (heads, d, d) array, got {given!r}") from None
         projection = key in ("query", "key")  # (heads, k, d): k the head dimension
+        if key == "value" and array.ndim == 1 and model.causal:  # causal attention: a signed number per head
+            matrices[key] = tuple(array.tolist())
+            continue
         if array.ndim not in (2, 3) or array.shape[-1] != d or (not projection and array.shape[-2] != d):
             shapes = f"(k, {d}) or (heads, k, {d})" if projection else f"({d}, {d}) or (heads, {d}, {d})"
             raise ConfigError(f"model.{key} must have shape {shapes} for geometry = {config.geometry!r}, "
@@ -571,7 +590,7 @@ def _nested_tuple(values: Any) -> Any:
 
 
 def _check_causal(config: ExperimentConfig) -> None:
-    """Causal attention (``model.causal = true``: ``value`` is its prefactor) runs as particles or on
+    """Causal attention (``model.causal = true``: a number for ``value`` is its prefactor) runs as particles or on
     the solvers of its layered equation, and only there."""
     model, values, kind = config.model, values_of(config.model), config.method.kind
     solver = METHODS_BY_NAME.get(kind)
@@ -586,12 +605,12 @@ def _check_causal(config: ExperimentConfig) -> None:
         for key in ("alibi", "include_self"):
             if values[key] != _default(ModelConfig, key):
                 raise ConfigError(f"model.{key} applies to causal attention only (model.causal = true)")
+        if isinstance(model.beta, list):
+            raise ConfigError(f"model.beta must be a number (one per head is for causal attention), got {model.beta!r}")
         return
-    for key in ("time_rescaled", "query", "key", "perceptron"):
+    for key in ("time_rescaled", "perceptron"):
         if values[key] not in (None, False):
             raise ConfigError(f"model.{key} does not apply to causal attention (model.causal = true)")
-    if not isinstance(model.value, NUMBER):
-        raise ConfigError("model.value of causal attention is its prefactor c, a number")
 
 
 def _check_mode_resolved(config: ExperimentConfig) -> None:

@@ -1,0 +1,120 @@
+"""Where layer normalisation sits: pre-LN with an RMS gain (PureAttention(normalization="pre")) against post-LN."""
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from meanfield.engines import check_consistency
+
+
+def transcribed_pre_ln_layer(x, h, heads, gain):
+    """One pre-LN layer x + h sum_h V_h sum_j softmax_j(beta <Q u_i, K u_j>) u_j, u = g x / |x|, token by token."""
+    n, d = x.shape
+    u = [gain * x[i] / np.sqrt(sum(c * c for c in x[i])) for i in range(n)]
+    out = x.copy()
+    for i in range(n):
+        for beta, q, k, v in heads:
+            logits = [beta * (q @ u[i]) @ (k @ u[j]) for j in range(n)]
+            top = max(logits)
+            weights = [np.exp(logit - top) for logit in logits]
+            out[i] = out[i] + h * (v @ (sum(w * u[j] for w, j in zip(weights, range(n))) / sum(weights)))
+    return out
+
+
+def test_the_pre_ln_layer_is_its_formula():
+    rng = np.random.default_rng(3)
+    d, heads = 3, 2
+    query, key, value = (0.8 * rng.normal(size=(heads, d, d)) for _ in range(3))
+    gain = np.array([1.3, 0.7, -0.9])
+    model = mf.PureAttention(query=query, key=key, value=value, beta=1.5, normalization="pre", gain=gain)
+    x = rng.normal(size=(9, d))
+    ds = mf.simulate_particles(model, x, [0.0, 0.1, 0.3], method="layer", dt=0.1)
+    expected = [x]
+    for _ in range(3):
+        expected.append(transcribed_pre_ln_layer(expected[-1], 0.1, list(zip([1.5] * heads, query, key, value)), gain))
+    np.testing.assert_allclose(ds.x.values, np.array(expected)[[0, 1, 3]], rtol=0, atol=1e-13)
+
+
+def test_the_layers_converge_to_the_continuous_limit_at_order_one():
+    rng = np.random.default_rng(4)
+    model = mf.PureAttention(beta=2.0, value=np.diag([1.0, -0.5, 0.8]), normalization="pre", gain=[1.0, 2.0, 0.5])
+    x0 = rng.normal(size=(12, 3))
+    exact = mf.simulate_particles(model, x0, [0.0, 1.0], rtol=1e-12, atol=1e-14).x.values[-1]
+    errors = [np.abs(mf.simulate_particles(model, x0, [0.0, 1.0], method="layer", dt=dt).x.values[-1] - exact).max()
+              for dt in (0.04, 0.02, 0.01)]
+    orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
+    assert np.all(np.abs(orders - 1.0) < 0.1), (errors, orders)
+
+
+def test_pre_ln_tokens_grow_at_most_linearly_while_attention_reads_their_directions():
+    """With V = I and g = 1 the velocity is a softmax average of unit vectors: |x_i(t)| <= |x_i(0)| + t, and the
+    dynamics depends on the directions only (scaling a token leaves every velocity unchanged)."""
+    rng = np.random.default_rng(5)
+    model = mf.PureAttention(beta=4.0, normalization="pre")
+    x0 = rng.normal(size=(2, 16, 3))
+    ds = mf.simulate_particles(model, x0, np.linspace(0.0, 10.0, 6))
+    norms = np.linalg.norm(ds.x.values, axis=-1)
+    assert np.all(norms <= norms[:, :1] + ds.time.values[None, :, None] + 1e-9)
+    assert norms[:, -1].mean() > 3 * norms[:, 0].mean()  # they do grow: toward the cluster's direction
+    scaled = x0 * rng.uniform(0.1, 10.0, size=x0.shape[:-1] + (1,))
+    np.testing.assert_allclose(model.velocity(scaled), model.velocity(x0), rtol=1e-13, atol=1e-15)
+    # without normalisation the same system is not scale invariant
+    assert not np.allclose(mf.PureAttention(beta=4.0).velocity(scaled), mf.PureAttention(beta=4.0).velocity(x0))
+
+
+def test_the_array_api_engine_implements_pre_ln(rng):
+    xps = pytest.importorskip("array_api_strict")
+    model = mf.PureAttention(beta=1.5, value=np.diag([1.0, -0.5, 0.8]), normalization="pre", gain=[1.0, 2.0, 0.5])
+    records = check_consistency(model, rng.normal(size=(3, 20, 3)), like=xps.asarray([0.0]))
+    assert [r.engine for r in records] == ["array_api"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(normalization="pre", gain=[1.0, 0.0, 2.0]), "gain must have nonzero entries"),
+    (dict(gain=[1.0, 2.0]), "gain is the RMS normalisation's diagonal gain: it needs normalization='pre'"),
+    (dict(normalization="post"), "normalization must be one of 'none', 'pre' \\(post-LN is SelfAttention"),
+    (dict(normalization="pre", rescaled=True), "normalization='pre' takes rescaled=False"),
+    (dict(normalization="pre", gain=[1.0, 2.0], value=np.eye(3)), "gain has 2 entries but the matrices are 3 x 3"),
+    (dict(normalization="pre", gain=[[1.0, 2.0]]), "gain must be a finite \\(d,\\) vector"),
+])
+def test_bad_normalisations_are_refused_naming_the_argument(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        mf.PureAttention(**kwargs)
+
+
+def test_a_zero_token_is_refused_and_the_model_round_trips():
+    model = mf.PureAttention(beta=2.0, normalization="pre", gain=[1.0, 2.0])
+    with pytest.raises(ValueError, match="x0: pre-LN normalises every token, and a token is zero"):
+        mf.simulate_particles(model, np.array([[1.0, 0.0], [0.0, 0.0]]), [0.0, 1.0])
+    assert mf.model_from_dict(model.to_dict()).to_dict() == model.to_dict()
+
+
+def test_a_pre_ln_config_runs(tmp_path, capsys):
+    import xarray as xr
+    from validation.app.cli import main
+    text = """output = "out"
+geometry = "euclidean"
+times = {{ stop = 2.0, count = 3 }}
+[model]
+beta = 1.0
+{model}
+[method]
+kind = "particles"
+n = 16
+d = 2
+dt = 0.1
+[initial]
+kind = "gaussian"
+"""
+    config = tmp_path / "run.toml"
+    config.write_text(text.format(model='normalization = "pre"\ngain = [1.0, 0.5]'))
+    assert main(["run", str(config), "--quiet", "--no-animation"]) in (0, None), capsys.readouterr().err
+    model = mf.model_from_dict(xr.open_dataset(tmp_path / "out" / "dataset.nc").attrs["model"])
+    assert model.normalization == "pre" and model.gain.tolist() == [1.0, 0.5]
+    config.write_text(text.format(model='gain = [1.0, 0.5]'))
+    assert main(["run", str(config)]) == 2
+    assert "gain is the RMS normalisation's diagonal gain" in capsys.readouterr().err
+    config.write_text(text.format(model='normalization = "pre"').replace('"euclidean"', '"circle"')
+                      .replace("d = 2\n", "").replace('"gaussian"', '"uniform"'))
+    assert main(["run", str(config)]) == 2
+    assert "model.normalization applies to geometry = 'euclidean'" in capsys.readouterr().err
