@@ -6,6 +6,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     FieldModel                           the base of a model given by its velocity_field alone
     SinkhornAttention                    doubly stochastic attention (Sinkformers), on that base
     CausalAttention                      causal (decoder) attention with ALiBi weights
+    RotaryAttention, rope_frequencies    attention with the rotary positional encoding (RoPE)
     PureAttention                        self-attention in R^d without layer normalization, hardmax
     Perceptron, UserField                external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
@@ -30,6 +31,7 @@ from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, d
 from .descriptions import model_from_dict
 from .models import SelfAttention, ZonalAggregation
 from .particles import observe_particles, simulate_particles
+from .rotary import RotaryAttention, rope_frequencies
 from .sinkhorn import SinkhornAttention
 from .sampling import (in_common_hemisphere, sample_circle, sample_interval, sample_sphere, sample_uniform,
                        sample_von_mises_fisher)
@@ -37,7 +39,7 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
+    "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "NonFiniteState", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",

@@ -12,6 +12,7 @@ from .causal import CausalAttention
 from .euclidean import PureAttention
 from .homogenized import HomogenizedLimit
 from .models import SelfAttention
+from .rotary import RotaryAttention
 from .sinkhorn import SinkhornAttention
 from .random_weights import GaussianWeights, RandomAttention
 
@@ -26,7 +27,8 @@ def model_from_dict(description: dict):
 
     Returns
     -------
-    SelfAttention, CausalAttention, PureAttention, SinkhornAttention, RandomAttention or HomogenizedLimit
+    SelfAttention, CausalAttention, PureAttention, SinkhornAttention, RotaryAttention, RandomAttention or
+    HomogenizedLimit
         A model equal in every parameter to the one described.
 
     Raises
@@ -54,8 +56,10 @@ def model_from_dict(description: dict):
         return RANDOM_MODELS[kind](**{**fields, "law": _law_from_dict(fields.get("law"))})
     if kind == "SinkhornAttention":
         return SinkhornAttention(**fields)
+    if kind == "RotaryAttention":
+        return RotaryAttention(**fields)
     if kind != "SelfAttention":
-        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', 'SinkhornAttention', *RANDOM_MODELS)} "
+        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', 'SinkhornAttention', 'RotaryAttention', *RANDOM_MODELS)} "
                          f"to be rebuilt, got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
     return SelfAttention(**fields)
 

@@ -1,6 +1,7 @@
 """solvers: discretizations of the mean-field PDE (finite volumes and Fourier on the circle,
 spherical harmonics on S^2; the measure in mass coordinates on the circle and weighted particles
-on S^2 through cluster formation), of the layered equation of causal attention on both, and of
+on S^2 through cluster formation), of the layered equation of causal attention on both, of the
+position-indexed equation of rotary attention on the circle, and of
 pure attention on the line (d = 1, rescaled tokens).
 
 :func:`solve` is the front door: it picks the solver from the geometry, the discretisation to
@@ -9,7 +10,8 @@ start with and the one to hand over to (the table :data:`~solvers.methods.METHOD
 
 __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
-           "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "LineFV", "LineLagrangian",
+           "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles", "LineFV",
+           "LineLagrangian",
            "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
 
 
@@ -23,6 +25,7 @@ def __getattr__(name: str):
     from .circle.collapse import CircleFVLagrangian  # noqa: F401
     from .circle.finite_volumes import CircleFV  # noqa: F401
     from .circle.lagrangian import CircleLagrangian, PointMasses  # noqa: F401
+    from .circle.positional import PositionalQuantiles  # noqa: F401
     from .circle.spectral import CircleSpectral  # noqa: F401
     from .consistency import check_pde_consistency  # noqa: F401
     from .line.finite_volumes import LineFV  # noqa: F401

@@ -218,9 +218,7 @@ class CircleLagrangian(GridSolver):
             index = np.minimum(np.searchsorted(edges, self.labels, side="right") - 1, rho0.angles.size - 1)
             return rho0.angles[index]
         if callable(rho0):
-            values = gauss_cell_averages(rho0, max(self.cells, 16 * self.points), name)
-            quantile = _invert_piecewise_constant(values, self.labels)
-            return _polish_quantile(rho0, values, quantile, self.labels)
+            return density_quantiles(rho0, self.labels, cells=max(self.cells, 16 * self.points), name=name)
         return _invert_piecewise_constant(check_density(rho0, (self.cells,), name), self.labels)
 
     def distribution(self, positions: np.ndarray, theta: np.ndarray) -> np.ndarray:
@@ -468,6 +466,33 @@ class CircleLagrangian(GridSolver):
 def _gaps(positions: np.ndarray) -> np.ndarray:
     """``X_{i+1} - X_i`` with the last label followed by the first one a turn later."""
     return np.diff(np.concatenate([positions, [positions[0] + TWO_PI]]))
+
+
+def density_quantiles(rho0, labels: np.ndarray, *, cells: int, name: str = "rho0") -> np.ndarray:
+    r"""The quantiles :math:`X(m)` of a density ``rho0(theta)`` on the circle at the mass labels ``m``.
+
+    Its distribution function by 4-point Gauss on ``cells`` cells, inverted there and polished
+    by Newton steps on the density itself.
+
+    Parameters
+    ----------
+    rho0 : callable
+        The density of :math:`\theta` (any positive mass; normalised here).
+    labels : numpy.ndarray, shape (points,)
+        Increasing mass labels in ``(0, 1)``.
+    cells : int
+        Cells of the distribution function's quadrature.
+    name : str
+        The argument's name in error messages.
+
+    Returns
+    -------
+    numpy.ndarray, shape (points,)
+        :math:`X(m_i)`, nondecreasing, in :math:`[0, 2\pi)` first.
+    """
+    values = gauss_cell_averages(rho0, cells, name)
+    quantile = _invert_piecewise_constant(values, labels)
+    return _polish_quantile(rho0, values, quantile, labels)
 
 
 def _invert_piecewise_constant(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
