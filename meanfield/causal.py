@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import EXP_OVERFLOW, check_points, check_real
-from .models import SelfAttention, TangentVelocity, as_head_matrices
+from .models import SelfAttention, TangentVelocity, WithoutEnergy, as_head_matrices
 
 #: Pair entries of the direct causal sum held at once (8 MiB).
 DIRECT_BLOCK_ELEMENTS = 2**20
 
 
 @dataclass(frozen=True, eq=False)
-class CausalAttention(TangentVelocity):
+class CausalAttention(WithoutEnergy, TangentVelocity):
     r"""Causal SA or USA with ALiBi positional weights, queries, keys, values and heads (module docstring).
 
     .. math:: \dot x_i = c\,P_{x_i}\sum_h V_h\,
@@ -135,8 +135,6 @@ class CausalAttention(TangentVelocity):
     causal = True
     external = None
     time_rescaled = False
-    #: No interaction energy is known for causal attention.
-    has_energy = False
 
     # ------------------------------------------------------------------ structure
     @property
@@ -348,21 +346,6 @@ class CausalAttention(TangentVelocity):
                 block = out[systems, r0:r1]
                 block[seen] = self.prefactor * sums[seen] / denominators[seen][:, None]
         return out
-
-    def energy(self, x: np.ndarray) -> np.ndarray:
-        """Not defined: no interaction energy is known for causal attention (``has_energy`` is False).
-
-        Parameters
-        ----------
-        x : numpy.ndarray
-            Ignored.
-
-        Raises
-        ------
-        NotImplementedError
-            Always.
-        """
-        raise NotImplementedError("causal attention has no known interaction energy (has_energy is False)")
 
     # ------------------------------------------------------------------ records
     def to_dict(self) -> dict:

@@ -225,6 +225,27 @@ class TangentVelocity:
         raise NotImplementedError(f"{type(self).__name__} has no velocity of a measure")
 
 
+class WithoutEnergy:
+    """The energy member of a model with no known interaction energy (``has_energy`` is False)."""
+
+    has_energy = False
+
+    def energy(self, x: np.ndarray) -> np.ndarray:
+        """Not defined: no interaction energy is known for this model (``has_energy`` is False).
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            Ignored.
+
+        Raises
+        ------
+        NotImplementedError
+            Always.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no known interaction energy (has_energy is False)")
+
+
 def _measure_arguments(x, nodes, weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``velocity_field``'s arguments checked and normalized: points, nodes and weights with common leading axes."""
     arrays = {}

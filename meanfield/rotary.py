@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import EXP_OVERFLOW, check_points, check_real
-from .models import TangentVelocity, as_head_matrices
+from .models import TangentVelocity, WithoutEnergy, as_head_matrices
 
 
 def rope_frequencies(head_dimension: int, n: int, base: float = 10000.0) -> np.ndarray:
@@ -57,7 +57,7 @@ def rope_frequencies(head_dimension: int, n: int, base: float = 10000.0) -> np.n
 
 
 @dataclass(frozen=True, eq=False)
-class RotaryAttention(TangentVelocity):
+class RotaryAttention(WithoutEnergy, TangentVelocity):
     r"""Self-attention with the rotary positional encoding (module docstring for the equations).
 
     Parameters
@@ -96,7 +96,6 @@ class RotaryAttention(TangentVelocity):
     causal = False
     external = None
     time_rescaled = False
-    has_energy = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -248,21 +247,6 @@ class RotaryAttention(TangentVelocity):
         values = flat * self.value if np.ndim(self.value) == 0 else flat @ self.value.T
         total = weights.sum(axis=-1, keepdims=True) if self.normalized else flat.shape[-2]
         return (weights @ values) / total
-
-    def energy(self, x: np.ndarray) -> np.ndarray:
-        """Not defined: the rotary system is not known to have an interaction energy.
-
-        Parameters
-        ----------
-        x : numpy.ndarray
-            Ignored.
-
-        Raises
-        ------
-        NotImplementedError
-            Always.
-        """
-        raise NotImplementedError("RotaryAttention has no known interaction energy (has_energy is False)")
 
     def to_dict(self) -> dict:
         """A JSON-serializable description of the model.
