@@ -17,6 +17,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     mean_inner_product, diameter         representation-collapse observables
     observe_particles                    the same, keeping only observations (large ensembles)
     sample_uniform, sample_circle, sample_sphere, sample_interval, sample_von_mises_fisher
+    sinusoidal_encoding                  Vaswani et al.'s positional encoding (of the initial tokens)
     attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 """
 
@@ -34,7 +35,7 @@ from .particles import observe_particles, simulate_particles
 from .rotary import RotaryAttention, rope_frequencies
 from .sinkhorn import SinkhornAttention
 from .sampling import (in_common_hemisphere, sample_circle, sample_interval, sample_sphere, sample_uniform,
-                       sample_von_mises_fisher)
+                       sample_von_mises_fisher, sinusoidal_encoding)
 from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum, zonal_polynomial
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
@@ -43,7 +44,7 @@ __all__ = [
     "StepSizeCollapse", "NonFiniteState", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",
-    "sample_uniform", "sample_circle", "sample_sphere", "sample_interval", "sample_von_mises_fisher", "in_common_hemisphere",
+    "sample_uniform", "sample_circle", "sample_sphere", "sample_interval", "sample_von_mises_fisher", "in_common_hemisphere", "sinusoidal_encoding",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",
 ]

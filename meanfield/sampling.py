@@ -320,3 +320,32 @@ def in_common_hemisphere(x: np.ndarray) -> bool:
     result = linprog(cost, A_ub=constraints, b_ub=np.zeros(n),
                      bounds=[(-1, 1)] * d + [(None, 1)], method="highs")
     return bool(result.status == 0 and -result.fun > 1e-12)
+
+
+def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> np.ndarray:
+    r"""The sinusoidal positional encoding of Vaswani et al., added to the embeddings of ``n`` tokens.
+
+    .. math:: P_{k, 2m} = \sin\big(k\,b^{-2m/d}\big), \qquad P_{k, 2m+1} = \cos\big(k\,b^{-2m/d}\big),
+              \qquad k = 0, \dots, n - 1,
+
+    (Remark 3.2 of "A mathematical perspective on Transformers"): it enters the dynamics only
+    through the initial tokens, e.g. ``normalize(embeddings + scale * sinusoidal_encoding(n, d))``.
+
+    Parameters
+    ----------
+    n : int
+        Number of tokens (positions ``0..n-1``).
+    d : int
+        Dimension of the embeddings.
+    base : float
+        The base ``b``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (n, d)
+        The encodings, one row per position (an odd ``d`` ends with a sine).
+    """
+    n, d = check_int(n, "n", minimum=1), check_int(d, "d", minimum=1)
+    base = check_real(base, "base", minimum=1.0)
+    angles = np.arange(n)[:, None] * base ** (-2.0 * (np.arange(d) // 2) / d)[None, :]
+    return np.where(np.arange(d) % 2 == 0, np.sin(angles), np.cos(angles))

@@ -79,7 +79,8 @@ class HandOver:
 
     # ------------------------------------------------------------------ the run
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
-              first_step: float | None = None, continued: bool = False, pace=None) -> xr.Dataset:
+              first_step: float | None = None, continued: bool = False, pace=None,
+              underresolved: str = "stop") -> xr.Dataset:
         """Run the first solver until it hands over, then the second; one dataset on one grid.
 
         ``attrs["settings"]`` records ``handover_time`` (NaN: the first solver covered every
@@ -97,6 +98,9 @@ class HandOver:
             As for the first solver's ``solve`` (both solvers take them).
         continued : bool
             ``rho0`` is a state this solver recorded (resuming a run in segments).
+        underresolved : {"stop", "continue"}
+            What the second solver does once one of its outputs is under-resolved (its
+            ``solve``'s setting; the first one hands over instead).
 
         Returns
         -------
@@ -114,11 +118,13 @@ class HandOver:
         if handed is not None:
             if self.second is None:
                 raise ValueError(f"{self.name}: this run has no second solver to continue (it never hands over)")
-            rest = self.second.solve(handed, times, continued=True, first_step=first_step, **common)
+            rest = self.second.solve(handed, times, continued=True, first_step=first_step, underresolved=underresolved,
+                                     **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         start, own = self._first_state(rho0, continued)
         if self._starts_on_second(start):
-            rest = self.second.solve(start, times, continued=True, first_step=first_step, **common)
+            rest = self.second.solve(start, times, continued=True, first_step=first_step, underresolved=underresolved,
+                                     **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         part = self.first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,
                                       annotate=self._annotate_first(), **common)
@@ -128,7 +134,7 @@ class HandOver:
         state, moved = self._handed(part)
         later = times[times > part.time]
         rest = self.second.solve(state, np.concatenate([[part.time], later]), continued=True,
-                                 first_step=self._second_first_step(part), **common)
+                                 first_step=self._second_first_step(part), underresolved=underresolved, **common)
         if part.time not in times:
             rest = rest.isel(time=slice(1, None))
         return self._annotated(outputs, rest, part.time, moved)

@@ -96,7 +96,7 @@ _GRID = ("rtol", "interaction", "underresolved")  # what the grid solvers of the
 #: ``method="auto"`` picks when ``then`` is not given.
 METHODS: tuple[Method, ...] = (
     Method("CircleAuto", "circle", "fourier", then="finite_volumes",
-           settings=("cells", "rtol", "interaction")),
+           settings=("cells", *_GRID)),  # underresolved: of its finite volumes, after the hand-over
     Method("CircleFV", "circle", "finite_volumes", settings=("cells", *_GRID)),
     Method("CircleSpectral", "circle", "fourier", settings=("cells", *_GRID)),
     Method("CircleLagrangian", "circle", "mass_coordinates",

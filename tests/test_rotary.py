@@ -127,3 +127,15 @@ def test_bad_input_is_refused_naming_the_argument(build, match):
 def test_the_model_round_trips():
     model = mf.RotaryAttention(1.0, [2.0, 3.0], normalized=False, query=np.eye(4), positions=np.arange(5) / 5.0)
     assert mf.model_from_dict(model.to_dict()).to_dict() == model.to_dict()
+
+
+def test_the_sinusoidal_encoding_is_vaswanis():
+    n, d = 7, 6
+    encoding = mf.sinusoidal_encoding(n, d)
+    for k in range(n):
+        for i in range(d // 2):
+            angle = k / 10000 ** (2 * i / d)
+            assert encoding[k, 2 * i] == pytest.approx(np.sin(angle), abs=1e-15)
+            assert encoding[k, 2 * i + 1] == pytest.approx(np.cos(angle), abs=1e-15)
+    with pytest.raises(ValueError, match="d must be an integer >= 1"):
+        mf.sinusoidal_encoding(4, 0)

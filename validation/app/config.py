@@ -34,8 +34,8 @@ Example (see ``examples/``)::
                                         # CircleFVLagrangian, SphereSpectral, SphereWeightedParticles,
                                         # SphereSpectralParticles, the causal ones) or "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
-    underresolved = "stop"              # CircleFV, CircleSpectral, SphereSpectral: end at the first
-                                        # under-resolved output (exit 3), or "continue"
+    underresolved = "stop"              # the grid solvers (CircleAuto: after its hand-over): end at
+                                        # the first under-resolved output (exit 3), or "continue"
                                         # CircleFVLagrangian: points = 4096 (mass labels after
                                         # the finite volumes' error passes 1e-3 of max rho)
                                         # SphereSpectralParticles: lmax, quadrature_lmax = lmax
@@ -244,7 +244,8 @@ class MethodConfig(ConfigSection):
     rtol: float = option(None, types=NUMBER, minimum=0, strict=True,
                          help="PDE: local error per step relative to the deviation from uniform (< 1)")
     underresolved: str = option("stop", types=str, choices=("stop", "continue"),
-                                help="the solvers that do not hand over: once an output is under-resolved, end "
+                                help="the grid solvers (CircleAuto's finite volumes after its hand-over): once an "
+                                     "output is under-resolved, end "
                                      "the run there (exit 3, the outputs so far kept) or continue (the later "
                                      "outputs flagged)")
     n: int = option(512, types=int, minimum=1, help="particles: tokens")
