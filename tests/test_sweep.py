@@ -156,6 +156,37 @@ beta = [1.0, 3.0]
     np.testing.assert_allclose(ds.energy.sel(beta=3.0).values, direct.energy.values, rtol=1e-12)
 
 
+def test_a_pde_point_that_stops_resolving_ends_there_untrusted_with_nan_after(tmp_path):
+    """SA beta = 9 on 64 cells clusters past what the grid resolves: the point stops at its first
+    under-resolved output (method.underresolved's default), as `meanfield run` does; the sweep keeps
+    the outputs up to there and NaN after, and the other point runs to the end."""
+    config = tmp_path / "pde.toml"
+    config.write_text(f"""
+output = "{tmp_path / 'pde'}"
+geometry = "circle"
+times = {{ stop = 20.0, count = 11 }}
+[model]
+beta = 1.0
+[method]
+kind = "CircleFV"
+cells = 64
+[initial]
+kind = "perturbed_uniform"
+amplitude = 0.1
+mode = 4
+[sweep]
+file = "sweep.zarr"
+[sweep.grid]
+beta = [0.0, 9.0]
+""")
+    assert main(["sweep", str(config), "--quiet", "--workers", "1"]) == 3
+    ds = xr.open_zarr(tmp_path / "pde" / "sweep.zarr").load()
+    assert ds.trustworthy.values.tolist() == [1.0, 0.0]  # Kuramoto does not move a mode-4 density
+    assert np.all(np.isfinite(ds.energy.sel(beta=0.0).values))
+    computed = np.isfinite(ds.energy.sel(beta=9.0).values)
+    assert computed[0] and not computed[-1] and np.all(np.diff(computed.astype(int)) <= 0), computed
+
+
 def test_unknown_sweep_parameter_exits_2_naming_it(tmp_path, capsys):
     config = particle_sweep(tmp_path)
     config.write_text(config.read_text().replace("d = [2, 5]", "temperature = [1.0]"))

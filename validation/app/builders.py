@@ -163,3 +163,10 @@ def particle_method(config: ExperimentConfig) -> str:
     if scheme == "rk4" and config.model.diffusion > 0:
         return "euler"
     return scheme
+
+
+def underresolved_policy(config: ExperimentConfig) -> dict:
+    """``solve``'s ``underresolved`` keyword from ``method.underresolved``, for the solvers that take it
+    (those that end on weighted atoms or mass labels are never under-resolved)."""
+    return {"underresolved": config.method.underresolved} if "underresolved" in config.method.KEYS[
+        config.method.kind] else {}

@@ -26,7 +26,7 @@ from solvers import UnderResolvedWarning
 from solvers.grid_solver import padded_to_longest
 from meanfield.integration import Pace
 
-from .builders import RunObjects, initial_particles, particle_method
+from .builders import RunObjects, initial_particles, particle_method, underresolved_policy
 from .config import ExperimentConfig, check_config, load_config
 from .errors import ConfigError, DamagedFile
 from .files import check_output_folder, locked_output, write_atomically, write_text
@@ -173,10 +173,8 @@ def _compute_segment(config, model, solver, state, segment_times, generator, bar
     if solver is None:
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
                                      dt=config.method.dt, rng=generator, progress=bar)
-    policy = {"underresolved": config.method.underresolved} if "underresolved" in config.method.KEYS[
-        config.method.kind] else {}  # a solver that hands over goes on with the other one instead
     return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace,
-                        **policy)
+                        **underresolved_policy(config))
 
 
 def _trustworthy(parts: list[xr.Dataset]) -> bool:

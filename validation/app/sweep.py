@@ -60,7 +60,8 @@ import meanfield as mf
 from meanfield.engines.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
-from .builders import build_model, build_run, initial_density, initial_particles, particle_method
+from .builders import (build_model, build_run, initial_density, initial_particles, particle_method,
+                       underresolved_policy)
 from .config import ExperimentConfig
 from .errors import ConfigError, SweepTaskError
 from .files import locked_output, signals_deferred, write_atomically
@@ -323,8 +324,11 @@ def _pde_point(config: ExperimentConfig) -> dict[str, np.ndarray]:
     run = build_run(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # recorded as `trustworthy`; a sweep must not flood stderr
-        ds = run.solver.solve(run.initial, run.times, progress=False)
-    series = {name: var.values for name, var in ds.data_vars.items() if var.dims == ("time",)}
+        ds = run.solver.solve(run.initial, run.times, progress=False, **underresolved_policy(config))
+    # a run that stopped at its first under-resolved output has no values past it: NaN there
+    missing = run.times.size - ds.sizes["time"]
+    series = {name: np.concatenate([var.values, np.full(missing, np.nan)]) for name, var in ds.data_vars.items()
+              if var.dims == ("time",)}
     series["trustworthy"] = np.array(float(not np.isfinite(ds.attrs.get("underresolved_since", np.nan))))
     return series
 
