@@ -128,12 +128,13 @@ def _kill_after_first_part(parts, pid):
     os.kill(pid, signal.SIGKILL)
 
 
-def test_pde_sweep_records_time_series_and_trust(tmp_path):
+def pde_sweep(tmp_path, *, stop: float, count: int, mode: int, betas: list[float]):
+    """A sweep over beta of CircleFV on 64 cells from a perturbed uniform density, written as Zarr."""
     config = tmp_path / "pde.toml"
     config.write_text(f"""
 output = "{tmp_path / 'pde'}"
 geometry = "circle"
-times = {{ stop = 1.0, count = 5 }}
+times = {{ stop = {stop}, count = {count} }}
 [model]
 beta = 1.0
 [method]
@@ -142,12 +143,17 @@ cells = 64
 [initial]
 kind = "perturbed_uniform"
 amplitude = 0.1
-mode = 2
+mode = {mode}
 [sweep]
 file = "sweep.zarr"
 [sweep.grid]
-beta = [1.0, 3.0]
+beta = {betas}
 """)
+    return config
+
+
+def test_pde_sweep_records_time_series_and_trust(tmp_path):
+    config = pde_sweep(tmp_path, stop=1.0, count=5, mode=2, betas=[1.0, 3.0])
     assert main(["sweep", str(config), "--quiet", "--workers", "1"]) == 0
     ds = xr.open_zarr(tmp_path / "pde" / "sweep.zarr").load()
     assert ds.energy.dims == ("beta", "time") and ds.trustworthy.dims == ("beta",)
@@ -160,25 +166,7 @@ def test_a_pde_point_that_stops_resolving_ends_there_untrusted_with_nan_after(tm
     """SA beta = 9 on 64 cells clusters past what the grid resolves: the point stops at its first
     under-resolved output (method.underresolved's default), as `meanfield run` does; the sweep keeps
     the outputs up to there and NaN after, and the other point runs to the end."""
-    config = tmp_path / "pde.toml"
-    config.write_text(f"""
-output = "{tmp_path / 'pde'}"
-geometry = "circle"
-times = {{ stop = 20.0, count = 11 }}
-[model]
-beta = 1.0
-[method]
-kind = "CircleFV"
-cells = 64
-[initial]
-kind = "perturbed_uniform"
-amplitude = 0.1
-mode = 4
-[sweep]
-file = "sweep.zarr"
-[sweep.grid]
-beta = [0.0, 9.0]
-""")
+    config = pde_sweep(tmp_path, stop=20.0, count=11, mode=4, betas=[0.0, 9.0])
     assert main(["sweep", str(config), "--quiet", "--workers", "1"]) == 3
     ds = xr.open_zarr(tmp_path / "pde" / "sweep.zarr").load()
     assert ds.trustworthy.values.tolist() == [1.0, 0.0]  # Kuramoto does not move a mode-4 density
