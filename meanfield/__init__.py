@@ -7,6 +7,10 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     SinkhornAttention                    doubly stochastic attention (Sinkformers), on that base
     CausalAttention                      causal (decoder) attention with ALiBi weights
     RotaryAttention, rope_frequencies    attention with the rotary positional encoding (RoPE)
+    NaturalFrequencies                   tokens turning at their own frequencies (Kuramoto), with
+    lorentzian_nodes, gaussian_nodes,    quadratures of the frequency law and the Ott-Antonsen
+    ott_antonsen_radius, ott_antonsen_populations,     references, the incoherent state's
+    incoherent_growth_rate                              linear stability
     PureAttention                        self-attention in R^d without layer normalization, hardmax
     Perceptron, UserField                external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
@@ -26,6 +30,8 @@ from .errors import NonFiniteState, StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
 from .field_model import FieldModel
+from .frequencies import (NaturalFrequencies, gaussian_nodes, incoherent_growth_rate, lorentzian_nodes,
+                          ott_antonsen_populations, ott_antonsen_radius)
 from .homogenized import HomogenizedLimit, simulate_homogenized
 from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, diameter, mean_inner_product,
                              simulate_random_layers)
@@ -40,7 +46,8 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
+    "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "lorentzian_nodes", "gaussian_nodes",
+    "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "NonFiniteState", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",

@@ -10,6 +10,7 @@ import json
 
 from .causal import CausalAttention
 from .euclidean import PureAttention
+from .frequencies import NaturalFrequencies
 from .homogenized import HomogenizedLimit
 from .models import SelfAttention
 from .rotary import RotaryAttention
@@ -27,8 +28,8 @@ def model_from_dict(description: dict):
 
     Returns
     -------
-    SelfAttention, CausalAttention, PureAttention, SinkhornAttention, RotaryAttention, RandomAttention or
-    HomogenizedLimit
+    SelfAttention, CausalAttention, PureAttention, SinkhornAttention, RotaryAttention, NaturalFrequencies,
+    RandomAttention or HomogenizedLimit
         A model equal in every parameter to the one described.
 
     Raises
@@ -58,8 +59,10 @@ def model_from_dict(description: dict):
         return SinkhornAttention(**fields)
     if kind == "RotaryAttention":
         return RotaryAttention(**fields)
+    if kind == "NaturalFrequencies":
+        return NaturalFrequencies(model_from_dict(fields["interaction"]), fields["frequencies"])
     if kind != "SelfAttention":
-        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', 'SinkhornAttention', 'RotaryAttention', *RANDOM_MODELS)} "
+        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', 'SinkhornAttention', 'RotaryAttention', 'NaturalFrequencies', *RANDOM_MODELS)} "
                          f"to be rebuilt, got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
     return SelfAttention(**fields)
 

@@ -41,12 +41,10 @@ from meanfield.causal import CausalAttention, positional_cell_weights
 from meanfield.checks import check_density, check_int
 from meanfield.docstrings import fill_docstrings
 
-from .circle.finite_volumes import CircleFV
-from .circle.operators import GAUSS_4, CircleOperators
+from .circle.layered import LayeredCircleFV, LayeredCircleOperators, layer_values
 from .circle.spectral import CircleSpectral
 from .grid_solver import Diagnosis
 from .reference import circle_operators
-from .resolution import sharpest_cluster_width
 from .sphere.spectral import SphereSpectral
 from .threads import single_threaded_blas
 
@@ -61,73 +59,15 @@ def _require_causal(model, solver: str) -> None:
         raise TypeError(f"{solver} solves the layered equation of a CausalAttention model, got {model!r}")
 
 
-def _layer_values(rho0, layers: int, evaluate, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """Initial values per layer: ``rho0(s, points)`` (``s`` broadcast as ``(L, 1, ...)``) or an array."""
-    if callable(rho0):
-        s = layer_positions(layers).reshape((layers,) + (1,) * len(shape))
-        values = np.broadcast_to(np.asarray(evaluate(rho0, s), dtype=float), (layers,) + shape)
-    else:
-        values = np.asarray(rho0, dtype=float)
-        if values.shape == shape:
-            values = np.broadcast_to(values, (layers,) + shape)
-    return check_density(values, (layers,) + shape, name)
-
-
-class LayeredCircleOperators:
-    """:class:`CircleOperators` of the mixed models, applied to ``(layers, cells)`` arrays with mixed velocities.
-
-    One group per ALiBi slope and ``beta`` (:attr:`~meanfield.CausalAttention.mixed_groups`):
-    a layer moves with the sum of each group's velocity at that group's mixed density.
-    """
-
-    def __init__(self, model, cells: int, layers: int, interaction: str = "auto") -> None:
-        self.groups = [(positional_cell_weights(alibi, layers),
-                        circle_operators(mixed, cells, interaction, "CausalCircleFV"))
-                       for alibi, mixed in model.mixed_groups]
-        self.base = self.groups[0][1]  # the grid, fluxes and implicit step are every group's
-        self.width, self.uniform, self.theta = self.base.width, self.base.uniform, self.base.theta
-        self.uniform_norm = self.base.uniform_norm * np.sqrt(layers)
-        self.flux_divergence = self.base.flux_divergence
-
-    def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
-        """Face velocities of every layer: each group's at its mixed deviation ``W_g deviation``, added up."""
-        return self._summed("face_velocity", deviation)
-
-    def _summed(self, operator: str, deviation: np.ndarray) -> np.ndarray:
-        """``operator`` of each group's operators at its mixed deviations, added up over the groups."""
-        total = None
-        for weights, base in self.groups:
-            mixed = weights @ deviation
-            if type(base) is CircleOperators:  # the convolution takes every layer in one call
-                value = getattr(base, operator)(mixed)
-            else:  # the other paths take one density
-                value = np.stack([getattr(base, operator)(layer) for layer in mixed])
-            total = value if total is None else total + value
-        return total
-
-    def rhs(self, deviation: np.ndarray) -> np.ndarray:
-        return -self.flux_divergence(deviation, self.face_velocity(deviation))
-
-    def linearly_implicit_step(self, deviation: np.ndarray, dt: float) -> np.ndarray:
-        jumps = self._summed("potential_jumps", deviation)
-        return np.stack([self.base.linearly_implicit_step(own, dt, jump) for own, jump in zip(deviation, jumps)])
-
-    def deviation_norm(self, deviation: np.ndarray) -> float:
-        r""":math:`(\sum_l \|\delta_l\|_{L^2}^2)^{1/2}` over all layers."""
-        return float(np.sqrt(self.width * np.sum(deviation * deviation)))
-
-    def layer_masses(self, rho: np.ndarray) -> np.ndarray:
-        """Mass of each layer, shape ``(layers,)``."""
-        return self.width * rho.sum(axis=-1)
-
-    @staticmethod
-    def lyapunov(rho: np.ndarray) -> float:
-        """NaN: the causal flow has no known Lyapunov functional (not a gradient flow)."""
-        return np.nan
+def causal_operators(model, cells: int, layers: int, interaction: str = "auto") -> LayeredCircleOperators:
+    """The operators of a causal model's layered equation on the circle (one group per slope and ``beta``)."""
+    return LayeredCircleOperators([(positional_cell_weights(alibi, layers),
+                                    circle_operators(mixed, cells, interaction, "CausalCircleFV"))
+                                   for alibi, mixed in model.mixed_groups], layers)
 
 
 @dataclass(frozen=True, eq=False)
-class CausalCircleFV(CircleFV):
+class CausalCircleFV(LayeredCircleFV):
     r"""The layered causal equation on the circle: :class:`CircleFV` per layer, mixed velocities.
 
     Parameters
@@ -148,64 +88,17 @@ class CausalCircleFV(CircleFV):
         _require_causal(self.model, "CausalCircleFV")
         check_int(self.layers, "layers", minimum=1)
         self._check_time_settings()
-        object.__setattr__(self, "operators", LayeredCircleOperators(self.model, self.cells, self.layers,
-                                                                              self.interaction))
+        object.__setattr__(self, "operators", causal_operators(self.model, self.cells, self.layers, self.interaction))
 
     name = "CausalCircleFV"
+    label = "position"
 
     @property
     def positions(self) -> np.ndarray:
         """Relative positions ``s`` of the layers, shape ``(layers,)``."""
         return layer_positions(self.layers)
 
-    def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
-        """Cell averages per layer, shape ``(layers, cells)``, each of mass one.
-
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            A callable ``rho0(s, theta)`` (averaged over each cell by 4-point Gauss in
-            ``theta``, taken at the layer's position ``s``), an array ``(layers, cells)``, or an
-            array ``(cells,)`` used in every layer.
-        name : str
-            The argument's name in error messages.
-
-        Returns
-        -------
-        numpy.ndarray, shape (layers, cells)
-            The cell averages per layer.
-
-        Raises
-        ------
-        ValueError
-            If a layer's density is negative, not finite, of zero mass or of the wrong shape.
-        """
-        nodes, weights = GAUSS_4
-        h = self.operators.width
-        left = np.arange(self.cells) * h
-
-        def cell_averages(f, s):
-            samples = np.asarray(f(s[..., None], left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
-            return 0.5 * samples @ weights
-
-        values = _layer_values(rho0, self.layers, cell_averages, (self.cells,), name)
-        return values / self.operators.layer_masses(values)[:, None]
-
-    def _initial_state(self, rho0, continued: bool):
-        shape = (self.layers, self.cells)
-        rho = check_density(rho0, shape, "rho0", evolved=True) if continued else self.initial_density(rho0)
-        return rho - self.operators.uniform
-
-    def diagnose(self, state, rho: np.ndarray):
-        mass = self.operators.layer_masses(rho)
-        width = min(sharpest_cluster_width(layer) for layer in rho)
-        resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
-        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
-                  "cluster_width": width}
-        return Diagnosis(values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})")
-
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
-        return {"position": self.positions, "theta": self.theta}
+    labels = positions
 
     def recorded_settings(self) -> dict:
         return {**super().recorded_settings(), "layers": self.layers}
@@ -329,11 +222,11 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         """
         if callable(rho0):
             theta = self._sample_angles
-            values = _layer_values(rho0, self.layers, lambda f, s: f(s, theta), theta.shape, name)
+            values = layer_values(rho0, self.positions, lambda f, s: f(s, theta), theta.shape, name)
             coefficients = np.fft.rfft(values)[:, : self.cells // 2] / theta.size
         else:
             coefficients = self.coefficients_of_averages(
-                _layer_values(rho0, self.layers, None, (self.record_cells,), name))
+                layer_values(rho0, self.positions, None, (self.record_cells,), name))
         coefficients[:, 0] = coefficients[:, 0].real
         return coefficients / (2 * np.pi * coefficients[:, :1].real)
 
@@ -448,7 +341,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
             If a layer's density is negative, not finite, of zero mass or of the wrong shape.
         """
         points = self.grid.points()
-        values = _layer_values(rho0, self.layers, lambda f, s: f(s, points), self.grid.shape, name)
+        values = layer_values(rho0, self.positions, lambda f, s: f(s, points), self.grid.shape, name)
         coefficients = np.stack([self.grid.analyse(layer) for layer in values])
         return coefficients / (np.sqrt(4 * np.pi) * coefficients[:, :1].real)
 

@@ -149,7 +149,8 @@ LOCAL_IMPORTS = {
     "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
     "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.collapse", ".circle.finite_volumes",
-                             ".circle.lagrangian", ".circle.positional", ".circle.spectral", ".consistency",
+                             ".circle.frequencies", ".circle.lagrangian", ".circle.positional", ".circle.spectral",
+                             ".consistency",
                              ".line.finite_volumes",
                              ".line.lagrangian", ".methods", ".noise.circle", ".noise.sphere", ".resolution",
                              ".sphere.particles", ".sphere.spectral"}, "lazy public names (module __getattr__): the table of solvers.methods is read "

@@ -1,0 +1,121 @@
+r"""The mean field of tokens with natural frequencies on the circle: one density per frequency node.
+
+For :class:`meanfield.NaturalFrequencies` with frequencies drawn from a law :math:`g`, the limit
+is a family :math:`\rho_t(\omega, \cdot)`, each moved by :math:`\omega + v[\bar\rho_t]`, with the
+marginal :math:`\bar\rho_t = \int g(\omega)\rho_t(\omega, \cdot)\,d\omega`:
+
+.. math:: \partial_t\rho_t(\omega, \theta) + \partial_\theta\big(\rho_t(\omega, \theta)\,
+          (\omega + v[\bar\rho_t](\theta))\big) = D\,\partial_\theta^2\rho_t(\omega, \theta).
+
+On ``M`` nodes :math:`\omega_m` with weights :math:`w_m` of a quadrature of ``g``
+(:func:`meanfield.lorentzian_nodes`, :func:`meanfield.gaussian_nodes`; a finite law is its own
+quadrature) each node carries a density on :class:`~solvers.CircleFV`'s cells, and every node
+moves with the interaction's velocity at the marginal :math:`\sum_m w_m\rho_m` (the model's
+own operators: its convolution, general-head or reference path) plus its frequency. The
+interaction is any circle model; ``SelfAttention(0, value=K)`` is Kuramoto's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..reference import circle_operators
+from .layered import LayeredCircleFV, LayeredCircleOperators
+
+
+@dataclass(frozen=True, eq=False)
+class FrequencyCircleFV(LayeredCircleFV):
+    r"""The family of densities of tokens with natural frequencies, finite volumes per frequency node.
+
+    Parameters
+    ----------
+    model
+        The interaction (a circle model with a velocity of a measure), without the frequencies.
+    frequencies : array_like, shape (M,)
+        The nodes :math:`\omega_m` of the frequency law.
+    weights : array_like, shape (M,), optional
+        Their positive weights (normalised to sum one; default equal).
+    cells, rtol, cfl, min_cluster_cells, error_level, tableau, implicit_substeps, interaction
+        As for :class:`~solvers.CircleFV` (the error is measured over all nodes together).
+    """
+
+    frequencies: np.ndarray = None
+    weights: np.ndarray = None
+
+    name = "FrequencyCircleFV"
+    label = "frequency"
+
+    def __post_init__(self) -> None:
+        frequencies, weights = _law(self.frequencies, self.weights)
+        object.__setattr__(self, "frequencies", frequencies)
+        object.__setattr__(self, "weights", weights)
+        if getattr(self.model, "frequencies", None) is not None:
+            raise TypeError("model is the interaction alone: pass its frequency law as frequencies and weights "
+                            "(a NaturalFrequencies model holds the frequencies of particular tokens)")
+        self._check_time_settings()
+        mixing = np.broadcast_to(weights, (frequencies.size, frequencies.size))
+        operators = circle_operators(self.model, self.cells, self.interaction, self.name)
+        object.__setattr__(self, "operators", LayeredCircleOperators([(mixing, operators)], frequencies.size,
+                                                                     drift=frequencies))
+
+    @property
+    def labels(self) -> np.ndarray:
+        """The frequency nodes, shape ``(M,)``."""
+        return self.frequencies
+
+    def marginal(self, rho: np.ndarray) -> np.ndarray:
+        r"""The marginal density :math:`\sum_m w_m\rho_m` of the family ``rho`` ``(..., M, cells)``.
+
+        Parameters
+        ----------
+        rho : numpy.ndarray, shape (..., M, cells)
+            Densities per node (``ds.rho`` values).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., cells)
+            The tokens' density whatever their frequency.
+        """
+        return np.einsum("m,...mc->...c", self.weights, rho)
+
+    def order_parameter(self, rho: np.ndarray, mode: int = 1) -> np.ndarray:
+        r"""The order parameter :math:`\int e^{ik\theta}\bar\rho(\theta)\,d\theta` of the marginal.
+
+        Parameters
+        ----------
+        rho : numpy.ndarray, shape (..., M, cells)
+            Densities per node.
+        mode : int
+            ``k``.
+
+        Returns
+        -------
+        numpy.ndarray of complex, shape (...)
+            :math:`r_k e^{i\psi_k}` (cell averages times the cell integrals of :math:`e^{ik\theta}`,
+            exact for a piecewise constant density).
+        """
+        h = self.operators.width
+        left = np.arange(self.cells) * h
+        cell_integrals = (np.exp(1j * mode * (left + h)) - np.exp(1j * mode * left)) / (1j * mode)
+        return self.marginal(rho) @ cell_integrals
+
+    def recorded_settings(self) -> dict:
+        return {**super().recorded_settings(), "nodes": int(self.frequencies.size)}
+
+
+def _law(frequencies, weights) -> tuple[np.ndarray, np.ndarray]:
+    """The nodes and normalised weights of a frequency law, checked."""
+    if frequencies is None:
+        raise TypeError("FrequencyCircleFV needs frequencies: the nodes of the frequency law")
+    nodes = np.array(frequencies, dtype=float).ravel()
+    if nodes.size == 0 or not np.all(np.isfinite(nodes)):
+        raise ValueError(f"frequencies must be a non-empty array of finite numbers, got {frequencies!r}")
+    masses = np.full(nodes.size, 1.0) if weights is None else np.array(weights, dtype=float).ravel()
+    if masses.shape != nodes.shape or not np.all(np.isfinite(masses)) or np.any(masses <= 0):
+        raise ValueError(f"weights must be {nodes.size} positive numbers (one per frequency), got {weights!r}")
+    masses = masses / masses.sum()
+    for array in (nodes, masses):
+        array.setflags(write=False)
+    return nodes, masses
