@@ -29,7 +29,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.integrate import solve_ivp
 from scipy.special import roots_hermite
 
 from .checks import check_int, check_points, check_real
@@ -279,6 +278,8 @@ def ott_antonsen_populations(t, nodes, weights, a0, *, coupling: float, phase_la
     numpy.ndarray of complex, shape (times,)
         :math:`Z(t) = \sum_m w_m a_m(t)`, the mean-field :math:`\int e^{i\theta}\bar\rho_t`.
     """
+    from scipy.integrate import solve_ivp  # here: sweep workers import meanfield and never need it
+
     t = np.asarray(t, dtype=float)
     nodes, weights = np.asarray(nodes, dtype=float), np.asarray(weights, dtype=float)
     a = np.broadcast_to(np.asarray(a0, dtype=complex), nodes.shape).copy()

@@ -148,6 +148,7 @@ LOCAL_IMPORTS = {
     "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "meanfield/frequencies.py": ({"scipy.integrate"}, "sweep workers never integrate the Ott-Antonsen equations"),
     "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.collapse", ".circle.finite_volumes",
                              ".circle.frequencies", ".circle.lagrangian", ".circle.positional", ".circle.spectral",
                              ".consistency",
