@@ -11,6 +11,7 @@ import json
 from .causal import CausalAttention
 from .euclidean import PureAttention
 from .frequencies import NaturalFrequencies
+from .graphs import GraphAttention
 from .homogenized import HomogenizedLimit
 from .models import SelfAttention
 from .rotary import RotaryAttention
@@ -29,7 +30,7 @@ def model_from_dict(description: dict):
     Returns
     -------
     SelfAttention, CausalAttention, PureAttention, SinkhornAttention, RotaryAttention, NaturalFrequencies,
-    RandomAttention or HomogenizedLimit
+    GraphAttention, RandomAttention or HomogenizedLimit
         A model equal in every parameter to the one described.
 
     Raises
@@ -59,10 +60,12 @@ def model_from_dict(description: dict):
         return SinkhornAttention(**fields)
     if kind == "RotaryAttention":
         return RotaryAttention(**fields)
+    if kind == "GraphAttention":
+        return GraphAttention(**{**fields, "adjacency": GraphAttention.adjacency_from_dict(fields["adjacency"])})
     if kind == "NaturalFrequencies":
         return NaturalFrequencies(model_from_dict(fields["interaction"]), fields["frequencies"])
     if kind != "SelfAttention":
-        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', 'SinkhornAttention', 'RotaryAttention', 'NaturalFrequencies', *RANDOM_MODELS)} "
+        raise ValueError(f"description['model'] must be one of {('SelfAttention', 'CausalAttention', 'PureAttention', 'SinkhornAttention', 'RotaryAttention', 'NaturalFrequencies', 'GraphAttention', *RANDOM_MODELS)} "
                          f"to be rebuilt, got {kind!r} (a ZonalAggregation holds user callables and must be rebuilt by hand)")
     return SelfAttention(**fields)
 

@@ -225,6 +225,17 @@ class TangentVelocity:
         raise NotImplementedError(f"{type(self).__name__} has no velocity of a measure")
 
 
+class NeutralMembers:
+    """The protocol's neutral values of a one-head model without an external field or a rescaled time,
+    whose velocity reads more than the tokens' inner products (a subclass overrides what differs)."""
+
+    heads = 1
+    is_zonal = False
+    causal = False
+    external = None
+    time_rescaled = False
+
+
 class WithoutEnergy:
     """The energy member of a model with no known interaction energy (``has_energy`` is False)."""
 

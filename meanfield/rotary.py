@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checks import EXP_OVERFLOW, check_points, check_real
-from .models import TangentVelocity, WithoutEnergy, as_head_matrices
+from .models import NeutralMembers, TangentVelocity, WithoutEnergy, as_head_matrices
 
 
 def rope_frequencies(head_dimension: int, n: int, base: float = 10000.0) -> np.ndarray:
@@ -57,7 +57,7 @@ def rope_frequencies(head_dimension: int, n: int, base: float = 10000.0) -> np.n
 
 
 @dataclass(frozen=True, eq=False)
-class RotaryAttention(WithoutEnergy, TangentVelocity):
+class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
     r"""Self-attention with the rotary positional encoding (module docstring for the equations).
 
     Parameters
@@ -88,14 +88,6 @@ class RotaryAttention(WithoutEnergy, TangentVelocity):
     positions: np.ndarray | None = None
     diffusion: float = 0.0
     logit_bound: float = field(init=False, repr=False)
-
-    # What the particle integrators and records ask of a model.
-    heads = 1
-    #: The velocity depends on the tokens' positions as well as on their inner products.
-    is_zonal = False
-    causal = False
-    external = None
-    time_rescaled = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
