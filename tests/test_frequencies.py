@@ -148,3 +148,26 @@ def test_bad_input_is_refused_naming_the_argument(build, match):
 def test_the_model_round_trips():
     model = mf.NaturalFrequencies(sakaguchi(1.5, 0.3), [0.1, -0.2, 0.3])
     assert mf.model_from_dict(model.to_dict()).to_dict() == model.to_dict()
+
+
+def test_locked_oscillators_are_those_the_order_parameter_holds_and_their_share_is_the_closed_form():
+    """Kuramoto with Lorentzian frequencies (K = 2, Delta = 0.5): in the stationary state the tokens with
+    |omega| < K r stand still on average, the others drift; the share locked is (2/pi) arctan(K r / Delta)
+    (binomial standard error over the sampled frequencies)."""
+    from validation import locked_oscillators, order_parameters
+
+    n, coupling, width = 4000, 2.0, 0.5
+    generator = np.random.default_rng(3)
+    omega = width * generator.standard_cauchy(n)
+    model = mf.NaturalFrequencies(mf.SelfAttention(0.0, value=coupling), omega)
+    run = mf.simulate_particles(model, angles_to_points(generator.uniform(-np.pi, np.pi, n)),
+                                np.arange(0.0, 60.01, 0.05), method="rk4", dt=0.05)
+    radius = np.abs(order_parameters(run.x.sel(time=slice(30, 60)).values)[:, 0]).mean()
+    stationary = np.sqrt(1 - 2 * width / coupling)
+    assert abs(radius - stationary) < 3 / np.sqrt(n)
+    locked = locked_oscillators(run, 30.0, 60.0)
+    assert np.mean(locked == (np.abs(omega) < coupling * radius)) > 0.99
+    share = 2 / np.pi * np.arctan(coupling * stationary / width)
+    assert abs(locked.mean() - share) < 4 * np.sqrt(share * (1 - share) / n), (locked.mean(), share)
+    two = order_parameters(angles_to_points(np.array([0.0, np.pi, 0.0, np.pi])), modes=(1, 2))
+    np.testing.assert_allclose(two, [0.0, 1.0], atol=1e-15)  # two antipodal clusters: r_1 = 0, r_2 = 1

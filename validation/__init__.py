@@ -8,7 +8,7 @@ __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarni
            "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
            "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
-           "recency_time"]
+           "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators"]
 
 
 def __getattr__(name: str):
@@ -20,6 +20,8 @@ def __getattr__(name: str):
         from . import convergence as module
     elif name in ("mixture_retrieval_profile", "recency_time"):
         from . import causal_heads as module
+    elif name in ("order_parameters", "mean_phase_velocities", "locked_oscillators"):
+        from . import oscillators as module
     elif name == "kde_mode_count":
         from . import modes as module
     elif name == "distance":
