@@ -28,7 +28,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
 """
 
 from .causal import CausalAttention, positional_cell_weights
-from .errors import NonFiniteState, StepSizeCollapse
+from .errors import ModelFailure, NonFiniteState, StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
 from .field_model import FieldModel
@@ -52,7 +52,7 @@ __all__ = [
     "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "lorentzian_nodes", "gaussian_nodes",
     "GraphAttention", "erdos_renyi", "ring", "small_world", "is_connected",
     "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
-    "StepSizeCollapse", "NonFiniteState", "Perceptron", "UserField",
+    "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
     "simulate_homogenized", "mean_inner_product", "diameter",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_interval", "sample_von_mises_fisher", "in_common_hemisphere", "sinusoidal_encoding",

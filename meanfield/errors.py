@@ -44,3 +44,8 @@ class NonFiniteState(StepSizeCollapse):
     partial : xarray.Dataset, optional
         The outputs up to it (filled in by the run that collected them).
     """
+
+
+class ModelFailure(ValueError):
+    """A model cannot evaluate its velocity at the state it is given (an inner iteration that does not
+    converge there): a run that meets it ends with the outputs so far (:class:`StepSizeCollapse`)."""

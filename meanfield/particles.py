@@ -191,6 +191,9 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             except NonFiniteState as overflow:
                 raise NonFiniteState(f"{overflow} ({_overflow_scale(model)})", time=overflow.time,
                                      partial=particle_dataset(model, kept, times, settings)) from None
+            except StepSizeCollapse as stopped:  # the model could not go on (ModelFailure): the outputs so far
+                raise StepSizeCollapse(str(stopped), time=stopped.time,
+                                       partial=particle_dataset(model, kept, times, settings)) from None
             drift = None  # every step ends on the sphere: the frames' own drift is round-off
     settings["velocity_evaluations"] = evaluations
     return particle_dataset(model, frames, times, settings, drift)

@@ -36,6 +36,7 @@ from scipy.special import logsumexp, softmax
 
 from .checks import check_int, check_real
 from .docstrings import fill_docstrings
+from .errors import ModelFailure
 from .field_model import FIELD_RETURNS, FieldModel
 from .models import SelfAttention, _measure_arguments
 from .sphere import project_tangent
@@ -349,8 +350,8 @@ class SinkhornAttention(FieldModel):
         """Within ``tolerance``, or stalled at the round-off: no smaller than the last round's, and tiny."""
         return error <= self.tolerance or (previous <= error <= ROUNDOFF_STALL)
 
-    def _not_converged(self, error: float) -> ValueError:
-        return ValueError(f"SinkhornAttention did not reach tolerance={self.tolerance:g} in max_iterations="
+    def _not_converged(self, error: float) -> ModelFailure:
+        return ModelFailure(f"SinkhornAttention did not reach tolerance={self.tolerance:g} in max_iterations="
                           f"{self.max_iterations} (row sums off by {error:.3g}): raise max_iterations or tolerance, "
                           f"or lower beta (now {self.beta:g})")
 

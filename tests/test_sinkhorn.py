@@ -200,3 +200,24 @@ def test_its_description_rebuilds_it():
     x = mf.sample_uniform(12, 3, rng=0)
     np.testing.assert_array_equal(again.velocity(x), model.velocity(x))
     assert (again.iterations, again.tolerance, again.max_iterations) == (7, 1e-9, 50)
+
+
+class FailsOnceClustered(mf.FieldModel):
+    """SA's field, refused (ModelFailure, as a Sinkhorn that does not converge) once the tokens cluster."""
+
+    def velocity_field(self, x, nodes, weights):
+        if np.sum(np.mean(nodes, axis=-2) ** 2, axis=-1).max() > 0.6:
+            raise mf.ModelFailure("the inner iteration did not converge")
+        return mf.SelfAttention(1.0).velocity_field(x, nodes, weights)
+
+
+@pytest.mark.parametrize("method", ["rk4", "dop853"])
+def test_a_model_that_fails_mid_run_ends_it_with_the_outputs_so_far(method):
+    x0 = mf.sample_uniform(16, 3, rng=2)
+    times = np.linspace(0.0, 20.0, 21)
+    with pytest.raises(mf.StepSizeCollapse, match="the model cannot evaluate its velocity past t=.*did not converge") as info:
+        mf.simulate_particles(FailsOnceClustered(), x0, times, method=method, dt=0.05 if method == "rk4" else None)
+    partial = info.value.partial
+    assert 1 <= partial.sizes["time"] < times.size and partial.time.values[-1] <= info.value.time
+    np.testing.assert_allclose(partial.x.values[0], x0, rtol=0, atol=1e-15)
+    assert not isinstance(info.value, mf.NonFiniteState)

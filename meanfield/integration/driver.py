@@ -25,7 +25,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
 
-from ..errors import NonFiniteState, StepSizeCollapse
+from ..errors import ModelFailure, NonFiniteState, StepSizeCollapse
 from ..progress import time_progress
 from .controller import FixedStep
 
@@ -128,52 +128,58 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
     record(t, state)
     # An overflow is detected at the next output (record_finite), with the time and the partial result:
     # numpy's warnings on the way would only say it less clearly.
-    with time_progress(times[0], times[-1], progress, name) as bar, np.errstate(over="ignore", invalid="ignore"):
-        advanced = bar.update
-        for target in outputs[1:]:
-            if fixed:  # a loop of its own, the scheme called directly: the smallest steps take a few microseconds
-                start = t
-                count, dt = equal_steps(start, target, fixed_step)
-                for taken in range(1, count + 1):
-                    if max_steps is not None and counts.steps >= max_steps:
+    try:
+        with time_progress(times[0], times[-1], progress, name) as bar, np.errstate(over="ignore", invalid="ignore"):
+            advanced = bar.update
+            for target in outputs[1:]:
+                if fixed:  # a loop of its own, the scheme called directly: the smallest steps take a few microseconds
+                    start = t
+                    count, dt = equal_steps(start, target, fixed_step)
+                    for taken in range(1, count + 1):
+                        if max_steps is not None and counts.steps >= max_steps:
+                            collapse(t, f"{max_steps} steps did not reach t={outputs[-1]:.6g}")
+                        state = advance(state, t, dt)
+                        t = target if taken == count else start + taken * dt
+                        counts.steps += 1
+                        advanced(dt)
+                        if after is not None and after(t, state):
+                            counts.next_step = dt
+                            return t, state
+                    counts.next_step = dt
+                    record_finite(target, state)
+                    continue
+                landing = outputs[-1] if interpolate is not None else target  # where adaptive steps are cut short
+                while t < target:
+                    if max_steps is not None and counts.steps + counts.rejected >= max_steps:
                         collapse(t, f"{max_steps} steps did not reach t={outputs[-1]:.6g}")
-                    state = advance(state, t, dt)
-                    t = target if taken == count else start + taken * dt
+                    trial = min(dt, landing - t)
+                    new, proposal, reason = attempt(state, trial, t)
+                    if reason:
+                        counts.rejected += 1
+                        counts.reasons[reason] = counts.reasons.get(reason, 0) + 1
+                        dt = proposal
+                        if dt < 1e-13 * max(1.0, abs(t)):
+                            if reason == "non-finite":
+                                _non_finite(collapse, t, f"every step from t={t:.6g} overflows, down to {dt:.3g}: "
+                                                         f"the solution is not finite beyond t={t:.6g}")
+                            collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
+                        continue
+                    state, before, t = new, t, landing if trial == landing - t else t + trial
                     counts.steps += 1
-                    advanced(dt)
+                    advanced(trial)
+                    # A step shortened to land on an output time says nothing about the step size.
+                    dt = proposal if trial == dt else max(proposal, dt)
                     if after is not None and after(t, state):
                         counts.next_step = dt
                         return t, state
                 counts.next_step = dt
-                record_finite(target, state)
-                continue
-            landing = outputs[-1] if interpolate is not None else target  # where adaptive steps are cut short
-            while t < target:
-                if max_steps is not None and counts.steps + counts.rejected >= max_steps:
-                    collapse(t, f"{max_steps} steps did not reach t={outputs[-1]:.6g}")
-                trial = min(dt, landing - t)
-                new, proposal, reason = attempt(state, trial, t)
-                if reason:
-                    counts.rejected += 1
-                    counts.reasons[reason] = counts.reasons.get(reason, 0) + 1
-                    dt = proposal
-                    if dt < 1e-13 * max(1.0, abs(t)):
-                        if reason == "non-finite":
-                            _non_finite(collapse, t, f"every step from t={t:.6g} overflows, down to {dt:.3g}: "
-                                                     f"the solution is not finite beyond t={t:.6g}")
-                        collapse(t, f"step size collapsed to {dt:.3g} ({reason})")
-                    continue
-                state, before, t = new, t, landing if trial == landing - t else t + trial
-                counts.steps += 1
-                advanced(trial)
-                # A step shortened to land on an output time says nothing about the step size.
-                dt = proposal if trial == dt else max(proposal, dt)
-                if after is not None and after(t, state):
-                    counts.next_step = dt
-                    return t, state
-            counts.next_step = dt
-            record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
-    return t, state
+                record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
+        return t, state
+    except ModelFailure as failure:  # the model cannot evaluate its velocity here: end with the outputs so far
+        reason = f"the model cannot evaluate its velocity past t={t:.6g}: {failure}"
+        if collapse is not None:
+            collapse(t, reason)
+        raise StepSizeCollapse(reason, time=t) from None
 
 
 def all_finite(state) -> bool:
