@@ -92,8 +92,10 @@ class SinkhornAttention(FieldModel):
     Raises
     ------
     ValueError
-        If a parameter is out of range, or (when the velocity is evaluated) the iterations do
-        not reach ``tolerance`` within ``max_iterations``, or a weight of the measure is negative.
+        If a parameter is out of range, or a weight of the measure is negative.
+    ModelFailure
+        When the velocity is evaluated, if the iterations do not reach ``tolerance`` within
+        ``max_iterations`` (a run then ends with its outputs so far).
     """
 
     beta: float
@@ -124,6 +126,11 @@ class SinkhornAttention(FieldModel):
     def dimension(self) -> int | None:
         """``d`` of the matrices (``None`` without matrices: any)."""
         return self.softmax.dimension
+
+    @property
+    def value_bound(self) -> float:
+        r""":math:`\sum_h\|V_h\|_2`: the velocity's bound (doubly stochastic averages of unit vectors)."""
+        return self.softmax.value_bound
 
     @property
     def logit_bound(self) -> float:

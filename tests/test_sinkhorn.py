@@ -221,3 +221,50 @@ def test_a_model_that_fails_mid_run_ends_it_with_the_outputs_so_far(method):
     assert 1 <= partial.sizes["time"] < times.size and partial.time.values[-1] <= info.value.time
     np.testing.assert_allclose(partial.x.values[0], x0, rtol=0, atol=1e-15)
     assert not isinstance(info.value, mf.NonFiniteState)
+
+
+CONFIG = """
+output = "out"
+geometry = "circle"
+times = {{ stop = 1.0, count = 3 }}
+[model]
+beta = 2.0
+{model}
+[method]
+{method}
+[initial]
+kind = "perturbed_uniform"
+amplitude = 0.2
+mode = 2
+"""
+
+
+@pytest.mark.parametrize("model,method,expected", [
+    ('attention = "sinkhorn"\nsinkhorn_iterations = 3', 'kind = "particles"\nn = 32\ndt = 0.05',
+     mf.SinkhornAttention(2.0, iterations=3)),
+    ('attention = "sinkhorn"', 'kind = "CircleFV"\ncells = 64', mf.SinkhornAttention(2.0)),
+    ("rotary = 3.0", 'kind = "particles"\nn = 32\ndt = 0.05', mf.RotaryAttention(2.0, 3.0)),
+])
+def test_sinkhorn_and_rotary_configs_run(tmp_path, capsys, model, method, expected):
+    import xarray as xr
+    from validation.app.cli import main
+    config = tmp_path / "run.toml"
+    config.write_text(CONFIG.format(model=model, method=method))
+    assert main(["run", str(config), "--quiet", "--no-animation"]) in (0, None), capsys.readouterr().err
+    with xr.open_dataset(tmp_path / "out" / "dataset.nc") as ds:
+        assert mf.model_from_dict(ds.attrs["model"]).to_dict() == expected.to_dict()
+
+
+@pytest.mark.parametrize("model,method,message", [
+    ('attention = "sinkhorn"\nnormalized = false', 'kind = "particles"\nn = 8', "needs model.normalized = true"),
+    ("sinkhorn_iterations = 2", 'kind = "particles"\nn = 8', "model.sinkhorn_iterations applies to attention"),
+    ("rotary = 3.0", 'kind = "CircleFV"\ncells = 64', "model.rotary runs as particles"),
+    ('rotary = 3.0\nattention = "sinkhorn"', 'kind = "particles"\nn = 8', "model.rotary applies to softmax"),
+    ("rotary = 3.0\ncausal = true", 'kind = "particles"\nn = 8', "model.causal does not apply with model.rotary"),
+])
+def test_sinkhorn_and_rotary_config_refusals(tmp_path, capsys, model, method, message):
+    from validation.app.cli import main
+    config = tmp_path / "bad.toml"
+    config.write_text(CONFIG.format(model=model, method=method))
+    assert main(["run", str(config)]) == 2
+    assert message in capsys.readouterr().err

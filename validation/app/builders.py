@@ -57,6 +57,12 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
             return mf.CausalAttention(spec.beta, normalized=spec.normalized, alibi=spec.alibi, prefactor=prefactor,
                                       include_self=spec.include_self, diffusion=spec.diffusion,
                                       query=matrices["query"], key=matrices["key"], value=value)
+        if spec.attention == "sinkhorn":
+            return mf.SinkhornAttention(spec.beta, iterations=spec.sinkhorn_iterations,
+                                        tolerance=spec.sinkhorn_tolerance, diffusion=spec.diffusion, **matrices)
+        if spec.rotary is not None:
+            return mf.RotaryAttention(spec.beta, spec.rotary, normalized=spec.normalized, diffusion=spec.diffusion,
+                                      **matrices)
         perceptron = spec.perceptron
         external = None if perceptron is None else mf.Perceptron(perceptron.weights, perceptron.directions)
         return mf.SelfAttention(spec.beta, normalized=spec.normalized, diffusion=spec.diffusion,

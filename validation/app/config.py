@@ -23,6 +23,10 @@ Example (see ``examples/``)::
                                         # CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral);
                                         # beta, alibi and value may be lists, one per head (a
                                         # mixture of slopes: particles, CausalCircleFV)
+    # attention = "sinkhorn"            # doubly stochastic attention: sinkhorn_iterations
+                                        # (unset: to sinkhorn_tolerance = 1e-12); every solver
+    # rotary = 4.0                      # the rotary encoding (RoPE), an angle per unit of i/n per
+                                        # coordinate plane of the query space: particles only
 
     # [model.perceptron]                # the perceptron block added to attention
     # weights = [1.0, -0.5]             # w_j
@@ -214,6 +218,17 @@ class ModelConfig(ConfigSection):
     alibi: Any = option(0.0, types=NUMBER + (list,), minimum=0,
                         help="ALiBi slope of causal attention (a list gives one per head)")
     include_self: bool = option(False, types=bool, help="causal attention sums over j <= i")
+    attention: str = option("softmax", types=str, choices=("softmax", "sinkhorn"),
+                            help="the attention matrix: softmax rows, or its doubly stochastic Sinkhorn scaling "
+                                 "(normalized = true)")
+    sinkhorn_iterations: int = option(None, types=int, minimum=1,
+                                      help="attention = 'sinkhorn': the normalisations (1 is softmax); unset: "
+                                           "to sinkhorn_tolerance")
+    sinkhorn_tolerance: float = option(1e-12, types=NUMBER, minimum=0, strict=True,
+                                       help="attention = 'sinkhorn': the row sums' tolerance")
+    rotary: Any = option(None, types=NUMBER + (list,),
+                         help="the rotary positional encoding: the angle per unit of relative position i/n, a "
+                              "number or one per coordinate plane of the query space (method.kind = 'particles')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -474,6 +489,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     _check_mode_resolved(config)
     model = read_matrices(config, base)
     _check_causal(config)
+    _check_attention_variant(config)
     expected = {"circle": CIRCLE_SOLVERS, "sphere": SPHERE_SOLVERS}[geometry]
     if method.kind not in (*expected, "particles"):
         raise ConfigError(f"method.kind {method.kind!r} does not solve on the {geometry}; "
@@ -588,6 +604,30 @@ def read_matrices(config: ExperimentConfig, base: Path) -> ModelConfig:
 
 def _nested_tuple(values: Any) -> Any:
     return tuple(_nested_tuple(v) for v in values) if isinstance(values, (list, tuple)) else values
+
+
+def _check_attention_variant(config: ExperimentConfig) -> None:
+    """Sinkhorn attention (SA only) and the rotary encoding (particles only) each stand alone: neither is
+    causal, nor takes the perceptron or a rescaled time, and their own keys need them."""
+    model, values = config.model, values_of(config.model)
+    sinkhorn, rotary = model.attention == "sinkhorn", model.rotary is not None
+    for key in ("sinkhorn_iterations", "sinkhorn_tolerance"):
+        if not sinkhorn and values[key] != _default(ModelConfig, key):
+            raise ConfigError(f"model.{key} applies to attention = 'sinkhorn', got attention = {model.attention!r}")
+    if not (sinkhorn or rotary):
+        return
+    variant = "attention = 'sinkhorn'" if sinkhorn else "model.rotary"
+    if sinkhorn and rotary:
+        raise ConfigError("model.rotary applies to softmax attention, got attention = 'sinkhorn'")
+    for key in ("causal", "time_rescaled", "perceptron"):
+        if values[key] not in (None, False):
+            raise ConfigError(f"model.{key} does not apply with {variant}")
+    if sinkhorn and not model.normalized:
+        raise ConfigError("attention = 'sinkhorn' scales the softmax matrix: it needs model.normalized = true")
+    if rotary and config.method.kind != "particles":
+        raise ConfigError(f"model.rotary runs as particles (method.kind = 'particles'; its position-indexed mean "
+                          f"field is solvers.PositionalQuantiles from Python), got method.kind = "
+                          f"{config.method.kind!r}")
 
 
 def _check_causal(config: ExperimentConfig) -> None:
