@@ -77,6 +77,9 @@ class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         The tokens' positions :math:`p_i`; by default :math:`i/n`, ``i = 1..n``.
     diffusion : float
         Diffusion coefficient ``D >= 0``.
+    mask : {"none", "causal"}
+        ``"causal"``: token ``i`` attends to the tokens ``j <= i`` only (a decoder's RoPE; USA
+        then divides by their number ``i``).
     """
 
     beta: float
@@ -87,6 +90,7 @@ class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
     value: float | np.ndarray = 1.0
     positions: np.ndarray | None = None
     diffusion: float = 0.0
+    mask: str = "none"
     logit_bound: float = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -114,6 +118,8 @@ class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
             set_(self, "value", value[0])
         if self.positions is not None:
             set_(self, "positions", _finite_vector(self.positions, "positions"))
+        if self.mask not in ("none", "causal"):
+            raise ValueError(f"mask must be 'none' or 'causal', got {self.mask!r}")
         self._check_shapes()
         norm = (lambda m: 1.0 if m is None else float(np.linalg.norm(m, 2)))  # noqa: E731
         set_(self, "logit_bound", norm(self.query) * norm(self.key))  # rotations between Q and K: no Q^T K bound
@@ -233,11 +239,17 @@ class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         queries = self.rotate(flat if self.query is None else flat @ self.query.T, positions)
         keys = self.rotate(flat if self.key is None else flat @ self.key.T, positions)
         logits = self.beta * (queries @ np.swapaxes(keys, -1, -2))
+        n = flat.shape[-2]
+        if self.mask == "causal":  # the diagonal stays: every row sees at least itself
+            logits[..., np.triu_indices(n, 1)[0], np.triu_indices(n, 1)[1]] = -np.inf
         if self.normalized:
             logits -= logits.max(axis=-1, keepdims=True)
         weights = np.exp(logits)
         values = flat * self.value if np.ndim(self.value) == 0 else flat @ self.value.T
-        total = weights.sum(axis=-1, keepdims=True) if self.normalized else flat.shape[-2]
+        if self.normalized:
+            total = weights.sum(axis=-1, keepdims=True)
+        else:
+            total = np.arange(1, n + 1)[:, None] if self.mask == "causal" else n
         return (weights @ values) / total
 
     def to_dict(self) -> dict:
@@ -252,7 +264,8 @@ class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
             return m.tolist() if isinstance(m, np.ndarray) else m
         return {"model": "RotaryAttention", "beta": self.beta, "frequencies": plain(self.frequencies),
                 "normalized": bool(self.normalized), "query": plain(self.query), "key": plain(self.key),
-                "value": plain(self.value), "positions": plain(self.positions), "diffusion": self.diffusion}
+                "value": plain(self.value), "positions": plain(self.positions), "diffusion": self.diffusion,
+                "mask": self.mask}
 
 
 def _finite_vector(values, name: str) -> np.ndarray:

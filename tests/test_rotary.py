@@ -8,7 +8,7 @@ from solvers import PositionalQuantiles
 from solvers.circle.positional import layer_moments
 
 
-def transcribed_velocity(x, beta, frequencies, q, k, v, positions, normalized):
+def transcribed_velocity(x, beta, frequencies, q, k, v, positions, normalized, causal=False):
     """RoPE attention token by token: plane (2m, 2m+1) of query and key turned by omega_m p (no library code)."""
     n, d = x.shape
 
@@ -22,37 +22,43 @@ def transcribed_velocity(x, beta, frequencies, q, k, v, positions, normalized):
     velocity = np.zeros_like(x)
     for i in range(n):
         query = turn(q @ x[i], positions[i])
-        weights = np.array([np.exp(beta * query @ turn(k @ x[j], positions[j])) for j in range(n)])
-        a = sum(w * (v @ x[j]) for w, j in zip(weights, range(n))) / (weights.sum() if normalized else n)
+        seen = range(i + 1) if causal else range(n)
+        weights = np.array([np.exp(beta * query @ turn(k @ x[j], positions[j])) for j in seen])
+        a = sum(w * (v @ x[j]) for w, j in zip(weights, seen)) / (weights.sum() if normalized else len(seen))
         velocity[i] = a - (a @ x[i]) * x[i]
     return velocity
 
 
 @pytest.mark.parametrize("normalized", [True, False])
-def test_the_velocity_is_the_definition(normalized, rng):
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_the_velocity_is_the_definition(normalized, mask, rng):
     d = 4
     q, k, v = (np.eye(d) + 0.4 * rng.normal(size=(d, d)) for _ in range(3))
     frequencies = np.array([3.0, 0.5])
-    model = mf.RotaryAttention(1.5, frequencies, normalized=normalized, query=q, key=k, value=v)
+    model = mf.RotaryAttention(1.5, frequencies, normalized=normalized, query=q, key=k, value=v, mask=mask)
     x = mf.sample_uniform(9, d, rng)
-    expected = transcribed_velocity(x, 1.5, frequencies, q, k, v, np.arange(1, 10) / 9, normalized)
+    expected = transcribed_velocity(x, 1.5, frequencies, q, k, v, np.arange(1, 10) / 9, normalized,
+                                    causal=mask == "causal")
     np.testing.assert_allclose(model.velocity(x), expected, rtol=0, atol=1e-13)
 
 
-def test_shifting_every_position_leaves_the_dynamics_unchanged_but_order_matters(rng):
-    model = mf.RotaryAttention(2.0, [4.0, 1.5])
+@pytest.mark.parametrize("mask", ["none", "causal"])
+def test_shifting_every_position_leaves_the_dynamics_unchanged_but_order_matters(mask, rng):
+    model = mf.RotaryAttention(2.0, [4.0, 1.5], mask=mask)
     x0 = mf.sample_uniform(12, 4, rng)
     positions = np.arange(1, 13) / 12
-    shifted = mf.RotaryAttention(2.0, [4.0, 1.5], positions=positions + 0.37)
+    shifted = mf.RotaryAttention(2.0, [4.0, 1.5], positions=positions + 0.37, mask=mask)
     np.testing.assert_allclose(shifted.velocity(x0), model.velocity(x0), rtol=0, atol=1e-14)
     runs = [mf.simulate_particles(m, x0, [0.0, 1.0, 2.0]).x.values for m in (model, shifted)]
     np.testing.assert_allclose(runs[1], runs[0], rtol=0, atol=1e-9)
     # not exchangeable: permuting the tokens does not permute their velocities
     order = rng.permutation(12)
     assert not np.allclose(model.velocity(x0[order]), model.velocity(x0)[order], atol=1e-6)
-    # no rotation is plain self-attention
-    np.testing.assert_allclose(mf.RotaryAttention(2.0, 0.0).velocity(x0), mf.SelfAttention(2.0).velocity(x0),
-                               rtol=0, atol=1e-14)
+    if mask == "none":  # no rotation is plain self-attention
+        np.testing.assert_allclose(mf.RotaryAttention(2.0, 0.0).velocity(x0), mf.SelfAttention(2.0).velocity(x0),
+                                   rtol=0, atol=1e-14)
+    else:  # the first token sees only itself: it does not move
+        np.testing.assert_allclose(model.velocity(x0)[0], 0.0, atol=1e-15)
 
 
 def test_rope_frequencies_are_the_absolute_form_at_relative_positions():
@@ -118,6 +124,7 @@ def test_particles_approach_the_position_indexed_solution_at_n_to_the_minus_half
     (lambda: PositionalQuantiles(mf.SelfAttention(1.0)), "models whose tokens carry positions"),
     (lambda: PositionalQuantiles(mf.RotaryAttention(1.0, 1.0, diffusion=0.1)), "without diffusion"),
     (lambda: mf.rope_frequencies(5, 10), "head_dimension must be even"),
+    (lambda: mf.RotaryAttention(1.0, 1.0, mask="decoder"), "mask must be 'none' or 'causal'"),
 ])
 def test_bad_input_is_refused_naming_the_argument(build, match):
     with pytest.raises((ValueError, TypeError), match=match):
@@ -125,7 +132,8 @@ def test_bad_input_is_refused_naming_the_argument(build, match):
 
 
 def test_the_model_round_trips():
-    model = mf.RotaryAttention(1.0, [2.0, 3.0], normalized=False, query=np.eye(4), positions=np.arange(5) / 5.0)
+    model = mf.RotaryAttention(1.0, [2.0, 3.0], normalized=False, query=np.eye(4), positions=np.arange(5) / 5.0,
+                               mask="causal")
     assert mf.model_from_dict(model.to_dict()).to_dict() == model.to_dict()
 
 
