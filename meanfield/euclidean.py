@@ -109,6 +109,13 @@ class PureAttention:
         attention reads :math:`N_g(x) = g \odot x/|x|`, module docstring).
     gain : array_like, shape (d,), optional
         Pre-LN only: the diagonal gain ``g`` of RMS normalisation, nonzero entries (default: ones).
+    attention : {"softmax", "sinkhorn"}
+        The attention matrix: softmax rows, or its doubly stochastic Sinkhorn scaling (the
+        Sinkformers' attention in :math:`\mathbb{R}^d`, :class:`~meanfield.SinkhornAttention`'s
+        iteration; the rescaled equation holds for it too, every row summing to one).
+    sinkhorn_iterations, sinkhorn_tolerance
+        ``attention="sinkhorn"``: as ``iterations`` and ``tolerance`` of
+        :class:`~meanfield.SinkhornAttention`.
     tie_tolerance : float
         Hardmax only: token ``j`` is in the argmax set of row ``i`` when its logit is within
         ``tie_tolerance * max(1, max_l |logit_il|)`` of the row's largest.
@@ -134,7 +141,11 @@ class PureAttention:
     tie_tolerance: float = 1e-9
     normalization: str = "none"
     gain: np.ndarray | None = None
+    attention: str = "softmax"
+    sinkhorn_iterations: int | None = None
+    sinkhorn_tolerance: float = 1e-12
     logit_bound: float = field(init=False, repr=False)
+    scaling: object = field(init=False, repr=False)
 
     # The model protocol's neutral values (meanfield.protocols.EuclideanModel).
     on_sphere = False
@@ -168,7 +179,21 @@ class PureAttention:
                              "e^{-tHV}); the heads' value matrices differ")
         set_(self, "tie_tolerance", check_real(self.tie_tolerance, "tie_tolerance", minimum=0.0))
         self._check_normalization()
+        set_(self, "scaling", self._sinkhorn_scaling())
         set_(self, "logit_bound", self._logit_bound())
+
+    def _sinkhorn_scaling(self):
+        """The Sinkhorn iteration of ``attention="sinkhorn"`` (a :class:`~meanfield.SinkhornAttention`), or ``None``."""
+        if self.attention not in ("softmax", "sinkhorn"):
+            raise ValueError(f"attention must be 'softmax' or 'sinkhorn', got {self.attention!r}")
+        if self.attention == "softmax":
+            if self.sinkhorn_iterations is not None or self.sinkhorn_tolerance != 1e-12:
+                raise ValueError("sinkhorn_iterations and sinkhorn_tolerance apply to attention='sinkhorn'")
+            return None
+        if self.hardmax:
+            raise ValueError("attention='sinkhorn' scales the softmax matrix exp(beta <Qx, Ky>): it needs a finite beta")
+        from .sinkhorn import SinkhornAttention  # the iteration only; sinkhorn imports the sphere's models
+        return SinkhornAttention(self.beta, iterations=self.sinkhorn_iterations, tolerance=self.sinkhorn_tolerance)
 
     def _check_normalization(self) -> None:
         if self.normalization not in NORMALIZATIONS:
@@ -366,7 +391,10 @@ class PureAttention:
         d = flat.shape[-1]
         total = np.zeros_like(flat)
         for q, k, v in self.head_matrices(d):
-            average = self._attention_average(flat, q @ rescaling, k @ rescaling)
+            if self.scaling is None:
+                average = self._attention_average(flat, q @ rescaling, k @ rescaling)
+            else:
+                average = self._doubly_stochastic(flat, q @ rescaling, k @ rescaling) @ flat
             if self.rescaled:
                 average -= flat
             total += average @ v.T
@@ -378,6 +406,18 @@ class PureAttention:
         values = np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
         sums, _ = pair_sums(x @ query.T, x @ key.T, values, self._weight)
         return sums[..., :d] / sums[..., d:]
+
+    def _doubly_stochastic(self, x: np.ndarray, query: np.ndarray, key: np.ndarray) -> np.ndarray:
+        r"""The Sinkhorn scaling of :math:`e^{\beta\langle q x_i, k x_j\rangle}`, ``(b, n, n)``: rows sum to one,
+        columns too (to the tolerance, or after the iterations); the log domain past a score range of 500."""
+        from scipy.special import softmax
+
+        from .sinkhorn import _symmetric
+
+        scores = self.beta * (x @ query.T) @ np.swapaxes(x @ key.T, -1, -2)
+        log_weights = np.full(x.shape[:-1], -np.log(x.shape[-2]))
+        column = self.scaling.column_potential(scores, log_weights, symmetric=_symmetric(query, key))
+        return softmax(scores + (log_weights + column)[:, None, :], axis=-1)
 
     def _weight(self, block: np.ndarray) -> None:
         """Logits to unnormalised attention weights in place: softmax numerators, or the argmax indicator."""
@@ -412,6 +452,10 @@ class PureAttention:
         mapped = x if rescaling is None else x @ np.asarray(rescaling, dtype=float).T
         heads = []
         for q, k, _ in self.head_matrices(d):
+            if self.scaling is not None:
+                flat = mapped.reshape((-1,) + mapped.shape[-2:])
+                heads.append(self._doubly_stochastic(flat, q, k).reshape(mapped.shape[:-1] + (mapped.shape[-2],)))
+                continue
             logits = (mapped @ q.T) @ np.swapaxes(mapped @ k.T, -1, -2)
             self._weight(logits)
             heads.append(logits / logits.sum(axis=-1, keepdims=True))
@@ -455,4 +499,5 @@ class PureAttention:
         return {"model": "PureAttention", "query": plain(self.query), "key": plain(self.key),
                 "value": plain(self.value), "beta": "inf" if self.hardmax else self.beta,
                 "rescaled": bool(self.rescaled), "tie_tolerance": self.tie_tolerance,
-                "normalization": self.normalization, "gain": plain(self.gain)}
+                "normalization": self.normalization, "gain": plain(self.gain), "attention": self.attention,
+                "sinkhorn_iterations": self.sinkhorn_iterations, "sinkhorn_tolerance": self.sinkhorn_tolerance}

@@ -111,6 +111,10 @@ kind = "gaussian"
     assert main(["run", str(config), "--quiet", "--no-animation"]) in (0, None), capsys.readouterr().err
     model = mf.model_from_dict(xr.open_dataset(tmp_path / "out" / "dataset.nc").attrs["model"])
     assert model.normalization == "pre" and model.gain.tolist() == [1.0, 0.5]
+    config.write_text(text.format(model='attention = "sinkhorn"').replace('"out"', '"sinkhorn"'))
+    assert main(["run", str(config), "--quiet", "--no-animation"]) in (0, None), capsys.readouterr().err
+    model = mf.model_from_dict(xr.open_dataset(tmp_path / "sinkhorn" / "dataset.nc").attrs["model"])
+    assert model.attention == "sinkhorn"
     config.write_text(text.format(model='gain = [1.0, 0.5]'))
     assert main(["run", str(config)]) == 2
     assert "gain is the RMS normalisation's diagonal gain" in capsys.readouterr().err

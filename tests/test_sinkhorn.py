@@ -268,3 +268,56 @@ def test_sinkhorn_and_rotary_config_refusals(tmp_path, capsys, model, method, me
     config.write_text(CONFIG.format(model=model, method=method))
     assert main(["run", str(config)]) == 2
     assert message in capsys.readouterr().err
+
+
+def plain_sinkhorn_velocity(x, beta, q, k, v, rounds=5000):
+    """Sinkhorn in R^d written out: K = exp(beta <q x_i, k x_j>) scaled by alternating row and column sums
+    (uniform weights) until the columns of the row-normalised matrix sum to one; velocity V sum_j P_ij x_j."""
+    kernel = np.exp(beta * (x @ q.T) @ (x @ k.T).T)
+    n = len(x)
+    rows, columns = np.ones(n), np.ones(n)
+    for _ in range(rounds):
+        rows = 1.0 / (kernel @ columns)
+        columns = 1.0 / (kernel.T @ rows)
+    matrix = rows[:, None] * kernel * columns[None, :]
+    matrix /= matrix.sum(axis=1, keepdims=True)
+    return (matrix @ x) @ v.T, matrix
+
+
+def test_sinkhorn_in_r_d_is_the_plain_iteration_and_one_round_is_softmax(rng):
+    d = 3
+    q, k, v = (np.eye(d) + 0.3 * rng.normal(size=(d, d)) for _ in range(3))  # Q^T K not symmetric
+    x = rng.normal(size=(50, d))
+    model = mf.PureAttention(query=q, key=k, value=v, beta=0.7, attention="sinkhorn")
+    expected, matrix = plain_sinkhorn_velocity(x, 0.7, q, k, v)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(model.velocity(x), expected, rtol=0, atol=1e-12 * scale)
+    found = model.attention_matrix(x)[0]
+    np.testing.assert_allclose(found, matrix, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(found.sum(axis=0), 1.0, atol=1e-11)
+    one_round = mf.PureAttention(query=q, key=k, value=v, beta=0.7, attention="sinkhorn", sinkhorn_iterations=1)
+    np.testing.assert_allclose(one_round.velocity(x), mf.PureAttention(query=q, key=k, value=v, beta=0.7).velocity(x),
+                               rtol=0, atol=1e-14 * scale)
+
+
+def test_sinkhorn_in_r_d_rescaled_tokens_are_the_original_ones_mapped_back(rng):
+    """Every row of the doubly stochastic matrix sums to one, so z = e^{-tHV} x solves the rescaled equation."""
+    value = np.diag([0.5, -0.3, 0.2])
+    x0 = rng.normal(size=(12, 3))
+    times = [0.0, 0.5, 1.0]
+    original = mf.simulate_particles(mf.PureAttention(value=value, beta=1.0, attention="sinkhorn"), x0, times,
+                                     rtol=1e-12, atol=1e-14)
+    rescaled = mf.simulate_particles(mf.PureAttention(value=value, beta=1.0, attention="sinkhorn", rescaled=True),
+                                     x0, times, rtol=1e-12, atol=1e-14)
+    mapped = np.einsum("tij,tnj->tni", rescaled.rescaling.values, rescaled.x.values)
+    np.testing.assert_allclose(mapped, original.x.values, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(beta=np.inf, attention="sinkhorn"), "needs a finite beta"),
+    (dict(sinkhorn_iterations=3), "apply to attention='sinkhorn'"),
+    (dict(attention="doubly"), "attention must be 'softmax' or 'sinkhorn'"),
+])
+def test_sinkhorn_in_r_d_refuses_what_it_does_not_define(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        mf.PureAttention(**kwargs)

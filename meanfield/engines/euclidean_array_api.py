@@ -31,6 +31,8 @@ class EuclideanArrayAPIKernel:
     def __init__(self, model, like) -> None:
         if model.on_sphere:
             raise TypeError(f"EuclideanArrayAPIKernel computes PureAttention, got {type(model).__name__}")
+        if model.attention != "softmax":
+            raise ValueError("attention='sinkhorn' in R^d runs on numpy arrays (its iteration is the host's)")
         self.model = model
         self.xp = array_namespace(like)
         self.device = device(like)

@@ -51,7 +51,9 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
     try:
         if config.euclidean:
             return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, normalization=spec.normalization,
-                                    gain=spec.gain, **matrices)
+                                    gain=spec.gain, attention=spec.attention,
+                                    sinkhorn_iterations=spec.sinkhorn_iterations,
+                                    sinkhorn_tolerance=spec.sinkhorn_tolerance, **matrices)
         if spec.causal:  # a number for value is the prefactor c (the paper's convention is c = beta)
             prefactor, value = (spec.value, 1.0) if np.ndim(spec.value) == 0 else (1.0, matrices["value"])
             return mf.CausalAttention(spec.beta, normalized=spec.normalized, alibi=spec.alibi, prefactor=prefactor,

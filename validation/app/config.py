@@ -520,7 +520,8 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
 
 
 #: What pure attention takes from ``[model]``; every other key must keep its default.
-EUCLIDEAN_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled", "normalization", "gain"}
+EUCLIDEAN_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled", "normalization", "gain", "attention",
+                        "sinkhorn_iterations", "sinkhorn_tolerance"}
 
 
 def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> ExperimentConfig:
