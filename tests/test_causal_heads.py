@@ -291,3 +291,25 @@ def test_a_config_with_heads_and_a_mixture_of_slopes_runs(tmp_path, capsys):
     config.write_text(CAUSAL_RUN.format(model="causal = true\nalibi = [1.0, -1.0]", method="particles"))
     assert main(["run", str(config)]) == 2
     assert "model.alibi must be >= 0, got [1.0, -1.0]" in capsys.readouterr().err
+
+
+def test_particles_of_a_mixture_with_matrices_approach_its_layered_solution_at_n_to_the_minus_half():
+    """Two heads (own beta, slope, Q, K, V), tokens von Mises with mean pi i/n: the binned moment error of the
+    causal particles against CausalCircleFV falls like n^{-1/2} (slope within three bootstrap standard errors)."""
+    from validation.causal import layered_moment_error
+
+    rng = np.random.default_rng(5)
+    query, key = 0.8 * np.eye(2) + 0.3 * rng.normal(size=(2, 2, 2)), 0.8 * np.eye(2) + 0.3 * rng.normal(size=(2, 2, 2))
+    value = np.stack([np.eye(2), -0.5 * np.eye(2) + 0.2 * rng.normal(size=(2, 2))])
+    model = mf.CausalAttention([2.0, 1.0], False, alibi=[2.0, 0.3], query=query, key=key, value=value)
+    pde = CausalCircleFV(model, cells=128, layers=32, rtol=1e-7).solve(tilted, [0.0, 1.0])
+    generator = np.random.default_rng(12)
+    sizes, per_system = np.array([64, 128, 256]), []
+    for n, systems in zip(sizes, (64, 48, 32)):
+        theta = generator.vonmises(np.pi * np.arange(1, n + 1) / n, 1.5, size=(systems, n))
+        x = mf.observe_particles(model, np.stack([np.cos(theta), np.sin(theta)], axis=-1), [0.0, 1.0], np.copy,
+                                 method="rk4", dt=0.05)[-1]
+        per_system.append(layered_moment_error(x, pde, 1).mean("bin").values)
+    slope = lambda errors: np.polyfit(np.log(sizes), np.log([e.mean() for e in errors]), 1)[0]  # noqa: E731
+    boot = [slope([e[generator.integers(0, e.size, e.size)] for e in per_system]) for _ in range(400)]
+    assert abs(slope(per_system) + 0.5) <= 3 * np.std(boot), (slope(per_system), np.std(boot))
