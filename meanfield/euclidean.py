@@ -56,10 +56,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import expm
+from scipy.special import softmax
 
 from .checks import check_real
 from .interaction import pair_sums
 from .models import as_head_matrices
+from .sinkhorn import SinkhornAttention, _symmetric
 
 #: Where layer normalisation may sit in :class:`PureAttention` (post-LN is :class:`~meanfield.SelfAttention`).
 NORMALIZATIONS = ("none", "pre")
@@ -192,7 +194,6 @@ class PureAttention:
             return None
         if self.hardmax:
             raise ValueError("attention='sinkhorn' scales the softmax matrix exp(beta <Qx, Ky>): it needs a finite beta")
-        from .sinkhorn import SinkhornAttention  # the iteration only; sinkhorn imports the sphere's models
         return SinkhornAttention(self.beta, iterations=self.sinkhorn_iterations, tolerance=self.sinkhorn_tolerance)
 
     def _check_normalization(self) -> None:
@@ -410,10 +411,6 @@ class PureAttention:
     def _doubly_stochastic(self, x: np.ndarray, query: np.ndarray, key: np.ndarray) -> np.ndarray:
         r"""The Sinkhorn scaling of :math:`e^{\beta\langle q x_i, k x_j\rangle}`, ``(b, n, n)``: rows sum to one,
         columns too (to the tolerance, or after the iterations); the log domain past a score range of 500."""
-        from scipy.special import softmax
-
-        from .sinkhorn import _symmetric
-
         scores = self.beta * (x @ query.T) @ np.swapaxes(x @ key.T, -1, -2)
         log_weights = np.full(x.shape[:-1], -np.log(x.shape[-2]))
         column = self.scaling.column_potential(scores, log_weights, symmetric=_symmetric(query, key))

@@ -270,7 +270,7 @@ def test_sinkhorn_and_rotary_config_refusals(tmp_path, capsys, model, method, me
     assert message in capsys.readouterr().err
 
 
-def plain_sinkhorn_velocity(x, beta, q, k, v, rounds=5000):
+def plain_sinkhorn_in_r_d(x, beta, q, k, v, rounds=5000):
     """Sinkhorn in R^d written out: K = exp(beta <q x_i, k x_j>) scaled by alternating row and column sums
     (uniform weights) until the columns of the row-normalised matrix sum to one; velocity V sum_j P_ij x_j."""
     kernel = np.exp(beta * (x @ q.T) @ (x @ k.T).T)
@@ -289,7 +289,7 @@ def test_sinkhorn_in_r_d_is_the_plain_iteration_and_one_round_is_softmax(rng):
     q, k, v = (np.eye(d) + 0.3 * rng.normal(size=(d, d)) for _ in range(3))  # Q^T K not symmetric
     x = rng.normal(size=(50, d))
     model = mf.PureAttention(query=q, key=k, value=v, beta=0.7, attention="sinkhorn")
-    expected, matrix = plain_sinkhorn_velocity(x, 0.7, q, k, v)
+    expected, matrix = plain_sinkhorn_in_r_d(x, 0.7, q, k, v)
     scale = np.abs(expected).max()
     np.testing.assert_allclose(model.velocity(x), expected, rtol=0, atol=1e-12 * scale)
     found = model.attention_matrix(x)[0]
