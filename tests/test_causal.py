@@ -383,18 +383,24 @@ def test_causal_config_refusals(tmp_path, capsys, model, method, message):
     assert message in capsys.readouterr().err
 
 
+def layer_quantiles(rho0, layers, points):
+    """Quantile particles, shape ``(layers, points)``, of ``rho0(s, theta)`` at the layers' centres: its
+    distribution function on a fine grid, inverted at the labels (i + 1/2) / points."""
+    fine = np.linspace(0, 2 * np.pi, 20001)
+    phi = np.empty((layers, points))
+    for l, s in enumerate((np.arange(layers) + 0.5) / layers):
+        density = rho0(s, 0.5 * (fine[1:] + fine[:-1]))
+        cdf = np.concatenate(([0.0], np.cumsum(density)))
+        phi[l] = np.interp((np.arange(points) + 0.5) / points * cdf[-1], cdf, fine)
+    return phi
+
+
 def lagrangian_layers(model, rho0, layers, points, t_end, dt):
     """Quantile particles per layer moved by the mixed causal velocity (D = 0), written independently of the
     finite volumes: each layer's empirical Fourier moments, mixed with the layer weights, give the velocity
     through the kernel's Bessel series (e^{beta cos t} = sum_j I_j(beta) e^{ijt})."""
     from scipy.special import iv
-    positions = (np.arange(layers) + 0.5) / layers
-    fine = np.linspace(0, 2 * np.pi, 20001)
-    phi = np.empty((layers, points))
-    for l, s in enumerate(positions):
-        density = rho0(s, 0.5 * (fine[1:] + fine[:-1]))
-        cdf = np.concatenate(([0.0], np.cumsum(density)))
-        phi[l] = np.interp((np.arange(points) + 0.5) / points * cdf[-1], cdf, fine)
+    phi = layer_quantiles(rho0, layers, points)
     weights = mf.positional_cell_weights(model.alibi, layers)  # the s-quadrature both methods share
     modes = 24  # I_24(2) / I_0(2) < 1e-20
     bessel = iv(np.arange(modes + 2), model.beta) * (np.exp(-model.beta) if model.normalized else 1.0)

@@ -11,7 +11,7 @@ from solvers import CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral
 from validation.causal import retrieval_profile
 from validation.causal_heads import mixture_retrieval_profile, recency_time
 
-from test_causal import MODELS, circle_tokens, tilted
+from test_causal import MODELS, circle_tokens, layer_quantiles, rk4, tilted
 
 
 def transcribed_velocity(heads, x, *, normalized, prefactor, include_self):
@@ -118,13 +118,7 @@ def quantile_layers(heads, normalized, rho0, layers, points, t_end, dt):
     every particle of layer l sees the particles of every layer m with the cell weight W_g[l, m] of its
     head's slope (the s-quadrature both methods share) divided by the points, through the heads' logits
     beta <Q x, K y> and values V y, and the tangent projection."""
-    positions = (np.arange(layers) + 0.5) / layers
-    fine = np.linspace(0, 2 * np.pi, 20001)
-    phi = np.empty((layers, points))
-    for l, s in enumerate(positions):
-        density = rho0(s, 0.5 * (fine[1:] + fine[:-1]))
-        cdf = np.concatenate(([0.0], np.cumsum(density)))
-        phi[l] = np.interp((np.arange(points) + 0.5) / points * cdf[-1], cdf, fine)
+    phi = layer_quantiles(rho0, layers, points)
     mixing = [mf.positional_cell_weights(alibi, layers) for _, alibi, _, _, _ in heads]
 
     def angular_velocity(phi):
@@ -138,14 +132,7 @@ def quantile_layers(heads, normalized, rho0, layers, points, t_end, dt):
         tangent = np.stack([-x[:, 1], x[:, 0]], axis=-1)
         return np.sum(output * tangent, axis=-1).reshape(phi.shape)
 
-    steps = int(round(t_end / dt))
-    for _ in range(steps):
-        k1 = angular_velocity(phi)
-        k2 = angular_velocity(phi + 0.5 * dt * k1)
-        k3 = angular_velocity(phi + 0.5 * dt * k2)
-        k4 = angular_velocity(phi + dt * k3)
-        phi = phi + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return phi
+    return rk4(angular_velocity, phi, dt, int(round(t_end / dt)))
 
 
 @pytest.mark.parametrize("normalized", [False, True])
@@ -178,27 +165,18 @@ def quadrature_correlation(slopes_rates, t, s0, grid=1200, steps=200):
     h = s[1] - s[0]
 
     def kernel(slope, at, source):
-        value = 1.0 / at if slope == 0 else slope * np.exp(-slope * (at - source)) / (1 - np.exp(-slope * at))
-        return value
+        return 1.0 / at if slope == 0 else slope * np.exp(-slope * (at - source)) / (1 - np.exp(-slope * at))
 
+    weights = np.tril(np.ones((s.size, s.size))) * h  # the trapezoid rule on [s0, s_i], row i
+    weights[:, 0] *= 0.5
+    weights[np.arange(s.size), np.arange(s.size)] *= 0.5
+    weights[0] = 0.0
     operator = np.zeros((s.size, s.size))
     forcing = np.zeros(s.size)
     for slope, rate in slopes_rates:
-        weights = np.tril(np.ones((s.size, s.size))) * h
-        weights[:, 0] *= 0.5
-        weights[np.arange(s.size), np.arange(s.size)] *= 0.5
-        weights[0] = 0.0
         operator += rate * weights * kernel(slope, s[:, None], s[None, :])
         forcing += rate * kernel(slope, s, s0)
-    g, dt = np.zeros(s.size), t / steps
-    rhs = lambda g: operator @ g + forcing  # noqa: E731
-    for _ in range(steps):
-        k1 = rhs(g)
-        k2 = rhs(g + 0.5 * dt * k1)
-        k3 = rhs(g + 0.5 * dt * k2)
-        k4 = rhs(g + dt * k3)
-        g = g + dt / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    return g[-1]
+    return rk4(lambda g: operator @ g + forcing, np.zeros(s.size), t / steps, steps)[-1]
 
 
 def quadrature_profile(heads, t, s0, words, modes=8):

@@ -48,7 +48,7 @@ def test_the_ott_antonsen_radius_solves_its_equation():
 
 def test_lorentzian_populations_approach_the_ott_antonsen_closed_form_as_the_nodes_grow():
     """The midpoint rule in the angle of omega = Delta tan(phi) converges slowly: the far nodes turn fast, and
-    r(t) carries their rotation e^{i omega t}; measured 0.030, 0.0074, 0.0014 at 16, 64, 256 nodes to t = 2."""
+    r(t) carries their rotation e^{i omega t}. Asked here: a steady fall with the nodes, to below 2e-3 at 256."""
     times = np.linspace(0, 2, 5)
     closed = mf.ott_antonsen_radius(times, coupling=2.0, width=0.5, r0=0.2)
     errors = []

@@ -55,7 +55,7 @@ class FrequencyCircleFV(LayeredCircleFV):
             raise TypeError("model is the interaction alone: pass its frequency law as frequencies and weights "
                             "(a NaturalFrequencies model holds the frequencies of particular tokens)")
         self._check_time_settings()
-        mixing = np.broadcast_to(weights, (frequencies.size, frequencies.size))
+        mixing = weights[None, :]  # one marginal for every node: its velocity is computed once and broadcast
         operators = circle_operators(self.model, self.cells, self.interaction, self.name)
         object.__setattr__(self, "operators", LayeredCircleOperators([(mixing, operators)], frequencies.size,
                                                                      drift=frequencies))

@@ -35,7 +35,7 @@ class LayeredCircleOperators:
     """:class:`CircleOperators` of mixed models, applied to ``(layers, cells)`` arrays with mixed velocities.
 
     One group per mixing: a layer moves with the sum over groups of the group's velocity at its
-    mixed density ``W_g rho`` (causal attention: one group per ALiBi slope and ``beta``,
+    mixed density ``W_g rho`` (a ``W_g`` of one row: the same mixed density for every layer) (causal attention: one group per ALiBi slope and ``beta``,
     :attr:`~meanfield.CausalAttention.mixed_groups`), plus a constant angular ``drift`` of its own
     (natural frequencies).
     """
@@ -72,6 +72,7 @@ class LayeredCircleOperators:
         jumps = self._summed("potential_jumps", deviation)
         if self.drift is not None:
             jumps = jumps + self.drift * self.width  # a constant velocity's potential rises by v h per cell
+        jumps = np.broadcast_to(jumps, deviation.shape)  # a one-row mixing serves every layer
         return np.stack([self.base.linearly_implicit_step(own, dt, jump) for own, jump in zip(deviation, jumps)])
 
     def deviation_norm(self, deviation: np.ndarray) -> float:
