@@ -291,3 +291,18 @@ def test_particles_of_a_mixture_with_matrices_approach_its_layered_solution_at_n
     slope = lambda errors: np.polyfit(np.log(sizes), np.log([e.mean() for e in errors]), 1)[0]  # noqa: E731
     boot = [slope([e[generator.integers(0, e.size, e.size)] for e in per_system]) for _ in range(400)]
     assert abs(slope(per_system) + 0.5) <= 3 * np.std(boot), (slope(per_system), np.std(boot))
+
+
+@pytest.mark.parametrize("slope", [0.0, 2.0, 8.0])
+def test_the_collocation_meets_the_closed_form_of_one_slope(slope):
+    """The collocation the mixtures take, run on one slope (where the closed form holds), for sources down to
+    s0 = 1e-3 and rates a t up to 10: to 1e-10 of the largest correlation."""
+    from validation.causal import correlation_limit
+    from validation.causal_heads import _mixture_correlation
+
+    rates = np.array([0.56516, 2.0, -1.0])
+    for s0 in (1e-3, 0.1, 0.95):
+        for t in (1.0, 5.0):
+            found = _mixture_correlation(np.array([slope]), rates[None, :], t, s0)
+            exact = correlation_limit(rates, t, 1.0, s0, slope)
+            assert np.abs(found - exact).max() <= 1e-10 * np.abs(exact).max(), (s0, t)

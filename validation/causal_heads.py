@@ -45,8 +45,8 @@ from meanfield.checks import check_int, check_real
 
 from .causal import PROFILE_MODES, _positions, correlation_limit, positional_kernel
 
-#: Chebyshev points in ``u = log s`` of the collocation (its error is below 1e-12 for
-#: ``s0 >= 1e-3`` and rates ``|A t| <= 10``: the tests hold it against the closed form).
+#: Chebyshev points in ``u = log s`` of the collocation (the tests hold it to 1e-10 of the closed
+#: form of one slope for ``s0 >= 1e-3``, slopes up to 8 and rates ``|A t| <= 10``).
 COLLOCATION_POINTS = 33
 
 #: Terms of the profile whose weight times rate is below this fraction of the largest are dropped.
