@@ -6,7 +6,7 @@
 
 VENV ?= .venv
 
-.PHONY: run test test-all bench bench-sweep figures setup docs
+.PHONY: run test test-all test-hf hf-references bench bench-sweep figures setup docs
 setup:
 	@bash scripts/setup.sh
 
@@ -14,7 +14,17 @@ run: setup
 	$(VENV)/bin/meanfield validate
 
 test: setup
-	$(VENV)/bin/python -m pytest -m "not slow" -q
+	$(VENV)/bin/python -m pytest -m "not slow and not hf" -q
+
+# The checkpoint reader against Hugging Face transformers itself (installs CPU torch, about 5 GB).
+test-hf:
+	@bash scripts/setup.sh hf
+	$(VENV)/bin/python -m pytest -m hf -q
+
+# Rewrite the stored references of the default suite (tests/data/pretrained) with transformers.
+hf-references:
+	@bash scripts/setup.sh hf
+	$(VENV)/bin/python scripts/hf_references.py
 
 test-all: setup
 	$(VENV)/bin/python -m pytest -q

@@ -118,6 +118,9 @@ class PureAttention:
     sinkhorn_iterations, sinkhorn_tolerance
         ``attention="sinkhorn"``: as ``iterations`` and ``tolerance`` of
         :class:`~meanfield.SinkhornAttention`.
+    mask : {"none", "causal"}
+        ``"causal"``: token ``i`` attends to the tokens ``j <= i`` only (a decoder's attention,
+        :math:`P^h_{ij} = 0` for :math:`j > i`; softmax attention with a finite ``beta``).
     tie_tolerance : float
         Hardmax only: token ``j`` is in the argmax set of row ``i`` when its logit is within
         ``tie_tolerance * max(1, max_l |logit_il|)`` of the row's largest.
@@ -146,6 +149,7 @@ class PureAttention:
     attention: str = "softmax"
     sinkhorn_iterations: int | None = None
     sinkhorn_tolerance: float = 1e-12
+    mask: str = "none"
     logit_bound: float = field(init=False, repr=False)
     scaling: object = field(init=False, repr=False)
 
@@ -182,6 +186,7 @@ class PureAttention:
         set_(self, "tie_tolerance", check_real(self.tie_tolerance, "tie_tolerance", minimum=0.0))
         self._check_normalization()
         set_(self, "scaling", self._sinkhorn_scaling())
+        self._check_mask()
         set_(self, "logit_bound", self._logit_bound())
 
     def _sinkhorn_scaling(self):
@@ -195,6 +200,19 @@ class PureAttention:
         if self.hardmax:
             raise ValueError("attention='sinkhorn' scales the softmax matrix exp(beta <Qx, Ky>): it needs a finite beta")
         return SinkhornAttention(self.beta, iterations=self.sinkhorn_iterations, tolerance=self.sinkhorn_tolerance)
+
+    def _check_mask(self) -> None:
+        if self.mask not in ("none", "causal"):
+            raise ValueError(f"mask must be 'none' or 'causal', got {self.mask!r}")
+        if self.mask == "causal" and (self.hardmax or self.scaling is not None):
+            raise ValueError("mask='causal' masks softmax attention: it needs a finite beta and attention='softmax'")
+
+    def _masked(self, logits: np.ndarray) -> np.ndarray:
+        """The logits ``(..., n, n)`` with the pairs ``j > i`` at ``-inf`` when causal (in place), else as they are."""
+        if self.mask == "causal":
+            above = np.triu_indices(logits.shape[-1], 1)
+            logits[..., above[0], above[1]] = -np.inf
+        return logits
 
     def _check_normalization(self) -> None:
         if self.normalization not in NORMALIZATIONS:
@@ -404,6 +422,10 @@ class PureAttention:
     def _attention_average(self, x: np.ndarray, query: np.ndarray, key: np.ndarray) -> np.ndarray:
         r""":math:`\sum_j P_{ij} x_j` with logits :math:`\langle q x_i, k x_j\rangle`, blocked (:func:`pair_sums`)."""
         d = x.shape[-1]
+        if self.mask == "causal":  # a decoder's prompt: the n x n weights at once
+            weights = self._masked((x @ query.T) @ np.swapaxes(x @ key.T, -1, -2))
+            self._weight(weights)
+            return (weights @ x) / weights.sum(axis=-1, keepdims=True)
         values = np.concatenate([x, np.ones(x.shape[:-1] + (1,))], axis=-1)
         sums, _ = pair_sums(x @ query.T, x @ key.T, values, self._weight)
         return sums[..., :d] / sums[..., d:]
@@ -453,7 +475,7 @@ class PureAttention:
                 flat = mapped.reshape((-1,) + mapped.shape[-2:])
                 heads.append(self._doubly_stochastic(flat, q, k).reshape(mapped.shape[:-1] + (mapped.shape[-2],)))
                 continue
-            logits = (mapped @ q.T) @ np.swapaxes(mapped @ k.T, -1, -2)
+            logits = self._masked((mapped @ q.T) @ np.swapaxes(mapped @ k.T, -1, -2))
             self._weight(logits)
             heads.append(logits / logits.sum(axis=-1, keepdims=True))
         return np.stack(heads, axis=-3)
@@ -497,4 +519,5 @@ class PureAttention:
                 "value": plain(self.value), "beta": "inf" if self.hardmax else self.beta,
                 "rescaled": bool(self.rescaled), "tie_tolerance": self.tie_tolerance,
                 "normalization": self.normalization, "gain": plain(self.gain), "attention": self.attention,
-                "sinkhorn_iterations": self.sinkhorn_iterations, "sinkhorn_tolerance": self.sinkhorn_tolerance}
+                "sinkhorn_iterations": self.sinkhorn_iterations, "sinkhorn_tolerance": self.sinkhorn_tolerance,
+                "mask": self.mask}

@@ -7,9 +7,11 @@ cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
-# The extras to install: "test" by default; `scripts/setup.sh docs` adds the documentation tools.
+# The extras to install: "test" by default; `scripts/setup.sh docs` adds the documentation tools,
+# `scripts/setup.sh hf` CPU torch and transformers (the checkpoint reader's reference, make test-hf).
 EXTRAS=test
 [ "${1:-}" = docs ] && EXTRAS=test,docs
+[ "${1:-}" = hf ] && EXTRAS=test,hf
 
 have_fftw() {
     # shtns's build needs both the header and the shared library.
