@@ -8,7 +8,8 @@ __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarni
            "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
            "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
-           "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators"]
+           "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators", "compare_dynamics",
+           "value_spectra", "good_triple_fraction", "is_good_triple"]
 
 
 def __getattr__(name: str):
@@ -22,6 +23,8 @@ def __getattr__(name: str):
         from . import causal_heads as module
     elif name in ("order_parameters", "mean_phase_velocities", "locked_oscillators"):
         from . import oscillators as module
+    elif name in ("compare_dynamics", "value_spectra", "good_triple_fraction", "is_good_triple"):
+        from . import real_models as module
     elif name == "kde_mode_count":
         from . import modes as module
     elif name == "distance":
