@@ -111,17 +111,18 @@ def test_no_code_or_page_points_to_documents_outside_the_repository():
 
 def test_the_api_reference_lists_every_public_name():
     import meanfield
+    import meanfield.pretrained
     import solvers
     import validation
     import validation.app
 
-    for module in (meanfield, solvers, validation, validation.app):
+    for module in (meanfield, meanfield.pretrained, solvers, validation, validation.app):
         page = (ROOT / "docs" / "api" / f"{module.__name__.replace('.', '_')}.rst").read_text()
         listed = re.findall(r"^   (\w+)$", page, re.M)
         assert sorted(listed) == sorted(module.__all__), module.__name__
 
 
-PACKAGES = ("meanfield", "solvers", "validation", "validation.app")
+PACKAGES = ("meanfield", "meanfield.pretrained", "solvers", "validation", "validation.app")
 
 
 def test_the_examples_in_the_docstrings_run():
