@@ -12,6 +12,7 @@ import bench_circle  # noqa: E402
 import bench_circle_spectral  # noqa: E402
 import bench_general  # noqa: E402
 import bench_particles  # noqa: E402
+import bench_pretrained  # noqa: E402
 import bench_pure_attention  # noqa: E402
 import bench_stationary  # noqa: E402
 import bench_lagrangian  # noqa: E402
@@ -24,7 +25,7 @@ import bench_velocity  # noqa: E402
 
 # The sweep suite runs at its small size here (about 6 min); the paper's size:
 #   python benchmarks/bench_sweep.py --size paper
-SUITES = {"velocity": bench_velocity, "causal": bench_causal, "general": bench_general, "particles": bench_particles, "pure_attention": bench_pure_attention, "stationary": bench_stationary, "lagrangian": bench_lagrangian, "random_weights": bench_random_weights, "reference": bench_reference, "sinkhorn": bench_sinkhorn, "circle": bench_circle, "circle_spectral": bench_circle_spectral, "sphere": bench_sphere, "sweep": bench_sweep}
+SUITES = {"velocity": bench_velocity, "causal": bench_causal, "general": bench_general, "particles": bench_particles, "pretrained": bench_pretrained, "pure_attention": bench_pure_attention, "stationary": bench_stationary, "lagrangian": bench_lagrangian, "random_weights": bench_random_weights, "reference": bench_reference, "sinkhorn": bench_sinkhorn, "circle": bench_circle, "circle_spectral": bench_circle_spectral, "sphere": bench_sphere, "sweep": bench_sweep}
 
 
 def main(selected: list[str]) -> None:

@@ -37,7 +37,17 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    """:math:`\frac x2(1 + \tanh(\sqrt{2/\pi}(x + 0.044715x^3)))`, in place on one temporary (no ``pow``)."""
+    value = x * x
+    value *= 0.044715
+    value += 1.0
+    value *= x
+    value *= math.sqrt(2.0 / math.pi)
+    np.tanh(value, out=value)
+    value += 1.0
+    value *= x
+    value *= 0.5
+    return value
 
 
 def _silu(x: np.ndarray) -> np.ndarray:
@@ -121,10 +131,17 @@ class MultiHeadAttention:
     def head_dimension(self) -> int:
         return self.query.shape[-1]
 
+    def _heads(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        """``x W^h + b^h`` of every head as one matrix product, shape ``(..., heads, n, d_h)``."""
+        d, k = weight.shape[1], weight.shape[2]
+        stacked = np.moveaxis(weight, 0, 1).reshape(d, self.heads * k)  # (d, heads d_h): one BLAS call
+        projected = (x @ stacked + bias.reshape(-1)).reshape(x.shape[:-1] + (self.heads, k))
+        return np.swapaxes(projected, -2, -3)
+
     def probabilities(self, x: np.ndarray) -> np.ndarray:
         """The attention matrices :math:`P^h` of tokens ``x`` ``(..., n, d)``, shape ``(..., heads, n, n)``."""
-        queries = np.einsum("...nd,hdk->...hnk", x, self.query) + self.query_bias[:, None, :]
-        keys = np.einsum("...nd,hdk->...hnk", x, self.key) + self.key_bias[:, None, :]
+        queries = self._heads(x, self.query, self.query_bias)
+        keys = self._heads(x, self.key, self.key_bias)
         logits = queries @ np.swapaxes(keys, -1, -2) / math.sqrt(self.head_dimension)
         if self.causal:
             n = x.shape[-2]
@@ -133,9 +150,9 @@ class MultiHeadAttention:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The sub-layer's output (before the residual sum) for tokens ``x`` of shape ``(..., n, d)``."""
-        values = np.einsum("...nd,hdk->...hnk", x, self.value) + self.value_bias[:, None, :]
-        heads = self.probabilities(x) @ values
-        return np.einsum("...hnk,hkd->...nd", heads, self.output) + self.output_bias
+        heads = self.probabilities(x) @ self._heads(x, self.value, self.value_bias)  # (..., heads, n, d_h)
+        joined = np.swapaxes(heads, -2, -3).reshape(x.shape[:-1] + (-1,))  # (..., n, heads d_h)
+        return joined @ self.output.reshape(-1, self.output.shape[-1]) + self.output_bias
 
     def folded(self) -> tuple[np.ndarray, np.ndarray]:
         r"""The papers' matrices per head: :math:`B_h = Q_h^TK_h` and :math:`V_h` (module docstring; biases dropped).
