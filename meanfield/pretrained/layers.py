@@ -37,7 +37,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """:math:`\frac x2(1 + \tanh(\sqrt{2/\pi}(x + 0.044715x^3)))`, in place on one temporary (no ``pow``)."""
+    r""":math:`\frac x2(1 + \tanh(\sqrt{2/\pi}(x + 0.044715x^3)))`, in place on one temporary (no ``pow``)."""
     value = x * x
     value *= 0.044715
     value += 1.0
