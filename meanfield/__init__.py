@@ -16,11 +16,13 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     PureAttention                        self-attention in R^d without layer normalization, hardmax
     Perceptron, UserField                external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
-    RandomAttention, GaussianWeights, SampledWeights, simulate_random_layers
-                                         weights resampled per layer and head (initialisation)
+    RandomAttention, GaussianWeights, MatrixWeights, SampledWeights, simulate_random_layers,
+    observe_random_layers                weights resampled per layer and head (initialisation), or
+                                         drawn once per system (random-matrix phase diagrams)
     HomogenizedLimit, simulate_homogenized
                                          its limit: an SDE with noise common to all tokens
-    mean_inner_product, diameter         representation-collapse observables
+    mean_inner_product, diameter, span_dimension
+                                         representation-collapse observables
     observe_particles                    the same, keeping only observations (large ensembles)
     sample_uniform, sample_circle, sample_sphere, sample_interval, sample_von_mises_fisher
     sinusoidal_encoding                  Vaswani et al.'s positional encoding (of the initial tokens)
@@ -36,8 +38,8 @@ from .graphs import GraphAttention, erdos_renyi, is_connected, ring, small_world
 from .frequencies import (NaturalFrequencies, gaussian_nodes, incoherent_growth_rate, lorentzian_nodes,
                           ott_antonsen_populations, ott_antonsen_radius)
 from .homogenized import HomogenizedLimit, simulate_homogenized
-from .random_weights import (GaussianWeights, RandomAttention, SampledWeights, diameter, mean_inner_product,
-                             simulate_random_layers)
+from .random_weights import (GaussianWeights, MatrixWeights, RandomAttention, SampledWeights, diameter,
+                             mean_inner_product, observe_random_layers, simulate_random_layers, span_dimension)
 from .descriptions import model_from_dict
 from .models import SelfAttention, ZonalAggregation
 from .particles import observe_particles, simulate_particles
@@ -53,8 +55,9 @@ __all__ = [
     "GraphAttention", "erdos_renyi", "ring", "small_world", "is_connected",
     "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",
-    "RandomAttention", "GaussianWeights", "SampledWeights", "simulate_random_layers", "HomogenizedLimit",
-    "simulate_homogenized", "mean_inner_product", "diameter",
+    "RandomAttention", "GaussianWeights", "MatrixWeights", "SampledWeights", "simulate_random_layers",
+    "observe_random_layers", "HomogenizedLimit", "simulate_homogenized", "mean_inner_product", "diameter",
+    "span_dimension",
     "sample_uniform", "sample_circle", "sample_sphere", "sample_interval", "sample_von_mises_fisher", "in_common_hemisphere", "sinusoidal_encoding",
     "attention_spectrum", "attention_spectrum_over_beta", "funk_hecke_spectrum", "zonal_polynomial",
     "sphere_area", "project_tangent", "circle_points", "circle_angles", "sphere_points",

@@ -16,7 +16,7 @@ from .homogenized import HomogenizedLimit
 from .models import SelfAttention
 from .rotary import RotaryAttention
 from .sinkhorn import SinkhornAttention
-from .random_weights import GaussianWeights, RandomAttention
+from .random_weights import GaussianWeights, MatrixWeights, RandomAttention
 
 
 def model_from_dict(description: dict):
@@ -74,10 +74,11 @@ def model_from_dict(description: dict):
 RANDOM_MODELS = {"RandomAttention": RandomAttention, "HomogenizedLimit": HomogenizedLimit}
 
 
-def _law_from_dict(description) -> GaussianWeights:
+def _law_from_dict(description) -> GaussianWeights | MatrixWeights:
     fields = dict(description or {})
     kind = fields.pop("law", None)
-    if kind != "GaussianWeights":
-        raise ValueError(f"description['law']['law'] must be 'GaussianWeights' to be rebuilt, got {kind!r} "
-                         "(a SampledWeights holds a user sampler and must be rebuilt by hand)")
-    return GaussianWeights(**fields)
+    laws = {"GaussianWeights": GaussianWeights, "MatrixWeights": MatrixWeights}
+    if kind not in laws:
+        raise ValueError(f"description['law']['law'] must be 'GaussianWeights' or 'MatrixWeights' to be rebuilt, got "
+                         f"{kind!r} (a SampledWeights holds a user sampler and must be rebuilt by hand)")
+    return laws[kind](**fields)

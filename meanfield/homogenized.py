@@ -140,8 +140,12 @@ class HomogenizedLimit:
         Raises
         ------
         ValueError
-            If the regime is unknown or its small parameter is above ``0.25``.
+            If the regime is unknown, its small parameter is above ``0.25``, or the model's weights
+            are drawn once per system.
         """
+        if model.redraw != "layer":
+            raise ValueError("the homogenized limit averages weights redrawn at every layer; with redraw='system' "
+                             "the chain is the Euler scheme of one fixed-weight ODE per system (no such limit)")
         if regime == "diffusive":
             if model.layer_time > LARGEST_LAYER_TIME:
                 raise ValueError(f"the diffusive limit needs a small layer time step**2/heads; "

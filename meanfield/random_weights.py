@@ -15,8 +15,17 @@ with step :math:`\eta` and :math:`H` heads: the residual stream with layer norma
 discrete-time particle system on the sphere driven by a random vector field.
 
 Weight laws: :class:`GaussianWeights` (entries :math:`N(0, \sigma^2/d)`, the fan-in convention of
-initialisation, so that :math:`|Qx| \approx \sigma_Q` for a unit :math:`x`), and
-:class:`SampledWeights` for any user sampler. :func:`simulate_random_layers` runs batches of
+initialisation, so that :math:`|Qx| \approx \sigma_Q` for a unit :math:`x`),
+:class:`MatrixWeights` (the random-matrix phase diagrams of "A mathematical perspective on
+Transformers": a Gaussian or Wigner bilinear form :math:`Q^TK` and a value matrix tied to it),
+and :class:`SampledWeights` for any user sampler.
+
+``redraw="system"`` draws each system's weights once and keeps them through every layer: a
+Transformer whose layers share random weights (ALBERT at initialisation; the paper's phase
+diagrams with random :math:`Q^TK` and :math:`V`), the Euler scheme of step :math:`\eta` of the
+ODE :math:`\dot x_i = P_{x_i}\frac1H\sum_h V_h a_{Q_hK_h}(x_i)` with fixed weights; its clock
+is :math:`t = \text{layer}\cdot\eta`. The rank collapse of the tokens is
+:func:`span_dimension`. :func:`simulate_random_layers` runs batches of
 systems, each with its own draws: system ``s`` draws from ``SeedSequence(seed, spawn_key=(s,))``,
 so a system's path depends on the recorded seed and its index only, not on the batch it ran in.
 
@@ -31,7 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from .checks import check_int, check_points, check_real
+from .checks import check_int, check_memory, check_points, check_real
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
@@ -124,6 +133,86 @@ class GaussianWeights:
                 "query_std": self.query_std, "key_std": self.key_std}
 
 
+#: The bilinear forms :math:`Q^TK` of :class:`MatrixWeights`.
+BILINEAR_LAWS = ("identity", "gaussian", "wigner")
+
+#: Its value matrices.
+VALUE_LAWS = ("identity", "gaussian", "wishart", "bilinear", "-bilinear")
+
+
+@dataclass(frozen=True)
+class MatrixWeights:
+    r"""Random-matrix weights: a bilinear form :math:`B = Q^TK` and a value matrix, possibly tied to it.
+
+    The laws of the phase diagrams of "A mathematical perspective on Transformers" (its code's
+    ``randomKQ`` and ``randomV``), with :math:`G, G'` of iid :math:`N(0, 1)` entries:
+
+    ``bilinear``
+        ``"identity"``: :math:`Q = K = I`; ``"gaussian"``: :math:`B = GG'/\sqrt d`
+        (:math:`Q = G^T/d^{1/4}`, :math:`K = G'/d^{1/4}`); ``"wigner"``: :math:`B = (G + G^T)/\sqrt2`,
+        the Gaussian orthogonal ensemble (:math:`Q = I`, :math:`K = B`). Entries of variance one
+        off the diagonal; ``beta`` sets the scale.
+    ``value``
+        ``"identity"``; ``"gaussian"``: :math:`G/\sqrt d` (real Ginibre); ``"wishart"``:
+        :math:`GG^T/d` (positive semi-definite); ``"bilinear"`` / ``"-bilinear"``:
+        :math:`V = \pm B/\sqrt d`, symmetric for the Wigner form (then the fixed-weight dynamics is
+        the gradient ascent, or descent, of the interaction energy of :math:`B`).
+
+    Parameters
+    ----------
+    bilinear : {"identity", "gaussian", "wigner"}
+    value : {"identity", "gaussian", "wishart", "bilinear", "-bilinear"}
+
+    Raises
+    ------
+    ValueError
+        Naming the argument, for a law not in :data:`BILINEAR_LAWS` or :data:`VALUE_LAWS`.
+    """
+
+    bilinear: str = "wigner"
+    value: str = "identity"
+
+    def __post_init__(self) -> None:
+        if self.bilinear not in BILINEAR_LAWS:
+            raise ValueError(f"bilinear must be one of {BILINEAR_LAWS}, got {self.bilinear!r}")
+        if self.value not in VALUE_LAWS:
+            raise ValueError(f"value must be one of {VALUE_LAWS}, got {self.value!r}")
+        if self.bilinear == "identity" and self.value.endswith("bilinear"):
+            raise ValueError("value = 'bilinear' ties V to a random bilinear form: bilinear must be 'gaussian' or "
+                             "'wigner', got 'identity' (V = I is value = 'identity')")
+
+    @property
+    def fixed_attention(self) -> bool:
+        """Whether :math:`Q = K = I`."""
+        return self.bilinear == "identity"
+
+    def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Independent draws of ``(Q, K, V)``, each of shape ``(count, d, d)``, from ``rng`` only."""
+        eye = np.broadcast_to(np.eye(d), (count, d, d))
+        if self.bilinear == "identity":
+            query, key = eye, eye
+        elif self.bilinear == "gaussian":
+            query = np.swapaxes(rng.standard_normal((count, d, d)), -1, -2) / d ** 0.25
+            key = rng.standard_normal((count, d, d)) / d ** 0.25
+        else:
+            g = rng.standard_normal((count, d, d))
+            query, key = eye, (g + np.swapaxes(g, -1, -2)) / np.sqrt(2.0)
+        if self.value == "identity":
+            value = eye
+        elif self.value == "gaussian":
+            value = rng.standard_normal((count, d, d)) / np.sqrt(d)
+        elif self.value == "wishart":
+            g = rng.standard_normal((count, d, d))
+            value = g @ np.swapaxes(g, -1, -2) / d
+        else:
+            sign = -1.0 if self.value.startswith("-") else 1.0
+            value = sign * (np.swapaxes(query, -1, -2) @ key) / np.sqrt(d)
+        return query, key, value
+
+    def to_dict(self) -> dict:
+        return {"law": "MatrixWeights", "bilinear": self.bilinear, "value": self.value}
+
+
 @dataclass(frozen=True)
 class SampledWeights:
     """Any weight law, given by a sampler.
@@ -180,14 +269,18 @@ class RandomAttention:
         Heads per layer :math:`H`, each with its own draw.
     step : float
         Residual step :math:`\eta > 0`.
-    law : GaussianWeights or SampledWeights
+    law : GaussianWeights, MatrixWeights or SampledWeights
         The law of one head's :math:`(Q, K, V)`.
+    redraw : {"layer", "system"}
+        Draw fresh weights at every layer (Transformers at initialisation, the homogenized
+        chain), or once per system, kept through every layer (module docstring).
     """
 
     beta: float
     heads: int = 1
     step: float = 0.1
-    law: GaussianWeights | SampledWeights = GaussianWeights()
+    law: GaussianWeights | MatrixWeights | SampledWeights = GaussianWeights()
+    redraw: str = "layer"
 
     def __post_init__(self) -> None:
         check_real(self.beta, "beta", minimum=0.0)
@@ -195,13 +288,16 @@ class RandomAttention:
         check_real(self.step, "step", minimum=0.0)
         if self.step == 0.0:
             raise ValueError("step must be > 0, got 0.0 (the tokens would not move)")
-        if not isinstance(self.law, (GaussianWeights, SampledWeights)):
-            raise TypeError(f"law must be a GaussianWeights or SampledWeights, got {self.law!r}")
+        if not isinstance(self.law, (GaussianWeights, MatrixWeights, SampledWeights)):
+            raise TypeError(f"law must be a GaussianWeights, MatrixWeights or SampledWeights, got {self.law!r}")
+        if self.redraw not in ("layer", "system"):
+            raise ValueError(f"redraw must be 'layer' or 'system', got {self.redraw!r}")
 
     @property
     def layer_time(self) -> float:
-        r"""Diffusive time per layer :math:`\tau = \eta^2/H` (the clock of the homogenized limit)."""
-        return self.step ** 2 / self.heads
+        r"""Time per layer: diffusive, :math:`\tau = \eta^2/H` (the homogenized limit's clock) with weights
+        redrawn per layer; the Euler step :math:`\eta` of the fixed-weight ODE with ``redraw="system"``."""
+        return self.step if self.redraw == "system" else self.step ** 2 / self.heads
 
     def layer(self, x: np.ndarray, query: np.ndarray, key: np.ndarray, value: np.ndarray) -> np.ndarray:
         r"""One layer :math:`x \mapsto \mathrm{normalize}(x + \frac{\eta}{H}\sum_h V_h a_{Q_hK_h}(x))`.
@@ -222,7 +318,7 @@ class RandomAttention:
 
     def to_dict(self) -> dict:
         return {"model": "RandomAttention", "beta": self.beta, "heads": self.heads, "step": self.step,
-                "law": self.law.to_dict()}
+                "law": self.law.to_dict(), "redraw": self.redraw}
 
 
 #: At most this many draws estimate a sampled law's centring (fewer in high d: their memory).
@@ -368,6 +464,28 @@ def diameter(x: np.ndarray) -> np.ndarray:
     return np.sqrt(np.maximum(2.0 - 2.0 * gram.min(axis=(-1, -2)), 0.0))
 
 
+def span_dimension(x: np.ndarray, tolerance: float = 1e-3) -> np.ndarray:
+    r"""The rank collapse: how many eigenvalues of the tokens' Gram matrix exceed ``tolerance``.
+
+    The dimension of the span the tokens still fill ("A mathematical perspective on
+    Transformers", its phase diagrams' ``plotdim``): ``min(n, d)`` for spread tokens, 1 at collapse.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (..., n, d)
+        Tokens on the unit sphere (the Gram matrix's trace is ``n``).
+    tolerance : float
+        The eigenvalue below which a direction counts as collapsed (absolute; the paper's 1e-3).
+
+    Returns
+    -------
+    numpy.ndarray of int, shape (...,)
+    """
+    x = check_points(x, "x")
+    tolerance = check_real(tolerance, "tolerance", minimum=0.0)
+    return np.sum(np.linalg.eigvalsh(x @ np.swapaxes(x, -1, -2)) > tolerance, axis=-1)
+
+
 def batch_of_tokens(x0, name: str = "x0") -> tuple[np.ndarray, bool]:
     """``x0`` as ``(systems, n, d)`` unit vectors, and whether it was one system ``(n, d)``."""
     x = check_points(x0, name)
@@ -386,6 +504,8 @@ def collapse_dataset(frames: list[np.ndarray], times: np.ndarray, single: bool, 
         "mean_inner_product": (("system", "time"), mean_inner_product(x),
                                {"long_name": "mean pairwise inner product (1/n^2) sum_ij <x_i, x_j>"}),
         "diameter": (("system", "time"), diameter(x), {"long_name": "max_ij |x_i - x_j|"}),
+        "span_dimension": (("system", "time"), span_dimension(x),
+                           {"long_name": "Gram eigenvalues above 1e-3 (the dimension the tokens span)"}),
     }
     if keep_positions:
         variables["x"] = (("system", "time", "particle", "component"), x)
@@ -438,27 +558,80 @@ def simulate_random_layers(model: RandomAttention, x0, layers: int, *, seed: int
     """
     if not isinstance(model, RandomAttention):
         raise TypeError(f"model must be a RandomAttention, got {type(model).__name__}")
-    x, single = batch_of_tokens(x0)
     layers = check_int(layers, "layers", minimum=1)
     record_every = check_int(record_every, "record_every", minimum=1)
+    record = sorted({*range(record_every, layers + 1, record_every), layers})
+    seed = reproducible_seed(seed)
+    frames, index = observe_random_layers(model, x0, record, lambda x: x, seed=seed, progress=progress)
+    settings = {"seed": seed, "layers": layers, "record_every": record_every}
+    return collapse_dataset(frames, index * model.layer_time, np.ndim(x0) == 2, keep_positions, model, settings,
+                            {"layer": ("time", index)})
+
+
+def observe_random_layers(model: RandomAttention, x0, record, observe: Callable[[np.ndarray], object], *,
+                          seed: int | np.random.Generator | None = None, progress: bool | None = None):
+    r"""Run the random-weight chain, keeping only ``observe(x)`` at layer 0 and at the ``record`` layers.
+
+    The engine of :func:`simulate_random_layers` for large ensembles (sweeps): the same draws
+    (system ``s`` from ``SeedSequence(seed, spawn_key=(s,))``), without the tokens' history.
+
+    Parameters
+    ----------
+    model : RandomAttention
+    x0 : array_like, shape (n, d) or (systems, n, d)
+        Initial tokens on the unit sphere.
+    record : sequence of int
+        Increasing layer indices ``>= 1``; the run ends at the last.
+    observe : callable
+        ``observe(x)`` of tokens ``(systems, n, d)`` (do not keep ``x`` itself: it is updated in place).
+    seed : int or numpy.random.Generator, optional
+        As :func:`simulate_random_layers`.
+    progress : bool, optional
+        Progress bar (default: when stderr is a terminal).
+
+    Returns
+    -------
+    observations : list
+        ``observe`` at layer 0 and at every recorded layer.
+    layers : numpy.ndarray of int
+        ``0`` and ``record``.
+
+    Raises
+    ------
+    ValueError
+        If ``record`` is not increasing positive integers, or the weights drawn once per system
+        (``redraw="system"``) would not fit in memory.
+    """
+    x, _ = batch_of_tokens(x0)
+    record = [check_int(layer, "record", minimum=1) for layer in record]
+    if not record or any(b <= a for a, b in zip(record, record[1:])):
+        raise ValueError(f"record must be increasing layer indices >= 1, got {record!r}")
     seed = reproducible_seed(seed)
     generators = system_generators(seed, x.shape[0])
-    d, heads = x.shape[-1], model.heads
+    d, heads, systems = x.shape[-1], model.heads, x.shape[0]
     block = max(1, WEIGHT_BLOCK // (3 * heads * d * d))
-    frames, recorded = [x], [0]
-    with time_progress(0.0, float(layers), progress, "layers") as bar:
-        for layer in range(1, layers + 1):
+    fixed = None
+    if model.redraw == "system":
+        check_memory(24.0 * systems * heads * d * d, f"redraw='system' with {systems} systems, {heads} heads, d = {d}",
+                     "run fewer systems at once")
+        fixed = _draws(model, generators, heads, d)
+    observations, layers = [observe(x)], [0]
+    with time_progress(0.0, float(record[-1]), progress, "layers") as bar:
+        for layer in range(1, record[-1] + 1):
             x = x.copy()
-            for start in range(0, x.shape[0], block):
+            for start in range(0, systems, block):
                 part = slice(start, start + block)
-                draws = [model.law.sample(g, heads, d) for g in generators[part]]
-                query, key, value = (np.stack([draw[i] for draw in draws]) for i in range(3))
-                x[part] = model.layer(x[part], query, key, value)
-            if layer % record_every == 0 or layer == layers:
-                frames.append(x)
-                recorded.append(layer)
+                weights = _draws(model, generators[part], heads, d) if fixed is None else \
+                    tuple(w[part] for w in fixed)
+                x[part] = model.layer(x[part], *weights)
+            if layer in record:
+                observations.append(observe(x))
+                layers.append(layer)
             bar.update(1.0)
-    index = np.asarray(recorded)
-    settings = {"seed": seed, "layers": layers, "record_every": record_every}
-    return collapse_dataset(frames, index * model.layer_time, single, keep_positions, model, settings,
-                            {"layer": ("time", index)})
+    return observations, np.asarray(layers)
+
+
+def _draws(model: RandomAttention, generators, heads: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(Q, K, V)`` of shape ``(systems, heads, d, d)``, one draw of ``heads`` per generator."""
+    draws = [model.law.sample(g, heads, d) for g in generators]
+    return tuple(np.stack([draw[i] for draw in draws]) for i in range(3))

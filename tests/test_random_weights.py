@@ -199,7 +199,7 @@ def test_bad_regimes_and_laws_are_refused_with_the_reason():
                                mf.sample_uniform(3, 2, rng=0), 1)
     with pytest.raises(ValueError, match="step must be > 0"):
         RandomAttention(1.0, step=0.0)
-    with pytest.raises(TypeError, match="law must be a GaussianWeights or SampledWeights, got 'gaussian'"):
+    with pytest.raises(TypeError, match="law must be a GaussianWeights, MatrixWeights or SampledWeights, got 'gaussian'"):
         RandomAttention(1.0, law="gaussian")
     with pytest.raises(ValueError, match="key_std"):
         GaussianWeights(key_std=-1.0)
