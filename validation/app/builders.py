@@ -44,11 +44,16 @@ def build_run(config: ExperimentConfig) -> RunObjects:
     return RunObjects(config, config.times.array(), model, solver, initial)
 
 
-def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttention | mf.PureAttention:
+def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttention | mf.PureAttention | \
+        mf.RandomAttention:
     spec = config.model
     matrices = {key: (value if value is None or np.ndim(value) == 0 else np.asarray(value, dtype=float))
                 for key, value in (("query", spec.query), ("key", spec.key), ("value", spec.value))}
     try:
+        if spec.random is not None:
+            law = mf.MatrixWeights(spec.random.bilinear, spec.random.value)
+            return mf.RandomAttention(spec.beta, heads=spec.random.heads, step=config.method.dt, law=law,
+                                      redraw=spec.random.redraw)
         if config.euclidean:
             return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, normalization=spec.normalization,
                                     gain=spec.gain, attention=spec.attention,

@@ -28,6 +28,12 @@ Example (see ``examples/``)::
     # rotary = 4.0                      # the rotary encoding (RoPE), an angle per unit of i/n per
                                         # coordinate plane of the query space: particles only
 
+    # [model.random]                    # random weights (particles, scheme = "layer", step method.dt):
+    # bilinear = "wigner"               # Q^T K: "identity", "gaussian" or "wigner" (meanfield.MatrixWeights)
+    # value = "identity"                # V: "identity", "gaussian", "wishart", "bilinear", "-bilinear"
+    # heads = 1
+    # redraw = "system"                 # drawn once per system (or "layer": at every layer)
+
     # [model.perceptron]                # the perceptron block added to attention
     # weights = [1.0, -0.5]             # w_j
     # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
@@ -68,6 +74,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.docstrings import fill_docstrings
+from meanfield.random_weights import MatrixWeights, RandomAttention
 from solvers.methods import METHODS, METHODS_BY_NAME
 
 if sys.version_info >= (3, 11):
@@ -189,6 +196,16 @@ class PerceptronConfig:
     directions: tuple
 
 
+@dataclass(frozen=True)
+class RandomWeightsConfig:
+    """``[model.random]``: the law of random weights (:class:`meanfield.MatrixWeights`), heads, and when to redraw."""
+
+    bilinear: str = "wigner"
+    value: str = "identity"
+    heads: int = 1
+    redraw: str = "system"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig(ConfigSection):
     """``[model]``: the :class:`~meanfield.SelfAttention` (or causal attention) to run."""
@@ -205,6 +222,10 @@ class ModelConfig(ConfigSection):
     key: Any = option(None, types=(list, str, tuple), help="K: a (k, d) / (heads, k, d) matrix (k as the query's) or a .npy path")
     perceptron: Any = option(None, types=(dict, PerceptronConfig),
                              help="the perceptron block: weights (J numbers), directions (J d-vectors)")
+    random: Any = option(None, types=(dict, RandomWeightsConfig),
+                         help="random weights per system or layer: bilinear ('identity', 'gaussian', 'wigner'), "
+                              "value ('identity', 'gaussian', 'wishart', 'bilinear', '-bilinear'), heads, redraw "
+                              "('system' or 'layer'); particles with scheme = 'layer', step method.dt")
     time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
     rescaled: bool = option(False, types=bool, help="geometry = 'euclidean': evolve the rescaled tokens "
                                                     "z = exp(-tV) x (pure attention)")
@@ -487,6 +508,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
         raise ConfigError(f"initial.kind = 'gaussian' draws tokens in R^d (geometry = 'euclidean'), "
                           f"got geometry = {geometry!r}")
     _check_mode_resolved(config)
+    config = _checked_random(config)
     model = read_matrices(config, base)
     _check_causal(config)
     _check_attention_variant(config)
@@ -629,6 +651,38 @@ def _check_attention_variant(config: ExperimentConfig) -> None:
         raise ConfigError(f"model.rotary runs as particles (method.kind = 'particles'; its position-indexed mean "
                           f"field is solvers.PositionalQuantiles from Python), got method.kind = "
                           f"{config.method.kind!r}")
+
+
+#: The ``[model]`` keys random weights take (the others must keep their defaults).
+RANDOM_MODEL_KEYS = {"beta", "random"}
+
+
+def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
+    """``[model.random]``: a known law, particles with the layer scheme, times on the layers, no other model keys."""
+    random = config.model.random
+    if random is None:
+        return config
+    if isinstance(random, dict):
+        unknown = set(random) - {f.name for f in dataclasses.fields(RandomWeightsConfig)}
+        if unknown:
+            raise ConfigError(f"model.random takes bilinear, value, heads and redraw, got unknown keys {sorted(unknown)}")
+        random = RandomWeightsConfig(**random)
+    try:
+        RandomAttention(1.0, heads=random.heads, law=MatrixWeights(random.bilinear, random.value), redraw=random.redraw)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"model.random: {error}") from None
+    method = config.method
+    if method.kind != "particles" or method.scheme != "layer":
+        raise ConfigError(f"model.random runs the layers of particles (method.kind = 'particles', scheme = 'layer', "
+                          f"step method.dt), got method.kind = {method.kind!r}, scheme = {method.scheme!r}")
+    for key, value in values_of(config.model).items():
+        if key not in RANDOM_MODEL_KEYS and value != _default(ModelConfig, key):
+            raise ConfigError(f"model.{key} does not apply with model.random (the law draws Q, K and V)")
+    layers = config.times.array() / method.dt
+    if not np.allclose(layers, np.round(layers), rtol=0, atol=1e-9) or config.times.array()[0] != 0:
+        raise ConfigError(f"times must start at 0 and lie on the layers, multiples of method.dt = {method.dt:g} "
+                          "(model.random)")
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, random=random))
 
 
 def _check_causal(config: ExperimentConfig) -> None:

@@ -211,6 +211,8 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     task = tasks[0]
     config = task.config
     model = build_model(config)
+    if isinstance(model, mf.RandomAttention):
+        return [_random_weight_chunk(other) for other in tasks]
     generators = [np.random.default_rng([config.method.seed, other.chunk]) for other in tasks]
     density = initial_density(config)
     x0 = np.concatenate([initial_particles(config, density, generator, systems=task.systems)
@@ -244,6 +246,28 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
                                       dt=config.method.dt, rng=generators[0], invariant=True, betas=betas)
     sums = np.array([[to_numpy(value) for value in frame] for frame in frames])  # (time, 3, task)
     return [dict(zip(("clustered", "inner_product", "order_parameter"), sums[:, :, k].T)) for k in range(len(tasks))]
+
+
+def _random_weight_chunk(task: Task) -> dict[str, np.ndarray]:
+    """A chunk of random-weight systems: tokens, then each system's weights, from the chunk's generator.
+
+    The weights' seed is the chunk generator's next draw after the tokens (recorded by the
+    chunk's key): the same tokens and weights at every ``beta``.
+    """
+    config = task.config
+    model = build_model(config)
+    generator = np.random.default_rng([config.method.seed, task.chunk])
+    x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
+    layers = np.round(config.times.array() / config.method.dt).astype(int)
+
+    def observe(x) -> np.ndarray:
+        sums = np.empty((3, 1))
+        _observed_sums(x, task.tolerance, sums)
+        return np.append(sums[:, 0], mf.span_dimension(x).sum())
+
+    frames, _ = mf.observe_random_layers(model, x0, layers[1:].tolist(), observe, seed=generator, progress=False)
+    sums = np.array(frames)  # (time, 4)
+    return dict(zip(("clustered", "inner_product", "order_parameter", "span_dimension"), sums.T))
 
 
 def euclidean_sums(x, tolerance: float, per_task: tuple[int, int]) -> list:
@@ -338,9 +362,12 @@ def combine_point(results: list[dict[str, np.ndarray]], realisations: int) -> di
     if "clustered" not in results[0]:
         return results[0]
     totals = {name: sum(result[name] for result in results) for name in results[0]}
-    return {"clustered_probability": totals["clustered"] / realisations,
-            "inner_product": totals["inner_product"] / realisations,
-            "order_parameter": totals["order_parameter"] / realisations}
+    means = {"clustered_probability": totals["clustered"] / realisations,
+             "inner_product": totals["inner_product"] / realisations,
+             "order_parameter": totals["order_parameter"] / realisations}
+    if "span_dimension" in totals:  # random weights: the rank collapse
+        means["span_dimension"] = totals["span_dimension"] / realisations
+    return means
 
 
 def run_point(sweep: SweepConfig, config: ExperimentConfig) -> dict[str, np.ndarray]:
@@ -611,6 +638,8 @@ def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) 
             ds["clustered_probability"].attrs["long_name"] = f"P(<x_1, x_2> >= 1 - {tolerance:g})"
             ds["inner_product"].attrs["long_name"] = "mean <x_1, x_2>"
             ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i x_i|"
+        if "span_dimension" in ds:
+            ds["span_dimension"].attrs["long_name"] = "mean number of Gram eigenvalues above 1e-3 (the span)"
     ds.attrs.update(kind=SWEEP, method=sweep.base.method.kind, config=json.dumps(sweep.base.to_dict()),
                     grid=json.dumps(sweep.grid), settings=json.dumps(dataclasses.asdict(sweep.settings)),
                     version=package_version())
