@@ -67,11 +67,14 @@ class Architecture:
         return "qkv" in self.parts
 
 
+#: ``config.json``'s size keys of BERT and its descendants (ALBERT).
+_BERT_SIZES = {"hidden": "hidden_size", "heads": "num_attention_heads", "layers": "num_hidden_layers",
+               "eps": "layer_norm_eps", "activation": "hidden_act", "inner": "intermediate_size"}
+
 BERT = Architecture(
     model_type="bert",
     prefixes=("bert.",),
-    sizes={"hidden": "hidden_size", "heads": "num_attention_heads", "layers": "num_hidden_layers",
-           "eps": "layer_norm_eps", "activation": "hidden_act", "inner": "intermediate_size"},
+    sizes=_BERT_SIZES,
     embeddings={"word": "embeddings.word_embeddings.weight", "position": "embeddings.position_embeddings.weight",
                 "token_type": "embeddings.token_type_embeddings.weight", "norm": "embeddings.LayerNorm"},
     block="encoder.layer.{layer}.",
@@ -80,11 +83,14 @@ BERT = Architecture(
            "inner": "intermediate.dense", "outer": "output.dense", "feed_forward_norm": "output.LayerNorm"},
     linear_layout="out_in", placement="post", causal=False)
 
-ALBERT = Architecture(
+AL#: ``config.json``'s size keys of BERT and its descendants (ALBERT).
+_BERT_SIZES = {"hidden": "hidden_size", "heads": "num_attention_heads", "layers": "num_hidden_layers",
+               "eps": "layer_norm_eps", "activation": "hidden_act", "inner": "intermediate_size"}
+
+BERT = Architecture(
     model_type="albert",
     prefixes=("albert.",),
-    sizes={"hidden": "hidden_size", "heads": "num_attention_heads", "layers": "num_hidden_layers",
-           "eps": "layer_norm_eps", "activation": "hidden_act", "inner": "intermediate_size"},
+    sizes=_BERT_SIZES,
     embeddings={"word": "embeddings.word_embeddings.weight", "position": "embeddings.position_embeddings.weight",
                 "token_type": "embeddings.token_type_embeddings.weight", "norm": "embeddings.LayerNorm",
                 "projection": "encoder.embedding_hidden_mapping_in"},
