@@ -83,11 +83,7 @@ BERT = Architecture(
            "inner": "intermediate.dense", "outer": "output.dense", "feed_forward_norm": "output.LayerNorm"},
     linear_layout="out_in", placement="post", causal=False)
 
-AL#: ``config.json``'s size keys of BERT and its descendants (ALBERT).
-_BERT_SIZES = {"hidden": "hidden_size", "heads": "num_attention_heads", "layers": "num_hidden_layers",
-               "eps": "layer_norm_eps", "activation": "hidden_act", "inner": "intermediate_size"}
-
-BERT = Architecture(
+ALBERT = Architecture(
     model_type="albert",
     prefixes=("albert.",),
     sizes=_BERT_SIZES,
