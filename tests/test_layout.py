@@ -94,10 +94,15 @@ def test_the_application_may_import_everything_below_it():
     assert not violations(source, "validation.app.sweep")
 
 
+#: Public subpackages with their own ``__all__`` (and API page): their exceptions are exported there.
+SUBPACKAGES = ("validation.app", "meanfield.pretrained")
+
+
 def exception_classes(package: str):
     root = importlib.import_module(package)
     for info in pkgutil.walk_packages(root.__path__, package + "."):
-        if info.name.startswith("validation.app") != (package == "validation.app"):
+        owner = next((sub for sub in SUBPACKAGES if info.name.startswith(sub + ".")), None)
+        if owner is not None and owner != package:
             continue
         module = importlib.import_module(info.name)
         for name, value in vars(module).items():
@@ -105,7 +110,7 @@ def exception_classes(package: str):
                 yield name, value
 
 
-@pytest.mark.parametrize("package", ["meanfield", "solvers", "validation", "validation.app"])
+@pytest.mark.parametrize("package", ["meanfield", "meanfield.pretrained", "solvers", "validation", "validation.app"])
 def test_every_exception_and_warning_the_library_defines_is_exported(package):
     exported = importlib.import_module(package).__all__
     missing = [name for name, _ in exception_classes(package) if name not in exported]

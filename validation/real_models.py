@@ -40,6 +40,7 @@ import math
 from typing import Callable
 
 import numpy as np
+import xarray as xr
 from scipy.optimize import minimize_scalar
 
 import meanfield as mf
@@ -185,8 +186,6 @@ def compare_dynamics(transformer: Transformer, ids: object | None = None, *, emb
         :data:`SYSTEMS` and ``time`` the layer; ``x`` (model, time, particle, component) the
         directions of the tokens; ``attrs["beta"]`` the isotropic model's.
     """
-    import xarray as xr
-
     real = transformer.hidden_states(ids, embeddings=embeddings).x.values
     causal = transformer.architecture.causal
     beta = fit_isotropic_beta(real, causal=causal) if beta is None else check_real(beta, "beta", minimum=0.0,
@@ -244,8 +243,6 @@ def value_spectra(transformer: Transformer):
         ``eigenvalues`` (time, head, index), complex, by decreasing modulus; ``good_triple``
         (time, head); ``time`` is the layer (1 for the first block).
     """
-    import xarray as xr
-
     eigenvalues, good = [], []
     for block in transformer.blocks:
         bilinear, value = block.attention.folded()

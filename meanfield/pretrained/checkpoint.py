@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xarray as xr
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
 from ..records import PARTICLES, euclidean_name, record_attrs
+from ..sphere import normalize
 from .architectures import ARCHITECTURES, Architecture
 from .layers import ACTIVATIONS, Block, FeedForward, LayerNorm, MultiHeadAttention
 
@@ -101,8 +103,8 @@ class _Reader:
 
     def size(self, role: str, *, default: int | None = None) -> int:
         key = self.architecture.sizes[role]
-        value = self.config.get(key, default)
-        if value is None and default is not None:
+        value = self.config.get(key)
+        if value is None:
             value = default
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise CheckpointError(f"{self.folder / 'config.json'}: {key} must be a positive integer, got {value!r}")
@@ -115,11 +117,12 @@ class _Reader:
             raise CheckpointError(f"{self.folder / 'config.json'}: {key} must be a number > 0, got {value!r}")
         return float(value)
 
-    def tensor(self, name: str, shape: tuple[int, ...], what: str) -> np.ndarray:
+    def tensor(self, name: str, shape: tuple[int | None, ...], what: str) -> np.ndarray:
+        """The tensor ``name`` as float64; ``None`` in ``shape`` takes any length there."""
         if name not in self.tensors:
             raise CheckpointError(f"{self.files[0]}: no tensor {name!r} ({what})")
         array, path = self.tensors[name]
-        if array.shape != shape:
+        if len(array.shape) != len(shape) or any(e is not None and a != e for a, e in zip(array.shape, shape)):
             raise CheckpointError(f"{path}: tensor {name!r} ({what}) has shape {array.shape}, expected {shape} "
                                   f"from config.json")
         if not np.issubdtype(array.dtype, np.floating):
@@ -261,7 +264,9 @@ class Transformer:
         -------
         xarray.Dataset
             ``x`` (time, particle, component): the residual stream, ``time = 0`` the input and
-            ``time = l`` after block ``l``; ``output``: the model's output (the final norm of the
+            ``time = l`` after block ``l``; ``u``: its directions :math:`x/|x|`, which the
+            sphere's observables (:func:`meanfield.mean_inner_product`, ...) read unchanged;
+            ``output``: the model's output (the final norm of the
             last layer for pre-LN models, else the last layer).
 
         Raises
@@ -269,8 +274,6 @@ class Transformer:
         ValueError
             When neither or both of ``ids`` and ``embeddings`` are given, or they have the wrong shape.
         """
-        import xarray as xr
-
         x = self._input(ids, embeddings)
         frames = [x]
         for block in self.blocks:
@@ -278,7 +281,10 @@ class Transformer:
         output = frames[-1] if self.final_norm is None else self.final_norm(frames[-1])
         settings = {"source": self.source, "placement": self.architecture.placement,
                     "causal": self.architecture.causal}
-        ds = xr.Dataset({"x": (("time", "particle", "component"), np.stack(frames)),
+        x = np.stack(frames)
+        ds = xr.Dataset({"x": (("time", "particle", "component"), x),
+                         "u": (("time", "particle", "component"), normalize(x),
+                               {"long_name": "the tokens' directions x / |x| (the sphere's observables read them)"}),
                          "output": (("particle", "component"), output)},
                         coords={"time": np.arange(self.layers + 1.0)})
         ds["time"].attrs["long_name"] = "layer"
@@ -383,14 +389,9 @@ def _block(reader: _Reader, layer: int, d: int, heads: int) -> Block:
 
 def _embeddings(reader: _Reader, d: int) -> Embeddings:
     names = reader.architecture.embeddings
-    if "word" not in names or names["word"] not in reader.tensors:
-        raise CheckpointError(f"{reader.files[0]}: no tensor {names.get('word')!r} (word embeddings)")
-    word_shape = reader.tensors[names["word"]][0].shape
-    size = word_shape[-1] if len(word_shape) == 2 else d
-    vocabulary = reader.config.get("vocab_size", word_shape[0])
-    word = reader.tensor(names["word"], (vocabulary, size), "word embeddings")
-    positions = reader.tensors.get(names["position"], (np.empty((0, 0)), None))[0].shape[0]
-    position = reader.tensor(names["position"], (positions, size), "position embeddings")
+    word = reader.tensor(names["word"], (reader.config.get("vocab_size"), None), "word embeddings")
+    size = word.shape[1]  # ALBERT's embedding size, else the hidden size
+    position = reader.tensor(names["position"], (None, size), "position embeddings")
     token_type = None
     if "token_type" in names:
         types = reader.config.get("type_vocab_size", 2)
