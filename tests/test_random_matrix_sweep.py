@@ -77,6 +77,8 @@ def test_a_random_weight_point_is_its_seeded_systems(tmp_path):
     ({'[model.random]': '[model.random]\nsize = 3'}, r"unknown keys \['size'\]"),
     ({'beta = 1.0': 'beta = 1.0\nvalue = 2.0'}, "model.value does not apply with model.random"),
     ({'count = 7': 'count = 8'}, "times must start at 0 and lie on the layers"),
+    ({'cluster_tolerance = 0.05': 'cluster_tolerance = 0.05\ndevice = "array_api_strict"'},
+     "random weights .model.random. run on numpy only"),
 ])
 def test_bad_random_weight_configs_are_refused_naming_the_key(tmp_path, replace, message):
     with pytest.raises(ConfigError, match=message):

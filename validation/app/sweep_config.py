@@ -193,6 +193,8 @@ def check_sweep_config(raw: dict, base: Path = Path(".")) -> SweepConfig:
         raise ConfigError(f"sweep.grid has {points:.3g} points, more than {MAX_POINTS}: each is a run of its own "
                           f"(checked up front, stored as parts); lower the counts or split the sweep")
     config = SweepConfig(check_config(raw, base), grid, settings)
+    if config.base.model.random is not None and settings.device != "numpy":
+        raise ConfigError(f"sweep.device = {settings.device!r}: random weights (model.random) run on numpy only")
     for index, point in config.points():  # every point is checked as a run would be, before anything runs
         try:
             if config.particles and point.method.n < 2:
