@@ -6,7 +6,7 @@ Reads a Hugging Face checkpoint (``--checkpoint FOLDER`` with ``config.json`` an
 weights in the real format (:func:`meanfield.pretrained.write_random_checkpoint`), runs its
 forward pass on a prompt (``--ids``, token ids from the model's own tokenizer; random ids by
 default) and holds the hidden states against the library's dynamics from the same input
-embeddings (:func:`validation.real_models.compare_dynamics`).
+embeddings (:func:`validation.compare_dynamics`).
 
 Top left: the histograms of the pairwise cosine similarities of the real hidden states at a few
 layers ("A mathematical perspective on Transformers", Fig. 1: they move toward one as the tokens

@@ -166,7 +166,7 @@ class MatrixWeights:
     Raises
     ------
     ValueError
-        Naming the argument, for a law not in :data:`BILINEAR_LAWS` or :data:`VALUE_LAWS`.
+        Naming the argument, for a law not listed above.
     """
 
     bilinear: str = "wigner"
@@ -187,7 +187,22 @@ class MatrixWeights:
         return self.bilinear == "identity"
 
     def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Independent draws of ``(Q, K, V)``, each of shape ``(count, d, d)``, from ``rng`` only."""
+        """Independent draws of the weights.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator
+            The only source of randomness (runs repeat from their recorded seed).
+        count : int
+            Number of draws (systems times heads).
+        d : int
+            Dimension of the tokens.
+
+        Returns
+        -------
+        tuple of numpy.ndarray
+            ``(Q, K, V)``, each of shape ``(count, d, d)``.
+        """
         eye = np.broadcast_to(np.eye(d), (count, d, d))
         if self.bilinear == "identity":
             query, key = eye, eye

@@ -177,13 +177,14 @@ def compare_dynamics(transformer: Transformer, ids: object | None = None, *, emb
     embeddings : array_like, shape (n, d), optional
         The first block's input instead of ``ids``.
     beta : float, optional
-        The isotropic model's inverse temperature; fitted (:func:`fit_isotropic_beta`) when omitted.
+        The isotropic model's inverse temperature; fitted when omitted (least squares of the mean
+        inner products over the layers, bounded Brent in ``log beta`` over ``[1e-2, 1e3]``).
 
     Returns
     -------
     xarray.Dataset
         ``mean_inner_product`` and ``direction_error`` over (model, time), ``model`` one of
-        :data:`SYSTEMS` and ``time`` the layer; ``x`` (model, time, particle, component) the
+        ``"real"``, ``"weights"``, ``"attention only"``, ``"isotropic"`` and ``time`` the layer; ``x`` (model, time, particle, component) the
         directions of the tokens; ``attrs["beta"]`` the isotropic model's.
     """
     real = transformer.hidden_states(ids, embeddings=embeddings).x.values
@@ -220,7 +221,7 @@ def is_good_triple(bilinear: object, value: object) -> bool:
     -------
     bool
         The eigenvalue of largest modulus of ``V`` is real, positive and simple
-        (:func:`meanfield.limit_geometry.leading_eigenpair`), and
+        (``meanfield.limit_geometry.leading_eigenpair``), and
         :math:`\varphi_1^TQ^TK\varphi_1 > 0` on its eigenvector.
     """
     try:
@@ -272,7 +273,7 @@ def good_triple_fraction(d: int, samples: int, *, law: Callable[[int, np.random.
     samples : int
         Number of draws.
     law : callable
-        ``law(d, rng)`` draws one ``(d, d)`` matrix (default :func:`ginibre`).
+        ``law(d, rng)`` draws one ``(d, d)`` matrix (default: real Ginibre, iid standard normal entries).
     seed : int, optional
         Draw ``s`` uses ``SeedSequence(seed, spawn_key=(s,))``: the same seed repeats every draw.
 

@@ -10,7 +10,7 @@ Public names::
     ACTIVATIONS                                     the feed-forward activations by config name
 
 ``safetensors`` reads the tensors (numpy API, no deep-learning framework). The comparison of a
-real model's hidden states with the mean-field dynamics is :mod:`validation.real_models`.
+real model's hidden states with the mean-field dynamics is :func:`validation.compare_dynamics`.
 """
 
 from .architectures import ARCHITECTURES, Architecture

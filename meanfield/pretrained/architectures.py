@@ -17,7 +17,7 @@ from dataclasses import dataclass
 class Architecture:
     """How one family's ``config.json`` and tensors map onto a Transformer's blocks.
 
-    Attributes
+    Parameters
     ----------
     model_type : str
         ``config.json``'s ``model_type``.

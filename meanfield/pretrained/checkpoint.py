@@ -168,6 +168,15 @@ class Embeddings:
 
     ``x_i = P(N(W[t_i] + E[i] + T[s_i]))`` with the optional norm ``N`` (BERT, ALBERT) and
     projection ``P`` (ALBERT's embedding size to hidden size).
+
+    Parameters
+    ----------
+    word : numpy.ndarray, shape (vocabulary, e)
+    position : numpy.ndarray, shape (positions, e)
+    token_type : numpy.ndarray, shape (types, e), or None
+    norm : LayerNorm or None
+    projection : tuple of numpy.ndarray, or None
+        ``(weight (e, d), bias (d,))``.
     """
 
     word: np.ndarray
@@ -192,10 +201,10 @@ class Embeddings:
 class Transformer:
     """A trained Transformer read from a checkpoint: embeddings, blocks, and the final norm.
 
-    Attributes
+    Parameters
     ----------
     architecture : Architecture
-        The family's mapping (:data:`~meanfield.pretrained.architectures.ARCHITECTURES`).
+        The family's mapping (an entry of ``meanfield.pretrained.ARCHITECTURES``).
     config : dict
         ``config.json``.
     embeddings : Embeddings
@@ -233,6 +242,11 @@ class Transformer:
         token_types : array_like of int, optional
             BERT and ALBERT's segment ids (default all zero).
 
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The first block's input.
+
         Raises
         ------
         ValueError
@@ -258,7 +272,7 @@ class Transformer:
             Token ids (embedded with :meth:`embed`).
         embeddings : array_like, shape (n, d), optional
             The input of the first block instead of ``ids`` (the same input for the library's
-            dynamics, :mod:`validation.real_models`).
+            dynamics, :func:`validation.compare_dynamics`).
 
         Returns
         -------
@@ -305,7 +319,13 @@ class Transformer:
         return x
 
     def to_dict(self) -> dict:
-        """The record of a dataset: family, sizes and source."""
+        """The record of a dataset.
+
+        Returns
+        -------
+        dict
+            The family, the sizes and the source folder.
+        """
         return {"model": "Transformer", "model_type": self.architecture.model_type, "source": self.source,
                 "layers": self.layers, "dimension": self.dimension, "heads": self.blocks[0].attention.heads}
 

@@ -139,7 +139,18 @@ class MultiHeadAttention:
         return np.swapaxes(projected, -2, -3)
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
-        """The attention matrices :math:`P^h` of tokens ``x`` ``(..., n, d)``, shape ``(..., heads, n, n)``."""
+        """The attention matrices :math:`P^h`.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., heads, n, n)
+            Rows summing to one (zero above the diagonal when causal).
+        """
         queries = self._heads(x, self.query, self.query_bias)
         keys = self._heads(x, self.key, self.key_bias)
         logits = queries @ np.swapaxes(keys, -1, -2) / math.sqrt(self.head_dimension)
@@ -229,13 +240,29 @@ class FeedForward:
         return self.inner.shape[0]
 
     def field(self, x: np.ndarray) -> np.ndarray:
-        """:math:`f(x)` for tokens ``x`` of shape ``(..., d)``."""
+        """The block's output :math:`f(x)`.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., d)
+            Tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., d)
+        """
         return ACTIVATIONS[self.activation](x @ self.inner + self.inner_bias) @ self.outer + self.outer_bias
 
     __call__ = field
 
     def potential(self, x: np.ndarray) -> None:
-        """``None``: a trained feed-forward block is no gradient."""
+        """``None``: a trained feed-forward block is no gradient.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., d)
+            Tokens (unused).
+        """
         return None
 
     def to_dict(self) -> dict:
@@ -268,7 +295,18 @@ class Block:
             raise ValueError(f"placement must be 'post' or 'pre', got {self.placement!r}")
 
     def attention_input(self, x: np.ndarray) -> np.ndarray:
-        """What the attention sub-layer reads: ``x`` (post-LN) or its norm (pre-LN)."""
+        """What the attention sub-layer reads.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            The block's input.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            ``x`` (post-LN) or its norm (pre-LN).
+        """
         return self.attention_norm(x) if self.placement == "pre" else x
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
