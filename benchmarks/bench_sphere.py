@@ -10,13 +10,19 @@
    measured error is at most the default's at the default rtol (target of the architecture
    issue: at least 2x cheaper); the same comparison at the default rtol for both; and both
    pairs run on past the under-resolution (lmax = 31 to t = 12), where 8(5,3) is the slower.
+4. Threads: the run of 2. to t = 3 on shtns's one thread (the default) against two threads,
+   on an idle machine and with a CPU-bound process on the other core (a busy loop started for
+   the measurement), paired runs.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import warnings
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -61,7 +67,33 @@ def run() -> list[tuple[str, float, float, float]]:
         values, np.linspace(0, 7, 8), progress=False)
     other = time.perf_counter() - start
     rows.append(("  same run, dormand_prince_853 vs the default [s]", other, elapsed, other / elapsed))
-    return rows + compare_pairs(values) + past_underresolution()
+    return rows + compare_pairs(values) + past_underresolution() + threads(values)
+
+
+@contextmanager
+def busy_core():
+    """A CPU-bound process (a busy loop) for the duration of the block."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.5)
+        yield
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def threads(values: np.ndarray) -> list[tuple[str, float, float, float]]:
+    """One thread (the default) against two, idle and with the other core busy."""
+    solvers = {k: SphereSpectral(mf.SelfAttention(9.0), lmax=LMAX, threads=k) for k in (1, 2)}
+    times = np.linspace(0, 3, 4)
+
+    def run(k):
+        return lambda: solvers[k].solve(values, times, progress=False)
+    rows = [("threads: SphereSpectral lmax=127 to t=3, 1 (default) vs 2 threads, idle", *compare(
+        run(1), run(2), rounds=2, repeats=2))]
+    with busy_core():
+        rows.append(("  same, the other core busy", *compare(run(1), run(2), rounds=2, repeats=2)))
+    return rows
 
 
 def past_underresolution() -> list[tuple[str, float, float, float]]:

@@ -107,7 +107,7 @@ METHODS: tuple[Method, ...] = (
            settings=("cells", "layers", *_GRID)),
     Method("CausalCircleSpectral", "circle", "fourier", causal=True,
            settings=("cells", "layers", *_GRID)),
-    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", *_GRID)),
+    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", "threads", *_GRID)),
     Method("SphereWeightedParticles", "sphere", "atoms",
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),  # as CircleLagrangian
     Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",

@@ -277,3 +277,24 @@ def test_dormand_prince_853_by_name_meets_rtol_and_is_refused_with_diffusion():
     assert evaluations["dormand_prince_853"] < evaluations["dormand_prince"], evaluations
     with pytest.raises(ValueError, match="dormand_prince_853.*nondecreasing abscissas"):
         SphereSpectral(mf.SelfAttention(1.0, diffusion=0.1), tableau="dormand_prince_853")
+
+
+def test_threads_change_the_time_not_the_numbers(tmp_path):
+    """shtns on two threads gives the one-thread run bit for bit; configs take method.threads."""
+    rho0 = lambda x: 1 + 0.3 * x[..., 2] * x[..., 0]  # noqa: E731
+    one = SphereSpectral(mf.SelfAttention(5.0), lmax=31).solve(rho0, [0.0, 1.0], progress=False)
+    two = SphereSpectral(mf.SelfAttention(5.0), lmax=31, threads=2).solve(rho0, [0.0, 1.0], progress=False)
+    np.testing.assert_array_equal(one.rho.values, two.rho.values)
+    assert SphereGrid(15).threads == 1  # the default: no second thread waiting for a busy core
+    with pytest.raises(ValueError, match="threads must be an integer >= 1, got 0"):
+        SphereSpectral(mf.SelfAttention(5.0), lmax=31, threads=0)
+    from validation.app.builders import build_run
+    from validation.app.config import check_config
+    from validation.app.errors import ConfigError
+
+    config = {"geometry": "sphere", "output": str(tmp_path), "times": {"stop": 0.1, "count": 2},
+              "model": {"beta": 1.0}, "method": {"kind": "SphereSpectral", "lmax": 15, "threads": 2},
+              "initial": {"kind": "perturbed_uniform", "mode": 2}}
+    assert build_run(check_config(config)).solver.threads == 2
+    with pytest.raises(ConfigError, match="threads"):
+        check_config({**config, "method": {"kind": "SphereSpectralParticles", "lmax": 15, "threads": 2}})

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from meanfield.checks import check_int
 from meanfield.sphere import sphere_points
 
 
@@ -54,11 +55,17 @@ def grid_shape(lmax: int) -> tuple[int, int]:
     return nlat, 2 * nlat
 
 
+#: shtns's threads unless a solver asks for more: on a machine with other work a second
+#: thread makes a transform wait for a busy core (docs/performance.md, "Threads").
+DEFAULT_THREADS = 1
+
+
 @dataclass(frozen=True, eq=False)
 class SphereGrid:
-    """Transforms up to degree ``lmax`` on a dealiased Gauss grid."""
+    """Transforms up to degree ``lmax`` on a dealiased Gauss grid, on ``threads`` OpenMP threads of shtns."""
 
     lmax: int
+    threads: int = DEFAULT_THREADS
     transform: shtns.sht = field(init=False, repr=False)
     degree: np.ndarray = field(init=False, repr=False)
     laplacian_eigenvalue: np.ndarray = field(init=False, repr=False)
@@ -68,7 +75,8 @@ class SphereGrid:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        sh = shtns.sht(self.lmax, self.lmax)
+        check_int(self.threads, "threads", minimum=1)
+        sh = shtns.sht(self.lmax, self.lmax, nthreads=self.threads)
         nlat, nphi = grid_shape(self.lmax)
         sh.set_grid(nlat=nlat, nphi=nphi, flags=shtns.sht_gauss)
         set_(self, "transform", sh)

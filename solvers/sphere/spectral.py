@@ -104,9 +104,15 @@ class SphereSpectral(SpectralSolver):
         ``"dormand_prince_853"`` reaches six times further along the imaginary axis: about
         cheaper on resolved runs without diffusion (``docs/performance.md``; it is refused with diffusion,
         and slower than the default once the run is under-resolved).
+    threads : int
+        OpenMP threads of the shtns transforms. One by default: with other work on the machine a
+        second thread waits for a busy core at every transform, and a run costs several times
+        its one-thread time (``docs/performance.md``, "Threads"); on idle cores at large
+        ``lmax`` two threads gain at most a third.
     """
 
     lmax: int = 63
+    threads: int = 1
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
@@ -122,7 +128,7 @@ class SphereSpectral(SpectralSolver):
         if model.dimension not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
         path = interaction_path(model, self.interaction, self.name)
-        object.__setattr__(self, "grid", SphereGrid(self.lmax))
+        object.__setattr__(self, "grid", SphereGrid(self.lmax, self.threads))
         self._set_external()
         if path == "reference":
             # the field includes the external one, and the model's energy its potential
