@@ -17,7 +17,7 @@ system for a sparse matrix. The complete graph is the library's all-to-all model
 (``O(n)`` for Kuramoto, through :class:`~meanfield.SelfAttention`).
 
 Graphs: :func:`erdos_renyi`, :func:`ring`, :func:`small_world` (``scipy.sparse``, symmetric, no
-self-loops), :func:`is_connected`.
+self-loops), :func:`draw_graph` (any of them by name, as configs give it), :func:`is_connected`.
 """
 
 from __future__ import annotations
@@ -311,6 +311,50 @@ def small_world(n: int, k: int, p: float, seed=None):
     rows = np.array([i for i in range(n) for j in neighbours[i] if i < j], dtype=int)
     columns = np.array([j for i in range(n) for j in neighbours[i] if i < j], dtype=int)
     return _symmetric_pattern(n, rows, columns)
+
+
+#: The graphs :func:`draw_graph` draws by name, and the parameters each takes.
+GRAPHS = {"erdos_renyi": ("edge_probability",), "ring": ("neighbours",),
+          "small_world": ("neighbours", "edge_probability")}
+
+
+def draw_graph(kind: str, n: int, *, edge_probability: float | None = None, neighbours: int | None = None,
+               seed=None):
+    """A graph by name: :func:`erdos_renyi`, :func:`ring` or :func:`small_world`.
+
+    Parameters
+    ----------
+    kind : {"erdos_renyi", "ring", "small_world"}
+    n : int
+        Vertices.
+    edge_probability : float, optional
+        ``p`` of the Erdos-Renyi graph, or the small world's rewiring probability.
+    neighbours : int, optional
+        ``k``, the ring's (and the small world's) neighbours on each side.
+    seed : int or numpy.random.Generator, optional
+        The draw (a Generator draws on from where it is).
+
+    Returns
+    -------
+    scipy.sparse.csr_array, shape (n, n)
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``kind``, or a parameter the kind needs missing or one it does not take given.
+    """
+    if kind not in GRAPHS:
+        raise ValueError(f"kind must be one of {sorted(GRAPHS)}, got {kind!r}")
+    given = {"edge_probability": edge_probability, "neighbours": neighbours}
+    for name, value in given.items():
+        if (value is None) == (name in GRAPHS[kind]):
+            need = " and ".join(GRAPHS[kind])
+            raise ValueError(f"{kind} takes {need}; {name} {'is missing' if value is None else 'does not apply'}")
+    if kind == "erdos_renyi":
+        return erdos_renyi(n, edge_probability, seed)
+    if kind == "ring":
+        return ring(n, neighbours)
+    return small_world(n, neighbours, edge_probability, seed)
 
 
 def is_connected(adjacency) -> bool:

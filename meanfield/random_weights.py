@@ -41,6 +41,7 @@ from typing import Callable
 import numpy as np
 
 from .checks import check_int, check_memory, check_points, check_real
+from .docstrings import fill_docstrings
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
@@ -53,6 +54,25 @@ WEIGHT_BLOCK = 1 << 22
 ATTENTION_BLOCK = 1 << 22
 
 
+#: The Parameters and Returns of every weight law's ``sample`` (``{sample_sections}``).
+SAMPLE_SECTIONS = """
+Parameters
+----------
+rng : numpy.random.Generator
+    The only source of randomness (runs repeat from their recorded seed).
+count : int
+    Number of draws (heads times layers or systems, or quadrature nodes).
+d : int
+    Dimension of the tokens.
+
+Returns
+-------
+tuple of numpy.ndarray
+    ``(Q, K, V)``, each of shape ``(count, d, d)``.
+"""
+
+
+@fill_docstrings(sample_sections=SAMPLE_SECTIONS)
 @dataclass(frozen=True)
 class GaussianWeights:
     r"""Independent Gaussian :math:`Q`, :math:`K`, :math:`V` with iid entries.
@@ -104,19 +124,8 @@ class GaussianWeights:
     def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Independent draws of the weights.
 
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The only source of randomness (runs repeat from their recorded seed).
-        count : int
-            Number of draws (heads times layers, or quadrature nodes).
-        d : int
-            Dimension of the tokens.
 
-        Returns
-        -------
-        tuple of numpy.ndarray
-            ``(Q, K, V)``, each of shape ``(count, d, d)``.
+        {sample_sections}
         """
         def matrices(std):
             if std is None:
@@ -140,6 +149,7 @@ BILINEAR_LAWS = ("identity", "gaussian", "wigner")
 VALUE_LAWS = ("identity", "gaussian", "wishart", "bilinear", "-bilinear")
 
 
+@fill_docstrings(sample_sections=SAMPLE_SECTIONS)
 @dataclass(frozen=True)
 class MatrixWeights:
     r"""Random-matrix weights: a bilinear form :math:`B = Q^TK` and a value matrix, possibly tied to it.
@@ -189,19 +199,8 @@ class MatrixWeights:
     def sample(self, rng: np.random.Generator, count: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Independent draws of the weights.
 
-        Parameters
-        ----------
-        rng : numpy.random.Generator
-            The only source of randomness (runs repeat from their recorded seed).
-        count : int
-            Number of draws (systems times heads).
-        d : int
-            Dimension of the tokens.
 
-        Returns
-        -------
-        tuple of numpy.ndarray
-            ``(Q, K, V)``, each of shape ``(count, d, d)``.
+        {sample_sections}
         """
         eye = np.broadcast_to(np.eye(d), (count, d, d))
         if self.bilinear == "identity":

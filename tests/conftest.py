@@ -17,3 +17,16 @@ def assert_half_rate():
             interval = (float(row.rate), float(row.rate_low), float(row.rate_high))
             assert row.rate_low <= -0.5 <= row.rate_high and row.rate_high < -0.2, (t, interval)
     return check
+
+
+@pytest.fixture
+def config_file(tmp_path):
+    """``write(template, **replace)``: a TOML file from a template (``{output}`` filled in), strings replaced."""
+    def write(template: str, **replace: str):
+        text = template.format(output=tmp_path / "out")
+        for old, new in replace.items():
+            text = text.replace(old, new)
+        path = tmp_path / "config.toml"
+        path.write_text(text)
+        return path
+    return write

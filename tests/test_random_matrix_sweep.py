@@ -23,7 +23,7 @@ times = {{ stop = 3.0, count = 7 }}
 beta = 1.0
 [model.random]
 bilinear = "wigner"
-value = "{value}"
+value = "bilinear"
 [method]
 kind = "particles"
 n = 6
@@ -41,17 +41,8 @@ beta = [0.5, 3.0]
 """
 
 
-def random_sweep(tmp_path, value="bilinear", **replace):
-    text = RANDOM_SWEEP.format(output=tmp_path / "out", value=value)
-    for old, new in replace.items():
-        text = text.replace(old, new)
-    path = tmp_path / "sweep.toml"
-    path.write_text(text)
-    return path
-
-
-def test_a_random_weight_point_is_its_seeded_systems(tmp_path):
-    sweep = load_sweep_config(random_sweep(tmp_path))
+def test_a_random_weight_point_is_its_seeded_systems(config_file):
+    sweep = load_sweep_config(config_file(RANDOM_SWEEP))
     index, config = sweep.points()[1]  # beta = 3
     model = mf.RandomAttention(3.0, step=0.1, law=mf.MatrixWeights("wigner", "bilinear"), redraw="system")
     runs = []
@@ -80,16 +71,16 @@ def test_a_random_weight_point_is_its_seeded_systems(tmp_path):
     ({'cluster_tolerance = 0.05': 'cluster_tolerance = 0.05\ndevice = "array_api_strict"'},
      "random weights .model.random. run on numpy only"),
 ])
-def test_bad_random_weight_configs_are_refused_naming_the_key(tmp_path, replace, message):
+def test_bad_random_weight_configs_are_refused_naming_the_key(config_file, replace, message):
     with pytest.raises(ConfigError, match=message):
-        load_sweep_config(random_sweep(tmp_path, **replace))
+        load_sweep_config(config_file(RANDOM_SWEEP, **replace))
 
 
-def test_meanfield_run_sends_random_weights_to_sweeps(tmp_path):
+def test_meanfield_run_sends_random_weights_to_sweeps(config_file):
     from validation.app.experiment import prepare
     from validation.app.config import load_config
 
-    path = random_sweep(tmp_path)
+    path = config_file(RANDOM_SWEEP)
     path.write_text(path.read_text().split("[sweep]")[0])
     with pytest.raises(ConfigError, match="model.random .* runs in sweeps"):
         prepare(load_config(path))

@@ -54,6 +54,8 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
             law = mf.MatrixWeights(spec.random.bilinear, spec.random.value)
             return mf.RandomAttention(spec.beta, heads=spec.random.heads, step=config.method.dt, law=law,
                                       redraw=spec.random.redraw)
+        if spec.graph is not None:
+            return graph_model(config, graph_generator(config.method.seed))
         if config.euclidean:
             return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, normalization=spec.normalization,
                                     gain=spec.gain, attention=spec.attention,
@@ -76,6 +78,24 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
                                 time_rescaled=spec.time_rescaled, external=external, **matrices)
     except (ValueError, TypeError) as error:
         raise ConfigError(f"model: {error}") from None
+
+
+#: The spawn key of a run's graph stream (:func:`graph_generator`).
+GRAPH_STREAM = 1
+
+
+def graph_generator(seed: int) -> np.random.Generator:
+    """The generator of a run's graph: its own stream of ``method.seed``, apart from the tokens' ``default_rng(seed)``."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(GRAPH_STREAM,)))
+
+
+def graph_model(config: ExperimentConfig, generator: np.random.Generator) -> mf.GraphAttention:
+    """``model.graph``: a :class:`meanfield.GraphAttention` on a graph drawn from ``generator``."""
+    spec = config.model
+    adjacency = mf.draw_graph(spec.graph, config.method.n, edge_probability=spec.edge_probability,
+                              neighbours=spec.neighbours, seed=generator)
+    return mf.GraphAttention(spec.beta, adjacency, normalized=spec.normalized, value=spec.value,
+                             diffusion=spec.diffusion)
 
 
 def initial_density(config: ExperimentConfig):

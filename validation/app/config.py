@@ -28,6 +28,11 @@ Example (see ``examples/``)::
     # rotary = 4.0                      # the rotary encoding (RoPE), an angle per unit of i/n per
                                         # coordinate plane of the query space: particles only
 
+    # graph = "erdos_renyi"             # attention (or Kuramoto: beta = 0, normalized = false) on a
+                                        # graph, particles: "erdos_renyi" (edge_probability), "ring"
+                                        # (neighbours), "small_world" (both); a sweep draws one per
+                                        # realisation
+
     # [model.random]                    # random weights (particles, scheme = "layer", step method.dt):
     # bilinear = "wigner"               # Q^T K: "identity", "gaussian" or "wigner" (meanfield.MatrixWeights)
     # value = "identity"                # V: "identity", "gaussian", "wishart", "bilinear", "-bilinear"
@@ -74,6 +79,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.docstrings import fill_docstrings
+from meanfield.graphs import draw_graph
 from meanfield.random_weights import MatrixWeights, RandomAttention
 from solvers.methods import METHODS, METHODS_BY_NAME
 
@@ -222,6 +228,14 @@ class ModelConfig(ConfigSection):
     key: Any = option(None, types=(list, str, tuple), help="K: a (k, d) / (heads, k, d) matrix (k as the query's) or a .npy path")
     perceptron: Any = option(None, types=(dict, PerceptronConfig),
                              help="the perceptron block: weights (J numbers), directions (J d-vectors)")
+    graph: str = option(None, types=str, choices=("erdos_renyi", "ring", "small_world"),
+                        help="attention on a graph (particles; meanfield.GraphAttention): a run draws one "
+                             "graph from method.seed, a sweep one per realisation")
+    edge_probability: float = option(None, types=NUMBER, minimum=0,
+                                     help="graph: the Erdos-Renyi edge probability, or the small world's "
+                                          "rewiring probability")
+    neighbours: int = option(None, types=int, minimum=1,
+                             help="graph: the ring's (and the small world's) neighbours on each side")
     random: Any = option(None, types=(dict, RandomWeightsConfig),
                          help="random weights per system or layer: bilinear ('identity', 'gaussian', 'wigner'), "
                               "value ('identity', 'gaussian', 'wishart', 'bilinear', '-bilinear'), heads, redraw "
@@ -511,6 +525,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
                           f"got geometry = {geometry!r}")
     _check_mode_resolved(config)
     config = _checked_random(config)
+    _check_graph(config)
     model = read_matrices(config, base)
     _check_causal(config)
     _check_attention_variant(config)
@@ -685,6 +700,33 @@ def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
         raise ConfigError(f"times must start at 0 and lie on the layers, multiples of method.dt = {method.dt:g} "
                           "(model.random)")
     return dataclasses.replace(config, model=dataclasses.replace(config.model, random=random))
+
+
+#: The ``[model]`` keys attention on a graph takes (the others must keep their defaults).
+GRAPH_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "graph", "edge_probability", "neighbours"}
+
+
+def _check_graph(config: ExperimentConfig) -> None:
+    """``model.graph``: particles, its parameters and no others, a number for ``value``, a graph that can be drawn."""
+    model, values = config.model, values_of(config.model)
+    if model.graph is None:
+        for key in ("edge_probability", "neighbours"):
+            if values[key] is not None:
+                raise ConfigError(f"model.{key} applies to attention on a graph (model.graph)")
+        return
+    if config.method.kind != "particles":
+        raise ConfigError(f"model.graph runs as particles (method.kind = 'particles'), got method.kind = "
+                          f"{config.method.kind!r}")
+    for key, value in values.items():
+        if key not in GRAPH_MODEL_KEYS and value != _default(ModelConfig, key):
+            raise ConfigError(f"model.{key} does not apply with model.graph")
+    if not isinstance(model.value, NUMBER):
+        raise ConfigError(f"model.value must be a number with model.graph (the coupling c), got {model.value!r}")
+    try:
+        draw_graph(model.graph, config.method.n, edge_probability=model.edge_probability,
+                   neighbours=model.neighbours, seed=0)
+    except ValueError as error:
+        raise ConfigError(f"model.graph: {error}") from None
 
 
 def _check_causal(config: ExperimentConfig) -> None:

@@ -60,7 +60,7 @@ import meanfield as mf
 from meanfield.engines.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
-from .builders import (build_model, build_run, initial_density, initial_particles, particle_method,
+from .builders import (build_model, build_run, graph_model, initial_density, initial_particles, particle_method,
                        underresolved_policy)
 from .config import ExperimentConfig
 from .errors import ConfigError, SweepTaskError
@@ -213,6 +213,8 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
     model = build_model(config)
     if isinstance(model, mf.RandomAttention):
         return [_random_weight_chunk(other) for other in tasks]
+    if isinstance(model, mf.GraphAttention):
+        return [_graph_chunk(other) for other in tasks]
     generators = [np.random.default_rng([config.method.seed, other.chunk]) for other in tasks]
     density = initial_density(config)
     x0 = np.concatenate([initial_particles(config, density, generator, systems=task.systems)
@@ -268,6 +270,34 @@ def _random_weight_chunk(task: Task) -> dict[str, np.ndarray]:
     frames, _ = mf.observe_random_layers(model, x0, layers[1:].tolist(), observe, seed=generator, progress=False)
     sums = np.array(frames)  # (time, 4)
     return dict(zip(("clustered", "inner_product", "order_parameter", "span_dimension"), sums.T))
+
+
+def _graph_chunk(task: Task) -> dict[str, np.ndarray]:
+    """A chunk of systems on graphs: tokens, then one graph per system, from the chunk's generator.
+
+    Besides the pair and the order parameter, each system counts as synchronised at a time
+    when its order parameter is at least ``1 - cluster_tolerance`` (every token in one
+    cluster), and as connected when its graph is.
+    """
+    config = task.config
+    generator = np.random.default_rng([config.method.seed, task.chunk])
+    x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
+    sums = np.zeros((config.times.array().size, 4))
+    connected = 0
+
+    def observe(x) -> np.ndarray:
+        pair = np.empty((3, 1))
+        _observed_sums(x, task.tolerance, pair)
+        return np.append(pair[:, 0], float(pair[2, 0] >= 1.0 - task.tolerance))
+
+    for system in range(task.systems):
+        model = graph_model(config, generator)
+        connected += mf.is_connected(model.adjacency)
+        frames = mf.observe_particles(model, x0[system:system + 1], config.times.array(), observe,
+                                      method=particle_method(config), dt=config.method.dt, rng=generator)
+        sums += np.array(frames)
+    return {**dict(zip(("clustered", "inner_product", "order_parameter", "synchronised"), sums.T)),
+            "connected": np.array(float(connected))}
 
 
 def euclidean_sums(x, tolerance: float, per_task: tuple[int, int]) -> list:
@@ -367,6 +397,9 @@ def combine_point(results: list[dict[str, np.ndarray]], realisations: int) -> di
              "order_parameter": totals["order_parameter"] / realisations}
     if "span_dimension" in totals:  # random weights: the rank collapse
         means["span_dimension"] = totals["span_dimension"] / realisations
+    if "synchronised" in totals:  # graphs: synchronisation, and how many of the graphs were connected
+        means["synchronised_probability"] = totals["synchronised"] / realisations
+        means["connected_probability"] = totals["connected"] / realisations
     return means
 
 
@@ -640,6 +673,9 @@ def gather(sweep: SweepConfig, tasks: list[Task], computed: dict | None = None) 
             ds["order_parameter"].attrs["long_name"] = "mean |(1/n) sum_i x_i|"
         if "span_dimension" in ds:
             ds["span_dimension"].attrs["long_name"] = "mean number of Gram eigenvalues above 1e-3 (the span)"
+        if "synchronised_probability" in ds:
+            ds["synchronised_probability"].attrs["long_name"] = f"P(|(1/n) sum_i x_i| >= 1 - {tolerance:g})"
+            ds["connected_probability"].attrs["long_name"] = "fraction of the drawn graphs that are connected"
     ds.attrs.update(kind=SWEEP, method=sweep.base.method.kind, config=json.dumps(sweep.base.to_dict()),
                     grid=json.dumps(sweep.grid), settings=json.dumps(dataclasses.asdict(sweep.settings)),
                     version=package_version())
