@@ -264,7 +264,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    lmax, rtol, tail_threshold, tableau, interaction, error_level
+    lmax, rtol, tail_threshold, tableau, interaction, error_level, threads
         As for :class:`SphereSpectral` (the steps' error is measured over all layers together;
         the spectral tail and the error estimate are the largest over layers).
     layers : int

@@ -113,7 +113,7 @@ METHODS: tuple[Method, ...] = (
     Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),
     Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
-           settings=("lmax", "layers", *_GRID)),
+           settings=("lmax", "layers", "threads", *_GRID)),
     Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),

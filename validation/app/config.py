@@ -284,7 +284,8 @@ class MethodConfig(ConfigSection):
                          help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure")
     lmax: int = option(63, types=int, minimum=2, help="the sphere's solvers: highest degree")
     threads: int = option(1, types=int, minimum=1,
-                          help="SphereSpectral: OpenMP threads of the shtns transforms (more only on idle cores)")
+                          help="SphereSpectral, CausalSphereSpectral: OpenMP threads of the shtns transforms "
+                               "(more only on idle cores)")
     quadrature_lmax: int = option(None, types=int, minimum=2,
                                   help="SphereWeightedParticles, SphereSpectralParticles: the Gauss grid of the "
                                        "atoms (default lmax)")
