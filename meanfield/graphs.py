@@ -151,11 +151,12 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         weights = coo.data * np.exp(logits)
         index = (np.arange(b)[:, None] * n + rows[None, :]).ravel()
         carried = weights[..., None] * flat[:, columns]
+        # float: numpy's bincount returns integers where there is no edge at all
         sums = np.stack([np.bincount(index, carried[..., k].ravel(), minlength=b * n) for k in range(d)], axis=-1)
-        sums = sums.reshape(b, n, d)
+        sums = sums.reshape(b, n, d).astype(float, copy=False)
         if not self.normalized:
             return self.value * sums / n
-        totals = np.bincount(index, weights.ravel(), minlength=b * n).reshape(b, n, 1)
+        totals = np.bincount(index, weights.ravel(), minlength=b * n).reshape(b, n, 1).astype(float, copy=False)
         out = np.zeros_like(sums)
         np.divide(sums, totals, out=out, where=totals > 0)  # a token without neighbours does not move
         return self.value * out

@@ -95,3 +95,13 @@ def test_the_model_round_trips():
     model = mf.GraphAttention(1.0, mf.small_world(12, 2, 0.3, seed=1), normalized=True, value=0.5)
     rebuilt = mf.model_from_dict(model.to_dict())
     assert rebuilt.to_dict() == model.to_dict()
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_a_graph_without_edges_leaves_every_token_where_it_is(normalized):
+    """G(n, 0): no token has a neighbour (numpy's bincount of no edges used to make SA's division fail)."""
+    x = mf.sample_uniform(6, 3, 0)
+    model = mf.GraphAttention(1.0, mf.erdos_renyi(6, 0.0, seed=0), normalized=normalized)
+    np.testing.assert_array_equal(model.velocity(x), np.zeros_like(x))
+    run = mf.simulate_particles(model, x, [0.0, 1.0], method="rk4", dt=0.1)
+    np.testing.assert_allclose(run.x.values[-1], x, rtol=0, atol=1e-15)  # the projection's round-off
