@@ -219,6 +219,13 @@ def _symmetric_pattern(n: int, rows: np.ndarray, columns: np.ndarray):
     return matrix
 
 
+def _probability(p: object) -> float:
+    p = check_real(p, "p", minimum=0.0)
+    if p > 1:
+        raise ValueError(f"p must lie in [0, 1], got {p!r}")
+    return p
+
+
 def erdos_renyi(n: int, p: float, seed=None):
     """The Erdos-Renyi graph ``G(n, p)``: each of the ``n (n - 1) / 2`` pairs an edge with probability ``p``.
 
@@ -237,9 +244,7 @@ def erdos_renyi(n: int, p: float, seed=None):
         Symmetric 0/1 adjacency without self-loops.
     """
     n = check_int(n, "n", minimum=1)
-    p = check_real(p, "p", minimum=0.0)
-    if p > 1:
-        raise ValueError(f"p must lie in [0, 1], got {p!r}")
+    p = _probability(p)
     rows, columns = np.triu_indices(n, 1)
     kept = np.random.default_rng(seed).random(rows.size) < p
     return _symmetric_pattern(n, rows[kept], columns[kept])
@@ -291,9 +296,7 @@ def small_world(n: int, k: int, p: float, seed=None):
         Symmetric 0/1 adjacency without self-loops.
     """
     lattice = ring(n, k)
-    p = check_real(p, "p", minimum=0.0)
-    if p > 1:
-        raise ValueError(f"p must lie in [0, 1], got {p!r}")
+    p = _probability(p)
     generator = np.random.default_rng(seed)
     neighbours = [set(lattice.indices[lattice.indptr[i]:lattice.indptr[i + 1]]) for i in range(n)]
     for step in range(1, k + 1):

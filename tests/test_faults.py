@@ -114,8 +114,8 @@ def test_inputs_that_used_to_hang_or_pass_silently_are_refused_at_once(call, mes
 @pytest.mark.parametrize("change, message", [
     (lambda c: c.update(method={"kind": "particles", "n": 16, "dt": 1e-300}), "method.dt = 1e-300 would take"),
     (lambda c: c.update(method={"kind": "CircleFV", "cells": 64, "rtol": 1e-30}), "rtol must be >= 1e-14"),
-    # 1e8 steps against max_hours = 0.01 (36 s): refused whatever the machine (a step of 4096 tokens
-    # costs far more than 0.36 us); at the default 24 h the estimate was near the limit on fast hosts
+    # 1e8 steps against max_hours = 0.01 (36 s): refused on any machine (a step of 4096 tokens
+    # costs far more than 0.36 us)
     (lambda c: c.update(method={"kind": "particles", "n": 4096, "dt": 1e-8}, max_hours=0.01),
      "the run would take about"),
 ], ids=["dt", "rtol", "particle-duration"])

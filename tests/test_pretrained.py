@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import meanfield as mf
+from hf_models import ROUND_OFF
 from meanfield.pretrained import (ARCHITECTURES, CheckpointError, MultiHeadAttention, read_checkpoint,
                                   write_random_checkpoint)
 
@@ -35,8 +36,8 @@ def test_forward_pass_reproduces_transformers_hidden_states_of_every_layer(famil
     layers = model.layers
     assert expected.shape == (layers + 1,) + ds.x.shape[1:]
     # transformers' last hidden state is the model's output: the final norm of pre-LN models (GPT-2's ln_f)
-    np.testing.assert_allclose(ds.x.values[:layers], expected[:layers], rtol=0, atol=1e-10)
-    np.testing.assert_allclose(ds.output.values, expected[layers], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ds.x.values[:layers], expected[:layers], rtol=0, atol=ROUND_OFF)
+    np.testing.assert_allclose(ds.output.values, expected[layers], rtol=0, atol=ROUND_OFF)
     assert ds.attrs["kind"] == "particles" and ds.attrs["geometry"] == f"R^{model.dimension}"
 
 
@@ -167,6 +168,11 @@ def test_wrong_shape_or_missing_tensor_names_the_file_and_the_key(tmp_path):
     with pytest.raises(CheckpointError, match=rf"model\.safetensors: tensor '{name}' \(block 1's key\) has shape "
                                               r"\(12, 6\), expected \(12, 12\)"):
         read_checkpoint(folder)
+    broken = tensors[name].copy()
+    broken[3, 4] = np.nan
+    save_file({**tensors, name: broken}, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=rf"tensor '{name}' \(block 1's key\) holds NaN or infinite entries"):
+        read_checkpoint(folder)
     save_file({k: v for k, v in tensors.items() if k != name}, str(folder / "model.safetensors"))
     with pytest.raises(CheckpointError, match=rf"model\.safetensors: no tensor '{name}'"):
         read_checkpoint(folder)
@@ -192,7 +198,7 @@ def test_prefixed_and_tensorflow_named_tensors_are_read(tmp_path):
                for k, v in tensors.items()}
     save_file(renamed, str(folder / "model.safetensors"))
     model, ids, expected = read_checkpoint(folder), *stored("bert")[1:]
-    np.testing.assert_allclose(model.hidden_states(ids).x.values, expected, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(model.hidden_states(ids).x.values, expected, rtol=0, atol=ROUND_OFF)
 
 
 def test_bad_prompts_are_refused():

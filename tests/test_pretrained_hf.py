@@ -2,7 +2,8 @@
 
 Tiny models built from a config with random weights (no download), saved with `save_pretrained`,
 in float64: the library's reader and forward pass reproduce `transformers`' hidden states of
-every layer to 1e-10, and the stored references of the default suite are `transformers`' own.
+every layer to round-off (ROUND_OFF), and the stored references of the default suite are
+`transformers`' own.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from meanfield.pretrained import read_checkpoint, write_random_checkpoint
 pytest.importorskip("torch", reason="the hf group needs CPU torch: make test-hf installs it")
 transformers = pytest.importorskip("transformers", reason="the hf group needs transformers: make test-hf installs it")
 
-from hf_models import FAMILIES, PROMPT, build_model, hidden_states_of  # noqa: E402
+from hf_models import FAMILIES, PROMPT, ROUND_OFF, build_model, hidden_states_of  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
@@ -24,8 +25,8 @@ DATA = __import__("pathlib").Path(__file__).resolve().parent / "data" / "pretrai
 
 def _compare(model, ours, layers):
     expected = hidden_states_of(model, PROMPT)
-    np.testing.assert_allclose(ours.x.values[:layers], expected[:layers], rtol=0, atol=1e-10)
-    np.testing.assert_allclose(ours.output.values, expected[layers], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ours.x.values[:layers], expected[:layers], rtol=0, atol=ROUND_OFF)
+    np.testing.assert_allclose(ours.output.values, expected[layers], rtol=0, atol=ROUND_OFF)
 
 
 @pytest.mark.parametrize("seed", [1, 2])

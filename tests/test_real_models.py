@@ -17,6 +17,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from scipy.special import softmax
 
+from hf_models import ROUND_OFF
 from meanfield.pretrained import ARCHITECTURES, read_checkpoint
 from validation.real_models import (compare_dynamics, fit_isotropic_beta, good_triple_fraction, is_good_triple,
                                     isotropic_layers, library_layers, value_spectra)
@@ -55,13 +56,14 @@ def test_where_layer_norm_is_the_library_norm_the_library_layers_are_the_real_on
     ids = np.load(DATA / family / "hidden_states.npz")["ids"]
     real = model.hidden_states(ids).x.values
     assert np.abs(real.mean(axis=-1)).max() < 1e-12  # the stream stays centred: LN(x) = sqrt(d) x / |x|
-    np.testing.assert_allclose(library_layers(model, real[0]), real, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(library_layers(model, real[0]), real, rtol=0, atol=ROUND_OFF)
 
 
 def test_on_the_real_checkpoint_the_idealisation_changes_the_states():
     model = read_checkpoint(DATA / "bert")
     ids = np.load(DATA / "bert" / "hidden_states.npz")["ids"]
     ds = compare_dynamics(model, ids, beta=2.0)
+    assert json.loads(ds.attrs["settings"]) == {"beta": 2.0, "fitted": False}
     assert list(ds.model.values) == ["real", "weights", "attention only", "isotropic"]
     np.testing.assert_allclose(ds.direction_error.sel(model="real"), 0.0, atol=1e-14)
     assert np.all(ds.direction_error.sel(model="weights").values[1:] > 1e-4)  # biases and centring do matter

@@ -188,9 +188,8 @@ def compare_dynamics(transformer: Transformer, ids: object | None = None, *, emb
         directions of the tokens; ``attrs["beta"]`` the isotropic model's.
     """
     real = transformer.hidden_states(ids, embeddings=embeddings).x.values
-    causal = transformer.architecture.causal
-    beta = fit_isotropic_beta(real, causal=causal) if beta is None else check_real(beta, "beta", minimum=0.0,
-                                                                                      strictly=True)
+    causal, fitted = transformer.architecture.causal, beta is None
+    beta = fit_isotropic_beta(real, causal=causal) if fitted else check_real(beta, "beta", minimum=0.0, strictly=True)
     systems = [real, library_layers(transformer, real[0]), library_layers(transformer, real[0], feed_forward=False),
                isotropic_layers(real[0], beta, transformer.layers, causal=causal)]
     directions = normalize(np.stack(systems))
@@ -202,7 +201,7 @@ def compare_dynamics(transformer: Transformer, ids: object | None = None, *, emb
                     coords={"model": list(SYSTEMS), "time": np.arange(transformer.layers + 1.0)})
     ds["time"].attrs["long_name"] = "layer"
     ds.attrs.update(record_attrs(STUDY, euclidean_name(transformer.dimension), transformer,
-                                 {"beta": beta, "fitted": True}))
+                                 {"beta": beta, "fitted": fitted}))
     ds.attrs["beta"] = beta
     return ds
 

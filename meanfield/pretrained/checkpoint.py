@@ -127,6 +127,8 @@ class _Reader:
                                   f"from config.json")
         if not np.issubdtype(array.dtype, np.floating):
             raise CheckpointError(f"{path}: tensor {name!r} ({what}) has dtype {array.dtype}, expected floats")
+        if not np.all(np.isfinite(array)):
+            raise CheckpointError(f"{path}: tensor {name!r} ({what}) holds NaN or infinite entries")
         return np.asarray(array, dtype=np.float64)
 
     def linear(self, prefix: str, inputs: int, outputs: int, what: str) -> tuple[np.ndarray, np.ndarray]:

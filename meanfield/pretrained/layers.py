@@ -24,7 +24,7 @@ per-query constant, which the softmax cancels; ``b_V`` and ``b_O`` add a constan
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.special import erf, softmax
@@ -118,10 +118,17 @@ class MultiHeadAttention:
     output: np.ndarray
     output_bias: np.ndarray
     causal: bool = False
+    _side_by_side: dict = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("query", "query_bias", "key", "key_bias", "value", "value_bias", "output", "output_bias"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
+        # the heads' maps side by side, (d, heads d_h), and the output's row blocks stacked: one
+        # matrix product per weight at every call
+        d = self.query.shape[1]
+        object.__setattr__(self, "_side_by_side", {
+            name: np.ascontiguousarray(np.moveaxis(getattr(self, name), 0, 1).reshape(d, -1))
+            for name in ("query", "key", "value")} | {"output": self.output.reshape(-1, self.output.shape[-1])})
 
     @property
     def heads(self) -> int:
@@ -131,11 +138,10 @@ class MultiHeadAttention:
     def head_dimension(self) -> int:
         return self.query.shape[-1]
 
-    def _heads(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
-        """``x W^h + b^h`` of every head as one matrix product, shape ``(..., heads, n, d_h)``."""
-        d, k = weight.shape[1], weight.shape[2]
-        stacked = np.moveaxis(weight, 0, 1).reshape(d, self.heads * k)  # (d, heads d_h): one BLAS call
-        projected = (x @ stacked + bias.reshape(-1)).reshape(x.shape[:-1] + (self.heads, k))
+    def _heads(self, x: np.ndarray, name: str) -> np.ndarray:
+        """``x W^h + b^h`` of every head for the weight ``name``, one matrix product: ``(..., heads, n, d_h)``."""
+        bias = getattr(self, name + "_bias")
+        projected = (x @ self._side_by_side[name] + bias.reshape(-1)).reshape(x.shape[:-1] + bias.shape)
         return np.swapaxes(projected, -2, -3)
 
     def probabilities(self, x: np.ndarray) -> np.ndarray:
@@ -151,8 +157,8 @@ class MultiHeadAttention:
         numpy.ndarray, shape (..., heads, n, n)
             Rows summing to one (zero above the diagonal when causal).
         """
-        queries = self._heads(x, self.query, self.query_bias)
-        keys = self._heads(x, self.key, self.key_bias)
+        queries = self._heads(x, "query")
+        keys = self._heads(x, "key")
         logits = queries @ np.swapaxes(keys, -1, -2) / math.sqrt(self.head_dimension)
         if self.causal:
             n = x.shape[-2]
@@ -161,9 +167,9 @@ class MultiHeadAttention:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The sub-layer's output (before the residual sum) for tokens ``x`` of shape ``(..., n, d)``."""
-        heads = self.probabilities(x) @ self._heads(x, self.value, self.value_bias)  # (..., heads, n, d_h)
+        heads = self.probabilities(x) @ self._heads(x, "value")  # (..., heads, n, d_h)
         joined = np.swapaxes(heads, -2, -3).reshape(x.shape[:-1] + (-1,))  # (..., n, heads d_h)
-        return joined @ self.output.reshape(-1, self.output.shape[-1]) + self.output_bias
+        return joined @ self._side_by_side["output"] + self.output_bias
 
     def folded(self) -> tuple[np.ndarray, np.ndarray]:
         r"""The papers' matrices per head: :math:`B_h = Q_h^TK_h` and :math:`V_h` (module docstring; biases dropped).

@@ -107,8 +107,8 @@ class SphereSpectral(SpectralSolver):
     threads : int
         OpenMP threads of the shtns transforms. One by default: with other work on the machine a
         second thread waits for a busy core at every transform, and a run costs several times
-        its one-thread time (``docs/performance.md``, "Threads"); on idle cores at large
-        ``lmax`` two threads gain at most a third.
+        its one-thread time; more pay only on idle cores at large ``lmax``
+        (``docs/performance.md``, "Threads").
     """
 
     lmax: int = 63

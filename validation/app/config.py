@@ -572,11 +572,7 @@ def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> Exp
                           f"equation is solvers.LineFV from Python), got method.kind = {method.kind!r}")
     if method.d is None:
         raise ConfigError("geometry = 'euclidean' needs method.d, the dimension of the tokens (>= 1)")
-    values = values_of(config.model)
-    for spec in dataclasses.fields(ModelConfig):
-        if spec.name not in EUCLIDEAN_MODEL_KEYS and values[spec.name] != spec.default:
-            raise ConfigError(f"model.{spec.name} does not apply to pure attention (geometry = 'euclidean'); "
-                              f"allowed: {', '.join(f'model.{key}' for key in sorted(EUCLIDEAN_MODEL_KEYS))}")
+    _only_model_keys(config, EUCLIDEAN_MODEL_KEYS, "to pure attention (geometry = 'euclidean')")
     if initial.kind not in ("gaussian", "uniform", "file"):
         raise ConfigError(f"initial.kind = {initial.kind!r} is a density on the circle or the sphere; "
                           "geometry = 'euclidean' takes 'gaussian', 'uniform' (on the unit sphere) or 'file' "
@@ -671,6 +667,14 @@ def _check_attention_variant(config: ExperimentConfig) -> None:
                           f"{config.method.kind!r}")
 
 
+def _only_model_keys(config: ExperimentConfig, allowed: set, where: str) -> None:
+    """Refuse a ``[model]`` key outside ``allowed`` that is not at its default, naming the allowed ones."""
+    for key, value in values_of(config.model).items():
+        if key not in allowed and value != _default(ModelConfig, key):
+            raise ConfigError(f"model.{key} does not apply {where}; allowed: "
+                              f"{', '.join(f'model.{name}' for name in sorted(allowed))}")
+
+
 #: The ``[model]`` keys random weights take (the others must keep their defaults).
 RANDOM_MODEL_KEYS = {"beta", "random"}
 
@@ -693,9 +697,7 @@ def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
     if method.kind != "particles" or method.scheme != "layer":
         raise ConfigError(f"model.random runs the layers of particles (method.kind = 'particles', scheme = 'layer', "
                           f"step method.dt), got method.kind = {method.kind!r}, scheme = {method.scheme!r}")
-    for key, value in values_of(config.model).items():
-        if key not in RANDOM_MODEL_KEYS and value != _default(ModelConfig, key):
-            raise ConfigError(f"model.{key} does not apply with model.random (the law draws Q, K and V)")
+    _only_model_keys(config, RANDOM_MODEL_KEYS, "with model.random (the law draws Q, K and V)")
     layers = config.times.array() / method.dt
     if not np.allclose(layers, np.round(layers), rtol=0, atol=1e-9) or config.times.array()[0] != 0:
         raise ConfigError(f"times must start at 0 and lie on the layers, multiples of method.dt = {method.dt:g} "
@@ -718,9 +720,7 @@ def _check_graph(config: ExperimentConfig) -> None:
     if config.method.kind != "particles":
         raise ConfigError(f"model.graph runs as particles (method.kind = 'particles'), got method.kind = "
                           f"{config.method.kind!r}")
-    for key, value in values.items():
-        if key not in GRAPH_MODEL_KEYS and value != _default(ModelConfig, key):
-            raise ConfigError(f"model.{key} does not apply with model.graph")
+    _only_model_keys(config, GRAPH_MODEL_KEYS, "with model.graph")
     if not isinstance(model.value, NUMBER):
         raise ConfigError(f"model.value must be a number with model.graph (the coupling c), got {model.value!r}")
     try:
