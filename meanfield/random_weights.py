@@ -497,7 +497,9 @@ def span_dimension(x: np.ndarray, tolerance: float = 1e-3) -> np.ndarray:
     """
     x = check_points(x, "x")
     tolerance = check_real(tolerance, "tolerance", minimum=0.0)
-    return np.sum(np.linalg.eigvalsh(x @ np.swapaxes(x, -1, -2)) > tolerance, axis=-1)
+    # x x^T (n x n) and x^T x (d x d) have the same nonzero eigenvalues: the smaller one is decomposed
+    gram = x @ np.swapaxes(x, -1, -2) if x.shape[-2] <= x.shape[-1] else np.swapaxes(x, -1, -2) @ x
+    return np.sum(np.linalg.eigvalsh(gram) > tolerance, axis=-1)
 
 
 def batch_of_tokens(x0, name: str = "x0") -> tuple[np.ndarray, bool]:
@@ -629,7 +631,7 @@ def observe_random_layers(model: RandomAttention, x0, record, observe: Callable[
         check_memory(24.0 * systems * heads * d * d, f"redraw='system' with {systems} systems, {heads} heads, d = {d}",
                      "run fewer systems at once")
         fixed = _draws(model, generators, heads, d)
-    observations, layers = [observe(x)], [0]
+    observations, layers, wanted = [observe(x)], [0], set(record)
     with time_progress(0.0, float(record[-1]), progress, "layers") as bar:
         for layer in range(1, record[-1] + 1):
             x = x.copy()
@@ -638,7 +640,7 @@ def observe_random_layers(model: RandomAttention, x0, record, observe: Callable[
                 weights = _draws(model, generators[part], heads, d) if fixed is None else \
                     tuple(w[part] for w in fixed)
                 x[part] = model.layer(x[part], *weights)
-            if layer in record:
+            if layer in wanted:
                 observations.append(observe(x))
                 layers.append(layer)
             bar.update(1.0)
