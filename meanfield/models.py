@@ -58,11 +58,14 @@ x : numpy.ndarray, shape (..., n, d)
 """
 
 #: The entries of a spectrum's largest degree and the dimension (``{degree_and_dimension}``).
-DEGREE_AND_DIMENSION = """
+DEGREE_AND_DIMENSION = r"""
 max_degree : int
     Largest degree (on the circle: the largest Fourier mode).
 d : int
     Ambient dimension; the sphere is :math:`S^{d-1}`.
+uniform_measure : bool
+    Eigenvalues for densities relative to the uniform probability measure:
+    :math:`\lambda_l/|S^{d-1}|`, finite in every dimension (``meanfield.attention_spectrum``).
 """
 
 #: The Parameters section of a spectrum's arguments (``{degree_and_dimension_parameters}``).
@@ -658,7 +661,7 @@ class SelfAttention(TangentVelocity):
         return np.exp(log_e) + external
 
     # ------------------------------------------------------------------ spectra
-    def kernel_spectrum(self, max_degree: int, d: int) -> np.ndarray:
+    def kernel_spectrum(self, max_degree: int, d: int, *, uniform_measure: bool = False) -> np.ndarray:
         r"""Eigenvalues of :math:`\rho \mapsto K * \rho` on degrees ``0..max_degree`` of :math:`S^{d-1}`.
 
         The kernel is the one this model uses: :math:`e^{\beta\langle x,y\rangle}` for USA,
@@ -677,9 +680,10 @@ class SelfAttention(TangentVelocity):
             For general matrices or several heads (the kernel is not zonal).
         """
         self._require_zonal()
-        return attention_spectrum(self.beta, max_degree, d, scaled=self.normalized or self.time_rescaled)
+        return attention_spectrum(self.beta, max_degree, d, scaled=self.normalized or self.time_rescaled,
+                                  uniform_measure=uniform_measure)
 
-    def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
+    def potential_spectrum(self, max_degree: int, d: int, *, uniform_measure: bool = False) -> np.ndarray:
         r"""Spectrum of :math:`\Phi` with :math:`v = \nabla_S (\Phi * \rho)`, for velocities linear in :math:`\rho`.
 
         USA: :math:`\Phi = c\, e^{\beta s} / \beta` (``c`` the value scalar); at ``beta = 0``
@@ -706,9 +710,11 @@ class SelfAttention(TangentVelocity):
         self._require_zonal()
         if not self.velocity_is_linear:
             raise ValueError("SA with beta > 0 has a velocity nonlinear in rho; use kernel_spectrum")
-        return self.value_scale * attention_spectrum_over_beta(self.beta, max_degree, d, scaled=self.time_rescaled)
+        return self.value_scale * attention_spectrum_over_beta(self.beta, max_degree, d, scaled=self.time_rescaled,
+                                                               uniform_measure=uniform_measure)
 
-    def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False,
+                        uniform_measure: bool = False) -> np.ndarray:
         r"""Spectrum of :math:`\Psi` with :math:`E[\rho] = \tfrac12 \int \rho\, (\Psi * \rho)`: :math:`\lambda_l/\beta`.
 
         With ``scaled`` (or ``time_rescaled``) the values carry the factor :math:`e^{-\beta}`.
@@ -728,7 +734,8 @@ class SelfAttention(TangentVelocity):
             For general matrices or several heads.
         """
         self._require_zonal()
-        return attention_spectrum_over_beta(self.beta, max_degree, d, scaled=scaled or self.time_rescaled)
+        return attention_spectrum_over_beta(self.beta, max_degree, d, scaled=scaled or self.time_rescaled,
+                                            uniform_measure=uniform_measure)
 
     def _require_zonal(self) -> None:
         if not self.is_zonal:
@@ -848,7 +855,7 @@ class ZonalAggregation(TangentVelocity):
         sums, _ = pair_sums(flat, flat, masses[..., None], weight)
         return (0.5 * np.einsum("bn,bn->b", masses, sums[..., 0])).reshape(x.shape[:-2])
 
-    def potential_spectrum(self, max_degree: int, d: int) -> np.ndarray:
+    def potential_spectrum(self, max_degree: int, d: int, *, uniform_measure: bool = False) -> np.ndarray:
         r"""Funk-Hecke eigenvalues of :math:`W` on degrees ``0..max_degree`` of :math:`S^{d-1}`.
 
         {degree_and_dimension_parameters}
@@ -858,9 +865,10 @@ class ZonalAggregation(TangentVelocity):
         numpy.ndarray, shape (max_degree + 1,)
             See :func:`meanfield.funk_hecke_spectrum`.
         """
-        return funk_hecke_spectrum(self.potential, max_degree, d)
+        return funk_hecke_spectrum(self.potential, max_degree, d, uniform_measure=uniform_measure)
 
-    def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
+    def energy_spectrum(self, max_degree: int, d: int, *, scaled: bool = False,
+                        uniform_measure: bool = False) -> np.ndarray:
         r"""Funk-Hecke spectrum of :math:`W` (:math:`E = \tfrac12\int\rho\,(W*\rho)`).
 
         {degree_and_dimension_parameters}
@@ -872,7 +880,7 @@ class ZonalAggregation(TangentVelocity):
         numpy.ndarray, shape (max_degree + 1,)
             The same values as :meth:`potential_spectrum`.
         """
-        return self.potential_spectrum(max_degree, d)
+        return self.potential_spectrum(max_degree, d, uniform_measure=uniform_measure)
 
     def to_dict(self) -> dict:
         """A JSON-serializable description of the model.

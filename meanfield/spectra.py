@@ -23,11 +23,11 @@ from functools import lru_cache
 from typing import Callable
 
 import numpy as np
-from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, roots_jacobi
+from scipy.special import eval_gegenbauer, eval_chebyt, gammaln, ive, logsumexp, roots_jacobi
 
 from .checks import EXP_OVERFLOW, check_int, check_real
 from .docstrings import fill_docstrings
-from .sphere import sphere_area
+from .sphere import log_sphere_area, sphere_area
 
 # Below this beta the series I_nu(b) = (b/2)^nu / Gamma(nu+1) (1 + O(b^2)) is exact to
 # double precision, and it avoids the underflow of b^{-d/2} I_nu(b) as b -> 0.
@@ -55,13 +55,48 @@ def truncation_degree(weights: Callable[[int], np.ndarray], guess: int) -> int:
 
 
 def _log_bessel_over_power(beta: float, degrees: np.ndarray, d: int, power: float) -> np.ndarray:
-    """log of beta^{-power} I_{l+d/2-1}(beta) for beta > 0 (-inf where it underflows)."""
+    """log of beta^{-power} I_{l+d/2-1}(beta) for beta > 0, finite for every order.
+
+    ``ive`` underflows once the order is large against ``beta`` (order 383, ``d = 768``, at
+    ``beta = 1``); there the power series is summed in logarithms (:func:`_log_bessel_series`).
+    """
     nu = degrees + 0.5 * d - 1.0
     if beta < _SMALL_BETA:
         return nu * np.log(0.5 * beta) - gammaln(nu + 1.0) - power * np.log(beta)
-    with np.errstate(divide="ignore"):
-        return np.log(ive(nu, beta)) + beta - power * np.log(beta)
+    scaled = ive(nu, beta)
+    log_values = np.empty_like(nu)
+    direct = scaled > _SMALLEST_DIRECT
+    log_values[direct] = np.log(scaled[direct]) + beta
+    log_values[~direct] = _log_bessel_series(nu[~direct], beta)
+    return log_values - power * np.log(beta)
 
+
+#: ``ive`` values below this lose digits to subnormal numbers; the series takes over.
+_SMALLEST_DIRECT = 1e-280
+
+
+def _log_bessel_series(nu: np.ndarray, beta: float) -> np.ndarray:
+    r""":math:`\log I_\nu(\beta) = \log\sum_k (\beta/2)^{\nu+2k} / (k!\,\Gamma(\nu+k+1))`, in logarithms.
+
+    The terms grow while :math:`k(\nu+k) < (\beta/2)^2` and then fall faster than geometrically;
+    summing to twice that peak plus 60 terms leaves a tail below :math:`10^{-17}` of the sum.
+    """
+    if nu.size == 0:
+        return nu
+    half = 0.5 * beta
+    peak = 0.5 * (np.sqrt(nu.min() ** 2 + 4 * half * half) - nu.min())
+    k = np.arange(int(2 * peak) + 60, dtype=float)[:, None]
+    terms = (nu + 2 * k) * np.log(half) - gammaln(k + 1.0) - gammaln(nu + k + 1.0)
+    return logsumexp(terms, axis=0)
+
+
+#: The entry of the measure densities are taken against (``{uniform_measure}``).
+UNIFORM_MEASURE = r"""
+uniform_measure : bool
+    Eigenvalues for densities relative to the uniform probability measure of
+    :math:`S^{d-1}`: :math:`\lambda_l / |S^{d-1}|`, finite in every dimension (the surface
+    measure's :math:`|S^{d-1}|` underflows double precision past ``d = 340``).
+"""
 
 #: The entries of the kernel's inverse temperature and the largest degree (``{beta_and_degree}``).
 BETA_AND_DEGREE = """
@@ -72,8 +107,9 @@ max_degree : int
 """
 
 
-@fill_docstrings(beta_and_degree=BETA_AND_DEGREE)
-def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
+@fill_docstrings(beta_and_degree=BETA_AND_DEGREE, uniform_measure=UNIFORM_MEASURE)
+def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = False,
+                       uniform_measure: bool = False) -> np.ndarray:
     r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of :math:`\rho \mapsto \int e^{\beta\langle x,y\rangle}\rho(y)\,dy`.
 
     Parameters
@@ -84,6 +120,7 @@ def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = F
     scaled : bool
         Return :math:`e^{-\beta}\lambda_l`, finite for any ``beta`` (for ``beta`` up to
         thousands the unscaled values overflow).
+    {uniform_measure}
 
     Returns
     -------
@@ -92,13 +129,14 @@ def attention_spectrum(beta: float, max_degree: int, d: int, *, scaled: bool = F
     beta, max_degree, d = _check_spectrum_arguments(beta, max_degree, d)
     if beta == 0.0:
         values = np.zeros(max_degree + 1)
-        values[0] = sphere_area(d)
+        values[0] = 1.0 if uniform_measure else sphere_area(d)
         return values
-    return _bessel_spectrum(beta, max_degree, d, 0.5 * d - 1.0, scaled, "the attention spectrum")
+    return _bessel_spectrum(beta, max_degree, d, 0.5 * d - 1.0, scaled, uniform_measure, "the attention spectrum")
 
 
-@fill_docstrings(beta_and_degree=BETA_AND_DEGREE)
-def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled: bool = False) -> np.ndarray:
+@fill_docstrings(beta_and_degree=BETA_AND_DEGREE, uniform_measure=UNIFORM_MEASURE)
+def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled: bool = False,
+                                 uniform_measure: bool = False) -> np.ndarray:
     r""":math:`\lambda_l / \beta`, with its finite limit at ``beta = 0``.
 
     This is the symbol of the USA velocity potential :math:`(1/\beta) K * \rho` and of the
@@ -113,6 +151,7 @@ def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled
         Ambient dimension; the sphere is :math:`S^{d-1}`.
     scaled : bool
         Return :math:`e^{-\beta}\lambda_l/\beta`, finite for any ``beta``.
+    {uniform_measure}
 
     Returns
     -------
@@ -128,11 +167,11 @@ def attention_spectrum_over_beta(beta: float, max_degree: int, d: int, *, scaled
     if beta == 0.0:
         values = np.zeros(max_degree + 1)
         if max_degree >= 1:
-            values[1] = sphere_area(d) / d
+            values[1] = (1.0 if uniform_measure else sphere_area(d)) / d
         # lambda_0 / beta diverges, but degree 0 is a constant potential with no gradient:
         # it drops out of every velocity and growth rate, so 0 is returned in its place.
         return values
-    return _bessel_spectrum(beta, max_degree, d, 0.5 * d, scaled, "lambda_l / beta")
+    return _bessel_spectrum(beta, max_degree, d, 0.5 * d, scaled, uniform_measure, "lambda_l / beta")
 
 
 def _check_spectrum_arguments(beta, max_degree, d) -> tuple[float, int, int]:
@@ -140,20 +179,25 @@ def _check_spectrum_arguments(beta, max_degree, d) -> tuple[float, int, int]:
             check_int(d, "d", minimum=2))
 
 
-def _bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
-    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..max_degree (times e^{-beta} if scaled), for beta > 0.
+def _bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, uniform_measure: bool,
+                     what: str) -> np.ndarray:
+    """(2 pi)^{d/2} beta^{-power} I_{l+d/2-1}(beta), l = 0..max_degree (times e^{-beta} if scaled, over
+    |S^{d-1}| for the uniform measure), for beta > 0.
 
     A copy of the values kept per arguments: every solver a run builds (a hand-over's two, a
     shadow grid, a sweep's solver per point) asks for the same few spectra, whose Bessel
     functions cost more than a small grid's step.
     """
-    return _kept_bessel_spectrum(beta, max_degree, d, power, scaled, what).copy()
+    return _kept_bessel_spectrum(beta, max_degree, d, power, scaled, uniform_measure, what).copy()
 
 
 @lru_cache(maxsize=256)
-def _kept_bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, what: str) -> np.ndarray:
+def _kept_bessel_spectrum(beta: float, max_degree: int, d: int, power: float, scaled: bool, uniform_measure: bool,
+                          what: str) -> np.ndarray:
     degrees = np.arange(max_degree + 1, dtype=float)
     log_values = 0.5 * d * np.log(2.0 * np.pi) + _log_bessel_over_power(beta, degrees, d, power)
+    if uniform_measure:
+        log_values = log_values - log_sphere_area(d)
     if scaled:
         log_values = log_values - beta
     elif np.max(log_values) > EXP_OVERFLOW:
@@ -188,8 +232,9 @@ def zonal_polynomial(l: int, d: int, s: np.ndarray) -> np.ndarray:
     return eval_gegenbauer(l, alpha, s) / eval_gegenbauer(l, alpha, 1.0)
 
 
+@fill_docstrings(uniform_measure=UNIFORM_MEASURE)
 def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], max_degree: int, d: int,
-                        *, nodes: int | None = None) -> np.ndarray:
+                        *, nodes: int | None = None, uniform_measure: bool = False) -> np.ndarray:
     r"""Eigenvalues :math:`\lambda_l`, ``l = 0..max_degree``, of convolution with a zonal ``potential(s)``.
 
     Gauss-Jacobi quadrature with weight :math:`(1-s^2)^{(d-3)/2}` integrates the Funk-Hecke
@@ -204,6 +249,7 @@ def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], max_degre
         Largest degree and ambient dimension.
     nodes : int, optional
         Quadrature nodes; default ``max(256, 2 max_degree + 64)``.
+    {uniform_measure}
 
     Returns
     -------
@@ -223,5 +269,6 @@ def funk_hecke_spectrum(potential: Callable[[np.ndarray], np.ndarray], max_degre
     values = np.asarray(potential(s), dtype=float)
     if values.shape != s.shape or not np.all(np.isfinite(values)):
         raise ValueError("potential must map an array of s in [-1, 1] to finite values of the same shape")
-    weighted = w * values * sphere_area(d - 1)  # |S^0| = 2 on the circle
+    # |S^{d-2}| int (1 - s^2)^{(d-3)/2} ds = |S^{d-1}|  (|S^0| = 2 on the circle)
+    weighted = w * values * (1.0 / w.sum() if uniform_measure else sphere_area(d - 1))
     return np.array([np.sum(weighted * zonal_polynomial(l, d, s)) for l in range(max_degree + 1)])

@@ -23,7 +23,22 @@ def sphere_area(d: int) -> float:
     float
         The area :math:`|S^{d-1}|`.
     """
-    return float(2.0 * np.exp(0.5 * d * np.log(np.pi) - gammaln(0.5 * d)))
+    return float(np.exp(log_sphere_area(d)))
+
+
+def log_sphere_area(d: int) -> float:
+    r""":math:`\log|S^{d-1}|`, finite in every dimension (the area itself underflows past ``d = 340``).
+
+    Parameters
+    ----------
+    d : int
+        Dimension of the ambient space.
+
+    Returns
+    -------
+    float
+    """
+    return float(np.log(2.0) + 0.5 * d * np.log(np.pi) - gammaln(0.5 * d))
 
 
 def project_tangent(x: np.ndarray, v: np.ndarray) -> np.ndarray:

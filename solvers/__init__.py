@@ -1,5 +1,5 @@
 """solvers: discretizations of the mean-field PDE (finite volumes and Fourier on the circle,
-spherical harmonics on S^2; the measure in mass coordinates on the circle and weighted particles
+spherical harmonics on S^2, Gegenbauer polynomials for zonal densities on S^{d-1} of any d; the measure in mass coordinates on the circle and weighted particles
 on S^2 through cluster formation), of the layered equation of causal attention on both, of the
 position-indexed equation of rotary attention on the circle, and of
 pure attention on the line (d = 1, rescaled tokens).
@@ -10,7 +10,8 @@ start with and the one to hand over to (the table :data:`~solvers.methods.METHOD
 
 __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
-           "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles", "FrequencyCircleFV", "LineFV",
+           "ZonalSphereSpectral", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
+           "FrequencyCircleFV", "LineFV",
            "LineLagrangian",
            "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
 
@@ -37,6 +38,7 @@ def __getattr__(name: str):
     from .resolution import UnderResolvedWarning  # noqa: F401
     from .sphere.particles import SphereSpectralParticles, SphereWeightedParticles  # noqa: F401
     from .sphere.spectral import SphereSpectral  # noqa: F401
+    from .sphere.zonal import ZonalSphereSpectral  # noqa: F401
 
     return locals()[name]
 

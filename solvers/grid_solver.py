@@ -38,11 +38,13 @@ ds : xarray.Dataset
 DIAGNOSTIC_ATTRS = {
     "mass": {"long_name": "total mass"},
     "lyapunov": {"long_name": "free energy F (or -cE); NaN where none is known"},
-    "min_density": {"long_name": "smallest grid value of the density"},
+    "min_density": {"long_name": "smallest grid value of the density (ZonalSphereSpectral: of the law of u)"},
     "cluster_width": {"units": "cells", "long_name": "FWHM of the sharpest cluster"},
     "spectral_tail": {"long_name": "spectral energy fraction in the top 10% of degrees"},
+    "negative_mass": {"long_name": "mass where the density is negative (ZonalSphereSpectral's Gauss rule)"},
     "error_estimate": {"long_name": "estimated max-norm error of the density (CircleFV: Richardson against a "
-                                    "shadow grid; SphereSpectral: the spectrum's geometric tail)"},
+                                    "shadow grid; SphereSpectral: the spectrum's geometric tail; ZonalSphereSpectral: "
+                                    "of the law of u in total variation)"},
 }
 
 

@@ -140,28 +140,18 @@ class SphereSpectral(SpectralSolver):
             return
         if path == "general":
             # For fixed y the kernel is zonal in x with beta |A y| <= beta max_h ||A_h|| (model.logit_bound): resolve that one.
-            self._check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * model.logit_bound, lmax, 3, scaled=True))
+            check_kernel_resolved(lambda lmax: attention_spectrum(model.beta * model.logit_bound, lmax, 3, scaled=True),
+                                  self.lmax)
             interaction = GeneralSphereInteraction(model, self.grid)
             object.__setattr__(self, "general", interaction)
             object.__setattr__(self, "energy_scaled", interaction.energy_scaled)
             return
         object.__setattr__(self, "general", None)
-        self._check_kernel_resolved(self._symbol_by_degree)
+        check_kernel_resolved(self._symbol_by_degree, self.lmax)
         object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
         energy_spectrum, scaled = zonal_energy_spectrum(model, self.lmax)
         object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
         object.__setattr__(self, "energy_scaled", scaled)
-
-    def _check_kernel_resolved(self, spectrum_by_degree: Callable[[int], np.ndarray]) -> None:
-        """Refuse an ``lmax`` at which the kernel's degree-``lmax`` eigenvalue exceeds ``KERNEL_TOLERANCE`` of the largest."""
-        spectrum = np.abs(spectrum_by_degree(self.lmax))
-        tail = spectrum[-1] / spectrum.max()
-        if tail > KERNEL_TOLERANCE:
-            needed = next((l for l in range(self.lmax, 4 * self.lmax + 64)
-                           if abs(spectrum_by_degree(l)[-1]) / spectrum.max() <= KERNEL_TOLERANCE), None)
-            advice = f"use lmax >= {needed}" if needed else "raise lmax"
-            raise ValueError(f"lmax={self.lmax} does not resolve the kernel: its degree-{self.lmax} "
-                             f"eigenvalue is {tail:.2g} of the largest (> {KERNEL_TOLERANCE:g}); {advice}")
 
     # ------------------------------------------------------------------ operators
     name = "SphereSpectral"
@@ -446,6 +436,24 @@ class SphereSpectral(SpectralSolver):
     def recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape), "tableau": self.tableau.name,
                 "error_level": self.error_level}
+
+
+def check_kernel_resolved(spectrum_by_degree: Callable[[int], np.ndarray], lmax: int) -> None:
+    """Refuse an ``lmax`` at which the kernel's degree-``lmax`` eigenvalue exceeds ``KERNEL_TOLERANCE`` of the largest.
+
+    Raises
+    ------
+    ValueError
+        Naming the smallest ``lmax`` that resolves it (searched up to ``4 lmax + 64``).
+    """
+    spectrum = np.abs(spectrum_by_degree(lmax))
+    tail = spectrum[-1] / spectrum.max()
+    if tail > KERNEL_TOLERANCE:
+        needed = next((l for l in range(lmax, 4 * lmax + 64)
+                       if abs(spectrum_by_degree(l)[-1]) / spectrum.max() <= KERNEL_TOLERANCE), None)
+        advice = f"use lmax >= {needed}" if needed else "raise lmax"
+        raise ValueError(f"lmax={lmax} does not resolve the kernel: its degree-{lmax} "
+                         f"eigenvalue is {tail:.2g} of the largest (> {KERNEL_TOLERANCE:g}); {advice}")
 
 
 def zonal_energy_spectrum(model, lmax: int) -> tuple[np.ndarray, bool]:
