@@ -44,11 +44,12 @@ def growth_rate(model, degree: int, d: int) -> float:
     eigen = degree * (degree + d - 2)
     if eigen == 0:
         return 0.0
+    # spectra per unit of uniform measure: rho_0 lambda_l, finite in every dimension
     if not model.velocity_is_linear:
-        spectrum = model.kernel_spectrum(degree, d)
+        spectrum = model.kernel_spectrum(degree, d, uniform_measure=True)
         drive = model.value_scale * spectrum[degree] / (model.beta * spectrum[0])
     else:
-        drive = model.potential_spectrum(degree, d)[degree] / sphere_area(d)
+        drive = model.potential_spectrum(degree, d, uniform_measure=True)[degree]
     return float(eigen * (drive - model.diffusion))
 
 

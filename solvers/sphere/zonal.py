@@ -34,7 +34,7 @@ large ``d`` the maximum sits near :math:`u = \pm1`, where there is no mass and w
 degree-``l`` polynomial is :math:`\sqrt{\dim\mathcal H_l}` (about :math:`10^{26}` at ``d = 128``,
 ``l = 64``) times its :math:`L^2` norm. The estimate is the :math:`L^2(\pi_d)` norm of the
 degrees beyond ``lmax`` that the decay of the top ones predicts
-(:func:`~solvers.resolution.geometric_tail_error`), which bounds the error of the law of
+(``solvers.resolution.geometric_tail_error``), which bounds the error of the law of
 :math:`u` in total variation.
 """
 
@@ -322,7 +322,7 @@ class ZonalSphereSpectral(SpectralSolver):
         r"""An estimate of the total-variation error the truncation at ``lmax`` puts in the law of :math:`u`.
 
         The :math:`L^2(\pi_d)` norm of the missing degrees that the geometric decay of the top
-        ones predicts (:func:`~solvers.resolution.geometric_tail_error` with unit pointwise
+        ones predicts (``solvers.resolution.geometric_tail_error`` with unit pointwise
         factor); by Cauchy-Schwarz it bounds :math:`\int|\delta\tilde f|\,d\pi_d`. The spatial
         error only; the steps' error is ``rtol``'s.
 
@@ -505,8 +505,10 @@ class ZonalSphereSpectral(SpectralSolver):
         return {"lmax": self.lmax, "dimension": self.dimension, "rtol": self.rtol, "nodes": int(self._nodes.size),
                 "tableau": self.tableau.name, "error_level": self.error_level}
 
-    def solve(self, rho0, times, **options):
-        ds = super().solve(rho0, times, **options)
+    def solve(self, rho0, times, *, progress=None, observer=None, max_steps=None, first_step=None, continued=False,
+              pace=None, underresolved="stop"):
+        ds = super().solve(rho0, times, progress=progress, observer=observer, max_steps=max_steps,
+                           first_step=first_step, continued=continued, pace=pace, underresolved=underresolved)
         return ds.assign_coords(angle=("u", np.arccos(self._nodes), {"long_name": "angle to e", "units": "rad"}))
 
 
