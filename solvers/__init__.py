@@ -10,7 +10,7 @@ start with and the one to hand over to (the table :data:`~solvers.methods.METHOD
 
 __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
-           "ZonalSphereSpectral", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
+           "ZonalSphereSpectral", "ZonalRings", "ZonalSpectralRings", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
            "FrequencyCircleFV", "LineFV",
            "LineLagrangian",
            "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
@@ -38,6 +38,7 @@ def __getattr__(name: str):
     from .resolution import UnderResolvedWarning  # noqa: F401
     from .sphere.particles import SphereSpectralParticles, SphereWeightedParticles  # noqa: F401
     from .sphere.spectral import SphereSpectral  # noqa: F401
+    from .sphere.rings import ZonalRings, ZonalSpectralRings  # noqa: F401
     from .sphere.zonal import ZonalSphereSpectral  # noqa: F401
 
     return locals()[name]

@@ -160,7 +160,7 @@ LOCAL_IMPORTS = {
                              ".consistency",
                              ".line.finite_volumes",
                              ".line.lagrangian", ".methods", ".noise.circle", ".noise.sphere", ".resolution",
-                             ".sphere.particles", ".sphere.spectral", ".sphere.zonal"}, "lazy public names (module __getattr__): the table of solvers.methods is read "
+                             ".sphere.particles", ".sphere.spectral", ".sphere.zonal", ".sphere.rings"}, "lazy public names (module __getattr__): the table of solvers.methods is read "
                                    "without them"),
     "solvers/methods.py": ({"solvers"}, "the table is data; a solver's module loads when it is built"),
     "solvers/sphere/grid.py": ({"shtns"}, "its C library prints on import: stdout is redirected around it"),

@@ -166,18 +166,21 @@ def gram_limit_gap(model, n: int, dims, times, *, seeds: int = 8, resamples: int
     Returns
     -------
     dict
-        ``gap`` (dimension, seed), ``curve`` the limit :math:`r(t)`, ``rate`` the slope of
+        ``gap`` (dimension, seed), ``curve`` the limit :math:`r(t)`, ``inner_products``
+        (dimension, time, pair) of the first seed's tokens, ``rate`` the slope of
         ``log mean gap`` in ``log d`` and ``rate_low``, ``rate_high`` its interval.
     """
     generator = np.random.default_rng(seed)
     curve = orthogonal_token_inner_product(model, n, times)
     off_diagonal = ~np.eye(n, dtype=bool)
     gaps = np.empty((len(dims), seeds))
+    first = np.empty((len(dims), len(curve), n * (n - 1)))
     for i, d in enumerate(dims):
         x0 = sample_uniform(n, d, generator, batch=seeds)
         x = simulate_particles(model, x0, times, progress=False).x.values
         gram = np.einsum("stid,stjd->stij", x, x)[..., off_diagonal]
         gaps[i] = np.abs(gram - curve[None, :, None]).max(axis=(1, 2))
+        first[i] = gram[0]
     rate, low, high = fit_rates(np.asarray(dims), gaps[..., None], resamples, confidence, generator)
-    return {"gap": gaps, "curve": curve, "rate": float(rate[0]), "rate_low": float(low[0]),
+    return {"gap": gaps, "curve": curve, "inner_products": first, "rate": float(rate[0]), "rate_low": float(low[0]),
             "rate_high": float(high[0])}

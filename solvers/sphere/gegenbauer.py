@@ -92,9 +92,11 @@ NEWTON_STEPS = 2
 def log_law_of_u(d: int, u: np.ndarray) -> np.ndarray:
     r""":math:`\log\pi_d(u)` (``-inf`` at :math:`u = \pm 1` for ``d > 3``)."""
     u = np.asarray(u, dtype=float)
+    constant = gammaln(0.5 * d) - gammaln(0.5 * (d - 1)) - 0.5 * np.log(np.pi)
+    if d == 3:  # uniform on [-1, 1], endpoints included
+        return np.full(u.shape, constant)
     with np.errstate(divide="ignore"):
-        return (gammaln(0.5 * d) - gammaln(0.5 * (d - 1)) - 0.5 * np.log(np.pi)
-                + 0.5 * (d - 3) * np.log1p(-u * u))
+        return constant + 0.5 * (d - 3) * np.log1p(-u * u)
 
 
 def uniform_cdf(d: int, u: np.ndarray) -> np.ndarray:

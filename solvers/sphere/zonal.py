@@ -214,26 +214,34 @@ class ZonalSphereSpectral(SpectralSolver):
         return values
 
     # ------------------------------------------------------------------ operators
-    def velocity(self, coefficients: np.ndarray) -> np.ndarray:
-        r"""The velocity's profile :math:`w(u)`, :math:`v = w(u)\,(e - u x)`, at :attr:`flux_nodes`.
+    def velocity(self, coefficients: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
+        r"""The velocity's profile :math:`w(u)`, :math:`v = w(u)\,(e - u x)`, at :attr:`flux_nodes` or at ``u``.
 
         {coefficients_parameters}
+        u : numpy.ndarray, optional
+            Points of ``(-1, 1)`` (default: the Gauss nodes of :math:`\pi_{{d+2}}` the transport
+            integrates on).
 
         Returns
         -------
         numpy.ndarray
-            :math:`w` at the Gauss nodes of :math:`\pi_{{d+2}}` the transport integrates on; the
-            tangential speed is :math:`|w|\sqrt{{1-u^2}}`.
+            :math:`w`; the tangential speed is :math:`|w|\sqrt{{1-u^2}}` and :math:`\dot u = (1-u^2)\,w`.
         """
+        if u is None:
+            u, values, slopes = self._flux_nodes, self._flux_basis, self._flux_derivatives
+        else:
+            u = np.asarray(u, dtype=float)
+            values = orthonormal_gegenbauer(self.dimension, self.lmax, u)
+            slopes = orthonormal_gegenbauer(self.dimension + 2, self.lmax - 1, u)
         convolved = self._symbol * coefficients
-        slope = self._flux_derivatives @ (self._derivative_factor[1:] * convolved[1:])
+        slope = slopes @ (self._derivative_factor[1:] * convolved[1:])
         if self.linear:
             return slope
         c, beta = self.model.value_scale, self.model.beta
-        w = (c / beta) * slope / np.maximum(self._flux_basis @ convolved, np.finfo(float).tiny)
+        w = (c / beta) * slope / np.maximum(values @ convolved, np.finfo(float).tiny)
         # |grad log K*rho| <= beta for the exact kernel, so |v| <= |c|: the bound removes round-off
         # where K*rho is below machine precision of its maximum
-        sine = np.sqrt(1.0 - self._flux_nodes ** 2)
+        sine = np.sqrt(1.0 - u ** 2)
         return np.clip(w, -abs(c) / sine, abs(c) / sine)
 
     def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
@@ -507,9 +515,14 @@ class ZonalSphereSpectral(SpectralSolver):
 
     def solve(self, rho0, times, *, progress=None, observer=None, max_steps=None, first_step=None, continued=False,
               pace=None, underresolved="stop"):
-        ds = super().solve(rho0, times, progress=progress, observer=observer, max_steps=max_steps,
-                           first_step=first_step, continued=continued, pace=pace, underresolved=underresolved)
-        return ds.assign_coords(angle=("u", np.arccos(self._nodes), {"long_name": "angle to e", "units": "rad"}))
+        return with_angle(super().solve(rho0, times, progress=progress, observer=observer, max_steps=max_steps,
+                                        first_step=first_step, continued=continued, pace=pace,
+                                        underresolved=underresolved), self._nodes)
+
+
+def with_angle(ds, nodes: np.ndarray):
+    """The dataset with the angle to ``e``, :math:`\arccos u`, beside ``u``."""
+    return ds.assign_coords(angle=("u", np.arccos(nodes), {"long_name": "angle to e", "units": "rad"}))
 
 
 def zonal_points(u: np.ndarray, d: int, probes: int) -> np.ndarray:
