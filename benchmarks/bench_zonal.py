@@ -38,11 +38,11 @@ def law_distance(solver, coefficients, reference, reference_coefficients) -> flo
 
 def against_particles(d: int = 768) -> tuple[str, float, float, float]:
     model, times = mf.SelfAttention(BETA), [0.0, 1.0]
-    reference = ZonalSphereSpectral(model, dimension=d, lmax=64, rtol=1e-10)
+    reference = ZonalSphereSpectral(model, d=d, lmax=64, rtol=1e-10)
     exact = reference.solve(start(d), times, progress=False).coefficient.values[-1]
     for lmax in range(4, 65, 2):
         try:
-            solver = ZonalSphereSpectral(model, dimension=d, lmax=lmax, rtol=1e-4)
+            solver = ZonalSphereSpectral(model, d=d, lmax=lmax, rtol=1e-4)
         except ValueError:  # lmax does not resolve the kernel
             continue
         with warnings.catch_warnings():
@@ -68,8 +68,8 @@ def rings_rows() -> list[tuple[str, float, float, float]]:
     rows = []
     for d in (4, 6, 8, 768):
         model = mf.SelfAttention(BETA)
-        rings = ZonalRings(model, dimension=d, lmax=32)
-        series = ZonalSphereSpectral(model, dimension=d, lmax=32)
+        rings = ZonalRings(model, d=d, lmax=32)
+        series = ZonalSphereSpectral(model, d=d, lmax=32)
         ours, base, ratio = compare(lambda: rings.solve(start(d), [0.0, 1.0], progress=False),
                                     lambda: series.solve(start(d), [0.0, 1.0], progress=False), rounds=3, repeats=1)
         rows.append((f"ZonalRings {rings.rings} rings vs ZonalSphereSpectral lmax = 32, d = {d}, t in [0, 1]",

@@ -50,7 +50,7 @@ def laws(beta: float, lmax: int, end: float):
     """The law of u at five times per dimension, from exp(sqrt(d) u / 2) (a shift of u by about 1/(2 sqrt d))."""
     runs = {}
     for d in DIMENSIONS:
-        solver = ZonalSphereSpectral(mf.SelfAttention(beta), dimension=d, lmax=lmax)
+        solver = ZonalSphereSpectral(mf.SelfAttention(beta), d=d, lmax=lmax)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnderResolvedWarning)  # the run ends at its first unresolved output
             runs[d] = solver.solve(lambda x, d=d: np.exp(0.5 * np.sqrt(d) * x[..., -1]), np.linspace(0, end, 5),
@@ -62,7 +62,7 @@ def collapses(beta: float, lmax: int, end: float):
     """The energy through the hand-over to rings, per dimension, and the hand-over times."""
     runs = {}
     for d in DIMENSIONS:
-        runs[d] = ZonalSpectralRings(mf.SelfAttention(beta), dimension=d, lmax=lmax).solve(
+        runs[d] = ZonalSpectralRings(mf.SelfAttention(beta), d=d, lmax=lmax).solve(
             lambda x, d=d: np.exp(0.5 * np.sqrt(d) * x[..., -1]), np.linspace(0, end, 41), progress=False)
     return runs
 
@@ -72,7 +72,7 @@ def growth_rates(beta: float, degrees: int):
     measured, exact = {}, {}
     for d in DIMENSIONS:
         model = mf.SelfAttention(beta)
-        solver = ZonalSphereSpectral(model, dimension=d, lmax=24, rtol=1e-11)
+        solver = ZonalSphereSpectral(model, d=d, lmax=24, rtol=1e-11)
         rates = []
         for l in range(1, degrees + 1):
             start = np.zeros(25)

@@ -17,6 +17,8 @@ name                   geometry    the state
 ``mass_coordinates``   circle      the measure's quantile: positions of equal-mass labels
 ``harmonics``          sphere      spherical-harmonic coefficients (shtns)
 ``atoms``              sphere      weighted Diracs on a Gauss grid
+``gegenbauer``         sphere      a zonal density on S^{d-1}, any d: Gegenbauer coefficients in u
+``rings``              sphere      a zonal measure on S^{d-1}: rings of mass in u
 ``finite_volumes``     line        pure attention's rescaled tokens' density (d = 1)
 ``mass_coordinates``   line        its quantile
 =====================  ==========  ============================================================
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     import xarray as xr
 
 GEOMETRIES = ("circle", "sphere", "line")
-DISCRETISATIONS = ("fourier", "finite_volumes", "mass_coordinates", "harmonics", "atoms")
+DISCRETISATIONS = ("fourier", "finite_volumes", "mass_coordinates", "harmonics", "atoms", "gegenbauer", "rings")
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,10 @@ METHODS: tuple[Method, ...] = (
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),
     Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
            settings=("lmax", "layers", "threads", *_GRID)),
+    # S^{d-1} for any d >= 3 (the setting d), zonal models and densities of u = <x, e>
+    Method("ZonalSphereSpectral", "sphere", "gegenbauer", settings=("d", "lmax", "rtol", "underresolved")),
+    Method("ZonalSpectralRings", "sphere", "gegenbauer", then="rings", settings=("d", "lmax", "rtol")),
+    Method("ZonalRings", "sphere", "rings", settings=("d", "lmax", "rtol")),
     Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),
@@ -253,11 +259,13 @@ def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto",
         the sphere's harmonics (:class:`~solvers.SphereSpectral`), the line's finite volumes,
         the causal finite volumes on the circle and harmonics on the sphere; or the
         discretisation to start with (``"fourier"``, ``"finite_volumes"``,
-        ``"mass_coordinates"``, ``"harmonics"``, ``"atoms"``), or a solver class's name.
+        ``"mass_coordinates"``, ``"harmonics"``, ``"atoms"``; ``"gegenbauer"``, ``"rings"``: zonal
+        densities on :math:`S^{d-1}`, with the setting ``d``), or a solver class's name.
     then : str, optional
         The discretisation to hand over to when the first stops resolving the density:
         ``"finite_volumes"`` after ``"fourier"``, ``"mass_coordinates"`` after
-        ``"finite_volumes"`` on the circle, ``"atoms"`` after ``"harmonics"`` on the sphere.
+        ``"finite_volumes"`` on the circle, ``"atoms"`` after ``"harmonics"`` and ``"rings"`` after
+        ``"gegenbauer"`` on the sphere.
     **settings
         The chosen solver's constructor arguments (``cells``, ``lmax``, ``points``,
         ``layers``, ``rtol``, ``interaction``, ...) and its ``solve``'s (``progress``,

@@ -16,7 +16,7 @@ import solvers
 from solvers.methods import DISCRETISATIONS, METHODS, METHODS_BY_NAME, choose_method, solver_for
 from validation.app import ConfigError, check_config
 from validation.app.builders import build_run
-from validation.app.config import CIRCLE_SOLVERS, SPHERE_SOLVERS, MethodConfig
+from validation.app.config import CIRCLE_SOLVERS, SPHERE_SOLVERS, ZONAL_SOLVERS, MethodConfig
 from validation.app.experiment import run_experiment
 from validation.app.preflight import preflight
 
@@ -26,7 +26,8 @@ def test_the_table_says_what_each_solver_takes(method):
     """Declared as data (config checks read it without importing the solvers): held to the signatures."""
     solver = method.solver
     assert solver is getattr(solvers, method.name)
-    assert method.geometry == getattr(solver, "geometry", "line")
+    declared = getattr(solver, "geometry", "line")  # the zonal solvers' is S^{d-1} by their d: a property
+    assert method.geometry == (declared if isinstance(declared, str) else "sphere")
     assert method.discretisation in DISCRETISATIONS and method.then in (None, *DISCRETISATIONS)
     assert set(method.settings) <= method.options | method.solve_options, method.settings
     if "underresolved" in method.settings:  # the run's setting, a keyword of solve
@@ -48,6 +49,9 @@ def test_the_table_says_what_each_solver_takes(method):
     (mf.CausalAttention(4.0, True), "circle", "auto", None, "CausalCircleFV"),
     (mf.CausalAttention(4.0, True), "circle", "fourier", None, "CausalCircleSpectral"),
     (mf.CausalAttention(4.0, True), "sphere", "auto", None, "CausalSphereSpectral"),
+    (mf.SelfAttention(4.0), "sphere", "gegenbauer", None, "ZonalSphereSpectral"),
+    (mf.SelfAttention(4.0), "sphere", "gegenbauer", "rings", "ZonalSpectralRings"),
+    (mf.SelfAttention(4.0), "sphere", "rings", None, "ZonalRings"),
     (mf.PureAttention(), "line", "auto", None, "LineFV"),
     (mf.PureAttention(), "line", "mass_coordinates", None, "LineLagrangian"),
 ])
@@ -107,6 +111,8 @@ def _config(kind: str, tmp_path, **method) -> dict:
     circle = kind in CIRCLE_SOLVERS
     causal = METHODS_BY_NAME[kind].causal if kind in METHODS_BY_NAME else False
     resolution = {"cells": 64} if circle else {"lmax": 11}
+    if kind in ZONAL_SOLVERS:
+        resolution["d"] = 5
     return {"geometry": "circle" if circle else "sphere", "output": str(tmp_path / kind),
             "times": {"stop": 0.5, "count": 3}, "model": {"beta": 2.0, "causal": causal},
             "method": {"kind": kind, **resolution, **method},
@@ -133,7 +139,7 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
 
 
 @pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",
-                                  "CausalSphereSpectral"])
+                                  "CausalSphereSpectral", "ZonalSphereSpectral", "ZonalSpectralRings"])
 def test_the_kinds_new_to_the_config_run_as_the_class_does(kind, tmp_path):
     config = check_config(_config(kind, tmp_path))
     ds = run_experiment(config, progress=False)

@@ -20,9 +20,9 @@ MODELS = [mf.SelfAttention(6.0), mf.SelfAttention(3.0, normalized=False),
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.parametrize("d", [3, 5, 128])
 def test_rings_move_with_the_spectral_velocity_of_the_density_they_sample(model, d):
-    spectral = ZonalSphereSpectral(model, dimension=d, lmax=32)
+    spectral = ZonalSphereSpectral(model, d=d, lmax=32)
     coefficients = spectral.initial_coefficients(lambda x: np.exp(1.5 * x[..., -1]) + x[..., -1] ** 2)
-    solver = ZonalRings(model, dimension=d, lmax=32, rings=24)
+    solver = ZonalRings(model, d=d, lmax=32, rings=24)
     rings, clipped = solver.density_rings(coefficients)
     assert clipped == 0 and rings[:, 1].sum() == pytest.approx(1.0, abs=1e-14)
     u = rings[:, 0]
@@ -34,8 +34,8 @@ def test_rings_keep_the_spectral_energy_while_it_resolves_the_density():
     model, d = mf.SelfAttention(6.0), 16
     rho0 = lambda x: np.exp(2 * x[..., -1])  # noqa: E731
     times = [0.0, 0.5, 1.0]
-    series = ZonalSphereSpectral(model, dimension=d, lmax=48, rtol=1e-10).solve(rho0, times, progress=False)
-    rings = ZonalRings(model, dimension=d, lmax=48, rtol=1e-10, merge_distance=0).solve(rho0, times, progress=False)
+    series = ZonalSphereSpectral(model, d=d, lmax=48, rtol=1e-10).solve(rho0, times, progress=False)
+    rings = ZonalRings(model, d=d, lmax=48, rtol=1e-10, merge_distance=0).solve(rho0, times, progress=False)
     assert series.resolved.values.all()
     assert rings.energy.values == pytest.approx(series.energy.values, rel=1e-9)
     assert rings.mass.values == pytest.approx(1.0, abs=1e-13)
@@ -45,7 +45,7 @@ def test_rings_keep_the_spectral_energy_while_it_resolves_the_density():
 def test_the_hand_over_follows_the_density_into_a_dirac_at_the_pole(d):
     beta = 6.0
     model = mf.SelfAttention(beta)
-    ds = ZonalSpectralRings(model, dimension=d, lmax=48).solve(lambda x: np.exp(0.5 * np.sqrt(d) * x[..., -1]),
+    ds = ZonalSpectralRings(model, d=d, lmax=48).solve(lambda x: np.exp(0.5 * np.sqrt(d) * x[..., -1]),
                                                                 np.linspace(0, 20, 11), progress=False)
     settings = json.loads(ds.attrs["settings"])
     assert 0 < settings["handover_time"] < 20 and ds.rings.values[-1]
@@ -64,9 +64,42 @@ def test_the_hand_over_follows_the_density_into_a_dirac_at_the_pole(d):
 
 def test_bad_input():
     with pytest.raises(ValueError, match="no diffusion"):
-        ZonalRings(mf.SelfAttention(1.0, diffusion=0.1), dimension=4)
-    solver = ZonalRings(mf.SelfAttention(1.0), dimension=4, lmax=8)
+        ZonalRings(mf.SelfAttention(1.0, diffusion=0.1), d=4)
+    solver = ZonalRings(mf.SelfAttention(1.0), d=4, lmax=8)
     with pytest.raises(ValueError, match=r"rings of shape \(n, 2\)"):
         solver.solve(np.zeros((3, 3)), [0.0, 1.0], continued=True, progress=False)
     # with diffusion the hand-over stays spectral
-    assert ZonalSpectralRings(mf.SelfAttention(1.0, diffusion=0.1), dimension=4, lmax=8).second is None
+    assert ZonalSpectralRings(mf.SelfAttention(1.0, diffusion=0.1), d=4, lmax=8).second is None
+
+
+def test_a_sweep_over_the_dimension_runs_the_zonal_solvers_to_a_dirac(tmp_path):
+    """``method.d`` of the zonal solvers is a sweep parameter; every point ends at the Dirac's energy."""
+    from validation.app.sweep import run_sweep
+    from validation.app.sweep_config import check_sweep_config
+
+    raw = {"geometry": "sphere", "output": str(tmp_path / "sweep"), "times": {"stop": 12.0, "count": 4},
+           "model": {"beta": 6.0}, "method": {"kind": "ZonalSpectralRings", "d": 4, "lmax": 32},
+           "initial": {"kind": "perturbed_uniform", "amplitude": 0.5, "mode": 1},
+           "sweep": {"realisations": 1, "grid": {"d": [3, 16, 768]}}}
+    ds = run_sweep(check_sweep_config(raw), workers=1, progress=False)
+    assert ds.d.values.tolist() == [3, 16, 768]
+    assert ds.energy.isel(time=-1).values == pytest.approx(np.exp(6.0) / 12.0, rel=1e-3)
+    assert np.all(ds.rings.isel(time=-1).values == 1)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"method": {"kind": "ZonalSphereSpectral", "lmax": 16}}, "needs method.d, the dimension of S"),
+    ({"initial": {"kind": "von_mises_fisher", "means": [[1.0, 0.0, 0.0, 0.0, 0.0]], "kappa": 2.0}},
+     "initial.means must lie on it"),
+    ({"method": {"kind": "particles", "d": 5}, "initial": {"kind": "file", "path": "x.npy"}},
+     "method.d = 5 takes initial.kind"),
+])
+def test_the_zonal_configs_refuse_with_the_key_named(change, message, tmp_path):
+    from validation.app import ConfigError, check_config
+
+    raw = {"geometry": "sphere", "output": str(tmp_path / "run"), "times": {"stop": 1.0, "count": 3},
+           "model": {"beta": 2.0}, "method": {"kind": "ZonalSphereSpectral", "d": 5, "lmax": 16},
+           "initial": {"kind": "perturbed_uniform", "amplitude": 0.5, "mode": 1}}
+    raw.update(change)
+    with pytest.raises(ConfigError, match=message):
+        check_config(raw)

@@ -62,7 +62,7 @@ def zonal_mode(d, l, amplitude):
 ])
 def test_small_perturbations_grow_at_the_dispersion_relation(d, model, degree):
     amplitude, horizon = 1e-9, 1.0
-    solver = ZonalSphereSpectral(model, dimension=d, lmax=24, rtol=1e-11)
+    solver = ZonalSphereSpectral(model, d=d, lmax=24, rtol=1e-11)
     ds = solver.solve(zonal_mode(d, degree, amplitude), [0.0, horizon], progress=False)
     coefficient = ds.coefficient.values[:, degree]
     assert coefficient[0] == pytest.approx(amplitude, rel=1e-10)
@@ -80,7 +80,7 @@ def clustering(x):
 
 def test_d3_equals_sphere_spectral_on_axisymmetric_data():
     model, times = mf.SelfAttention(9.0), [0.0, 1.5, 3.0]
-    zonal = ZonalSphereSpectral(model, dimension=3, lmax=31, rtol=1e-10)
+    zonal = ZonalSphereSpectral(model, d=3, lmax=31, rtol=1e-10)
     sphere = SphereSpectral(model, lmax=31, rtol=1e-10)
     z, s = (solver.solve(clustering, times, progress=False) for solver in (zonal, sphere))
     u = np.cos(s.colatitude.values)
@@ -104,7 +104,7 @@ def test_estimate_is_within_ten_of_the_true_error_of_the_law_and_warns_in_time(d
     lmax = 23
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnderResolvedWarning)
-        runs = [ZonalSphereSpectral(model, dimension=d, lmax=L, rtol=1e-11).solve(rho0, times, progress=False,
+        runs = [ZonalSphereSpectral(model, d=d, lmax=L, rtol=1e-11).solve(rho0, times, progress=False,
                                                                                    underresolved="continue")
                 for L in (lmax, 2 * lmax + 1)]
     run, reference = runs
@@ -124,7 +124,7 @@ def test_estimate_is_within_ten_of_the_true_error_of_the_law_and_warns_in_time(d
 def test_spectral_convergence_in_the_degree():
     model, d = mf.SelfAttention(5.0), 16
     rho0 = lambda x: np.exp(2 * x[..., -1])  # noqa: E731
-    runs = {L: ZonalSphereSpectral(model, dimension=d, lmax=L, rtol=1e-12).solve(rho0, [0.0, 1.0], progress=False)
+    runs = {L: ZonalSphereSpectral(model, d=d, lmax=L, rtol=1e-12).solve(rho0, [0.0, 1.0], progress=False)
             for L in (12, 16, 20, 24, 48)}
     reference = runs[48].coefficient.values[-1]
     errors = []
@@ -139,7 +139,7 @@ def test_spectral_convergence_in_the_degree():
 
 def test_mass_and_profile_by_independent_quadrature():
     model, d = mf.SelfAttention(4.0, normalized=False), 32
-    solver = ZonalSphereSpectral(model, dimension=d, lmax=32, rtol=1e-10)
+    solver = ZonalSphereSpectral(model, d=d, lmax=32, rtol=1e-10)
     ds = solver.solve(lambda x: np.exp(3 * x[..., -1]), [0.0, 0.25, 0.5], progress=False)
     assert ds.resolved.values.all()
     coefficients = ds.coefficient.values[-1]
@@ -156,7 +156,7 @@ def test_mass_and_profile_by_independent_quadrature():
 def test_energy_of_the_uniform_state():
     beta, d = 3.0, 24
     model = mf.SelfAttention(beta, normalized=False)
-    ds = ZonalSphereSpectral(model, dimension=d, lmax=16).solve(lambda x: np.ones(x.shape[:-1]), [0.0, 1.0],
+    ds = ZonalSphereSpectral(model, d=d, lmax=16).solve(lambda x: np.ones(x.shape[:-1]), [0.0, 1.0],
                                                                  progress=False)
     exact = 0.5 * quad(lambda s: np.exp(beta * s) / beta * law_weight(d, s), -1, 1, epsabs=0, epsrel=1e-13)[0]
     assert ds.energy.values == pytest.approx(exact, rel=1e-12)
@@ -178,7 +178,7 @@ def product_rule_s2(nodes):
                                    mf.ZonalAggregation(lambda s: s ** 3 - s, lambda s: 3 * s ** 2 - 1)])
 def test_velocity_is_the_models_reference_velocity_of_the_same_measure(model):
     d = 4
-    solver = ZonalSphereSpectral(model, dimension=d, lmax=20)
+    solver = ZonalSphereSpectral(model, d=d, lmax=20)
     coefficients = solver.initial_coefficients(lambda x: np.exp(1.5 * x[..., -1]) + x[..., -1] ** 2)
     # the zonal measure on S^3 by a product rule: u by Gauss for pi_4 (numpy's Gauss-Jacobi is scipy's:
     # take scipy's roots_jacobi here, not the solver's rule), the fibre S^2 by a product rule
@@ -199,17 +199,17 @@ def test_velocity_is_the_models_reference_velocity_of_the_same_measure(model):
 
 
 def test_bad_input_gets_one_clear_line():
-    with pytest.raises(ValueError, match="d >= 3, got dimension=2"):
-        ZonalSphereSpectral(mf.SelfAttention(1.0), dimension=2)
+    with pytest.raises(ValueError, match="d >= 3, got d=2"):
+        ZonalSphereSpectral(mf.SelfAttention(1.0), d=2)
     with pytest.raises(ValueError, match="needs the dimension"):
         ZonalSphereSpectral(mf.SelfAttention(1.0))
     with pytest.raises(ValueError, match="zonal model"):
-        ZonalSphereSpectral(mf.SelfAttention(1.0, query=np.diag([1.0, 2.0, 1.0, 1.0])), dimension=4)
+        ZonalSphereSpectral(mf.SelfAttention(1.0, query=np.diag([1.0, 2.0, 1.0, 1.0])), d=4)
     with pytest.raises(ValueError, match="interaction"):
-        ZonalSphereSpectral(mf.SelfAttention(1.0), dimension=4, interaction="reference")
+        ZonalSphereSpectral(mf.SelfAttention(1.0), d=4, interaction="reference")
     with pytest.raises(ValueError, match="does not resolve the kernel"):
-        ZonalSphereSpectral(mf.SelfAttention(400.0), dimension=3, lmax=8)
-    solver = ZonalSphereSpectral(mf.SelfAttention(1.0), dimension=5, lmax=8)
+        ZonalSphereSpectral(mf.SelfAttention(400.0), d=3, lmax=8)
+    solver = ZonalSphereSpectral(mf.SelfAttention(1.0), d=5, lmax=8)
     with pytest.raises(ValueError, match="not zonal about the last axis"):
         solver.solve(lambda x: 1 + 0.5 * x[..., 0], [0.0, 1.0], progress=False)
     with pytest.raises(ValueError, match="nonnegative"):
@@ -246,7 +246,7 @@ def test_particles_approach_the_zonal_law_at_n_to_the_minus_half(d):
 def test_sampled_tokens_follow_the_solvers_law():
     """sample_zonal against the exact distribution function: a Kolmogorov-Smirnov test at 1e-3."""
     from scipy.stats import kstest
-    solver = ZonalSphereSpectral(mf.SelfAttention(2.0), dimension=32, lmax=16)
+    solver = ZonalSphereSpectral(mf.SelfAttention(2.0), d=32, lmax=16)
     coefficients = solver.initial_coefficients(lambda x: np.exp(4 * x[..., -1]))
     x = sample_zonal(solver, coefficients, 4000, np.random.default_rng(5))
     assert np.abs(np.linalg.norm(x, axis=1) - 1).max() < 1e-14

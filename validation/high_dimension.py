@@ -53,7 +53,7 @@ def sample_zonal(solver: ZonalSphereSpectral, coefficients: np.ndarray, n: int,
     -------
     numpy.ndarray, shape (n, d)
     """
-    n, d = check_int(n, "n", minimum=1), solver.dimension
+    n, d = check_int(n, "n", minimum=1), solver.d
     table = np.linspace(-1.0, 1.0, 20001)
     profile = np.maximum.accumulate(np.clip(solver.mass_profile(coefficients, table), 0.0, None))
     target = generator.uniform(0.0, profile[-1], n)
@@ -128,7 +128,7 @@ def zonal_convergence(model, rho0, d: int, times, *, sizes=(128, 256, 512, 1024)
         ``error_estimate`` (time) the solver's.
     """
     generator = np.random.default_rng(seed)
-    solver = ZonalSphereSpectral(model, dimension=d, lmax=lmax, rtol=rtol)
+    solver = ZonalSphereSpectral(model, d=d, lmax=lmax, rtol=rtol)
     pde = solver.solve(rho0, times, progress=False)
     start = pde.coefficient.values[0]
     distances = np.empty((len(sizes), seeds, len(times)))

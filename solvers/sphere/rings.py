@@ -74,8 +74,8 @@ class ZonalRings(GridSolver):
     model : SelfAttention or ZonalAggregation or any zonal model
         Zonal (its velocity depends on inner products only), without diffusion; its
         ``velocity_field`` moves the rings.
-    dimension : int, optional
-        The ambient ``d >= 3`` (the model's own when it fixes one).
+    d : int, optional
+        The ambient dimension, ``>= 3`` (the model's own when it fixes one).
     lmax : int
         The recording grid: the nodes of :class:`~solvers.ZonalSphereSpectral` at this ``lmax``
         (``rho``, ``law`` and ``mass_profile`` of the rings on the cells around them).
@@ -99,7 +99,7 @@ class ZonalRings(GridSolver):
     """
 
     model: object
-    dimension: int | None = None
+    d: int | None = None
     lmax: int = 64
     rings: int | None = None
     fibre_nodes: int | None = None
@@ -127,24 +127,24 @@ class ZonalRings(GridSolver):
         if self.model.diffusion > 0:
             raise ValueError(f"rings carry no diffusion (got diffusion={self.model.diffusion}): a density with D > 0 "
                              "stays smooth; solve it with ZonalSphereSpectral")
-        recording = ZonalSphereSpectral(self.model, dimension=self.dimension, lmax=self.lmax)
+        recording = ZonalSphereSpectral(self.model, d=self.d, lmax=self.lmax)
         set_(self, "recording", recording)
-        set_(self, "dimension", recording.dimension)
+        set_(self, "d", recording.d)
         nodes = recording.nodes.size
         set_(self, "rings", 2 * nodes if self.rings is None else check_int(self.rings, "rings", minimum=1))
         if self.fibre_nodes is None:
             reach = self.model.beta * self.model.logit_bound if isinstance(self.model, SelfAttention) else 48.0
             set_(self, "fibre_nodes", int(np.ceil(0.5 * reach)) + 24 if isinstance(self.model, SelfAttention) else 48)
         check_int(self.fibre_nodes, "fibre_nodes", minimum=1)
-        set_(self, "_fibre", fibre_rule(self.dimension, self.fibre_nodes))
+        set_(self, "_fibre", fibre_rule(self.d, self.fibre_nodes))
         # the recording cells: the uniform law's mass of cell k is the Gauss weight of node k
-        half = 0.5 * (self.dimension - 1)
+        half = 0.5 * (self.d - 1)
         cumulative = np.clip(np.concatenate([[0.0], np.cumsum(recording._weights)]), 0.0, 1.0)
         set_(self, "_edges", 2.0 * betaincinv(half, half, cumulative) - 1.0)
 
     @property
     def geometry(self) -> str:
-        return geometry_name(self.dimension)
+        return geometry_name(self.d)
 
     @property
     def energy_scaled(self) -> bool:
@@ -166,8 +166,8 @@ class ZonalRings(GridSolver):
         clipped : float
             The negative mass set to zero (the rest scaled to keep the total).
         """
-        u, w = gauss_rule(self.dimension, self.rings)
-        values = orthonormal_gegenbauer(self.dimension, coefficients.size - 1, u) @ coefficients
+        u, w = gauss_rule(self.d, self.rings)
+        values = orthonormal_gegenbauer(self.d, coefficients.size - 1, u) @ coefficients
         masses = w * values
         positive = np.maximum(masses, 0.0)
         clipped = float(positive.sum() - masses.sum())
@@ -176,7 +176,7 @@ class ZonalRings(GridSolver):
 
     def _embedded(self, u: np.ndarray) -> np.ndarray:
         """Points ``(sqrt(1 - u^2), 0, .., u)`` in the model's dimension (3 where it takes any)."""
-        size = 3 if self.model.dimension is None else self.dimension
+        size = 3 if self.model.dimension is None else self.d
         points = np.zeros((u.size, size))
         points[:, 0], points[:, -1] = np.sqrt(np.clip(1.0 - u * u, 0.0, None)), u
         return points
@@ -193,7 +193,7 @@ class ZonalRings(GridSolver):
         u, masses = rings[:, 0], rings[:, 1]
         t, weights = self._fibre
         radius = np.sqrt(np.clip(1.0 - u * u, 0.0, None))
-        size = 3 if self.model.dimension is None else self.dimension
+        size = 3 if self.model.dimension is None else self.d
         nodes = np.zeros((u.size, t.size, size))
         nodes[..., 0] = radius[:, None] * t
         nodes[..., 1] = radius[:, None] * np.sqrt(1.0 - t * t)
@@ -337,7 +337,7 @@ class ZonalRings(GridSolver):
                 "cluster_count": ((), float(masses.size))}
 
     def recorded_settings(self) -> dict:
-        return {"lmax": self.lmax, "dimension": self.dimension, "rings": self.rings, "fibre_nodes": self.fibre_nodes,
+        return {"lmax": self.lmax, "d": self.d, "rings": self.rings, "fibre_nodes": self.fibre_nodes,
                 "rtol": self.rtol, "tableau": self.tableau.name, "cluster_separation": self.cluster_separation,
                 "min_cluster_mass": self.min_cluster_mass, "merge_distance": self.merge_distance,
                 "velocity": "velocity_field (the model's reference) on the rings' fibre rule"}
@@ -406,7 +406,7 @@ class ZonalSpectralRings(HandOver):
     model : SelfAttention or ZonalAggregation
         A zonal model; the hand-over needs ``diffusion = 0`` (with diffusion the run stays
         spectral, and warns where it stops resolving the density).
-    dimension, lmax, rtol, error_level, tableau
+    d, lmax, rtol, error_level, tableau
         The spectral solver's (:class:`~solvers.ZonalSphereSpectral`): it hands over after the
         first step at which it no longer resolves the density; ``lmax`` (the recording grid),
         ``rtol`` and ``tableau`` are also the rings'.
@@ -422,7 +422,7 @@ class ZonalSpectralRings(HandOver):
     """
 
     model: object
-    dimension: int | None = None
+    d: int | None = None
     lmax: int = 64
     rtol: float = 1e-6
     error_level: float | None = 1e-3
@@ -438,13 +438,13 @@ class ZonalSpectralRings(HandOver):
     name = "ZonalSpectralRings"
 
     def __post_init__(self) -> None:
-        spectral = ZonalSphereSpectral(self.model, dimension=self.dimension, lmax=self.lmax, rtol=self.rtol,
+        spectral = ZonalSphereSpectral(self.model, d=self.d, lmax=self.lmax, rtol=self.rtol,
                                        error_level=self.error_level, tableau=self.tableau)
         object.__setattr__(self, "spectral", spectral)
-        object.__setattr__(self, "dimension", spectral.dimension)
+        object.__setattr__(self, "d", spectral.d)
         measure = None
         if self.model.diffusion == 0:
-            measure = ZonalRings(self.model, dimension=self.dimension, lmax=self.lmax, rings=self.rings,
+            measure = ZonalRings(self.model, d=self.d, lmax=self.lmax, rings=self.rings,
                                  fibre_nodes=self.fibre_nodes, rtol=self.rtol, tableau=self.tableau,
                                  cluster_separation=self.cluster_separation, min_cluster_mass=self.min_cluster_mass,
                                  merge_distance=self.merge_distance)
@@ -452,7 +452,7 @@ class ZonalSpectralRings(HandOver):
 
     @property
     def geometry(self) -> str:
-        return geometry_name(self.dimension)
+        return geometry_name(self.d)
 
     @property
     def first(self) -> ZonalSphereSpectral:
@@ -487,10 +487,10 @@ class ZonalSpectralRings(HandOver):
     def _annotated(self, series: xr.Dataset | None, rings: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((series, False), (rings, True)) if part is not None]
+        # the rings' fields where rings ran (a run the series covered has no ring to record)
         ds = joined_runs(parts, "rings", "whether ZonalRings computed this output (else ZonalSphereSpectral)",
-                         expected={"spectral_tail": ("time",), "ring_u": ("time", "ring"),
-                                   "ring_mass": ("time", "ring")})
-        settings = {"solver": self.name, "lmax": self.lmax, "dimension": self.dimension, "rtol": self.rtol,
+                         expected={"spectral_tail": ("time",)})
+        settings = {"solver": self.name, "lmax": self.lmax, "d": self.d, "rtol": self.rtol,
                     "handover_time": handover, "handover_clipped": clipped, **joined_settings(parts)}
         ds.attrs = record_attrs(PDE, self.geometry, self.model, settings)
         ds.attrs["underresolved_since"] = earliest_underresolution(parts)

@@ -96,8 +96,8 @@ class ZonalSphereSpectral(SpectralSolver):
     lmax : int
         Largest degree; it must resolve the kernel (its degree-``lmax`` eigenvalue below
         ``1e-8`` of the largest).
-    dimension : int, optional
-        The ambient ``d >= 3``; the model's own when it fixes one.
+    d : int, optional
+        The ambient dimension, ``>= 3``; the model's own when it fixes one.
     rtol : float
         Local error per step, in :math:`L^2(\pi_d)`, relative to the deviation
         :math:`\tilde f - 1` from the uniform density (``solvers.tolerance``).
@@ -117,7 +117,7 @@ class ZonalSphereSpectral(SpectralSolver):
     """
 
     lmax: int = 64
-    dimension: int | None = None
+    d: int | None = None
     _nodes: np.ndarray = field(init=False, repr=False)
     _weights: np.ndarray = field(init=False, repr=False)
     _basis: np.ndarray = field(init=False, repr=False)
@@ -143,7 +143,7 @@ class ZonalSphereSpectral(SpectralSolver):
                              f"or 'zonal', got {self.interaction!r}")
         self._check_model(model)
         set_ = object.__setattr__
-        set_(self, "dimension", d)
+        set_(self, "d", d)
         check_kernel_resolved(self._symbol_by_degree, self.lmax)
         set_(self, "_symbol", self._symbol_by_degree())
         set_(self, "_energy_symbol", self._energy_by_degree())
@@ -160,15 +160,15 @@ class ZonalSphereSpectral(SpectralSolver):
         set_(self, "_derivative_factor", derivative_factors(d, self.lmax))
 
     def _checked_dimension(self, model) -> int:
-        d = self.dimension if self.dimension is not None else model.dimension
+        d = self.d if self.d is not None else model.dimension
         if d is None:
-            raise ValueError("ZonalSphereSpectral needs the dimension: pass dimension=d (d >= 3)")
-        d = check_int(d, "dimension", minimum=2)
+            raise ValueError("ZonalSphereSpectral needs the dimension: pass d (>= 3)")
+        d = check_int(d, "d", minimum=2)
         if d < 3:
-            raise ValueError(f"ZonalSphereSpectral solves on S^(d-1) for d >= 3, got dimension={d} (the circle: "
+            raise ValueError(f"ZonalSphereSpectral solves on S^(d-1) for d >= 3, got d={d} (the circle: "
                              "CircleSpectral or CircleFV)")
         if model.dimension not in (None, d):
-            raise ValueError(f"dimension={d} but the model lives in R^{model.dimension}")
+            raise ValueError(f"d={d} but the model lives in R^{model.dimension}")
         return d
 
     @staticmethod
@@ -187,7 +187,7 @@ class ZonalSphereSpectral(SpectralSolver):
 
     @property
     def geometry(self) -> str:
-        return geometry_name(self.dimension)
+        return geometry_name(self.d)
 
     @property
     def linear(self) -> bool:
@@ -199,16 +199,16 @@ class ZonalSphereSpectral(SpectralSolver):
         return f"raise lmax (now {self.lmax}), add diffusion, or stop earlier"
 
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
-        lmax, model, d = self.lmax if lmax is None else lmax, self.model, self.dimension
+        lmax, model, d = self.lmax if lmax is None else lmax, self.model, self.d
         if self.linear:
             return model.potential_spectrum(lmax, d, uniform_measure=True)
         return model.kernel_spectrum(lmax, d, uniform_measure=True)
 
     def _energy_by_degree(self) -> np.ndarray:
         try:
-            values, scaled = self.model.energy_spectrum(self.lmax, self.dimension, uniform_measure=True), False
+            values, scaled = self.model.energy_spectrum(self.lmax, self.d, uniform_measure=True), False
         except OverflowError:
-            values, scaled = self.model.energy_spectrum(self.lmax, self.dimension, scaled=True,
+            values, scaled = self.model.energy_spectrum(self.lmax, self.d, scaled=True,
                                                         uniform_measure=True), True
         object.__setattr__(self, "energy_scaled", scaled or bool(self.model.time_rescaled))
         return values
@@ -231,8 +231,8 @@ class ZonalSphereSpectral(SpectralSolver):
             u, values, slopes = self._flux_nodes, self._flux_basis, self._flux_derivatives
         else:
             u = np.asarray(u, dtype=float)
-            values = orthonormal_gegenbauer(self.dimension, self.lmax, u)
-            slopes = orthonormal_gegenbauer(self.dimension + 2, self.lmax - 1, u)
+            values = orthonormal_gegenbauer(self.d, self.lmax, u)
+            slopes = orthonormal_gegenbauer(self.d + 2, self.lmax - 1, u)
         convolved = self._symbol * coefficients
         slope = slopes @ (self._derivative_factor[1:] * convolved[1:])
         if self.linear:
@@ -248,7 +248,7 @@ class ZonalSphereSpectral(SpectralSolver):
         w = self.velocity(coefficients)
         flux = self._flux_weights * (self._flux_basis @ coefficients) * w
         transport = np.zeros_like(coefficients)
-        transport[1:] = self._derivative_factor[1:] * ((self.dimension - 1) / self.dimension) * (
+        transport[1:] = self._derivative_factor[1:] * ((self.d - 1) / self.d) * (
             flux @ self._flux_derivatives)
         return transport, self._speed(w)
 
@@ -385,10 +385,10 @@ class ZonalSphereSpectral(SpectralSolver):
 
     def _zonal_values(self, rho0: Callable[[np.ndarray], np.ndarray], name: str) -> np.ndarray:
         """``rho0`` at the nodes, after checking it is the same around each parallel ``<x, e> = u``."""
-        points = zonal_points(self._nodes, self.dimension, AXISYMMETRY_PROBES)
+        points = zonal_points(self._nodes, self.d, AXISYMMETRY_PROBES)
         values = np.asarray(rho0(points), dtype=float)
         if values.shape != points.shape[:-1]:
-            raise ValueError(f"{name} must map points of shape (..., {self.dimension}) to values of shape (...), "
+            raise ValueError(f"{name} must map points of shape (..., {self.d}) to values of shape (...), "
                              f"got {values.shape} for {points.shape}")
         spread = np.max(np.abs(values - values[:, :1]))
         scale = np.max(np.abs(values))
@@ -429,8 +429,8 @@ class ZonalSphereSpectral(SpectralSolver):
         numpy.ndarray
         """
         u = self._nodes if u is None else np.asarray(u, dtype=float)
-        basis = self._basis if u is self._nodes else orthonormal_gegenbauer(self.dimension, self.lmax, u)
-        return (basis @ coefficients) * np.exp(log_law_of_u(self.dimension, u))
+        basis = self._basis if u is self._nodes else orthonormal_gegenbauer(self.d, self.lmax, u)
+        return (basis @ coefficients) * np.exp(log_law_of_u(self.d, u))
 
     def mass_profile(self, coefficients: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
         r"""The mass below :math:`u`, :math:`F(u) = \int_{{-1}}^u \tilde f\,\pi_d`, exactly for the series.
@@ -448,14 +448,14 @@ class ZonalSphereSpectral(SpectralSolver):
         numpy.ndarray
         """
         u = self._nodes if u is None else np.asarray(u, dtype=float)
-        d = self.dimension
+        d = self.d
         degrees = np.arange(1, self.lmax + 1)
         below = orthonormal_gegenbauer(d + 2, self.lmax - 1, u) @ (
             coefficients[1:] * self._derivative_factor[1:] / (degrees * (degrees + d - 2)))
         return coefficients[0] * uniform_cdf(d, u) - (1.0 - u * u) * np.exp(log_law_of_u(d, u)) * below
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
-        d = self.dimension
+        d = self.d
         degrees = np.arange(self.lmax + 1, dtype=float)
         decay = self.model.diffusion * degrees * (degrees + d - 2) if self.model.diffusion > 0 else None  # of -D Lap
         discretisation = SpectralTransport(self, decay, lambda c: float(np.sqrt(np.sum(c * c))))
@@ -510,7 +510,7 @@ class ZonalSphereSpectral(SpectralSolver):
         return {"degree": np.arange(self.lmax + 1)}
 
     def recorded_settings(self) -> dict:
-        return {"lmax": self.lmax, "dimension": self.dimension, "rtol": self.rtol, "nodes": int(self._nodes.size),
+        return {"lmax": self.lmax, "d": self.d, "rtol": self.rtol, "nodes": int(self._nodes.size),
                 "tableau": self.tableau.name, "error_level": self.error_level}
 
     def solve(self, rho0, times, *, progress=None, observer=None, max_steps=None, first_step=None, continued=False,

@@ -115,7 +115,10 @@ def initial_density(config: ExperimentConfig):
         a, k = initial.amplitude, initial.mode
         if circle:
             return lambda theta: 1 + a * np.cos(k * theta)
-        return lambda points: 1 + a * eval_legendre(k, points[..., 2])
+        if config.dimension == 3:
+            return lambda points: 1 + a * eval_legendre(k, points[..., 2])
+        d = config.dimension  # the zonal polynomial of the last coordinate, 1 at the pole
+        return lambda points: 1 + a * mf.zonal_polynomial(k, d, points[..., -1])
     means = [np.asarray(m, float) / np.linalg.norm(m) for m in initial.means]
     kappa = initial.kappa
 
@@ -167,7 +170,7 @@ def initial_particles(config: ExperimentConfig, rho0, generator: np.random.Gener
     def draw():
         if config.geometry == "circle":
             return mf.sample_circle(n, rho0, generator)
-        return mf.sample_sphere(n, rho0, 3, generator)
+        return mf.sample_sphere(n, rho0, config.dimension, generator)
 
     return draw() if systems is None else np.stack([draw() for _ in range(systems)])
 

@@ -47,7 +47,9 @@ Example (see ``examples/``)::
     kind = "CircleAuto"                 # a solver of solvers.solve's table (solvers.methods.METHODS:
                                         # CircleAuto, CircleFV, CircleSpectral, CircleLagrangian,
                                         # CircleFVLagrangian, SphereSpectral, SphereWeightedParticles,
-                                        # SphereSpectralParticles, the causal ones) or "particles"
+                                        # SphereSpectralParticles, the causal ones; on S^{d-1} with
+                                        # method.d: ZonalSphereSpectral, ZonalSpectralRings,
+                                        # ZonalRings) or "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
     underresolved = "stop"              # the grid solvers (CircleAuto: after its hand-over): end at
                                         # the first under-resolved output (exit 3), or "continue"
@@ -64,6 +66,8 @@ Example (see ``examples/``)::
     kind = "perturbed_uniform"          # | "von_mises_fisher" | "file" | "uniform"
     amplitude = 0.01
     mode = 4                            # circle: cos(mode theta); sphere: degree-`mode` zonal harmonic
+                                        # of the last coordinate (S^{d-1} with method.d: ZonalSphereSpectral,
+                                        # ZonalSpectralRings, ZonalRings, particles)
 """
 
 from __future__ import annotations
@@ -188,6 +192,8 @@ class ConfigSection:
 #: The PDE solvers of ``method.kind`` on the circle and on the sphere: the table of ``solvers.methods``.
 CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle")
 SPHERE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "sphere")
+#: The solvers of zonal densities on S^{d-1}, any d (``method.d``).
+ZONAL_SOLVERS = tuple(method.name for method in METHODS if "d" in method.settings)
 
 #: Tokens in R^d without layer normalization: pure attention (particles only).
 EUCLIDEAN = "euclidean"
@@ -282,7 +288,8 @@ class MethodConfig(ConfigSection):
                              "those of its finite volumes; CircleLagrangian: those of the recorded averages)")
     points: int = option(4096, types=int, minimum=8,
                          help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure")
-    lmax: int = option(63, types=int, minimum=2, help="the sphere's solvers: highest degree")
+    lmax: int = option(63, types=int, minimum=2, help="the sphere's solvers: highest degree (the zonal ones: "
+                                                      "of the Gegenbauer series, and the recording nodes)")
     threads: int = option(1, types=int, minimum=1,
                           help="SphereSpectral, CausalSphereSpectral: OpenMP threads of the shtns transforms "
                                "(more only on idle cores)")
@@ -305,8 +312,9 @@ class MethodConfig(ConfigSection):
     seed: int = option(0, types=int, minimum=0, help="particles: random seed")
     dt: float = option(0.01, types=NUMBER, minimum=0, strict=True, help="particles: step")
     scheme: str = option("rk4", types=str, choices=("rk4", "euler", "layer"), help="particles: scheme")
-    d: int = option(None, types=int, minimum=1, help="particles: dimension (with initial.kind = 'uniform'; "
-                                                     "geometry = 'euclidean': R^d, required)")
+    d: int = option(None, types=int, minimum=1, help="particles: dimension (geometry = 'euclidean': R^d, "
+                                                     "required); the zonal solvers (ZonalSphereSpectral, "
+                                                     "ZonalSpectralRings, ZonalRings): S^{d-1}, d >= 3, required")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -540,14 +548,20 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     if d is not None and (d < native or (geometry == "circle" and d != 2)):
         raise ConfigError(f"method.d = {d} does not fit geometry = {geometry!r} (use 'circle' for d = 2, "
                           f"'sphere' for d >= 3)")
-    if d is not None and d != native and initial.kind != "uniform":
-        raise ConfigError(f"method.d = {d} needs initial.kind = 'uniform' (the other initial "
-                          f"measures live on the {geometry} in R^{native})")
+    if method.kind in ZONAL_SOLVERS and d is None:
+        raise ConfigError(f"method.kind = {method.kind!r} needs method.d, the dimension of S^(d-1) (>= 3)")
+    if d is not None and d != native and initial.kind == "file":
+        raise ConfigError(f"method.d = {d} takes initial.kind = 'uniform', 'perturbed_uniform' or "
+                          f"'von_mises_fisher' (a file holds values on the grid of S^{native - 1})")
+    dimension = d or native
     if initial.kind == "von_mises_fisher":
         means = initial.means
-        if not means or not all(isinstance(m, (list, tuple)) and len(m) == native
+        if not means or not all(isinstance(m, (list, tuple)) and len(m) == dimension
                                 and all(isinstance(c, NUMBER) for c in m) and any(c != 0 for c in m) for m in means):
-            raise ConfigError(f"initial.means must be a non-empty list of nonzero {native}-vectors, got {means!r}")
+            raise ConfigError(f"initial.means must be a non-empty list of nonzero {dimension}-vectors, got {means!r}")
+        if method.kind in ZONAL_SOLVERS and any(any(c != 0 for c in m[:-1]) for m in means):
+            raise ConfigError(f"method.kind = {method.kind!r} evolves densities of <x, e>, e the last axis: "
+                              f"initial.means must lie on it (zeros but the last coordinate), got {means!r}")
         initial = dataclasses.replace(initial, means=tuple(tuple(m) for m in means))
     if initial.kind == "file":
         if initial.path is None:

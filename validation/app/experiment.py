@@ -52,7 +52,7 @@ def prepare(config: ExperimentConfig | dict | str | Path) -> RunObjects:
     if config.model.random is not None:
         raise ConfigError("model.random (weights drawn per system) runs in sweeps (meanfield sweep), or from "
                           "Python with meanfield.simulate_random_layers")
-    if config.method.d is not None and config.method.d > 3 and not config.euclidean:
+    if config.particles and config.method.d is not None and config.method.d > 3 and not config.euclidean:
         raise ConfigError(f"method.d = {config.method.d}: meanfield run draws particles on S^2 "
                           f"(d <= 3); particles in higher dimension run in sweeps (meanfield sweep)")
     run = preflight(config)

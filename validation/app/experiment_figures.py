@@ -40,6 +40,11 @@ def _density(ds: xr.Dataset) -> np.ndarray:
 
 CIRCLE_DENSITY = "density (per radian)"
 SPHERE_DENSITY = "density (per unit area)"
+ZONAL_PROFILE = "mass with <x, e> <= u"
+
+#: What the figures draw for a zonal run on S^{d-1} (a dataset on ``u``): the distribution function of
+#: u, exact for the series and for rings alike (a cluster at the pole is the jump at u = 1).
+ZONAL = "zonal"
 
 
 def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, float]):
@@ -53,6 +58,9 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
     mappable = None
     if geometry == EUCLIDEAN:
         _draw_tokens(ax, ds, k)
+        return None
+    if geometry == ZONAL:
+        _draw_profile(ax, ds, k)
         return None
     if geometry == "circle":
         if _particles(ds):
@@ -80,6 +88,20 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
     ax.set_xticklabels([])
     ax.grid(True, alpha=0.3)
     return mappable
+
+
+def _draw_profile(ax, ds: xr.Dataset, k: int) -> None:
+    """A zonal run's distribution function of u: the rings' steps after a hand-over, the series' values before."""
+    rings = ds.ring_u.values[k] if "ring_u" in ds else np.array([np.nan])
+    if np.any(np.isfinite(rings)):
+        kept = np.isfinite(rings)
+        u, mass = rings[kept], ds.ring_mass.values[k][kept]
+        ax.step(np.concatenate([[-1.0], u, [1.0]]), np.concatenate([[0.0], np.cumsum(mass), [mass.sum()]]),
+                where="post", color="C0")
+    else:
+        ax.plot(np.concatenate([[-1.0], ds.u.values, [1.0]]),
+                np.concatenate([[0.0], ds.mass_profile.values[k], [float(ds.mass[k])]]), color="C0")
+    ax.set(xlim=(-1, 1), ylim=(0, 1.05), xlabel="u = <x, e>", ylabel=ZONAL_PROFILE, title=f"t = {float(ds.time[k]):g}")
 
 
 def _variable(ds: xr.Dataset) -> str:
@@ -115,6 +137,8 @@ def _token_norms(ds: xr.Dataset, output: Path) -> Path:
 
 def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
     """The smallest and largest density of the run (every frame's scale)."""
+    if geometry == ZONAL:
+        return 0.0, 1.05
     if not _particles(ds):
         return float(ds.rho.min()), 1.05 * float(ds.rho.max())  # causal: every layer's curve fits
     if geometry != "circle":
@@ -141,6 +165,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
     progress bar (by default when stderr is a terminal).
     """
     output = Path(output)
+    if not _particles(ds) and "u" in ds.dims:
+        geometry = ZONAL
     paths = []
     picks = np.unique(np.linspace(0, ds.time.size - 1, 4).round().astype(int))
     scale = _density_scale(ds, geometry)

@@ -20,23 +20,25 @@ from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, SphereSpectralParticles,
-                     SphereWeightedParticles)
+                     SphereWeightedParticles, ZonalRings, ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere.grid import grid_shape
 
 from .builders import RunObjects, build_run, particle_method
-from .config import CIRCLE_SOLVERS, ExperimentConfig
+from .config import CIRCLE_SOLVERS, ZONAL_SOLVERS, ExperimentConfig
 from .errors import ConfigError
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
 WORKING_FIELDS = {"CircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleLagrangian": 24,
                   "CircleFVLagrangian": 24, "CausalCircleFV": 16, "CausalCircleSpectral": 24, "SphereSpectral": 48,
-                  "SphereWeightedParticles": 48, "SphereSpectralParticles": 48, "CausalSphereSpectral": 48}
+                  "SphereWeightedParticles": 48, "SphereSpectralParticles": 48, "CausalSphereSpectral": 48,
+                  # the nodes' fields, the basis matrices (about 3 lmax node-sized columns), the rings
+                  "ZonalSphereSpectral": 16, "ZonalSpectralRings": 16, "ZonalRings": 16}
 
 #: The solvers that move a measure (labels, atoms) and have no stability limit nor grid to resolve.
-MEASURE_SOLVERS = (CircleLagrangian, SphereWeightedParticles)
+MEASURE_SOLVERS = (CircleLagrangian, SphereWeightedParticles, ZonalRings)
 
 
 def preflight(config: ExperimentConfig) -> RunObjects:
@@ -62,6 +64,8 @@ def _check_measure_initial(solver, initial) -> None:
     try:
         if isinstance(solver, CircleLagrangian):
             solver.initial_quantile(initial, name="the initial density")
+        elif isinstance(solver, ZonalRings):
+            solver.recording.initial_coefficients(initial, name="the initial density")
         else:
             values = initial(solver.quadrature.points()) if callable(initial) else initial
             solver.quadrature_atoms(np.asarray(values, dtype=float), name="the initial density")
@@ -91,7 +95,7 @@ def _check_particle_initial(config: ExperimentConfig, initial) -> None:
 
 def _check_pde_initial(solver, initial) -> np.ndarray:
     """The initial cell values (circle) or coefficients (sphere), once checked."""
-    if isinstance(solver, SphereSpectralParticles):  # it starts with its harmonics
+    if isinstance(solver, (SphereSpectralParticles, ZonalSpectralRings)):  # it starts with its series
         solver = solver.spectral
     circle = solver.geometry == CIRCLE
     if not callable(initial):
@@ -143,8 +147,8 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
     """
     span = float(config.times.stop - config.times.start)
     model = solver.model
-    if isinstance(solver, SphereSpectralParticles):  # the harmonics' part (the atoms' has no stability limit)
-        solver = solver.spectral
+    if isinstance(solver, (SphereSpectralParticles, ZonalSpectralRings)):  # the series' part (the measure's has no
+        solver = solver.spectral                                           # stability limit)
     speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
     if isinstance(solver, (CircleAuto, CircleFVLagrangian)):
         solver = solver.finite_volumes
@@ -247,6 +251,8 @@ def _check_memory(config: ExperimentConfig) -> None:
     else:
         circle, chosen = method.kind in CIRCLE_SOLVERS, METHODS_BY_NAME[method.kind]
         points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
+        if method.kind in ZONAL_SOLVERS:  # nodes of u, not a grid of the sphere (rings: twice as many)
+            points = 2 * (3 * (method.lmax + 1) // 2 + 1) * (method.lmax + 3)
         key = f"method.cells = {method.cells}" if circle else f"method.lmax = {method.lmax}"
         what = f"{key} ({points} grid points) at times.count = {count} outputs"
         if chosen.causal:  # one density per layer
