@@ -35,7 +35,7 @@ import xarray as xr
 from scipy.special import betaincinv
 
 from meanfield.checks import check_int, check_real, check_rtol
-from meanfield.docstrings import fill_docstrings
+from meanfield.docstrings import fill_docstrings, inherit_docstrings
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention, ZonalAggregation
@@ -65,6 +65,7 @@ def fibre_rule(d: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 @fill_docstrings(rings_parameters=RINGS_PARAMETERS, dataset_parameters=DATASET_PARAMETERS)
+@inherit_docstrings
 @dataclass(frozen=True, eq=False)
 class ZonalRings(GridSolver):
     r"""The mean-field equation on :math:`S^{d-1}` without diffusion for a zonal measure made of rings (module docstring).
