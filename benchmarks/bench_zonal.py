@@ -20,7 +20,8 @@ import numpy as np
 import meanfield as mf
 from common import best_time, compare
 from solvers import UnderResolvedWarning, ZonalRings, ZonalSphereSpectral
-from validation.high_dimension import sample_zonal, zonal_law_w1
+from validation import distance
+from validation.high_dimension import sample_zonal
 
 TARGET = 1e-2
 BETA = 6.0
@@ -39,7 +40,8 @@ def law_distance(solver, coefficients, reference, reference_coefficients) -> flo
 def against_particles(d: int = 768) -> tuple[str, float, float, float]:
     model, times = mf.SelfAttention(BETA), [0.0, 1.0]
     reference = ZonalSphereSpectral(model, d=d, lmax=64, rtol=1e-10)
-    exact = reference.solve(start(d), times, progress=False).coefficient.values[-1]
+    solution = reference.solve(start(d), times, progress=False)
+    exact = solution.coefficient.values[-1]
     for lmax in range(4, 65, 2):
         try:
             solver = ZonalSphereSpectral(model, d=d, lmax=lmax, rtol=1e-4)
@@ -54,8 +56,8 @@ def against_particles(d: int = 768) -> tuple[str, float, float, float]:
     probe = 512
     x0 = np.stack([sample_zonal(reference, reference.initial_coefficients(start(d)), probe, generator)
                    for _ in range(4)])
-    x = mf.simulate_particles(model, x0, times, progress=False).x.values[:, -1]
-    measured = np.mean([zonal_law_w1(sample[:, -1], reference, exact) for sample in x])
+    run = mf.simulate_particles(model, x0, times, progress=False)
+    measured = np.mean([float(distance(run.isel(system=s), solution)[-1]) for s in range(x0.shape[0])])
     n = int(np.ceil(probe * (measured / TARGET) ** 2))
     tokens = sample_zonal(reference, reference.initial_coefficients(start(d)), n, generator)
     particles = best_time(lambda: mf.simulate_particles(model, tokens, times, progress=False), 1)

@@ -9,8 +9,7 @@ __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarni
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
            "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
            "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators", "compare_dynamics",
-           "value_spectra", "good_triple_fraction", "is_good_triple", "zonal_convergence", "gram_limit_gap",
-           "sample_zonal", "zonal_law_w1"]
+           "value_spectra", "good_triple_fraction", "is_good_triple", "gram_limit_gap", "sample_zonal"]
 
 
 def __getattr__(name: str):
@@ -26,7 +25,7 @@ def __getattr__(name: str):
         from . import oscillators as module
     elif name in ("compare_dynamics", "value_spectra", "good_triple_fraction", "is_good_triple"):
         from . import real_models as module
-    elif name in ("zonal_convergence", "gram_limit_gap", "sample_zonal", "zonal_law_w1"):
+    elif name in ("gram_limit_gap", "sample_zonal"):
         from . import high_dimension as module
     elif name == "kde_mode_count":
         from . import modes as module

@@ -34,12 +34,12 @@ import xarray as xr
 
 import meanfield as mf
 from meanfield.checks import check_int, check_memory, check_real, check_times
-from meanfield.records import CIRCLE, STUDY, record_attrs
+from meanfield.records import CIRCLE, SPHERE, STUDY, geometry_dimension, record_attrs
 from meanfield.sampling import reproducible_seed
-from solvers import CircleAuto, LineLagrangian, SphereSpectral
+from solvers import CircleAuto, LineLagrangian, SphereSpectral, ZonalSphereSpectral
 
 from .distances import distance, distance_description
-from .measures import GEOMETRIES, LINE
+from .measures import GEOMETRIES, LINE, is_high_sphere
 
 
 class PDEErrorWarning(RuntimeWarning):
@@ -57,7 +57,8 @@ class StudySettings:
         density is smooth, finite volumes after; its recorded cell averages): its error
         estimate is the distance to a run at half the cells.
     lmax : int
-        Largest degree of the :class:`~solvers.SphereSpectral` reference.
+        Largest degree of the :class:`~solvers.SphereSpectral` reference (on :math:`S^{d-1}`,
+        ``d >= 4``: of the :class:`~solvers.ZonalSphereSpectral` one).
     line_labels : int
         Mass labels of the line's reference, :class:`~solvers.LineLagrangian` (second order):
         its error estimate is the distance to a run at half the labels.
@@ -89,12 +90,15 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
         The model run by both the particles and the PDE (on the line: ``PureAttention`` with
         ``d = 1`` as :class:`~solvers.LineLagrangian` takes it).
     rho0 : callable
-        Initial density: of the angle on the circle, of points ``(..., 3)`` on the sphere, of
+        Initial density: of the angle on the circle, of points ``(..., d)`` on the sphere, of
         ``z`` on the line (need not be normalized). Particles are drawn from it exactly, the PDE
         starts from it.
-    geometry : {"circle", "sphere", "R^1"}
+    geometry : {"circle", "sphere", "R^1"} or "S^k", k >= 3
         Where: :class:`~solvers.CircleAuto`, :class:`~solvers.SphereSpectral` or
-        :class:`~solvers.LineLagrangian` as the reference.
+        :class:`~solvers.LineLagrangian` as the reference; on :math:`S^{d-1}` with ``d >= 4``
+        (``"S^15"``: ``d = 16``) a zonal model and a density of :math:`u = \langle x, e\rangle`
+        (``e`` the last axis), :class:`~solvers.ZonalSphereSpectral` at ``settings.lmax`` as the
+        reference and the :math:`W_1` of the laws of :math:`u` as the distance.
     sizes : sequence of int
         Particle counts ``n`` (at least two distinct values, each ``>= 2``).
     seeds : int
@@ -130,8 +134,9 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
     ValueError
         For a bad argument, named, or ``interval`` missing on the line (or given elsewhere).
     """
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
+    if geometry not in GEOMETRIES and not (isinstance(geometry, str) and is_high_sphere(geometry)):
+        raise ValueError(f"geometry must be one of {GEOMETRIES} or 'S^k' (k >= 3: zonal densities on S^k), "
+                         f"got {geometry!r}")
     if (geometry == LINE) != (interval is not None):
         raise ValueError(f"interval: the line's study needs the interval holding rho0's support, and only it "
                          f"takes one; got interval={interval!r} with geometry={geometry!r}")
@@ -204,8 +209,13 @@ def _solve_pde(model, rho0, geometry, times, settings, progress, interval):
         fine, coarse = (CircleAuto(model, cells=cells, error_level=None).solve(
             rho0, times, progress=shown, underresolved="continue")
             for cells, shown in ((settings.cells, progress), (settings.cells // 2, False)))
-    else:
+    elif geometry == SPHERE:
         fine, coarse = (SphereSpectral(model, lmax=lmax).solve(rho0, times, progress=shown, underresolved="continue")
+                        for lmax, shown in ((settings.lmax, progress), ((3 * settings.lmax) // 4, False)))
+    else:
+        d = geometry_dimension(geometry)
+        fine, coarse = (ZonalSphereSpectral(model, d=d, lmax=lmax).solve(rho0, times, progress=shown,
+                                                                         underresolved="continue")
                         for lmax, shown in ((settings.lmax, progress), ((3 * settings.lmax) // 4, False)))
     return fine, coarse
 
@@ -215,7 +225,7 @@ def _sample(rho0, geometry: str, n: int, generator: np.random.Generator, interva
         return mf.sample_interval(n, rho0, interval, generator)
     if geometry == CIRCLE:
         return mf.sample_circle(n, rho0, generator)
-    return mf.sample_sphere(n, rho0, 3, generator)
+    return mf.sample_sphere(n, rho0, geometry_dimension(geometry), generator)
 
 
 def large_sizes(sizes) -> list[int]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
-from meanfield.records import CIRCLE, dataset_model
+from meanfield.records import CIRCLE, SPHERE, dataset_model
 
-from .measures import (LINE, circle_breakpoints, circle_cdf, coefficient_degrees, harmonic_coefficients, line_breakpoints,
-                       line_cdf, measure_geometry)
+from .measures import (LINE, circle_breakpoints, circle_cdf, coefficient_degrees, harmonic_coefficients, is_zonal,
+                       line_breakpoints, line_cdf, measure_geometry, zonal_breakpoints, zonal_cdf)
 
 #: Smoothing of the default MMD kernel, :math:`a_l = e^{-s\,l(l+1)}` (the heat kernel at time s).
 DEFAULT_SMOOTHING = 0.05
@@ -43,6 +43,41 @@ def line_w1(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int) -> f
     points = np.unique(np.concatenate([line_breakpoints(ds_a, index_a), line_breakpoints(ds_b, index_b)]))
     return _integral_of_absolute_difference(
         points, lambda z, side: line_cdf(ds_a, index_a, z, side) - line_cdf(ds_b, index_b, z, side), centred=False)
+
+
+#: Gauss-Legendre nodes per piece in :func:`zonal_w1`, and the pieces ``[-1, 1]`` is cut into at least.
+ZONAL_W1_NODES, ZONAL_W1_PIECES = 8, 256
+
+
+def zonal_w1(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int) -> float:
+    r""":math:`W_1` of the laws of :math:`u = \langle x, e\rangle`: :math:`\int_{-1}^{1}|F_\mu - F_\nu|\,du`.
+
+    :math:`G = F_\mu - F_\nu` jumps at the tokens and rings and is smooth between them (constant,
+    or a Gegenbauer series' distribution function). ``[-1, 1]`` is cut at the jumps and into at
+    least ``ZONAL_W1_PIECES`` pieces; where :math:`G` changes sign inside a piece, the piece is cut
+    again at the root (bisection to round-off); each piece then takes a Gauss-Legendre rule of
+    ``ZONAL_W1_NODES`` nodes on a smooth :math:`|G|`. For zonal measures it is the :math:`W_1` of
+    their laws of :math:`u`, a lower bound of theirs on the sphere.
+    """
+    def difference(u: np.ndarray, side: str = "right") -> np.ndarray:
+        return zonal_cdf(ds_a, index_a, u, side) - zonal_cdf(ds_b, index_b, u, side)
+
+    points = np.unique(np.concatenate([np.linspace(-1.0, 1.0, ZONAL_W1_PIECES + 1),
+                                       zonal_breakpoints(ds_a, index_a), zonal_breakpoints(ds_b, index_b)]))
+    low, high = points[:-1], points[1:]
+    start, end = difference(low, "right"), difference(high, "left")
+    crossing = start * end < 0
+    a, b = low[crossing], high[crossing]
+    sign = np.sign(start[crossing])
+    for _ in range(60):  # bisection of each crossing piece to its root
+        middle = 0.5 * (a + b)
+        same = np.sign(difference(middle)) == sign
+        a, b = np.where(same, middle, a), np.where(same, b, middle)
+    points = np.unique(np.concatenate([points, 0.5 * (a + b)]))
+    x, w = np.polynomial.legendre.leggauss(ZONAL_W1_NODES)
+    half = 0.5 * np.diff(points)
+    nodes = (0.5 * (points[1:] + points[:-1]))[:, None] + half[:, None] * x
+    return float(np.sum(half[:, None] * w * np.abs(difference(nodes.ravel()).reshape(nodes.shape))))
 
 
 def _integral_of_absolute_difference(points: np.ndarray, difference, *, centred: bool) -> float:
@@ -138,7 +173,9 @@ def sphere_mmd(ds_a: xr.Dataset, index_a: int, ds_b: xr.Dataset, index_b: int,
 def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_SMOOTHING) -> xr.DataArray:
     r"""Distance between two runs at each of their common output times.
 
-    :math:`W_1` on the circle and on the line (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`.
+    :math:`W_1` on the circle and on the line (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`,
+    and on :math:`S^{d-1}`, ``d >= 4``, or with a zonal solver's run, the :math:`W_1` of the laws of
+    :math:`u = \langle x, e\rangle` (:func:`zonal_w1`).
 
     Parameters
     ----------
@@ -167,18 +204,24 @@ def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_S
     times_a, times_b = ds_a["time"].values, ds_b["time"].values
     if times_a.shape != times_b.shape or not np.allclose(times_a, times_b, rtol=1e-12, atol=1e-12):
         raise ValueError(f"ds_a and ds_b must have the same output times, got {times_a} and {times_b}")
+    zonal = geometry not in (CIRCLE, LINE) and (geometry != SPHERE or is_zonal(ds_a) or is_zonal(ds_b))
     if geometry in (CIRCLE, LINE):
         w1 = circle_w1 if geometry == CIRCLE else line_w1
         values = [w1(ds_a, k, ds_b, k) for k in range(times_a.size)]
+    elif zonal:
+        values = [zonal_w1(ds_a, k, ds_b, k) for k in range(times_a.size)]
     else:
         values = [sphere_mmd(ds_a, k, ds_b, k, smoothing=smoothing) for k in range(times_a.size)]
-    name, long_name = distance_description(geometry, smoothing)
+    name, long_name = distance_description(geometry, smoothing, zonal=zonal)
     return xr.DataArray(np.array(values), coords={"time": times_a}, dims=("time",), name=name,
                         attrs={"long_name": long_name})
 
 
-def distance_description(geometry: str, smoothing: float = DEFAULT_SMOOTHING) -> tuple[str, str]:
-    """``(name, long_name)`` of the distance :func:`distance` measures on ``geometry``."""
+def distance_description(geometry: str, smoothing: float = DEFAULT_SMOOTHING, *,
+                         zonal: bool = False) -> tuple[str, str]:
+    """``(name, long_name)`` of the distance :func:`distance` measures on ``geometry`` (``zonal``: of the laws of u)."""
+    if zonal or geometry not in (CIRCLE, LINE, SPHERE):
+        return "w1", "Wasserstein-1 distance of the laws of u = <x, e> (e the last axis)"
     if geometry in (CIRCLE, LINE):
         return "w1", f"Wasserstein-1 distance on the {'circle' if geometry == CIRCLE else 'line'} (exact)"
     return "mmd", f"MMD with the heat kernel at s={smoothing:g}"

@@ -13,8 +13,9 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from meanfield.records import CIRCLE, dataset_geometry
+from meanfield.records import CIRCLE, dataset_geometry, geometry_dimension
 from meanfield.sphere import circle_angles
+from solvers.sphere.gegenbauer import log_law_of_u
 
 
 def subplots(rows: int = 1, columns: int = 1, *, figsize: tuple[float, float], squeeze: bool = True,
@@ -29,7 +30,10 @@ def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
     picks = np.unique(np.linspace(0, study.time.size - 1, min(columns, study.time.size)).round().astype(int))
     n = study.particles_x.sizes["particle"]
     bottom, top = float(study.pde_rho.min()), 1.05 * float(study.pde_rho.max())  # one scale for all panels
-    if dataset_geometry(study) == CIRCLE:
+    if "u" in study.pde_rho.dims:
+        fig, axes = subplots(1, picks.size, figsize=(3.6 * picks.size, 3.4), squeeze=False)
+        _zonal_snapshots(study, axes[0], picks, n)
+    elif dataset_geometry(study) == CIRCLE:
         fig, axes = subplots(1, picks.size, figsize=(3.6 * picks.size, 3.4), squeeze=False)
         theta = study.theta.values
         for ax, k in zip(axes[0], picks):
@@ -59,6 +63,19 @@ def density_snapshots(study: xr.Dataset, path: Path, columns: int = 4) -> Path:
     fig.suptitle(f"{dataset_geometry(study)}: PDE density and particles (n = {n})")
     fig.savefig(path, dpi=110)
     return path
+
+
+def _zonal_snapshots(study: xr.Dataset, axes, picks: np.ndarray, n: int) -> None:
+    """On S^{d-1}: the law of u = <x, e> of the PDE against the particles' histogram of their last coordinate."""
+    d = geometry_dimension(dataset_geometry(study))
+    u = study.u.values
+    law = study.pde_rho.values * np.exp(log_law_of_u(d, u))
+    for ax, k in zip(axes, picks):
+        ax.hist(study.particles_x.values[k][:, -1], bins=48, density=True, color="0.75", label=f"particles, n={n}")
+        ax.plot(u, law[k], color="C3", lw=1.5, label="PDE")
+        ax.set(title=f"t = {study.time.values[k]:g}", xlabel="u = <x, e>")
+    axes[0].set_ylabel("density of u")
+    axes[0].legend(fontsize=8)
 
 
 def rate_plot(study: xr.Dataset, path: Path) -> Path:

@@ -13,18 +13,25 @@ import numpy as np
 import xarray as xr
 
 from meanfield.records import (CIRCLE, PARTICLES, PDE, SPHERE, dataset_geometry, dataset_kind, dataset_settings,
-                               euclidean_name)
+                               euclidean_name, geometry_dimension)
 from meanfield.engines.series import harmonic_sums
 from meanfield.sphere import circle_angles
 from solvers.line.lagrangian import label_cdf
+from solvers.sphere.gegenbauer import mass_profile
 from solvers.sphere.grid import SphereGrid
 
 #: The line: tokens of :class:`meanfield.PureAttention` with ``d = 1``, :class:`solvers.LineFV`'s and
 #: :class:`solvers.LineLagrangian`'s measures.
 LINE = euclidean_name(1)
 
-#: The geometries on which measures are compared.
+#: The geometries on which measures are compared; also ``"S^k"``, ``k >= 3``, through the law of
+#: :math:`u = \langle x, e\rangle` (:func:`zonal_cdf`).
 GEOMETRIES = (CIRCLE, SPHERE, LINE)
+
+
+def is_high_sphere(geometry: str) -> bool:
+    """Whether ``geometry`` is :math:`S^{d-1}` with ``d >= 4`` (``"S^3"``, ``"S^767"``, ...)."""
+    return geometry.startswith("S^") and geometry_dimension(geometry) >= 4
 
 
 def measure_geometry(ds: xr.Dataset, name: str) -> str:
@@ -35,8 +42,8 @@ def measure_geometry(ds: xr.Dataset, name: str) -> str:
         raise ValueError(f"{name}: {error}") from None
     if kind not in (PARTICLES, PDE):
         raise ValueError(f"{name} must be a particle or PDE dataset, got a {kind} dataset")
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"{name} must be a dataset on one of {GEOMETRIES}, got geometry {geometry!r}")
+    if geometry not in GEOMETRIES and not is_high_sphere(geometry):
+        raise ValueError(f"{name} must be a dataset on one of {GEOMETRIES} or S^k, got geometry {geometry!r}")
     if kind == PARTICLES and "system" in ds["x"].dims:
         raise ValueError(f"{name} holds a batch of systems: select one with ds.isel(system=k)")
     return geometry
@@ -138,3 +145,47 @@ def sphere_grid(lmax: int) -> SphereGrid:
 def coefficient_degrees(lmax: int) -> np.ndarray:
     """Degree of each coefficient in shtns order."""
     return np.concatenate([np.arange(m, lmax + 1) for m in range(lmax + 1)])
+
+
+# ---------------------------------------------------------------------------- S^{d-1}: the law of u = <x, e>
+def is_zonal(ds: xr.Dataset) -> bool:
+    r"""Whether ``ds`` holds zonal measures on :math:`S^{d-1}` as laws of :math:`u` (a zonal solver's run)."""
+    return not is_particles(ds) and "u" in ds["rho"].dims
+
+
+def zonal_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray, side: str = "right") -> np.ndarray:
+    r"""The distribution function of :math:`u = \langle x, e\rangle` (``e`` the last axis) at ``points``.
+
+    Of the tokens' last coordinates; of the rings of :class:`~solvers.ZonalRings` (``ring_u``,
+    ``ring_mass``); of a Gegenbauer series (``coefficient``), exactly. ``side="left"`` gives the
+    left limits, which differ at atoms only.
+    """
+    if is_particles(ds):
+        u = np.sort(ds["x"].values[time_index, :, -1])
+        return np.searchsorted(u, points, side=side) / u.size
+    rings = _rings(ds, time_index)
+    if rings is not None:
+        u, mass = rings
+        return np.concatenate([[0.0], np.cumsum(mass)])[np.searchsorted(u, points, side=side)]
+    d = geometry_dimension(dataset_geometry(ds))
+    return mass_profile(ds["coefficient"].values[time_index], d, points)
+
+
+def zonal_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
+    r"""Where the distribution function of :math:`u` jumps: the tokens' and the rings' :math:`u` (none for a series)."""
+    if is_particles(ds):
+        return ds["x"].values[time_index, :, -1]
+    rings = _rings(ds, time_index)
+    return np.empty(0) if rings is None else rings[0]
+
+
+def _rings(ds: xr.Dataset, time_index: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rings (sorted ``u`` and masses) recorded at an output, or None where a series was."""
+    if "ring_u" not in ds:
+        return None
+    u, mass = ds["ring_u"].values[time_index], ds["ring_mass"].values[time_index]
+    kept = np.isfinite(u)
+    if not kept.any():
+        return None
+    order = np.argsort(u[kept], kind="stable")
+    return u[kept][order], mass[kept][order]

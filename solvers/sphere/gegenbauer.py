@@ -103,3 +103,33 @@ def uniform_cdf(d: int, u: np.ndarray) -> np.ndarray:
     r""":math:`\int_{-1}^u \pi_d`, the law of :math:`u` for uniform points (a regularised incomplete beta function)."""
     half = 0.5 * (d - 1)
     return betainc(half, half, 0.5 * (1.0 + np.asarray(u, dtype=float)))
+
+
+def mass_profile(coefficients: np.ndarray, d: int, u: np.ndarray) -> np.ndarray:
+    r""":math:`F(u) = \int_{-1}^u \tilde f\,\pi_d` of :math:`\tilde f = \sum_l a_l\hat P_l`, exactly.
+
+    :math:`\int_{-1}^u \hat P_l\,\pi_d = -(1-u^2)\pi_d(u)\,c_l\hat Q_{l-1}(u)/(l(l+d-2))` for
+    ``l >= 1`` (the Sturm-Liouville form of the basis), and the uniform law's distribution
+    function (:func:`uniform_cdf`) for ``l = 0``.
+
+    Parameters
+    ----------
+    coefficients : numpy.ndarray, shape (L + 1,)
+        :math:`a_l`.
+    d : int
+        The dimension.
+    u : numpy.ndarray
+        Points of ``[-1, 1]``.
+
+    Returns
+    -------
+    numpy.ndarray
+    """
+    u = np.asarray(u, dtype=float)
+    top = coefficients.size - 1
+    degrees = np.arange(1, top + 1)
+    below = orthonormal_gegenbauer(d + 2, top - 1, u.ravel()) @ (
+        coefficients[1:] * derivative_factors(d, top)[1:] / (degrees * (degrees + d - 2)))
+    flat = u.ravel()
+    profile = coefficients[0] * uniform_cdf(d, flat) - (1.0 - flat * flat) * np.exp(log_law_of_u(d, flat)) * below
+    return profile.reshape(u.shape)

@@ -54,8 +54,7 @@ from ..grid_solver import Diagnosis
 from ..resolution import geometric_tail_error
 from ..spectral_solver import SPEED_PARAMETERS, SpectralSolver
 from ..spectral_transport import SpectralTransport
-from .gegenbauer import (derivative_factors, gauss_rule, log_law_of_u, orthonormal_gegenbauer,
-                         uniform_cdf)
+from .gegenbauer import derivative_factors, gauss_rule, log_law_of_u, mass_profile, orthonormal_gegenbauer
 from .spectral import check_kernel_resolved
 
 #: The Parameters section of the methods that read the state (``{coefficients_parameters}``).
@@ -433,11 +432,7 @@ class ZonalSphereSpectral(SpectralSolver):
         return (basis @ coefficients) * np.exp(log_law_of_u(self.d, u))
 
     def mass_profile(self, coefficients: np.ndarray, u: np.ndarray | None = None) -> np.ndarray:
-        r"""The mass below :math:`u`, :math:`F(u) = \int_{{-1}}^u \tilde f\,\pi_d`, exactly for the series.
-
-        :math:`\int_{{-1}}^u \hat P_l\,\pi_d = -(1-u^2)\pi_d(u)\,c_l\hat Q_{{l-1}}(u)/(l(l+d-2))` for
-        ``l >= 1`` (the Sturm-Liouville form of the basis), and the uniform law's
-        distribution function for ``l = 0``.
+        r"""The mass below :math:`u`, :math:`F(u) = \int_{{-1}}^u \tilde f\,\pi_d`, exactly for the series (``solvers.sphere.gegenbauer.mass_profile``).
 
         {coefficients_parameters}
         u : numpy.ndarray, optional
@@ -447,12 +442,7 @@ class ZonalSphereSpectral(SpectralSolver):
         -------
         numpy.ndarray
         """
-        u = self._nodes if u is None else np.asarray(u, dtype=float)
-        d = self.d
-        degrees = np.arange(1, self.lmax + 1)
-        below = orthonormal_gegenbauer(d + 2, self.lmax - 1, u) @ (
-            coefficients[1:] * self._derivative_factor[1:] / (degrees * (degrees + d - 2)))
-        return coefficients[0] * uniform_cdf(d, u) - (1.0 - u * u) * np.exp(log_law_of_u(d, u)) * below
+        return mass_profile(coefficients, self.d, self._nodes if u is None else u)
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
         d = self.d
