@@ -52,7 +52,7 @@ def run() -> list[tuple[str, float, float, float]]:
 
 
 def heun_against_euler() -> list[tuple[str, float, float, float]]:
-    """The limit SDE's Heun step against its Euler step (4 systems, 16 tokens, 64 nodes, Gaussian values).
+    r"""The limit SDE's Heun step against its Euler step (4 systems, 16 tokens, 64 nodes, Gaussian values).
 
     Heun integrates the Stratonovich form, whose drift carries the correction
     :math:`-\frac12\sum_k (D\sigma_k)\sigma_k` over the :math:`d^2` noise fields of every node,

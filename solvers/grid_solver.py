@@ -274,7 +274,7 @@ def check_measure_model(model, solver: str, dimension: int, causal_alternative: 
         measure has no token order; the error names ``causal_alternative``).
     """
     if not model.on_sphere or model.dimension not in (None, dimension):
-        raise ValueError(f"{solver} solves on {'the circle' if dimension == 2 else 'S^2'}: got a model of dimension "
+        raise ValueError(f"{solver} solves on {'the circle' if dimension == 2 else f'S^{dimension - 1}'}: got a model of dimension "
                          f"{model.dimension}{'' if model.on_sphere else ' off the sphere'}")
     if model.causal:
         raise ValueError(f"{solver} evolves the tokens' measure, which has no token order: a causal model takes "

@@ -103,3 +103,42 @@ def test_the_zonal_configs_refuse_with_the_key_named(change, message, tmp_path):
     raw.update(change)
     with pytest.raises(ConfigError, match=message):
         check_config(raw)
+
+
+@pytest.mark.parametrize("d", [4, 5, 6])
+def test_the_product_rule_atoms_move_with_the_spectral_velocity_spectrally_in_the_nodes(d):
+    """SphereWeightedParticles on S^{d-1}: the model's reference on the product rule's atoms against Funk-Hecke."""
+    from solvers import SphereWeightedParticles
+
+    model = mf.SelfAttention(3.0)
+    rho0 = lambda x: np.exp(1.5 * x[..., -1]) + x[..., -1] ** 2  # noqa: E731
+    spectral = ZonalSphereSpectral(model, d=d, lmax=32)
+    coefficients = spectral.initial_coefficients(rho0)
+    x = mf.sample_uniform(20, d, np.random.default_rng(0))
+    exact = spectral.velocity(coefficients, x[:, -1])[:, None] * (np.eye(d)[-1] - x[:, -1:] * x)
+    errors = []
+    for nodes in (4, 6, 8):
+        atoms = SphereWeightedParticles(model, d=d, lmax=8, quadrature_nodes=nodes)._initial_state(rho0, False)
+        assert atoms.shape == (2 * nodes ** (d - 1), d + 1)
+        errors.append(np.abs(model.velocity_field(x, atoms[:, :-1], atoms[:, -1]) - exact).max() / np.abs(exact).max())
+    assert errors[0] > 1e3 * errors[2] and errors[2] < 1e-8, errors  # spectral: 1e-3, 1e-6, 1e-9
+
+
+def test_the_atoms_on_s3_keep_the_spectral_energy_and_take_any_density():
+    from solvers import SphereWeightedParticles
+
+    model, d = mf.SelfAttention(3.0), 4
+    rho0 = lambda x: np.exp(1.5 * x[..., -1]) + x[..., -1] ** 2  # noqa: E731
+    times = [0.0, 0.5]
+    series = ZonalSphereSpectral(model, d=d, lmax=32, rtol=1e-10).solve(rho0, times, progress=False)
+    atoms = SphereWeightedParticles(model, d=d, lmax=16, quadrature_nodes=8, rtol=1e-10,
+                                    merge_distance=0).solve(rho0, times, progress=False)
+    assert atoms.attrs["geometry"] == "S^3" and atoms.rho.dims == ("time", "u")
+    assert atoms.energy.values[0] == pytest.approx(series.energy.values[0], rel=1e-10)
+    assert atoms.energy.values[1] == pytest.approx(series.energy.values[1], rel=1e-6)
+    # a density that is not zonal: two bumps on S^4 become one cluster, the energy rising to a Dirac's
+    ds = SphereWeightedParticles(model, d=5, lmax=16, quadrature_nodes=4).solve(
+        lambda x: np.exp(2 * x[..., 0]) + np.exp(2 * x[..., 1]), [0.0, 5.0, 10.0], progress=False)
+    assert ds.cluster_count.values[-1] == 1 and ds.mass.values == pytest.approx(1.0, abs=1e-12)
+    assert np.all(np.diff(ds.energy.values) > 0)
+    assert float(ds.energy[-1]) == pytest.approx(np.exp(3.0) / 6.0, rel=1e-3)

@@ -157,7 +157,8 @@ def zonal_cdf(ds: xr.Dataset, time_index: int, points: np.ndarray, side: str = "
     r"""The distribution function of :math:`u = \langle x, e\rangle` (``e`` the last axis) at ``points``.
 
     Of the tokens' last coordinates; of the rings of :class:`~solvers.ZonalRings` (``ring_u``,
-    ``ring_mass``); of a Gegenbauer series (``coefficient``), exactly. ``side="left"`` gives the
+    ``ring_mass``) or the atoms of :class:`~solvers.SphereWeightedParticles` (``atom_position``,
+    ``atom_mass``); of a Gegenbauer series (``coefficient``), exactly. ``side="left"`` gives the
     left limits, which differ at atoms only.
     """
     if is_particles(ds):
@@ -180,10 +181,13 @@ def zonal_breakpoints(ds: xr.Dataset, time_index: int) -> np.ndarray:
 
 
 def _rings(ds: xr.Dataset, time_index: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The rings (sorted ``u`` and masses) recorded at an output, or None where a series was."""
-    if "ring_u" not in ds:
+    """The rings or atoms (sorted ``u`` and masses) recorded at an output, or None where a series was."""
+    if "ring_u" in ds:
+        u, mass = ds["ring_u"].values[time_index], ds["ring_mass"].values[time_index]
+    elif "atom_position" in ds:
+        u, mass = ds["atom_position"].values[time_index, :, -1], ds["atom_mass"].values[time_index]
+    else:
         return None
-    u, mass = ds["ring_u"].values[time_index], ds["ring_mass"].values[time_index]
     kept = np.isfinite(u)
     if not kept.any():
         return None

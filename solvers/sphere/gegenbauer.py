@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.linalg import eigh_tridiagonal
-from scipy.special import betainc, gammaln
+from scipy.special import betainc, betaincinv, gammaln
 
 
 def orthonormal_gegenbauer(d: int, max_degree: int, u: np.ndarray) -> np.ndarray:
@@ -133,3 +133,35 @@ def mass_profile(coefficients: np.ndarray, d: int, u: np.ndarray) -> np.ndarray:
     flat = u.ravel()
     profile = coefficients[0] * uniform_cdf(d, flat) - (1.0 - flat * flat) * np.exp(log_law_of_u(d, flat)) * below
     return profile.reshape(u.shape)
+
+
+def sphere_product_rule(d: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    r"""A product Gauss rule of :math:`S^{d-1}` (uniform probability measure): points ``(N, d)`` and weights.
+
+    Hyperspherical coordinates, one at a time: :math:`x = (\sqrt{1-u^2}\,y, u)` with :math:`u` on
+    the Gauss rule of :math:`\pi_d` (``nodes`` points) and :math:`y` on the rule of
+    :math:`S^{d-2}`, down to :math:`2\,\mathrm{nodes}` equally spaced angles on the circle.
+    Exact for polynomials of degree ``2 nodes - 1``; ``N = 2 nodes^{d-1}``.
+    """
+    if d == 2:
+        angles = np.pi * np.arange(2 * nodes) / nodes
+        return np.column_stack([np.cos(angles), np.sin(angles)]), np.full(2 * nodes, 0.5 / nodes)
+    u, w = gauss_rule(d, nodes)
+    inner, inner_weights = sphere_product_rule(d - 1, nodes)
+    radius = np.sqrt(1.0 - u * u)
+    points = np.concatenate([(radius[:, None, None] * inner[None]).reshape(-1, d - 1),
+                             np.repeat(u, inner.shape[0])[:, None]], axis=1)
+    return points, (w[:, None] * inner_weights[None]).ravel()
+
+
+def law_cells(d: int, nodes: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The edges in :math:`u` of cells around Gauss ``nodes`` of :math:`\\pi_d` whose uniform mass is each node's weight."""
+    half = 0.5 * (d - 1)
+    cumulative = np.clip(np.concatenate([[0.0], np.cumsum(weights)]), 0.0, 1.0)
+    return 2.0 * betaincinv(half, half, cumulative) - 1.0
+
+
+def cell_masses(edges: np.ndarray, u: np.ndarray, masses: np.ndarray) -> np.ndarray:
+    """The masses of atoms at ``u`` summed per cell of ``edges``."""
+    cell = np.clip(np.searchsorted(edges, u, side="right") - 1, 0, edges.size - 2)
+    return np.bincount(cell, weights=masses, minlength=edges.size - 1)

@@ -38,40 +38,37 @@ from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
-from meanfield.records import PDE, SPHERE, record_attrs
-from meanfield.sphere import normalize
+from meanfield.records import PDE, SPHERE, geometry_name, record_attrs
+from meanfield.sphere import log_sphere_area, normalize
 from meanfield.docstrings import fill_docstrings
 
 from ..grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model,
                           earliest_underresolution, joined_runs, joined_settings)
 from ..handover import HandOver
 from .spectral import SphereSpectral, energy_is_scaled
+from .gegenbauer import cell_masses, gauss_rule, law_cells, sphere_product_rule
 from .grid import SphereGrid
 from ..tolerance import ROUNDOFF
-
-#: ``(n, 4)`` states: the atoms' unit vectors, then their masses (which the equation keeps).
-MASS = 3
-
 
 #: The Parameters section of the methods that read the state, the atoms (``{atoms_parameters}``).
 ATOMS_PARAMETERS = """
 Parameters
 ----------
-atoms : numpy.ndarray, shape (atoms, 4)
-    Unit vectors and masses.
+atoms : numpy.ndarray, shape (atoms, d + 1)
+    Unit vectors and masses (the last column).
 """
 
 
 @fill_docstrings(dataset_parameters=DATASET_PARAMETERS, atoms_parameters=ATOMS_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class SphereWeightedParticles(GridSolver):
-    r"""The mean-field equation on :math:`S^2` without diffusion, for a weighted sum of Diracs (module docstring).
+    r"""The mean-field equation on :math:`S^2` (or :math:`S^{d-1}`) without diffusion, for a weighted sum of Diracs (module docstring).
 
     Parameters
     ----------
     model : SelfAttention or ZonalAggregation
-        Any model of tokens on :math:`S^2` with ``diffusion = 0`` that is not causal (matrices,
-        heads and external fields included).
+        Any model of tokens on :math:`S^{d-1}` with ``diffusion = 0`` that is not causal
+        (matrices, heads and external fields included).
     lmax : int
         The recording grid: that of :class:`~solvers.SphereSpectral` at this ``lmax`` (the cells
         of the recorded ``rho``).
@@ -105,6 +102,16 @@ class SphereWeightedParticles(GridSolver):
         The path of the :class:`~solvers.SphereSpectral` whose energy convention the recorded
         energy follows (:math:`E`, or :math:`e^{-\beta B}E` where it would overflow), so that a
         run it continues joins.
+    d : int
+        The dimension: 3 (the sphere, as above), or more: the atoms of a density are those of a
+        product Gauss rule of :math:`S^{d-1}` (:class:`ProductQuadrature`, ``quadrature_nodes``
+        points per angle, :math:`2\,\mathrm{nodes}^{d-1}` atoms: 1024 at ``d = 4`` and 8 nodes,
+        65 536 at ``d = 6``; the pair sums cost their square per right-hand side), and the
+        recorded ``rho`` is the measure's law of :math:`u = \langle x, e\rangle` relative to the
+        uniform one on the nodes of :class:`~solvers.ZonalSphereSpectral` at ``lmax``
+        (:class:`LawOfU`).
+    quadrature_nodes : int
+        ``d > 3``: the product rule's nodes per angle (exact to degree ``2 nodes - 1``).
     """
 
     model: object
@@ -117,12 +124,13 @@ class SphereWeightedParticles(GridSolver):
     dropped_mass: float = 1e-12
     merge_distance: float | None = None
     interaction: str = "auto"
-    grid: SphereGrid = field(init=False, repr=False)
-    quadrature: SphereGrid = field(init=False, repr=False)
+    d: int = 3
+    quadrature_nodes: int = 8
+    grid: SphereGrid | LawOfU = field(init=False, repr=False)
+    quadrature: SphereGrid | ProductQuadrature = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
 
     name = "SphereWeightedParticles"
-    geometry = SPHERE
     default_max_steps = 1_000_000
     resolution_advice = ""
 
@@ -139,10 +147,17 @@ class SphereWeightedParticles(GridSolver):
         check_real(self.merge_distance, "merge_distance", minimum=0.0)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
-        check_measure_model(model, self.name, 3, "CausalSphereSpectral")
+        check_int(self.d, "d", minimum=3)
+        check_measure_model(model, self.name, self.d, "CausalSphereSpectral")
         if model.diffusion > 0:
             raise ValueError(f"weighted particles carry no diffusion (got diffusion={model.diffusion}): a density "
                              "with D > 0 stays smooth; solve it with SphereSpectral")
+        if self.d > 3:  # S^{d-1}: a product rule, and the law of u = <x, e> recorded
+            check_int(self.quadrature_nodes, "quadrature_nodes", minimum=1)
+            object.__setattr__(self, "grid", LawOfU(self.d, self.lmax))
+            object.__setattr__(self, "quadrature", ProductQuadrature(self.d, self.quadrature_nodes))
+            object.__setattr__(self, "energy_scaled", False)
+            return
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         same = self.quadrature_lmax in (None, self.lmax)
         object.__setattr__(self, "quadrature", self.grid if same else SphereGrid(self.quadrature_lmax))
@@ -161,7 +176,7 @@ class SphereWeightedParticles(GridSolver):
 
         Returns
         -------
-        numpy.ndarray, shape (atoms, 4)
+        numpy.ndarray, shape (atoms, d + 1)
             Unit vectors and masses; the lightest atoms, of total mass below ``dropped_mass``,
             are left out.
         """
@@ -170,7 +185,7 @@ class SphereWeightedParticles(GridSolver):
         order = np.argsort(masses, kind="stable")
         kept = order[np.cumsum(masses[order]) > self.dropped_mass]
         kept.sort()
-        return np.column_stack([self.quadrature.points().reshape(-1, 3)[kept], masses[kept]])
+        return np.column_stack([self.quadrature.points().reshape(-1, self.d)[kept], masses[kept]])
 
     def band_limited_atoms(self, coefficients: np.ndarray, grid: SphereGrid, *,
                            name: str = "the density") -> tuple[np.ndarray, float]:
@@ -191,7 +206,7 @@ class SphereWeightedParticles(GridSolver):
 
         Returns
         -------
-        atoms : numpy.ndarray, shape (atoms, 4)
+        atoms : numpy.ndarray, shape (atoms, d + 1)
         clipped : float
             The negative mass set to zero.
         """
@@ -219,8 +234,12 @@ class SphereWeightedParticles(GridSolver):
         weights = self.grid.area_weight[:, 0] / (2 * np.pi / self.grid.shape[1])
         return 1.0 - np.concatenate([[0.0], np.cumsum(weights)]), 2 * np.pi / self.grid.shape[1]
 
+    @property
+    def geometry(self) -> str:
+        return geometry_name(self.d)
+
     def density(self, atoms: np.ndarray) -> np.ndarray:
-        """The measure's mass per recording cell over the cell's area.
+        """The measure's mass per recording cell over the cell's area (``d > 3``: the law of :math:`u`'s, relative to uniform).
 
         {atoms_parameters}
 
@@ -230,12 +249,14 @@ class SphereWeightedParticles(GridSolver):
             Cell averages of the measure (at the quadrature atoms of a density: that density
             at the grid points).
         """
+        if self.d > 3:
+            return self.grid.relative_density(atoms[:, -2], atoms[:, -1])
         z_edges, width = self.cell_edges()
-        x = atoms[:, :MASS]
+        x = atoms[:, :-1]
         band = np.clip(np.searchsorted(-z_edges, -np.clip(x[:, 2], -1.0, 1.0), side="right") - 1,
                        0, self.grid.shape[0] - 1)
         sector = np.floor((np.arctan2(x[:, 1], x[:, 0]) + 0.5 * width) / width).astype(int) % self.grid.shape[1]
-        mass = np.bincount(band * self.grid.shape[1] + sector, weights=atoms[:, MASS],
+        mass = np.bincount(band * self.grid.shape[1] + sector, weights=atoms[:, -1],
                            minlength=self.grid.area_weight.size)
         return mass.reshape(self.grid.shape) / self.grid.area_weight
 
@@ -252,7 +273,7 @@ class SphereWeightedParticles(GridSolver):
         """
         if self.merge_distance == 0 or len(atoms) < 2:
             return atoms
-        pairs = cKDTree(atoms[:, :MASS]).query_pairs(self.merge_distance, output_type="ndarray")
+        pairs = cKDTree(atoms[:, :-1]).query_pairs(self.merge_distance, output_type="ndarray")
         if len(pairs) == 0:
             return atoms
         masses, positions = _components(atoms, pairs)
@@ -272,7 +293,7 @@ class SphereWeightedParticles(GridSolver):
         masses : numpy.ndarray, shape (clusters,)
         positions : numpy.ndarray, shape (clusters, 3)
         """
-        pairs = cKDTree(atoms[:, :MASS]).query_pairs(self.cluster_separation, output_type="ndarray")
+        pairs = cKDTree(atoms[:, :-1]).query_pairs(self.cluster_separation, output_type="ndarray")
         totals, positions = _components(atoms, pairs)
         order = np.argsort(-totals, kind="stable")
         order = order[totals[order] >= self.min_cluster_mass]
@@ -286,11 +307,11 @@ class SphereWeightedParticles(GridSolver):
 
         Returns
         -------
-        numpy.ndarray, shape (atoms, 4)
+        numpy.ndarray, shape (atoms, d + 1)
             The velocities (:meth:`meanfield.SelfAttention.weighted_velocity`), and zero for the masses.
         """
         change = np.zeros_like(atoms)
-        change[:, :MASS] = self.model.weighted_velocity(atoms[:, :MASS], atoms[:, MASS])
+        change[:, :-1] = self.model.weighted_velocity(atoms[:, :-1], atoms[:, -1])
         return change
 
     # ------------------------------------------------------------------ GridSolver
@@ -298,13 +319,13 @@ class SphereWeightedParticles(GridSolver):
         if not continued:
             values = rho0(self.quadrature.points()) if callable(rho0) else rho0
             atoms = self.quadrature_atoms(values)
-            atoms[:, MASS] /= atoms[:, MASS].sum()
+            atoms[:, -1] /= atoms[:, -1].sum()
             return atoms
         atoms = np.array(rho0, dtype=float)
-        if atoms.ndim != 2 or atoms.shape[1] != 4 or not np.all(np.isfinite(atoms)) or np.any(atoms[:, MASS] < 0):
-            raise ValueError(f"a continued run takes atoms of shape (n, 4): finite unit vectors and nonnegative "
+        if atoms.ndim != 2 or atoms.shape[1] != self.d + 1 or not np.all(np.isfinite(atoms)) or np.any(atoms[:, -1] < 0):
+            raise ValueError(f"a continued run takes atoms of shape (n, {self.d + 1}): finite unit vectors and nonnegative "
                              f"masses (continuation_state of an earlier run), got shape {atoms.shape}")
-        atoms[:, :MASS] = normalize(atoms[:, :MASS])
+        atoms[:, :-1] = normalize(atoms[:, :-1])
         return atoms
 
     def _stepper(self, atoms: np.ndarray, times: np.ndarray):
@@ -316,7 +337,7 @@ class SphereWeightedParticles(GridSolver):
 
     def diagnose(self, atoms: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(atoms)
-        return Diagnosis({"mass": float(atoms[:, MASS].sum()), "energy": energy,
+        return Diagnosis({"mass": float(atoms[:, -1].sum()), "energy": energy,
                           "lyapunov": self.lyapunov(energy), "min_density": float(rho.min())}, True, "")
 
     def energy(self, atoms: np.ndarray) -> float:
@@ -333,7 +354,7 @@ class SphereWeightedParticles(GridSolver):
         model = self.model
         if not model.has_energy:
             return np.nan
-        x, masses = atoms[None, :, :MASS], atoms[None, :, MASS]
+        x, masses = atoms[None, :, :-1], atoms[None, :, -1]
         if self.energy_scaled and not model.time_rescaled:  # only SA at large beta overflows
             if model.external is not None:
                 return np.nan
@@ -359,16 +380,20 @@ class SphereWeightedParticles(GridSolver):
 
     def recorded_fields(self, atoms: np.ndarray) -> dict:
         masses, where = self.clusters(atoms)
-        return {"atom_position": (("atom", "xyz"), atoms[:, :MASS].copy()),
-                "atom_mass": (("atom",), atoms[:, MASS].copy()),
+        return {"atom_position": (("atom", "xyz"), atoms[:, :-1].copy()),
+                "atom_mass": (("atom",), atoms[:, -1].copy()),
                 "cluster_mass": (("cluster",), masses), "cluster_position": (("cluster", "xyz"), where),
                 "cluster_count": ((), float(masses.size))}
 
     def grid_coordinates(self) -> dict[str, np.ndarray]:
+        if self.d > 3:
+            return {"u": self.grid.nodes}
         return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
 
     def recorded_settings(self) -> dict:
-        return {"lmax": self.lmax, "quadrature_lmax": self.quadrature.lmax, "rtol": self.rtol,
+        resolution = ({"d": self.d, "quadrature_nodes": self.quadrature_nodes} if self.d > 3 else
+                      {"quadrature_lmax": self.quadrature.lmax})
+        return {"lmax": self.lmax, **resolution, "rtol": self.rtol,
                 "tableau": self.tableau.name,
                 "cluster_separation": self.cluster_separation, "min_cluster_mass": self.min_cluster_mass,
                 "dropped_mass": self.dropped_mass, "merge_distance": self.merge_distance,
@@ -381,24 +406,70 @@ class SphereWeightedParticles(GridSolver):
 
         Returns
         -------
-        numpy.ndarray, shape (atoms, 4)
+        numpy.ndarray, shape (atoms, d + 1)
             The atoms at its last output.
         """
         return atoms_of(ds)
 
 
+@dataclass(frozen=True, eq=False)
+class ProductQuadrature:
+    r"""The atoms' quadrature on :math:`S^{d-1}`, ``d > 3``: the product Gauss rule of ``nodes`` points per angle
+    (``solvers.sphere.gegenbauer.sphere_product_rule``; :math:`2\,\mathrm{nodes}^{d-1}` atoms, exact to degree
+    ``2 nodes - 1``), weights of total :math:`|S^{d-1}|` as a density's quadrature with respect to the surface measure."""
+
+    d: int
+    nodes: int
+    _points: np.ndarray = field(init=False, repr=False)
+    area_weight: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        points, weights = sphere_product_rule(self.d, self.nodes)
+        object.__setattr__(self, "_points", points)
+        object.__setattr__(self, "area_weight", weights * np.exp(log_sphere_area(self.d)))
+
+    @property
+    def shape(self) -> tuple[int]:
+        return self.area_weight.shape
+
+    def points(self) -> np.ndarray:
+        return self._points
+
+
+@dataclass(frozen=True, eq=False)
+class LawOfU:
+    r"""The recording of a measure on :math:`S^{d-1}`, ``d > 3``: its law of :math:`u = \langle x, e\rangle`
+    on the cells around :class:`~solvers.ZonalSphereSpectral`'s nodes at ``lmax``, relative to the uniform law."""
+
+    d: int
+    lmax: int
+    nodes: np.ndarray = field(init=False, repr=False)
+    weights: np.ndarray = field(init=False, repr=False)
+    edges: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        nodes, weights = gauss_rule(self.d, -(-3 * (self.lmax + 1) // 2))
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "edges", law_cells(self.d, nodes, weights))
+
+    def relative_density(self, u: np.ndarray, masses: np.ndarray) -> np.ndarray:
+        """The atoms' mass per cell over the uniform law's there."""
+        return cell_masses(self.edges, u, masses) / self.weights
+
+
 def _components(atoms: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Total masses and normalized mass-weighted mean positions of the groups the linked ``pairs`` make."""
-    x, masses = atoms[:, :MASS], atoms[:, MASS]
+    x, masses = atoms[:, :-1], atoms[:, -1]
     links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
     count, label = connected_components(links, directed=False)
     totals = np.bincount(label, weights=masses, minlength=count)
-    sums = np.stack([np.bincount(label, weights=masses * x[:, k], minlength=count) for k in range(MASS)], axis=1)
+    sums = np.stack([np.bincount(label, weights=masses * x[:, k], minlength=count) for k in range(x.shape[1])], axis=1)
     return totals, normalize(sums)
 
 
 def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
-    """The ``(n, 4)`` atoms recorded at output ``index`` (padding dropped)."""
+    """The ``(n, d + 1)`` atoms recorded at output ``index`` (padding dropped)."""
     position, mass = ds.atom_position.values[index], ds.atom_mass.values[index]
     kept = np.isfinite(mass)
     return np.column_stack([position[kept], mass[kept]])
@@ -408,13 +479,13 @@ class _AtomTransport(UnboundedTransport):
     """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation`."""
 
     def norm(self, change: np.ndarray) -> float:
-        return float(np.sqrt(np.max(np.sum(change[:, :MASS] ** 2, axis=1))))
+        return float(np.sqrt(np.max(np.sum(change[:, :-1] ** 2, axis=1))))
 
     def tolerance(self, atoms: np.ndarray) -> float:
         return self.solver.rtol + ROUNDOFF
 
     def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
-        new[:, :MASS] = normalize(new[:, :MASS])
+        new[:, :-1] = normalize(new[:, :-1])
         return self.solver.merged(new), None
 
 

@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import xarray as xr
-from scipy.special import betaincinv
 
 from meanfield.checks import check_int, check_real, check_rtol
 from meanfield.docstrings import fill_docstrings, inherit_docstrings
@@ -45,7 +44,7 @@ from ..grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedT
                            joined_runs, joined_settings)
 from ..handover import HandOver
 from ..tolerance import ROUNDOFF
-from .gegenbauer import gauss_rule, orthonormal_gegenbauer
+from .gegenbauer import cell_masses, gauss_rule, law_cells, orthonormal_gegenbauer
 from .zonal import ZonalSphereSpectral, with_angle
 
 #: The Parameters section of the methods that read the state (``{rings_parameters}``).
@@ -139,9 +138,7 @@ class ZonalRings(GridSolver):
         check_int(self.fibre_nodes, "fibre_nodes", minimum=1)
         set_(self, "_fibre", fibre_rule(self.d, self.fibre_nodes))
         # the recording cells: the uniform law's mass of cell k is the Gauss weight of node k
-        half = 0.5 * (self.d - 1)
-        cumulative = np.clip(np.concatenate([[0.0], np.cumsum(recording._weights)]), 0.0, 1.0)
-        set_(self, "_edges", 2.0 * betaincinv(half, half, cumulative) - 1.0)
+        set_(self, "_edges", law_cells(self.d, recording.nodes, recording._weights))
 
     @property
     def geometry(self) -> str:
@@ -149,7 +146,7 @@ class ZonalRings(GridSolver):
 
     @property
     def energy_scaled(self) -> bool:
-        """Whether the recorded energy carries :math:`e^{-\beta}` (as the spectral solver's at this ``lmax``)."""
+        r"""Whether the recorded energy carries :math:`e^{-\beta}` (as the spectral solver's at this ``lmax``)."""
         return self.recording.energy_scaled
 
     # ------------------------------------------------------------------ rings
@@ -269,8 +266,7 @@ class ZonalRings(GridSolver):
         return np.divide(masses, widths, out=np.zeros_like(masses), where=widths > 0)
 
     def _cell_masses(self, rings: np.ndarray) -> np.ndarray:
-        cell = np.clip(np.searchsorted(self._edges, rings[:, 0], side="right") - 1, 0, self._edges.size - 2)
-        return np.bincount(cell, weights=rings[:, 1], minlength=self._edges.size - 1)
+        return cell_masses(self._edges, rings[:, 0], rings[:, 1])
 
     def energy(self, rings: np.ndarray) -> float:
         r"""The interaction energy :math:`\frac12\sum_{i,j} m_i m_j \int W(u_iu_j + r_ir_jt)\,d\pi_{d-1}(t)`, as the spectral solver records it.

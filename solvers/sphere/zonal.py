@@ -511,7 +511,7 @@ class ZonalSphereSpectral(SpectralSolver):
 
 
 def with_angle(ds, nodes: np.ndarray):
-    """The dataset with the angle to ``e``, :math:`\arccos u`, beside ``u``."""
+    r"""The dataset with the angle to ``e``, :math:`\arccos u`, beside ``u``."""
     return ds.assign_coords(angle=("u", np.arccos(nodes), {"long_name": "angle to e", "units": "rad"}))
 
 
