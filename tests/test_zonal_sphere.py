@@ -305,3 +305,21 @@ def test_the_w1_of_the_laws_of_u_against_adaptive_quadrature():
                     for j, (a, b) in enumerate(zip(edges[:-1], edges[1:])))
         assert measured[k] == pytest.approx(exact, rel=1e-6)
     assert distance(run, run).values == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("model, window", [(mf.SelfAttention(1.0), (6.0, 10.0)),
+                                           (mf.SelfAttention(1.0, normalized=False), (2.0, 4.0))])
+def test_tokens_with_d_above_n_cluster_at_the_consensus_rate(model, window):
+    """d >= n: iid tokens share a hemisphere and 1 - min <x_i, x_j> falls like exp(-rate t), rate 2c (SA), 2c e^beta (USA)."""
+    from validation import consensus_rate
+
+    n, d = 8, 16
+    times = np.linspace(window[0], window[1], 9)
+    x0 = mf.sample_uniform(n, d, np.random.default_rng(4))
+    run = mf.simulate_particles(model, x0, np.concatenate([[0.0], times]), rtol=1e-12, progress=False)
+    gram = np.einsum("tid,tjd->tij", run.x.values[1:], run.x.values[1:])
+    gap = 1 - gram[:, ~np.eye(n, dtype=bool)].min(axis=1)
+    slope = np.polyfit(times, np.log(gap), 1)[0]
+    # the rate of the linearisation, exact in the limit: what is left at these times is of the order of the gap
+    assert -slope == pytest.approx(consensus_rate(model), rel=1e-2)
+    assert consensus_rate(model) == pytest.approx(2.0 if model.normalized else 2 * np.e, rel=1e-15)

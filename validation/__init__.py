@@ -5,7 +5,7 @@ is the subpackage :mod:`validation.app`; validation proper never imports it.
 """
 
 __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarning", "growth_rate",
-           "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "wendel_probability",
+           "orthogonal_token_inner_product", "orthogonal_token_clustering_time", "consensus_rate", "wendel_probability",
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
            "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
            "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators", "compare_dynamics",
@@ -31,7 +31,7 @@ def __getattr__(name: str):
         from . import modes as module
     elif name == "distance":
         from . import distances as module
-    elif name in ("circle_stationary_density", "growth_rate", "orthogonal_token_clustering_time",
+    elif name in ("circle_stationary_density", "growth_rate", "orthogonal_token_clustering_time", "consensus_rate",
                   "orthogonal_token_inner_product", "wendel_probability"):
         from . import references as module
     else:

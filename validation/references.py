@@ -125,6 +125,30 @@ def orthogonal_token_clustering_time(model, n: int, level: float, horizon: float
     return float(solution.t_events[0][0]) if solution.t_events[0].size else float("inf")
 
 
+def consensus_rate(model) -> float:
+    r"""The exponential rate at which :math:`1 - \langle x_i, x_j\rangle` vanishes once the tokens are close.
+
+    Near one cluster every token moves toward the (weighted) mean at rate :math:`c` (SA; USA:
+    :math:`c\,e^{\beta}`, times :math:`e^{-\beta}` when time-rescaled), so distances contract at
+    that rate and :math:`1 - \langle x_i, x_j\rangle`, their half square, at twice it: the slope at
+    :math:`r = 1` of the orthogonal-token equation, :math:`-f'(1) = 2c` (SA) and
+    :math:`2c\,e^{\beta}` (USA), whatever ``n``. With ``d >= n`` iid tokens lie in a common
+    hemisphere almost surely (Wendel) and cluster at this rate in the end.
+
+    Parameters
+    ----------
+    model : SelfAttention
+        Zonal SA or USA.
+
+    Returns
+    -------
+    float
+    """
+    if not model.normalized:
+        return float(2 * model.value_scale * np.exp(model.beta * (0.0 if model.time_rescaled else 1.0)))
+    return float(2 * model.value_scale)
+
+
 def _orthogonal_token_rhs(model, n: int):
     beta, c = model.beta, model.value_scale
     if model.normalized:
