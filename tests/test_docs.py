@@ -142,7 +142,7 @@ def test_the_examples_in_the_docstrings_run():
 def test_docstrings_with_backslashes_are_raw_strings():
     """In a plain string ``\\theta`` is a tab and ``\\beta`` a backspace: TeX must sit in r-strings."""
     offenders = []
-    for package in ("meanfield", "solvers", "validation"):
+    for package in ("meanfield", "solvers", "validation", "benchmarks", "examples"):
         for path in ROOT.joinpath(package).rglob("*.py"):
             for token in tokenize.generate_tokens(io.StringIO(path.read_text()).readline):
                 literal = token.string

@@ -206,9 +206,3 @@ def test_no_docstring_of_the_library_is_left_with_a_placeholder():
     unfilled = [where for where, doc in _library_docstrings() if isinstance(doc, str) and placeholder.search(doc)]
     assert not unfilled, unfilled
 
-
-def test_no_docstring_of_the_library_holds_a_control_character():
-    """A backslash of LaTeX in a docstring that is not raw turns into one: ``\\b``eta, ``\\f``rac, ``\\a``rccos."""
-    control = [where for where, doc in _library_docstrings()
-               if isinstance(doc, str) and any(character in doc for character in "\a\b\f\v")]
-    assert not control, control

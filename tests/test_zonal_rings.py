@@ -142,3 +142,12 @@ def test_the_atoms_on_s3_keep_the_spectral_energy_and_take_any_density():
     assert ds.cluster_count.values[-1] == 1 and ds.mass.values == pytest.approx(1.0, abs=1e-12)
     assert np.all(np.diff(ds.energy.values) > 0)
     assert float(ds.energy[-1]) == pytest.approx(np.exp(3.0) / 6.0, rel=1e-3)
+
+
+def test_the_sweep_example_over_the_dimension_checks():
+    from pathlib import Path
+
+    from validation.app.sweep_config import load_sweep_config
+
+    sweep = load_sweep_config(Path(__file__).parents[1] / "examples" / "high_dimension_sweep.toml")
+    assert sweep.shape == (4, 4) and sweep.base.method.kind == "ZonalSpectralRings"
