@@ -11,7 +11,7 @@ start with and the one to hand over to (the table :data:`~solvers.methods.METHOD
 __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
            "ZonalSphereSpectral", "ZonalRings", "ZonalSpectralRings", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
-           "FrequencyCircleFV", "LineFV",
+           "FrequencyCircleFV", "PairCorrelation", "LineFV",
            "LineLagrangian",
            "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
 
@@ -23,6 +23,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'solvers' has no attribute {name!r}")
     from .causal import CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral  # noqa: F401 (locals())
     from .circle.auto import CircleAuto  # noqa: F401
+    from .circle.bbgky import PairCorrelation  # noqa: F401
     from .circle.collapse import CircleFVLagrangian  # noqa: F401
     from .circle.finite_volumes import CircleFV  # noqa: F401
     from .circle.frequencies import FrequencyCircleFV  # noqa: F401

@@ -155,7 +155,7 @@ LOCAL_IMPORTS = {
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/frequencies.py": ({"scipy.integrate"}, "sweep workers never integrate the Ott-Antonsen equations"),
     "meanfield/graphs.py": ({"scipy", "scipy.sparse.csgraph"}, "sweep workers never build a graph"),
-    "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.collapse", ".circle.finite_volumes",
+    "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.bbgky", ".circle.collapse", ".circle.finite_volumes",
                              ".circle.frequencies", ".circle.lagrangian", ".circle.positional", ".circle.spectral",
                              ".consistency",
                              ".line.finite_volumes",

@@ -9,7 +9,7 @@ __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarni
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
            "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
            "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators", "compare_dynamics",
-           "value_spectra", "good_triple_fraction", "is_good_triple", "gram_limit_gap", "sample_zonal"]
+           "value_spectra", "good_triple_fraction", "is_good_triple", "gram_limit_gap", "sample_zonal", "pair_correlation", "closure_deviation"]
 
 
 def __getattr__(name: str):
@@ -25,6 +25,8 @@ def __getattr__(name: str):
         from . import oscillators as module
     elif name in ("compare_dynamics", "value_spectra", "good_triple_fraction", "is_good_triple"):
         from . import real_models as module
+    elif name in ("pair_correlation", "closure_deviation"):
+        from . import bbgky as module
     elif name in ("gram_limit_gap", "sample_zonal"):
         from . import high_dimension as module
     elif name == "kde_mode_count":

@@ -1,0 +1,74 @@
+"""The BBGKY hierarchy on the circle: the ensemble estimator of the pair correlation and the closures.
+
+References: the exact initial slope of E[cos(theta_i - theta_j)] from the particles' own
+velocities, and in closed form (2/n) c I_1(beta)/beta; the ensemble itself (independent
+systems) for the closures over time.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import iv
+
+import meanfield as mf
+from solvers import PairCorrelation, UnderResolvedWarning
+from validation import closure_deviation, pair_correlation
+
+MODEL, N = mf.SelfAttention(1.0, normalized=False), 8
+
+
+@pytest.fixture(scope="module")
+def ensemble():
+    times = np.array([0.0, 0.25, 0.5, 1.0])
+    x0 = mf.sample_uniform(N, 2, np.random.default_rng(0), batch=4000)
+    run = mf.simulate_particles(MODEL, x0, times, method="rk4", dt=0.0125, progress=False)
+    return times, run
+
+
+def test_at_t0_the_pair_correlation_is_uniform_and_its_error_falls_like_the_root_of_the_ensembles(ensemble):
+    times, run = ensemble
+    estimate = pair_correlation(run, modes=4)
+    assert np.all(np.abs(estimate.coefficient.values[0]) < 4 * estimate.standard_error.values[0])
+    quarter = pair_correlation(run.isel(system=slice(0, 1000)), modes=4)
+    ratio = quarter.standard_error.values / estimate.standard_error.values
+    assert np.all(np.abs(ratio - 2.0) < 0.2), ratio  # sqrt(4000 / 1000), to the noise of the estimates
+
+
+def test_the_chaos_closure_has_the_exact_initial_slope():
+    """d/dt E[cos(theta_1 - theta_2)] at t = 0: the closure, the particles' velocities, (2/n) I_1(beta)/beta."""
+    closure = PairCorrelation(MODEL, N, closure="chaos", modes=16)
+    slope = float(np.fft.rfft(closure.rhs(np.ones(closure.angles.size))).real[1] / closure.angles.size)
+    exact = 2 / N * iv(1, 1.0) / 1.0
+    assert slope == pytest.approx(exact, rel=1e-12)
+    x = mf.sample_uniform(N, 2, np.random.default_rng(1), batch=100_000)
+    theta, velocity = np.arctan2(x[..., 1], x[..., 0]), MODEL.velocity(x)
+    angular = x[..., 0] * velocity[..., 1] - x[..., 1] * velocity[..., 0]
+    c, dc = np.exp(1j * theta).mean(-1), (1j * angular * np.exp(1j * theta)).mean(-1)
+    per_system = 2 * np.real(np.conj(c) * dc) * N / (N - 1)
+    assert abs(per_system.mean() - exact) < 4 * per_system.std() / np.sqrt(per_system.size)
+
+
+def test_kirkwood_follows_the_ensemble_where_chaos_does_not(ensemble):
+    """The clustering closure within 3 standard errors: every mode to t = 0.5, the first to t = 1 (the higher ones
+    part from the ensemble as the correlation sharpens); molecular chaos 10 and more away by t = 1."""
+    times, run = ensemble
+    estimate = pair_correlation(run, modes=3)
+    chaos = closure_deviation(PairCorrelation(MODEL, N, closure="chaos", modes=32).solve(times), estimate)
+    kirkwood = closure_deviation(PairCorrelation(MODEL, N, closure="kirkwood", modes=32).solve(times), estimate)
+    assert np.all(np.abs(kirkwood.z.values[times <= 0.5]) < 3), kirkwood.z.values
+    assert abs(kirkwood.z.values[-1, 0]) < 3, kirkwood.z.values
+    assert chaos.z.values[-1, 0] < -10, chaos.z.values
+
+
+def test_the_closure_ends_where_the_correlation_concentrates_and_refuses_sa():
+    with pytest.warns(UnderResolvedWarning, match="concentrates beyond 16 modes"):
+        ds = PairCorrelation(MODEL, N, closure="kirkwood", modes=16).solve([0.0, 1.0, 2.0, 4.0])
+    assert ds.time.values.tolist() == [0.0, 1.0] and ds.attrs["underresolved_since"] == 2.0
+    with pytest.raises(ValueError, match="sum over pairs"):
+        PairCorrelation(mf.SelfAttention(1.0), N)
+    with pytest.raises(ValueError, match="closure must be one of"):
+        PairCorrelation(MODEL, N, closure="boltzmann")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert PairCorrelation(MODEL, N).solve([0.0, 1.0]).attrs["underresolved_since"] != 1.0
