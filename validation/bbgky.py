@@ -18,7 +18,7 @@ from meanfield.sphere import circle_angles
 
 
 def pair_correlation(x: np.ndarray | xr.Dataset, modes: int = 8) -> xr.Dataset:
-    r"""The ensemble's pair-correlation coefficients :math:`\hat g_k`, ``k = 1 .. modes``, with their standard errors.
+    r"""The ensemble's pair-correlation coefficients :math:`\hat g_k`, ``k`` from 1 to ``modes``, with their standard errors.
 
     Parameters
     ----------
@@ -64,7 +64,7 @@ def closure_deviation(closure: xr.Dataset, estimate: xr.Dataset) -> xr.Dataset:
     Parameters
     ----------
     closure : xarray.Dataset
-        :meth:`solvers.circle.bbgky.PairCorrelation.solve`'s dataset.
+        The dataset of :meth:`solvers.PairCorrelation.solve`.
     estimate : xarray.Dataset
         :func:`pair_correlation` of the particles at the same times.
 

@@ -175,7 +175,7 @@ def distance(ds_a: xr.Dataset, ds_b: xr.Dataset, *, smoothing: float = DEFAULT_S
 
     :math:`W_1` on the circle and on the line (exact), the spectral MMD of ``sphere_mmd`` on :math:`S^2`,
     and on :math:`S^{d-1}`, ``d >= 4``, or with a zonal solver's run, the :math:`W_1` of the laws of
-    :math:`u = \langle x, e\rangle` (:func:`zonal_w1`).
+    :math:`u = \langle x, e\rangle` (``validation.distances.zonal_w1``).
 
     Parameters
     ----------

@@ -104,12 +104,12 @@ class SphereWeightedParticles(GridSolver):
         run it continues joins.
     d : int
         The dimension: 3 (the sphere, as above), or more: the atoms of a density are those of a
-        product Gauss rule of :math:`S^{d-1}` (:class:`ProductQuadrature`, ``quadrature_nodes``
+        product Gauss rule of :math:`S^{d-1}` (``ProductQuadrature``, ``quadrature_nodes``
         points per angle, :math:`2\,\mathrm{nodes}^{d-1}` atoms: 1024 at ``d = 4`` and 8 nodes,
         65 536 at ``d = 6``; the pair sums cost their square per right-hand side), and the
         recorded ``rho`` is the measure's law of :math:`u = \langle x, e\rangle` relative to the
         uniform one on the nodes of :class:`~solvers.ZonalSphereSpectral` at ``lmax``
-        (:class:`LawOfU`).
+        (``LawOfU``).
     quadrature_nodes : int
         ``d > 3``: the product rule's nodes per angle (exact to degree ``2 nodes - 1``).
     """
