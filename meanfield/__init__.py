@@ -10,6 +10,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     GraphAttention, erdos_renyi, ring, small_world, draw_graph, is_connected
                                          attention and Kuramoto on a graph (pair weights)
     NaturalFrequencies                   tokens turning at their own frequencies (Kuramoto), with
+    sample_frequencies,                  draws from a Lorentzian or Gaussian law,
     lorentzian_nodes, gaussian_nodes,    quadratures of the frequency law and the Ott-Antonsen
     ott_antonsen_radius, ott_antonsen_populations,     references, the incoherent state's
     incoherent_growth_rate                              linear stability
@@ -36,7 +37,7 @@ from .external import Perceptron, UserField
 from .field_model import FieldModel
 from .graphs import GraphAttention, draw_graph, erdos_renyi, is_connected, ring, small_world
 from .frequencies import (NaturalFrequencies, gaussian_nodes, incoherent_growth_rate, lorentzian_nodes,
-                          ott_antonsen_populations, ott_antonsen_radius)
+                          ott_antonsen_populations, ott_antonsen_radius, sample_frequencies)
 from .homogenized import HomogenizedLimit, simulate_homogenized
 from .random_weights import (GaussianWeights, MatrixWeights, RandomAttention, SampledWeights, diameter,
                              mean_inner_product, observe_random_layers, simulate_random_layers, span_dimension)
@@ -51,7 +52,7 @@ from .spectra import attention_spectrum, attention_spectrum_over_beta, funk_heck
 from .sphere import circle_angles, circle_points, project_tangent, sphere_area, sphere_points
 
 __all__ = [
-    "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "lorentzian_nodes", "gaussian_nodes",
+    "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "sample_frequencies", "lorentzian_nodes", "gaussian_nodes",
     "GraphAttention", "erdos_renyi", "ring", "small_world", "draw_graph", "is_connected",
     "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",

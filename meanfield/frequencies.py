@@ -157,6 +157,47 @@ class NaturalFrequencies(WithoutEnergy):
                 "frequencies": self.frequencies.tolist()}
 
 
+#: The laws :func:`sample_frequencies` draws from.
+FREQUENCY_LAWS = ("lorentzian", "gaussian")
+
+
+def sample_frequencies(law: str, width: float, shape, rng: int | np.random.Generator | None = None, *,
+                       center: float = 0.0) -> np.ndarray:
+    r"""Natural frequencies drawn iid from a Lorentzian (Cauchy) law of half-width ``width`` or a Gaussian of standard deviation ``width``.
+
+    Parameters
+    ----------
+    law : {"lorentzian", "gaussian"}
+        The law: :math:`g(\omega) = \frac{\Delta/\pi}{(\omega - \omega_0)^2 + \Delta^2}`, whose
+        Kuramoto transition sits at :math:`K_c = 2\Delta`, or the normal law, at
+        :math:`K_c = 2/(\pi g(\omega_0)) = 2\sqrt{2/\pi}\,\sigma`.
+    width : float
+        :math:`\Delta` or :math:`\sigma`, positive.
+    shape : int or tuple of int
+        The draws' shape (``(n,)``, or ``(systems, n)`` for a batch).
+    rng : int, numpy.random.Generator or None
+        Seed or generator.
+    center : float
+        :math:`\omega_0`.
+
+    Returns
+    -------
+    numpy.ndarray
+
+    Raises
+    ------
+    ValueError
+        For an unknown law or a width that is not positive and finite.
+    """
+    if law not in FREQUENCY_LAWS:
+        raise ValueError(f"law must be one of {', '.join(map(repr, FREQUENCY_LAWS))}, got {law!r}")
+    width = check_real(width, "width", minimum=0.0, strictly=True)
+    center = check_real(center, "center")
+    generator = np.random.default_rng(rng)
+    draws = generator.standard_cauchy(shape) if law == "lorentzian" else generator.standard_normal(shape)
+    return center + width * draws
+
+
 def lorentzian_nodes(width: float, count: int, center: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     r"""Nodes and weights of the Lorentzian law :math:`g(\omega) = \frac{\Delta}{\pi((\omega - \omega_0)^2 + \Delta^2)}`.
 

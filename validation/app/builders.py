@@ -56,6 +56,8 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
                                       redraw=spec.random.redraw)
         if spec.graph is not None:
             return graph_model(config, graph_generator(config.method.seed))
+        if spec.frequencies is not None:
+            return frequency_model(config, frequency_generator(config.method.seed))
         if config.euclidean:
             return mf.PureAttention(beta=spec.beta, rescaled=spec.rescaled, normalization=spec.normalization,
                                     gain=spec.gain, attention=spec.attention,
@@ -96,6 +98,25 @@ def graph_model(config: ExperimentConfig, generator: np.random.Generator) -> mf.
                               neighbours=spec.neighbours, seed=generator)
     return mf.GraphAttention(spec.beta, adjacency, normalized=spec.normalized, value=spec.value,
                              diffusion=spec.diffusion)
+
+
+#: The spawn key of a run's frequency stream (:func:`frequency_generator`).
+FREQUENCY_STREAM = 2
+
+
+def frequency_generator(seed: int) -> np.random.Generator:
+    """The generator of a run's natural frequencies: its own stream of ``method.seed``."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(FREQUENCY_STREAM,)))
+
+
+def frequency_model(config: ExperimentConfig, generator: np.random.Generator,
+                    systems: int | None = None) -> mf.NaturalFrequencies:
+    """``model.frequencies``: the zonal interaction with ``method.n`` frequencies drawn from the law (per system)."""
+    spec, law = config.model, config.model.frequencies
+    interaction = mf.SelfAttention(spec.beta, normalized=spec.normalized, value=spec.value, diffusion=spec.diffusion)
+    shape = (config.method.n,) if systems is None else (systems, config.method.n)
+    return mf.NaturalFrequencies(interaction, mf.sample_frequencies(law.law, law.width, shape, generator,
+                                                                    center=law.center))
 
 
 def initial_density(config: ExperimentConfig):

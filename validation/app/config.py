@@ -83,6 +83,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from meanfield.docstrings import fill_docstrings
+from meanfield.frequencies import sample_frequencies
 from meanfield.graphs import draw_graph
 from meanfield.random_weights import MatrixWeights, RandomAttention
 from solvers.methods import METHODS, METHODS_BY_NAME
@@ -218,6 +219,15 @@ class RandomWeightsConfig:
     redraw: str = "system"
 
 
+@dataclass(frozen=True)
+class FrequenciesConfig:
+    """``[model.frequencies]``: the law the tokens' natural frequencies are drawn from (:func:`meanfield.sample_frequencies`)."""
+
+    law: str = "lorentzian"
+    width: float = 1.0
+    center: float = 0.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig(ConfigSection):
     """``[model]``: the :class:`~meanfield.SelfAttention` (or causal attention) to run."""
@@ -242,6 +252,10 @@ class ModelConfig(ConfigSection):
                                           "rewiring probability")
     neighbours: int = option(None, types=int, minimum=1,
                              help="graph: the ring's (and the small world's) neighbours on each side")
+    frequencies: Any = option(None, types=(dict, FrequenciesConfig),
+                              help="natural frequencies (particles on the circle): law ('lorentzian' or 'gaussian'), "
+                                   "width (its half-width or standard deviation), center; a run draws them from its "
+                                   "own stream of method.seed, a sweep per system")
     random: Any = option(None, types=(dict, RandomWeightsConfig),
                          help="random weights per system or layer: bilinear ('identity', 'gaussian', 'wigner'), "
                               "value ('identity', 'gaussian', 'wishart', 'bilinear', '-bilinear'), heads, redraw "
@@ -534,6 +548,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
                           f"got geometry = {geometry!r}")
     _check_mode_resolved(config)
     config = _checked_random(config)
+    config = _checked_frequencies(config)
     _check_graph(config)
     model = read_matrices(config, base)
     _check_causal(config)
@@ -721,6 +736,34 @@ def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
 
 #: The ``[model]`` keys attention on a graph takes (the others must keep their defaults).
 GRAPH_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "graph", "edge_probability", "neighbours"}
+
+#: The ``[model]`` keys oscillators with natural frequencies take (a zonal interaction on the circle).
+FREQUENCY_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "frequencies"}
+
+
+def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
+    """``[model.frequencies]``: a known law of positive width, particles on the circle, a zonal interaction."""
+    frequencies = config.model.frequencies
+    if frequencies is None:
+        return config
+    if isinstance(frequencies, dict):
+        unknown = set(frequencies) - {f.name for f in dataclasses.fields(FrequenciesConfig)}
+        if unknown:
+            raise ConfigError(f"model.frequencies takes law, width and center, got unknown keys {sorted(unknown)}")
+        frequencies = FrequenciesConfig(**frequencies)
+    try:
+        sample_frequencies(frequencies.law, frequencies.width, 1, 0, center=frequencies.center)
+    except (ValueError, TypeError) as error:
+        raise ConfigError(f"model.frequencies: {error}") from None
+    if config.geometry != "circle" or config.method.kind != "particles":
+        raise ConfigError(f"model.frequencies turn particles on the circle (geometry = 'circle', method.kind = "
+                          f"'particles'), got geometry = {config.geometry!r}, method.kind = {config.method.kind!r} "
+                          "(the mean field of a frequency law: solvers.FrequencyCircleFV from Python)")
+    _only_model_keys(config, FREQUENCY_MODEL_KEYS, "with model.frequencies (oscillators with a zonal interaction)")
+    if not isinstance(config.model.value, NUMBER):
+        raise ConfigError(f"model.value must be a number with model.frequencies (the coupling K), got "
+                          f"{config.model.value!r}")
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, frequencies=frequencies))
 
 
 def _check_graph(config: ExperimentConfig) -> None:

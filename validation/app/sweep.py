@@ -60,8 +60,8 @@ import meanfield as mf
 from meanfield.engines.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
 
-from .builders import (build_model, build_run, graph_model, initial_density, initial_particles, particle_method,
-                       underresolved_policy)
+from .builders import (build_model, build_run, frequency_model, graph_model, initial_density, initial_particles,
+                       particle_method, underresolved_policy)
 from .config import ExperimentConfig
 from .errors import ConfigError, SweepTaskError
 from .files import locked_output, signals_deferred, write_atomically
@@ -215,6 +215,8 @@ def _particle_chunks(tasks: list[Task]) -> list[dict[str, np.ndarray]]:
         return [_random_weight_chunk(other) for other in tasks]
     if isinstance(model, mf.GraphAttention):
         return [_graph_chunk(other) for other in tasks]
+    if isinstance(model, mf.NaturalFrequencies):
+        return [_frequency_chunk(other) for other in tasks]
     generators = [np.random.default_rng([config.method.seed, other.chunk]) for other in tasks]
     density = initial_density(config)
     x0 = np.concatenate([initial_particles(config, density, generator, systems=task.systems)
@@ -298,6 +300,25 @@ def _graph_chunk(task: Task) -> dict[str, np.ndarray]:
         sums += np.array(frames)
     return {**dict(zip(("clustered", "inner_product", "order_parameter", "synchronised"), sums.T)),
             "connected": np.array(float(connected))}
+
+
+def _frequency_chunk(task: Task) -> dict[str, np.ndarray]:
+    """A chunk of oscillators with natural frequencies: tokens, then each system's frequencies, from the chunk's
+    generator (so a point repeats bit for bit); the pair and the order parameter, as for the other particles."""
+    config = task.config
+    generator = np.random.default_rng([config.method.seed, task.chunk])
+    x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
+    model = frequency_model(config, generator, systems=task.systems)
+    times = config.times.array()
+    run = mf.simulate_particles(model, x0, times, method=particle_method(config), dt=config.method.dt, rng=generator,
+                                progress=False)
+    x = run.x.values  # (system, time, n, 2)
+    sums = np.empty((times.size, 3))
+    for k in range(times.size):
+        pair = np.empty((3, 1))
+        _observed_sums(np.ascontiguousarray(x[:, k]), task.tolerance, pair)
+        sums[k] = pair[:, 0]
+    return dict(zip(("clustered", "inner_product", "order_parameter"), sums.T))
 
 
 def euclidean_sums(x, tolerance: float, per_task: tuple[int, int]) -> list:

@@ -1,0 +1,65 @@
+"""Natural frequencies from a config: particles on the circle with a frequency law, in runs and sweeps."""
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+from validation.app import ConfigError, check_config
+from validation.app.builders import build_model, frequency_generator
+from validation.app.sweep import run_sweep
+from validation.app.sweep_config import check_sweep_config
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "kuramoto_transition.toml"
+
+
+def base(tmp_path, **model):
+    return {"geometry": "circle", "output": str(tmp_path / "run"), "times": {"stop": 1.0, "count": 3},
+            "model": {"beta": 0.0, "normalized": False, "value": 2.0,
+                      "frequencies": {"law": "lorentzian", "width": 0.5}, **model},
+            "method": {"kind": "particles", "n": 50, "dt": 0.05}, "initial": {"kind": "uniform"}}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"frequencies": {"law": "uniform", "width": 0.5}}, "law must be one of 'lorentzian', 'gaussian'"),
+    ({"frequencies": {"law": "gaussian", "width": 0.0}}, "width must be"),
+    ({"frequencies": {"law": "gaussian", "spread": 1.0}}, "unknown keys"),
+    ({"value": [[1.0, 0.0], [0.0, 1.0]]}, "model.value must be a number"),
+    ({"time_rescaled": True}, "does not apply with model.frequencies"),
+])
+def test_a_bad_frequency_law_is_one_line_naming_the_key(change, message, tmp_path):
+    raw = base(tmp_path)
+    raw["model"].update(change)
+    with pytest.raises(ConfigError, match=message):
+        check_config(raw)
+
+
+def test_frequencies_need_particles_on_the_circle(tmp_path):
+    raw = base(tmp_path)
+    raw["method"] = {"kind": "CircleFV", "cells": 64}
+    with pytest.raises(ConfigError, match="model.frequencies turn particles on the circle"):
+        check_config(raw)
+
+
+def test_a_run_draws_its_frequencies_from_its_own_stream(tmp_path):
+    config = check_config(base(tmp_path))
+    model = build_model(config)
+    assert isinstance(model, mf.NaturalFrequencies) and model.frequencies.shape == (50,)
+    expected = 0.5 * frequency_generator(config.method.seed).standard_cauchy(50)
+    np.testing.assert_array_equal(model.frequencies, expected)
+
+
+def test_the_transition_example_checks_and_a_small_sweep_finds_the_ott_antonsen_radius(tmp_path):
+    raw = tomllib.loads(EXAMPLE.read_text())
+    check_sweep_config(raw, base=EXAMPLE.parent)
+    raw["output"] = str(tmp_path / "sweep")
+    raw["sweep"]["grid"] = {"value": [0.5, 3.0]}
+    ds = run_sweep(check_sweep_config(raw), workers=1, progress=False)
+    radius = ds.order_parameter.isel(time=slice(20, None)).mean("time").values
+    n = raw["method"]["n"]
+    # below K_c = 1 incoherent (r of order n^-1/2); above, sqrt(1 - 2 Delta / K) of the continuum, to the
+    # finite-n fluctuations of a time average over four systems (2 / sqrt(n) is several of their standard errors)
+    assert radius[0] < 3 / np.sqrt(n)
+    assert radius[1] == pytest.approx(np.sqrt(1 - 1.0 / 3.0), abs=2 / np.sqrt(n))
