@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_causal  # noqa: E402
 import bench_circle  # noqa: E402
 import bench_circle_spectral  # noqa: E402
+import bench_frequencies  # noqa: E402
 import bench_general  # noqa: E402
 import bench_particles  # noqa: E402
 import bench_pretrained  # noqa: E402
@@ -26,7 +27,7 @@ import bench_zonal  # noqa: E402
 
 # The sweep suite runs at its small size here (about 6 min); the paper's size:
 #   python benchmarks/bench_sweep.py --size paper
-SUITES = {"velocity": bench_velocity, "causal": bench_causal, "general": bench_general, "particles": bench_particles, "pretrained": bench_pretrained, "pure_attention": bench_pure_attention, "stationary": bench_stationary, "lagrangian": bench_lagrangian, "random_weights": bench_random_weights, "reference": bench_reference, "sinkhorn": bench_sinkhorn, "circle": bench_circle, "circle_spectral": bench_circle_spectral, "sphere": bench_sphere, "sweep": bench_sweep, "zonal": bench_zonal}
+SUITES = {"velocity": bench_velocity, "causal": bench_causal, "frequencies": bench_frequencies, "general": bench_general, "particles": bench_particles, "pretrained": bench_pretrained, "pure_attention": bench_pure_attention, "stationary": bench_stationary, "lagrangian": bench_lagrangian, "random_weights": bench_random_weights, "reference": bench_reference, "sinkhorn": bench_sinkhorn, "circle": bench_circle, "circle_spectral": bench_circle_spectral, "sphere": bench_sphere, "sweep": bench_sweep, "zonal": bench_zonal}
 
 
 def main(selected: list[str]) -> None:

@@ -91,8 +91,19 @@ class NaturalFrequencies(WithoutEnergy):
         """Whether the interaction is linear in the density."""
         return self.model.velocity_is_linear
 
-    def _drift(self, unit: np.ndarray) -> np.ndarray:
-        r""":math:`\omega_i J x_i`: the rotation of unit tokens ``(..., n, 2)`` at their frequencies."""
+    def rotation(self, unit: np.ndarray) -> np.ndarray:
+        r""":math:`\omega_i J x_i`: the rotation of unit tokens ``(..., n, 2)`` at their frequencies.
+
+        Parameters
+        ----------
+        unit : numpy.ndarray, shape (..., n, 2)
+            Unit tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, 2)
+            Tangent vectors; what the particle engines add to the interaction's output.
+        """
         if unit.shape[-2] != self.frequencies.shape[-1]:
             raise ValueError(f"the model has frequencies for {self.frequencies.shape[-1]} tokens, got "
                              f"n={unit.shape[-2]}")
@@ -131,7 +142,7 @@ class NaturalFrequencies(WithoutEnergy):
         numpy.ndarray, shape (..., n, 2)
             The velocities, tangent at ``x / |x|``.
         """
-        return self.model.velocity_unchecked(x) + self._drift(normalize(x))
+        return self.model.velocity_unchecked(x) + self.rotation(normalize(x))
 
     def attention_output(self, x: np.ndarray) -> np.ndarray:
         """The interaction's output plus the rotation (tangent, so the projection keeps it).
@@ -143,7 +154,7 @@ class NaturalFrequencies(WithoutEnergy):
         numpy.ndarray, shape (..., n, 2)
             The output whose tangent projection is the velocity.
         """
-        return self.model.attention_output(x) + self._drift(normalize(x))
+        return self.model.attention_output(x) + self.rotation(normalize(x))
 
     def to_dict(self) -> dict:
         """A JSON-serializable description: the interaction's and the frequencies.

@@ -1,5 +1,7 @@
 """Tokens with natural frequencies (Kuramoto, Sakaguchi, attention): particles, the family mean field, Ott-Antonsen."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy.integrate import quad, solve_ivp
@@ -171,3 +173,18 @@ def test_locked_oscillators_are_those_the_order_parameter_holds_and_their_share_
     assert abs(locked.mean() - share) < 4 * np.sqrt(share * (1 - share) / n), (locked.mean(), share)
     two = order_parameters(angles_to_points(np.array([0.0, np.pi, 0.0, np.pi])), modes=(1, 2))
     np.testing.assert_allclose(two, [0.0, 1.0], atol=1e-15)  # two antipodal clusters: r_1 = 0, r_2 = 1
+
+
+@pytest.mark.parametrize("interaction", [mf.SelfAttention(0.0, normalized=False, value=2.0), mf.SelfAttention(3.0),
+                                         mf.SelfAttention(1.0, normalized=False, value=2.0)])
+def test_every_engine_adds_the_rotation_to_the_interactions_own_engine(interaction):
+    """The series (O(n K)) and fused engines of the interaction, plus the rotation, against the model's reference."""
+    from meanfield.engines import check_consistency
+
+    generator = np.random.default_rng(0)
+    x = mf.sample_uniform(300, 2, generator, batch=3)
+    model = mf.NaturalFrequencies(interaction, 0.5 * generator.standard_cauchy((3, 300)))
+    assert {record.engine for record in check_consistency(model, x)} == {"fused", "series"}
+    run = mf.simulate_particles(mf.NaturalFrequencies(interaction, model.frequencies[0].repeat(10)),
+                                mf.sample_uniform(3000, 2, generator), [0.0, 0.1], progress=False)
+    assert json.loads(run.attrs["settings"])["kernel"] == "series"  # O(n K) at n = 3000, not the pair sum

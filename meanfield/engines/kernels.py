@@ -44,6 +44,7 @@ import importlib.util
 import numpy as np
 from array_api_compat import array_namespace, device, is_cupy_array, is_torch_array
 
+from ..frequencies import NaturalFrequencies
 from ..models import SelfAttention
 from ..protocols import NO_SETTINGS
 from ..sphere import normalize, project_tangent
@@ -84,6 +85,11 @@ def select_kernel(model, x, kernel: str = "auto", betas=None):
         return ArrayAPIKernel(model, x, check_betas(model, betas, x.shape[0]))
     if model.causal:
         return _causal_kernel(model, x, kernel)
+    if isinstance(model, NaturalFrequencies):
+        if not is_numpy(x):
+            raise ValueError("natural frequencies run on numpy arrays; arrays of "
+                             f"{type(x).__module__} take models without them")
+        return RotationKernel(select_kernel(model.model, x, kernel), model)
     external = model.external
     if external is not None:
         if not is_numpy(x):
@@ -248,6 +254,22 @@ class ExternalFieldKernel(NumpyKernel):
 
     def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
         return project_tangent(normalize(x), self.attention_output(x))
+
+
+class RotationKernel(NumpyKernel):
+    """The interaction's kernel (any engine: the series makes Kuramoto ``O(n)``) plus the tokens' own rotation
+    (:class:`meanfield.NaturalFrequencies`), stepped like :class:`NumpyKernel`."""
+
+    def __init__(self, inner, model) -> None:
+        self.inner, self.rotation = inner, model.rotation
+        self.name = inner.name
+        self.settings = inner.settings
+
+    def attention_output(self, x: np.ndarray) -> np.ndarray:
+        return self.inner.attention_output(x) + self.rotation(normalize(x))
+
+    def velocity_unchecked(self, x: np.ndarray) -> np.ndarray:
+        return self.inner.velocity_unchecked(x) + self.rotation(normalize(x))
 
 
 class ArrayAPIKernel:
