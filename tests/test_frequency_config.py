@@ -63,3 +63,18 @@ def test_the_transition_example_checks_and_a_small_sweep_finds_the_ott_antonsen_
     # finite-n fluctuations of a time average over four systems (2 / sqrt(n) is several of their standard errors)
     assert radius[0] < 3 / np.sqrt(n)
     assert radius[1] == pytest.approx(np.sqrt(1 - 1.0 / 3.0), abs=2 / np.sqrt(n))
+
+
+def test_a_phase_lag_turns_the_coupling_and_raises_the_threshold(tmp_path):
+    """Sakaguchi: the stationary radius sqrt(1 - 2 Delta / (K cos alpha)) of Ott-Antonsen, through a sweep."""
+    raw = tomllib.loads(EXAMPLE.read_text())
+    raw["output"] = str(tmp_path / "sweep")
+    raw["model"]["frequencies"]["phase_lag"] = 0.8
+    raw["sweep"]["grid"] = {"value": [3.0]}
+    config = check_sweep_config(raw)
+    model = build_model(config.base).model  # the base point: value 1; heads stacked, (1, 2, 2)
+    turn = np.array([[np.cos(0.8), np.sin(0.8)], [-np.sin(0.8), np.cos(0.8)]])
+    np.testing.assert_allclose(np.reshape(model.value, (2, 2)), turn, rtol=1e-15)
+    ds = run_sweep(config, workers=1, progress=False)
+    radius = float(ds.order_parameter.isel(time=slice(20, None)).mean("time").values[0])
+    assert radius == pytest.approx(np.sqrt(1 - 1.0 / (3.0 * np.cos(0.8))), abs=2 / np.sqrt(raw["method"]["n"]))

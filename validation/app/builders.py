@@ -113,7 +113,11 @@ def frequency_model(config: ExperimentConfig, generator: np.random.Generator,
                     systems: int | None = None) -> mf.NaturalFrequencies:
     """``model.frequencies``: the zonal interaction with ``method.n`` frequencies drawn from the law (per system)."""
     spec, law = config.model, config.model.frequencies
-    interaction = mf.SelfAttention(spec.beta, normalized=spec.normalized, value=spec.value, diffusion=spec.diffusion)
+    value = spec.value
+    if law.phase_lag != 0:  # Sakaguchi: sin(theta_j - theta_i - alpha), the mean turned by -alpha
+        c, s = np.cos(law.phase_lag), np.sin(law.phase_lag)
+        value = spec.value * np.array([[c, s], [-s, c]])
+    interaction = mf.SelfAttention(spec.beta, normalized=spec.normalized, value=value, diffusion=spec.diffusion)
     shape = (config.method.n,) if systems is None else (systems, config.method.n)
     return mf.NaturalFrequencies(interaction, mf.sample_frequencies(law.law, law.width, shape, generator,
                                                                     center=law.center))

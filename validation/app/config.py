@@ -82,6 +82,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from meanfield.checks import check_real
 from meanfield.docstrings import fill_docstrings
 from meanfield.frequencies import sample_frequencies
 from meanfield.graphs import draw_graph
@@ -226,6 +227,7 @@ class FrequenciesConfig:
     law: str = "lorentzian"
     width: float = 1.0
     center: float = 0.0
+    phase_lag: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -254,8 +256,9 @@ class ModelConfig(ConfigSection):
                              help="graph: the ring's (and the small world's) neighbours on each side")
     frequencies: Any = option(None, types=(dict, FrequenciesConfig),
                               help="natural frequencies (particles on the circle): law ('lorentzian' or 'gaussian'), "
-                                   "width (its half-width or standard deviation), center; a run draws them from its "
-                                   "own stream of method.seed, a sweep per system")
+                                   "width (its half-width or standard deviation), center, and the Sakaguchi "
+                                   "phase_lag alpha (value K turns into K R(-alpha)); a run draws them from its own "
+                                   "stream of method.seed, a sweep per system")
     random: Any = option(None, types=(dict, RandomWeightsConfig),
                          help="random weights per system or layer: bilinear ('identity', 'gaussian', 'wigner'), "
                               "value ('identity', 'gaussian', 'wishart', 'bilinear', '-bilinear'), heads, redraw "
@@ -749,10 +752,12 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
     if isinstance(frequencies, dict):
         unknown = set(frequencies) - {f.name for f in dataclasses.fields(FrequenciesConfig)}
         if unknown:
-            raise ConfigError(f"model.frequencies takes law, width and center, got unknown keys {sorted(unknown)}")
+            raise ConfigError(f"model.frequencies takes law, width, center and phase_lag, got unknown keys "
+                              f"{sorted(unknown)}")
         frequencies = FrequenciesConfig(**frequencies)
     try:
         sample_frequencies(frequencies.law, frequencies.width, 1, 0, center=frequencies.center)
+        check_real(frequencies.phase_lag, "phase_lag")
     except (ValueError, TypeError) as error:
         raise ConfigError(f"model.frequencies: {error}") from None
     if config.geometry != "circle" or config.method.kind != "particles":
