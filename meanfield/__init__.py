@@ -7,7 +7,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     SinkhornAttention                    doubly stochastic attention (Sinkformers), on that base
     CausalAttention                      causal (decoder) attention with ALiBi weights
     RotaryAttention, rope_frequencies    attention with the rotary positional encoding (RoPE)
-    GraphAttention, erdos_renyi, ring, small_world, draw_graph, is_connected
+    GraphAttention, erdos_renyi, ring, small_world, graphon_graph, draw_graph, is_connected
                                          attention and Kuramoto on a graph (pair weights)
     NaturalFrequencies                   tokens turning at their own frequencies (Kuramoto), with
     sample_frequencies,                  draws from a Lorentzian or Gaussian law,
@@ -35,7 +35,7 @@ from .errors import ModelFailure, NonFiniteState, StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
 from .field_model import FieldModel
-from .graphs import GraphAttention, draw_graph, erdos_renyi, is_connected, ring, small_world
+from .graphs import GraphAttention, draw_graph, erdos_renyi, graphon_graph, is_connected, ring, small_world
 from .frequencies import (NaturalFrequencies, gaussian_nodes, incoherent_growth_rate, lorentzian_nodes,
                           ott_antonsen_populations, ott_antonsen_radius, sample_frequencies)
 from .homogenized import HomogenizedLimit, simulate_homogenized
@@ -53,7 +53,7 @@ from .sphere import circle_angles, circle_points, project_tangent, sphere_area, 
 
 __all__ = [
     "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "sample_frequencies", "lorentzian_nodes", "gaussian_nodes",
-    "GraphAttention", "erdos_renyi", "ring", "small_world", "draw_graph", "is_connected",
+    "GraphAttention", "erdos_renyi", "ring", "small_world", "graphon_graph", "draw_graph", "is_connected",
     "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
     "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "MatrixWeights", "SampledWeights", "simulate_random_layers",

@@ -16,8 +16,8 @@ degree-normalised form (an attention mask). The sums run over the graph's edges:
 system for a sparse matrix. The complete graph is the library's all-to-all model, which it runs
 (``O(n)`` for Kuramoto, through :class:`~meanfield.SelfAttention`).
 
-Graphs: :func:`erdos_renyi`, :func:`ring`, :func:`small_world` (``scipy.sparse``, symmetric, no
-self-loops), :func:`draw_graph` (any of them by name, as configs give it), :func:`is_connected`.
+Graphs: :func:`erdos_renyi`, :func:`ring`, :func:`small_world`, :func:`graphon_graph`
+(``scipy.sparse``, symmetric, no self-loops), :func:`draw_graph` (any of them by name, as configs give it), :func:`is_connected`.
 """
 
 from __future__ import annotations
@@ -247,6 +247,41 @@ def erdos_renyi(n: int, p: float, seed=None):
     p = _probability(p)
     rows, columns = np.triu_indices(n, 1)
     kept = np.random.default_rng(seed).random(rows.size) < p
+    return _symmetric_pattern(n, rows[kept], columns[kept])
+
+
+def graphon_graph(graphon, n: int, seed=None):
+    r"""A graph drawn from a graphon: vertex ``i`` at the label :math:`x_i = (i + \tfrac12)/n`, the pair ``(i, j)`` an edge with probability :math:`W(x_i, x_j)`.
+
+    As ``n`` grows, Kuramoto or attention on such graphs approaches the graphon mean field
+    (:class:`solvers.GraphonCircleFV`), whose densities carry the same labels.
+
+    Parameters
+    ----------
+    graphon : callable
+        Vectorized :math:`W(x, y)` on :math:`[0, 1]^2`, symmetric, with values in ``[0, 1]``.
+    n : int
+        Vertices.
+    seed : int or numpy.random.Generator, optional
+        The draw.
+
+    Returns
+    -------
+    scipy.sparse.csr_array, shape (n, n)
+        Symmetric 0/1 adjacency without self-loops.
+
+    Raises
+    ------
+    ValueError
+        If the graphon's values are not in ``[0, 1]`` or not finite at the labels.
+    """
+    n = check_int(n, "n", minimum=1)
+    labels = (np.arange(n) + 0.5) / n
+    rows, columns = np.triu_indices(n, 1)
+    probability = np.asarray(graphon(labels[rows], labels[columns]), dtype=float)
+    if probability.shape != rows.shape or not np.all((probability >= 0) & (probability <= 1)):
+        raise ValueError("graphon must map label arrays (x, y) to probabilities in [0, 1] of the same shape")
+    kept = np.random.default_rng(seed).random(rows.size) < probability
     return _symmetric_pattern(n, rows[kept], columns[kept])
 
 

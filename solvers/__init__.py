@@ -11,7 +11,7 @@ start with and the one to hand over to (the table :data:`~solvers.methods.METHOD
 __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
            "ZonalSphereSpectral", "ZonalRings", "ZonalSpectralRings", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
-           "FrequencyCircleFV", "PairCorrelation", "LineFV",
+           "FrequencyCircleFV", "GraphonCircleFV", "PairCorrelation", "LineFV",
            "LineLagrangian",
            "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
 
@@ -27,6 +27,7 @@ def __getattr__(name: str):
     from .circle.collapse import CircleFVLagrangian  # noqa: F401
     from .circle.finite_volumes import CircleFV  # noqa: F401
     from .circle.frequencies import FrequencyCircleFV  # noqa: F401
+    from .circle.graphon import GraphonCircleFV  # noqa: F401
     from .circle.lagrangian import CircleLagrangian, PointMasses  # noqa: F401
     from .circle.positional import PositionalQuantiles  # noqa: F401
     from .circle.spectral import CircleSpectral  # noqa: F401

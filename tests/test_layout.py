@@ -156,7 +156,7 @@ LOCAL_IMPORTS = {
     "meanfield/frequencies.py": ({"scipy.integrate"}, "sweep workers never integrate the Ott-Antonsen equations"),
     "meanfield/graphs.py": ({"scipy", "scipy.sparse.csgraph"}, "sweep workers never build a graph"),
     "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.bbgky", ".circle.collapse", ".circle.finite_volumes",
-                             ".circle.frequencies", ".circle.lagrangian", ".circle.positional", ".circle.spectral",
+                             ".circle.frequencies", ".circle.graphon", ".circle.lagrangian", ".circle.positional", ".circle.spectral",
                              ".consistency",
                              ".line.finite_volumes",
                              ".line.lagrangian", ".methods", ".noise.circle", ".noise.sphere", ".resolution",

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..reference import circle_operators
-from .layered import LayeredCircleFV, LayeredCircleOperators
+from .layered import LayeredCircleOperators, WeightedFamilyFV
 
 
 @dataclass(frozen=True, eq=False)
-class FrequencyCircleFV(LayeredCircleFV):
+class FrequencyCircleFV(WeightedFamilyFV):
     r"""The family of densities of tokens with natural frequencies, finite volumes per frequency node.
 
     Parameters
@@ -64,42 +64,6 @@ class FrequencyCircleFV(LayeredCircleFV):
     def labels(self) -> np.ndarray:
         """The frequency nodes, shape ``(M,)``."""
         return self.frequencies
-
-    def marginal(self, rho: np.ndarray) -> np.ndarray:
-        r"""The marginal density :math:`\sum_m w_m\rho_m` of the family ``rho`` ``(..., M, cells)``.
-
-        Parameters
-        ----------
-        rho : numpy.ndarray, shape (..., M, cells)
-            Densities per node (``ds.rho`` values).
-
-        Returns
-        -------
-        numpy.ndarray, shape (..., cells)
-            The tokens' density whatever their frequency.
-        """
-        return np.einsum("m,...mc->...c", self.weights, rho)
-
-    def order_parameter(self, rho: np.ndarray, mode: int = 1) -> np.ndarray:
-        r"""The order parameter :math:`\int e^{ik\theta}\bar\rho(\theta)\,d\theta` of the marginal.
-
-        Parameters
-        ----------
-        rho : numpy.ndarray, shape (..., M, cells)
-            Densities per node.
-        mode : int
-            ``k``.
-
-        Returns
-        -------
-        numpy.ndarray of complex, shape (...)
-            :math:`r_k e^{i\psi_k}` (cell averages times the cell integrals of :math:`e^{ik\theta}`,
-            exact for a piecewise constant density).
-        """
-        h = self.operators.width
-        left = np.arange(self.cells) * h
-        cell_integrals = (np.exp(1j * mode * (left + h)) - np.exp(1j * mode * left)) / (1j * mode)
-        return self.marginal(rho) @ cell_integrals
 
     def recorded_settings(self) -> dict:
         return {**super().recorded_settings(), "nodes": int(self.frequencies.size)}

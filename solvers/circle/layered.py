@@ -156,3 +156,41 @@ class LayeredCircleFV(CircleFV):
         return {self.label: self.labels, "theta": self.theta}
 
 
+class WeightedFamilyFV(LayeredCircleFV):
+    """A family whose labels carry weights (a subclass's ``weights``, summing to one): its marginal and order parameters."""
+
+    def marginal(self, rho: np.ndarray) -> np.ndarray:
+        r"""The marginal density :math:`\sum_m w_m\rho_m` of the family ``rho`` ``(..., M, cells)``.
+
+        Parameters
+        ----------
+        rho : numpy.ndarray, shape (..., M, cells)
+            Densities per node (``ds.rho`` values).
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., cells)
+            The tokens' density whatever their frequency.
+        """
+        return np.einsum("m,...mc->...c", self.weights, rho)
+
+    def order_parameter(self, rho: np.ndarray, mode: int = 1) -> np.ndarray:
+        r"""The order parameter :math:`\int e^{ik\theta}\bar\rho(\theta)\,d\theta` of the marginal.
+
+        Parameters
+        ----------
+        rho : numpy.ndarray, shape (..., M, cells)
+            Densities per node.
+        mode : int
+            ``k``.
+
+        Returns
+        -------
+        numpy.ndarray of complex, shape (...)
+            :math:`r_k e^{i\psi_k}` (cell averages times the cell integrals of :math:`e^{ik\theta}`,
+            exact for a piecewise constant density).
+        """
+        h = self.operators.width
+        left = np.arange(self.cells) * h
+        cell_integrals = (np.exp(1j * mode * (left + h)) - np.exp(1j * mode * left)) / (1j * mode)
+        return self.marginal(rho) @ cell_integrals
