@@ -245,8 +245,13 @@ def erdos_renyi(n: int, p: float, seed=None):
     """
     n = check_int(n, "n", minimum=1)
     p = _probability(p)
+    return _bernoulli_pairs(n, lambda rows, columns: p, seed)
+
+
+def _bernoulli_pairs(n: int, probability, seed):
+    """Each pair ``i < j`` an edge with ``probability(rows, columns)``, one uniform draw per pair in ``triu`` order."""
     rows, columns = np.triu_indices(n, 1)
-    kept = np.random.default_rng(seed).random(rows.size) < p
+    kept = np.random.default_rng(seed).random(rows.size) < probability(rows, columns)
     return _symmetric_pattern(n, rows[kept], columns[kept])
 
 
@@ -277,12 +282,14 @@ def graphon_graph(graphon, n: int, seed=None):
     """
     n = check_int(n, "n", minimum=1)
     labels = (np.arange(n) + 0.5) / n
-    rows, columns = np.triu_indices(n, 1)
-    probability = np.asarray(graphon(labels[rows], labels[columns]), dtype=float)
-    if probability.shape != rows.shape or not np.all((probability >= 0) & (probability <= 1)):
-        raise ValueError("graphon must map label arrays (x, y) to probabilities in [0, 1] of the same shape")
-    kept = np.random.default_rng(seed).random(rows.size) < probability
-    return _symmetric_pattern(n, rows[kept], columns[kept])
+
+    def probability(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+        values = np.asarray(graphon(labels[rows], labels[columns]), dtype=float)
+        if values.shape != rows.shape or not np.all((values >= 0) & (values <= 1)):
+            raise ValueError("graphon must map label arrays (x, y) to probabilities in [0, 1] of the same shape")
+        return values
+
+    return _bernoulli_pairs(n, probability, seed)
 
 
 def ring(n: int, k: int):

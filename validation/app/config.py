@@ -707,6 +707,17 @@ def _only_model_keys(config: ExperimentConfig, allowed: set, where: str) -> None
                               f"{', '.join(f'model.{name}' for name in sorted(allowed))}")
 
 
+def _table_as(kind: type, table, name: str):
+    """A sub-table of ``[model]`` (a dict from TOML, or already the dataclass) as its dataclass; unknown keys named."""
+    if not isinstance(table, dict):
+        return table
+    keys = [f.name for f in dataclasses.fields(kind)]
+    unknown = set(table) - set(keys)
+    if unknown:
+        raise ConfigError(f"{name} takes {', '.join(keys)}, got unknown keys {sorted(unknown)}")
+    return kind(**table)
+
+
 #: The ``[model]`` keys random weights take (the others must keep their defaults).
 RANDOM_MODEL_KEYS = {"beta", "random"}
 
@@ -716,11 +727,7 @@ def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
     random = config.model.random
     if random is None:
         return config
-    if isinstance(random, dict):
-        unknown = set(random) - {f.name for f in dataclasses.fields(RandomWeightsConfig)}
-        if unknown:
-            raise ConfigError(f"model.random takes bilinear, value, heads and redraw, got unknown keys {sorted(unknown)}")
-        random = RandomWeightsConfig(**random)
+    random = _table_as(RandomWeightsConfig, random, "model.random")
     try:
         RandomAttention(1.0, heads=random.heads, law=MatrixWeights(random.bilinear, random.value), redraw=random.redraw)
     except (ValueError, TypeError) as error:
@@ -749,12 +756,7 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
     frequencies = config.model.frequencies
     if frequencies is None:
         return config
-    if isinstance(frequencies, dict):
-        unknown = set(frequencies) - {f.name for f in dataclasses.fields(FrequenciesConfig)}
-        if unknown:
-            raise ConfigError(f"model.frequencies takes law, width, center and phase_lag, got unknown keys "
-                              f"{sorted(unknown)}")
-        frequencies = FrequenciesConfig(**frequencies)
+    frequencies = _table_as(FrequenciesConfig, frequencies, "model.frequencies")
     try:
         sample_frequencies(frequencies.law, frequencies.width, 1, 0, center=frequencies.center)
         check_real(frequencies.phase_lag, "phase_lag")
