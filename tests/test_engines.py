@@ -130,3 +130,16 @@ def test_every_engine_provides_the_engine_protocol(name, rng):
     members = protocol_members(ParticleEngine)
     for engine_name, engine in engines_for(model, x).items():
         assert [member for member in sorted(members) if not hasattr(engine, member)] == [], engine_name
+
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(4.0), mf.SelfAttention(3.0, normalized=False),
+                                   mf.SelfAttention(800.0), mf.SelfAttention(2.0, normalized=False, time_rescaled=True)])
+@pytest.mark.parametrize("d, n", [(2, 32), (3, 32), (8, 32), (2, 2000)])
+def test_the_energys_fast_pair_sums_are_the_models_reference(model, d, n):
+    """energy_pair_sum (the series where the steps take it, else the Gram matrices) against the model's own sums."""
+    from meanfield.engines.kernels import energy_pair_sum
+
+    x = mf.sample_uniform(n, d, np.random.default_rng(0), batch=4)
+    fast = energy_pair_sum(model, x)
+    assert fast is not None
+    np.testing.assert_allclose(model.log_energy(x, log_pair_sum=fast), model.log_energy(x), rtol=1e-13, atol=1e-12)

@@ -156,10 +156,12 @@ def test_harmonic_sums_match_scipy_harmonics():
                                    mf.SelfAttention(40.0, normalized=False, time_rescaled=True)],
                          ids=["SA", "USA", "USA-rescaled"])
 def test_energy_through_the_series_equals_the_pair_sum(d, model):
-    """Large n takes the series (energy_pair_sum); the same tokens split in small systems take the pairs."""
+    """Large n takes the series (energy_pair_sum); small systems the Gram matrices, both the model's pair sum."""
     x = _tokens(d, 2000, 8, clustered=True)
-    assert energy_pair_sum(model, x) is not None and energy_pair_sum(model, x[:, :40]) is None
+    assert energy_pair_sum(model, x) is not None
     direct = model.log_energy(x[:, :40])
+    np.testing.assert_allclose(model.log_energy(x[:, :40], log_pair_sum=energy_pair_sum(model, x[:, :40])), direct,
+                               rtol=0, atol=1e-13)
     series_small = np.log(SeriesAttention(model, d).pair_totals(x[:, :40])) + (model.beta if model.normalized else 0)
     np.testing.assert_allclose(series_small - np.log(2 * model.beta * 40 ** 2), direct, rtol=0, atol=1e-13)
     pairs = np.exp(model.beta * (x @ np.swapaxes(x, -1, -2) - (1.0 if model.time_rescaled else 0.0))).sum(axis=(-1, -2))

@@ -156,22 +156,43 @@ def _series_pays(model, x) -> bool:
 
 
 def energy_pair_sum(model, x):
-    r"""``log_pair_sum`` for ``model.energy(x, log_pair_sum=...)`` through the kernel's series, or ``None``.
+    r"""``log_pair_sum`` for ``model.energy(x, log_pair_sum=...)``: the kernel's series or the Gram matrices, or ``None``.
 
-    :math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` per system, ``O(n K)``, for zonal
-    :class:`SelfAttention` on the circle and :math:`S^2` when the series costs less than the
-    pairs; ``None`` otherwise (the model then sums the pairs, its reference).
+    :math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` per system for zonal
+    :class:`SelfAttention`: through the series (``O(n K)``, the circle and :math:`S^2`) where the
+    steps' kernel takes it, else through the batched Gram matrices,
+    :math:`\beta + \log\sum_{i,j} e^{\beta(\langle x_i, x_j\rangle - 1)}` (one matrix product and
+    one exponential per pair, no row maxima: :math:`\langle x_i, x_j\rangle \le 1` bounds the
+    exponent and the diagonal's terms, 1 each, keep the sum from underflowing); ``None`` for
+    other models (the model then sums the pairs, its reference).
     """
-    if not (isinstance(model, SelfAttention) and model.is_zonal and _numba_available()):
+    if not (isinstance(model, SelfAttention) and model.is_zonal):
         return None
-    from .series import SERIES_DIMENSIONS, SeriesAttention, series_harmonics
-    n, d = x.shape[-2:]
-    if d not in SERIES_DIMENSIONS or not series_is_cheaper(n, series_harmonics(model, d)):
-        return None
-    series = SeriesAttention(model, d)
-    # The series sums the scaled kernel e^{beta (s - 1)} for SA and time-rescaled USA.
-    shift = model.beta if (model.normalized or model.time_rescaled) else 0.0
-    return lambda flat: np.log(series.pair_totals(flat)) + shift
+    if _series_pays(model, x):  # the decision of the steps' kernel
+        from .series import SeriesAttention
+        series = SeriesAttention(model, x.shape[-1])
+        # The series sums the scaled kernel e^{beta (s - 1)} for SA and time-rescaled USA.
+        shift = model.beta if (model.normalized or model.time_rescaled) else 0.0
+        return lambda flat: np.log(series.pair_totals(flat)) + shift
+    return lambda flat: _gram_log_pair_sum(flat, model.beta)
+
+
+#: Gram entries a batch of :func:`_gram_log_pair_sum` holds at once.
+GRAM_ELEMENTS = 1 << 22
+
+
+def _gram_log_pair_sum(flat: np.ndarray, beta: float) -> np.ndarray:
+    """:math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` of unit ``flat`` ``(systems, n, d)``, in batches of systems."""
+    systems, n = flat.shape[0], flat.shape[1]
+    per_batch = max(1, GRAM_ELEMENTS // (n * n))
+    totals = np.empty(systems)
+    for start in range(0, systems, per_batch):
+        gram = np.matmul(flat[start:start + per_batch], np.swapaxes(flat[start:start + per_batch], -1, -2))
+        gram -= 1.0
+        gram *= beta
+        np.exp(gram, out=gram)
+        totals[start:start + per_batch] = gram.sum(axis=(-2, -1))
+    return np.log(totals) + beta
 
 
 def _series_kernel(model, x):
