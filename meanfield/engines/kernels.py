@@ -182,7 +182,7 @@ GRAM_ELEMENTS = 1 << 22
 
 
 def _gram_log_pair_sum(flat: np.ndarray, beta: float) -> np.ndarray:
-    """:math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` of unit ``flat`` ``(systems, n, d)``, in batches of systems."""
+    r""":math:`\log\sum_{i,j} e^{\beta\langle x_i, x_j\rangle}` of unit ``flat`` ``(systems, n, d)``, in batches of systems."""
     systems, n = flat.shape[0], flat.shape[1]
     per_batch = max(1, GRAM_ELEMENTS // (n * n))
     totals = np.empty(systems)
