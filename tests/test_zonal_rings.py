@@ -151,3 +151,16 @@ def test_the_sweep_example_over_the_dimension_checks():
 
     sweep = load_sweep_config(Path(__file__).parents[1] / "examples" / "high_dimension_sweep.toml")
     assert sweep.shape == (4, 4) and sweep.base.method.kind == "ZonalSpectralRings"
+
+
+def test_the_atoms_on_s3_record_a_scaled_energy_where_it_would_overflow():
+    from solvers import SphereWeightedParticles
+
+    model = mf.SelfAttention(800.0)
+    solver = SphereWeightedParticles(model, d=4, lmax=8, quadrature_nodes=3)
+    ds = solver.solve(lambda x: np.exp(40 * x[..., -1]), [0.0, 0.01], progress=False)
+    atoms = solver._initial_state(lambda x: np.exp(40 * x[..., -1]), False)
+    expected = np.exp(model.log_energy(atoms[None, :, :-1], masses=atoms[None, :, -1])[0] - 800.0)
+    assert ds.energy.attrs["note"] == "exp(-beta) E" and np.isfinite(ds.energy.values).all()
+    assert float(ds.energy[0]) == pytest.approx(expected, rel=1e-12)
+    assert ZonalSphereSpectral(model, d=4, lmax=171).energy_scaled  # the series records the same convention

@@ -34,7 +34,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
-from meanfield.checks import check_density, check_int, check_real, check_rtol
+from meanfield.checks import EXP_OVERFLOW, check_density, check_int, check_real, check_rtol
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -156,7 +156,9 @@ class SphereWeightedParticles(GridSolver):
             check_int(self.quadrature_nodes, "quadrature_nodes", minimum=1)
             object.__setattr__(self, "grid", LawOfU(self.d, self.lmax))
             object.__setattr__(self, "quadrature", ProductQuadrature(self.d, self.quadrature_nodes))
-            object.__setattr__(self, "energy_scaled", False)
+            # E itself, times e^{-beta B} where it would overflow (SA at large beta), as ZonalSphereSpectral records it
+            object.__setattr__(self, "energy_scaled", bool(model.has_energy and not model.time_rescaled and
+                                                           model.beta * model.logit_bound > EXP_OVERFLOW))
             return
         object.__setattr__(self, "grid", SphereGrid(self.lmax))
         same = self.quadrature_lmax in (None, self.lmax)
