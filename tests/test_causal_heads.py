@@ -271,7 +271,7 @@ def test_a_config_with_heads_and_a_mixture_of_slopes_runs(tmp_path, capsys):
     assert "model.alibi must be >= 0, got [1.0, -1.0]" in capsys.readouterr().err
 
 
-@pytest.mark.slow  # a rate study (n up to thousands, seeds): 18 s of the default suite
+@pytest.mark.slow  # a rate study (n up to thousands, several seeds), as the library's other rate studies
 def test_particles_of_a_mixture_with_matrices_approach_its_layered_solution_at_n_to_the_minus_half():
     """Two heads (own beta, slope, Q, K, V), tokens von Mises with mean pi i/n: the binned moment error of the
     causal particles against CausalCircleFV falls like n^{-1/2} (slope within three bootstrap standard errors)."""

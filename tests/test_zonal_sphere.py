@@ -323,3 +323,16 @@ def test_tokens_with_d_above_n_cluster_at_the_consensus_rate(model, window):
     # the rate of the linearisation, exact in the limit: what is left at these times is of the order of the gap
     assert -slope == pytest.approx(consensus_rate(model), rel=1e-2)
     assert consensus_rate(model) == pytest.approx(2.0 if model.normalized else 2 * np.e, rel=1e-15)
+
+
+@pytest.mark.parametrize("d", [3, 16, 768])
+def test_the_gauss_rule_integrates_the_law_of_u_to_round_off(d):
+    """Moments E[u^2] = 1/d, E[u^4] = 3/(d(d+2)) of the uniform law of <x, e>, and the basis orthonormal, at 192 nodes."""
+    from solvers.sphere.gegenbauer import gauss_rule, orthonormal_gegenbauer
+
+    u, w = gauss_rule(d, 192)
+    assert np.sum(w) == pytest.approx(1.0, abs=1e-14)
+    assert np.sum(w * u ** 2) == pytest.approx(1 / d, rel=1e-13)
+    assert np.sum(w * u ** 4) == pytest.approx(3 / (d * (d + 2)), rel=1e-13)
+    basis = orthonormal_gegenbauer(d, 127, u)
+    assert np.abs((basis * w[:, None]).T @ basis - np.eye(128)).max() < 1e-13

@@ -170,8 +170,8 @@ class PairCorrelation:
 
         Under Kirkwood's closure the correlation concentrates at :math:`\varphi = 0` as the
         tokens cluster, and in finite time no truncated series holds it: the run ends, with an
-        :class:`~solvers.UnderResolvedWarning`, at the first output where :math:`g` is negative
-        beyond ``1e-6`` of its maximum or the integrator cannot go on.
+        :class:`~solvers.UnderResolvedWarning`, at the first output where :math:`g` is not finite,
+        negative beyond ``1e-6`` of its maximum, or the integrator cannot go on.
 
         Parameters
         ----------
@@ -193,7 +193,7 @@ class PairCorrelation:
             solution = solve_ivp(lambda t, g: self.rhs(g), (start, end), frames[-1], method="DOP853",
                                  rtol=self.rtol, atol=1e-3 * self.rtol)
             g = solution.y[:, -1]
-            if not solution.success or g.min() < -1e-6 * g.max():
+            if not solution.success or not np.all(np.isfinite(g)) or g.min() < -1e-6 * g.max():
                 since = float(end)
                 warnings.warn(f"under-resolved from t={end:.6g} on: the pair correlation of the {self.closure} "
                               f"closure concentrates beyond {self.modes} modes (the tokens cluster); the run ends at "

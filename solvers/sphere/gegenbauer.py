@@ -74,8 +74,8 @@ def gauss_rule(d: int, nodes: int) -> tuple[np.ndarray, np.ndarray]:
     The nodes are the eigenvalues of the recurrence's Jacobi matrix (Golub-Welsch, scipy's
     ``eigh_tridiagonal``) refined by Newton's method on :math:`\hat P_{nodes}`; the weights are
     Christoffel's, :math:`1/\sum_{l<nodes}\hat P_l(u_k)^2`. The basis is then orthonormal on the
-    rule to :math:`10^{-14}` at 192 nodes, where scipy's ``roots_jacobi`` leaves
-    :math:`2\cdot10^{-12}` (at ``d = 3``), which the spectral tail reads as unresolved degrees.
+    rule to round-off, where scipy's ``roots_jacobi`` loses digits at a few hundred nodes, which
+    the spectral tail would read as unresolved degrees.
     """
     u = eigh_tridiagonal(np.zeros(nodes), recurrence_coefficients(d, nodes - 1)[1:], eigvals_only=True)
     factor = derivative_factors(d, nodes)[-1]

@@ -327,7 +327,8 @@ class ZonalRings(GridSolver):
     def recorded_fields(self, rings: np.ndarray) -> dict:
         masses, where = self.clusters(rings)
         nodes = self.recording.nodes
-        profile = np.array([rings[rings[:, 0] <= node, 1].sum() for node in nodes])
+        # the rings are sorted in u: the mass at or below each node
+        profile = np.concatenate([[0.0], np.cumsum(rings[:, 1])])[np.searchsorted(rings[:, 0], nodes, side="right")]
         return {"law": (("u",), self._law(rings)), "mass_profile": (("u",), profile),
                 "ring_u": (("ring",), rings[:, 0].copy()), "ring_mass": (("ring",), rings[:, 1].copy()),
                 "cluster_mass": (("cluster",), masses), "cluster_u": (("cluster",), where),
