@@ -49,6 +49,7 @@ def test_the_hand_over_follows_the_density_into_a_dirac_at_the_pole(d):
                                                                 np.linspace(0, 20, 11), progress=False)
     settings = json.loads(ds.attrs["settings"])
     assert 0 < settings["handover_time"] < 20 and ds.rings.values[-1]
+    np.testing.assert_array_equal(ds.angle.values, np.arccos(ds.u.values))
     assert np.all(np.diff(ds.lyapunov.values) <= 1e-12 * np.abs(ds.lyapunov.values).max())
     heaviest = int(np.nanargmax(ds.cluster_mass.values[-1]))
     assert ds.cluster_u.values[-1, heaviest] == pytest.approx(1.0, abs=1e-6)

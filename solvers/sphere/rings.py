@@ -492,4 +492,4 @@ class ZonalSpectralRings(HandOver):
                     "handover_time": handover, "handover_clipped": clipped, **joined_settings(parts)}
         ds.attrs = record_attrs(PDE, self.geometry, self.model, settings)
         ds.attrs["underresolved_since"] = earliest_underresolution(parts)
-        return ds
+        return with_angle(ds, self.spectral.nodes)
