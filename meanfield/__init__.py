@@ -25,13 +25,15 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     mean_inner_product, diameter, span_dimension
                                          representation-collapse observables
     observe_particles                    the same, keeping only observations (large ensembles)
+    simulate_clusters, ReductionRefused  tokens or weighted atoms with tight clusters reduced to one
+                                         atom: metastable runs to any time (merges recorded)
     sample_uniform, sample_circle, sample_sphere, sample_interval, sample_von_mises_fisher
     sinusoidal_encoding                  Vaswani et al.'s positional encoding (of the initial tokens)
     attention_spectrum, attention_spectrum_over_beta, funk_hecke_spectrum
 """
 
 from .causal import CausalAttention, positional_cell_weights
-from .errors import ModelFailure, NonFiniteState, StepSizeCollapse
+from .errors import ModelFailure, NonFiniteState, ReductionRefused, StepSizeCollapse
 from .euclidean import PureAttention
 from .external import Perceptron, UserField
 from .field_model import FieldModel
@@ -44,6 +46,7 @@ from .random_weights import (GaussianWeights, MatrixWeights, RandomAttention, Sa
 from .descriptions import model_from_dict
 from .models import SelfAttention, ZonalAggregation
 from .particles import observe_particles, simulate_particles
+from .reduction import simulate_clusters
 from .rotary import RotaryAttention, rope_frequencies
 from .sinkhorn import SinkhornAttention
 from .sampling import (in_common_hemisphere, sample_circle, sample_interval, sample_sphere, sample_uniform,
@@ -55,7 +58,7 @@ __all__ = [
     "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "sample_frequencies", "lorentzian_nodes", "gaussian_nodes",
     "GraphAttention", "erdos_renyi", "ring", "small_world", "graphon_graph", "draw_graph", "is_connected",
     "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
-    "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",
+    "simulate_clusters", "ReductionRefused", "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",
     "RandomAttention", "GaussianWeights", "MatrixWeights", "SampledWeights", "simulate_random_layers",
     "observe_random_layers", "HomogenizedLimit", "simulate_homogenized", "mean_inner_product", "diameter",
     "span_dimension",

@@ -46,6 +46,21 @@ class NonFiniteState(StepSizeCollapse):
     """
 
 
+class ReductionRefused(StepSizeCollapse):
+    """A cluster reduction's error estimate passed its tolerance (:mod:`meanfield.reduction`): the
+    reduced run could no longer be trusted, so it ends with its outputs so far (``partial``).
+
+    Parameters
+    ----------
+    message : str
+        The estimate, the tolerance, and what to change (a smaller ``width``).
+    time : float
+        The time of the step whose reduction was refused.
+    partial : xarray.Dataset, optional
+        The outputs before it.
+    """
+
+
 class ModelFailure(ValueError):
     """A model cannot evaluate its velocity at the state it is given (an inner iteration that does not
     converge there): a run that meets it ends with the outputs so far (:class:`StepSizeCollapse`)."""

@@ -1,0 +1,472 @@
+r"""Metastable clusters at their own time scale: tight groups of weighted atoms made one.
+
+Without diffusion the mean-field equation transports a weighted sum of Diracs
+:math:`\mu = \sum_j m_j\delta_{x_j}` exactly: each atom follows :math:`\dot x_j = v[\mu](x_j)`
+(the model's reference :meth:`~meanfield.SelfAttention.velocity_field`) with its mass fixed;
+tokens are the case :math:`m_j = 1/n`. Once tokens gather, a cluster of width :math:`w`
+contracts at a rate of order one (SA: a token in a cluster attends to its cluster's mean),
+which caps an explicit method's step near one time unit, while the clusters themselves move
+on the time scale :math:`e^{\beta(1 - \cos\Delta)}` of their separation :math:`\Delta`
+("A mathematical perspective on Transformers", sec. 6.3): a run to :math:`t = 10^6` would
+take about :math:`10^6` steps. The reduction removes that stiffness.
+
+**Reduction.** After each accepted step, atoms linked by chord distances at most ``width``
+form groups; a group whose diameter (largest chord between two members) is at most
+``width`` becomes one atom of the group's mass at its normalized mass-weighted mean. The
+reduced measure :math:`\mu'` is then advanced; its atoms feel no stiffness from their own
+clusters (:math:`P_x x = 0`), so the steps are set by the slow motion between clusters and
+grow with it.
+
+**Its error.** The reduction moves the measure by at most :math:`\sum_c m_c w_c` in
+Wasserstein-1, and what matters to the rest of the run is the velocity it induces. Each
+reduction evaluates the change of the velocity field at the reduced measure's atoms,
+
+.. math:: \varepsilon_v = \max_k \big|v[\mu](y_k) - v[\mu'](y_k)\big|,
+
+(of order :math:`\beta w^2` for SA: the first-order term cancels about the mean); a reduced
+cluster of the unreduced flow would have contracted in a time of order one, so the positions'
+error the reduction causes is of order :math:`\varepsilon_v` times that time. A reduction
+whose :math:`\varepsilon_v` passes ``tolerance`` is refused, and the run ends with
+:class:`~meanfield.ReductionRefused` (its outputs so far attached) instead of continuing.
+
+**Merges.** Each reduction is recorded: the time at which the group's diameter fell to
+``width`` (within the step, by log-linear interpolation of the diameter between the step's
+ends: the approach is exponential), the group's mass and number of atoms,
+:math:`\varepsilon_v`, the Wasserstein-1 distance moved and the change of the energy. A
+merge time's error is estimated as the earlier reductions' :math:`\sum\varepsilon_v` (the
+positions' error, a reduced group relaxing in a time of order one) over the approach speed
+at the merge, ``width`` times the rate at which the group's diameter was falling: near a
+merge the gap closes exponentially, so a position error :math:`\delta` shifts the time at
+which it reaches ``width`` by :math:`\delta / (\mathrm{width}\cdot\mathrm{rate})`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NoReturn
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+from scipy.spatial import cKDTree
+from scipy.spatial.distance import pdist
+
+from .checks import check_int, check_real, check_rtol
+from .errors import ReductionRefused, StepSizeCollapse
+from .integration import AdaptiveStep, ExplicitRungeKutta, StepCounts, integrate, tableau_named
+from .integration.tableaux import ExplicitTableau
+from .progress import time_progress
+from .records import PARTICLES, geometry_name, record_attrs
+from .sphere import normalize
+
+#: The floor of the step's error tolerance: positions are unit vectors in double precision.
+ROUNDOFF = 1e-14
+
+
+def linked_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
+    """The groups of points linked by chord distances at most ``distance`` (chains), labelled by their first member.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (k, d)
+        Points.
+    distance : float
+        The linking distance.
+
+    Returns
+    -------
+    count : int
+        The number of groups.
+    labels : numpy.ndarray, shape (k,)
+        Each point's group, numbered in the order of the groups' first members.
+    """
+    pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
+    links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
+    return connected_components(links, directed=False)
+
+
+def group_atoms(x: np.ndarray, masses: np.ndarray, labels: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each group's total mass and normalized mass-weighted mean position.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (k, d)
+        Unit vectors.
+    masses : numpy.ndarray, shape (k,)
+        Their masses.
+    labels : numpy.ndarray, shape (k,)
+        Their groups, ``0 .. count - 1``.
+    count : int
+        The number of groups.
+
+    Returns
+    -------
+    totals : numpy.ndarray, shape (count,)
+    positions : numpy.ndarray, shape (count, d)
+    """
+    totals = np.bincount(labels, weights=masses, minlength=count)
+    sums = np.stack([np.bincount(labels, weights=masses * x[:, k], minlength=count) for k in range(x.shape[1])],
+                    axis=1)
+    return totals, normalize(sums)
+
+
+def cluster_masses(x: np.ndarray, masses: np.ndarray, separation: float, min_mass: float) -> tuple[np.ndarray, np.ndarray]:
+    """The clusters of weighted atoms (linked by chord distances below ``separation``, of mass at least ``min_mass``), heaviest first.
+
+    Returns
+    -------
+    masses : numpy.ndarray, shape (clusters,)
+    positions : numpy.ndarray, shape (clusters, d)
+    """
+    count, labels = linked_groups(x, separation)
+    totals, positions = group_atoms(x, masses, labels, count)
+    order = np.argsort(-totals, kind="stable")
+    order = order[totals[order] >= min_mass]
+    return totals[order], positions[order]
+
+
+@dataclass(frozen=True)
+class Merge:
+    """One group of atoms reduced to one (what :class:`ClusterReduction` records): diameters (chord) at the step's two ends, mass, atoms."""
+
+    diameter_before: float
+    diameter_after: float
+    mass: float
+    atoms: int
+    #: :math:`\varepsilon_v` of the reduction the merge was part of (all groups reduced after one step).
+    velocity_error: float
+    #: The Wasserstein-1 distance the merge moved the measure by.
+    moved: float
+    #: The change of the energy by the reduction the merge was part of.
+    energy_change: float
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterReduction:
+    r"""The reduction of tight groups of weighted atoms to one atom each (module docstring).
+
+    Parameters
+    ----------
+    model : Model
+        Any model with a velocity of a measure (``velocity_field``).
+    width : float
+        Groups of diameter (chord) at most this become one atom.
+    tolerance : float
+        The largest velocity error :math:`\varepsilon_v` a reduction may make; a larger one
+        raises :class:`~meanfield.ReductionRefused`.
+    """
+
+    model: object
+    width: float
+    tolerance: float
+
+    def __post_init__(self) -> None:
+        check_real(self.width, "width", minimum=0.0)
+        check_real(self.tolerance, "tolerance", minimum=0.0, strictly=True)
+
+    def __call__(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, list[Merge]]:
+        """Reduce the atoms ``new`` (a step's end; ``old`` its start, for the diameters before).
+
+        Parameters
+        ----------
+        old, new : numpy.ndarray, shape (k, d + 1)
+            Unit vectors and masses (last column) at the step's two ends.
+
+        Returns
+        -------
+        atoms : numpy.ndarray, shape (k', d + 1)
+            ``new`` itself when nothing is reduced.
+        labels : numpy.ndarray, shape (k,) or None
+            Each old atom's new index (``None``: nothing reduced).
+        merges : list of Merge
+        """
+        if self.width == 0 or len(new) < 2:
+            return new, None, []
+        x, masses = new[:, :-1], new[:, -1]
+        count, labels = linked_groups(x, self.width)
+        if count == len(new):
+            return new, None, []
+        split = np.zeros(len(new), dtype=bool)  # members of chains longer than the width: not tight yet
+        for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
+            members = np.flatnonzero(labels == group)
+            split[members] = pdist(x[members]).max() > self.width
+        labels = _relabelled(labels, split)
+        count = int(labels.max()) + 1
+        if count == len(new):
+            return new, None, []
+        totals, positions = group_atoms(x, masses, labels, count)
+        atoms = np.column_stack([positions, totals])
+        velocity_error = self._velocity_error(new, atoms)
+        energy_change = atoms_energy(self.model, atoms) - atoms_energy(self.model, new)
+        merges = []
+        for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
+            members = np.flatnonzero(labels == group)
+            moved = float(np.sum(masses[members] * np.linalg.norm(x[members] - positions[group], axis=1)))
+            merges.append(Merge(diameter_before=float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan,
+                                diameter_after=float(pdist(x[members]).max()), mass=float(totals[group]),
+                                atoms=len(members), velocity_error=velocity_error, moved=moved,
+                                energy_change=energy_change))
+        if velocity_error > self.tolerance:
+            raise _Refusal(velocity_error, merges)
+        return atoms, labels, merges
+
+    def _velocity_error(self, before: np.ndarray, after: np.ndarray) -> float:
+        """:math:`\\max_k |v[\\mu](y_k) - v[\\mu'](y_k)|` at the reduced atoms ``y_k``."""
+        at = after[:, :-1]
+        field_before = self.model.velocity_field(at, before[:, :-1], before[:, -1])
+        field_after = self.model.velocity_field(at, at, after[:, -1])
+        return float(np.max(np.linalg.norm(field_before - field_after, axis=1)))
+
+
+def atoms_energy(model, atoms: np.ndarray) -> float:
+    """The model's energy of the weighted atoms ``(k, d + 1)`` (NaN where it has none)."""
+    if not model.has_energy:
+        return np.nan
+    return float(model.energy(atoms[None, :, :-1], masses=atoms[None, :, -1])[0])
+
+
+def _relabelled(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
+    """``labels`` with the points flagged ``split`` given groups of their own, numbered by first member."""
+    keys = np.where(split, -1 - np.arange(len(labels)), labels)  # a unique key per split point
+    _, first = np.unique(keys, return_index=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=int)
+    rank[order] = np.arange(len(order))
+    _, inverse = np.unique(keys, return_inverse=True)
+    return rank[inverse]
+
+
+class _Refusal(Exception):
+    """A reduction's velocity error passed the tolerance (turned into :class:`ReductionRefused` with the outputs)."""
+
+    def __init__(self, error: float, merges: list[Merge]) -> None:
+        super().__init__()
+        self.error, self.merges = error, merges
+
+
+def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None = None, rtol: float = 1e-8,
+                      width: float | None = None, tolerance: float | None = None,
+                      tableau: str | ExplicitTableau = "dormand_prince", cluster_separation: float = 0.2,
+                      min_cluster_mass: float = 0.01, max_steps: int = 1_000_000, progress: bool | None = None):
+    r"""Tokens (or weighted atoms) on :math:`S^{d-1}` with their tight clusters reduced, to any time (module docstring).
+
+    The run is the particle system (or the mean-field equation of a weighted measure) until
+    groups of atoms tighten below ``width``; each such group is then one atom, and the
+    reduced system advances with steps its own slow dynamics allow, so that a run to
+    :math:`t = 10^6` costs little more than one to the first merge.
+
+    Parameters
+    ----------
+    model : Model
+        A model without diffusion, not causal, with a velocity of a measure
+        (``velocity_field``): every model of :mod:`meanfield` on the sphere, and a user's
+        :class:`~meanfield.FieldModel`.
+    x0 : numpy.ndarray, shape (n, d)
+        The initial atoms (nonzero; used through ``x / |x|``).
+    times : array_like
+        Increasing output times.
+    masses : numpy.ndarray, shape (n,), optional
+        Positive masses (default ``1/n``: the particle system).
+    rtol : float
+        Local error per step: the largest change of an atom's position the error estimate
+        lets through.
+    width : float, optional
+        Groups of diameter (chord) at most this become one atom (default ``rtol``: the steps'
+        error lets through changes of that size, so closer atoms are not told apart);
+        ``0`` never reduces.
+    tolerance : float, optional
+        The largest velocity error :math:`\varepsilon_v` a reduction may make (default
+        ``rtol``); one that passes it ends the run with :class:`~meanfield.ReductionRefused`.
+    tableau : str or ExplicitTableau
+        The embedded Runge-Kutta pair.
+    cluster_separation, min_cluster_mass : float
+        The cluster rule of the recorded ``cluster_count`` (atoms linked by chords below the
+        separation, groups of at least that mass), as :func:`validation.cluster_statistics`.
+    max_steps : int
+        Steps (accepted and rejected) after which the run stops with
+        :class:`~meanfield.StepSizeCollapse`.
+    progress : bool, optional
+        A progress bar over simulated time (default: when stderr is a terminal).
+
+    Returns
+    -------
+    xarray.Dataset
+        ``x(time, particle, component)``: each token's position (that of the atom holding
+        it); ``atoms(time)``: the reduced measure's atom count; ``cluster_count(time)``;
+        ``mass(time)``; ``energy(time)`` (models with one); per merge (dimension ``merge``):
+        ``merge_time``, ``merge_time_error`` (its estimate), ``merge_mass``, ``merge_atoms``,
+        ``merge_velocity_error``, ``merge_moved``, ``merge_energy_change``,
+        ``merge_diameter_before``; ``attrs``: the
+        record (``settings`` with the step counts and ``largest_velocity_error``).
+
+    Raises
+    ------
+    ValueError
+        If the model has diffusion or is causal, or an argument is out of range.
+    ReductionRefused
+        If a reduction's velocity error passes ``tolerance`` (outputs so far attached).
+    StepSizeCollapse
+        If the steps collapse or ``max_steps`` is spent.
+    """
+    atoms, times = _initial_atoms(model, x0, masses, times)
+    check_rtol(rtol)
+    width = rtol if width is None else width
+    tolerance = rtol if tolerance is None else tolerance
+    check_real(cluster_separation, "cluster_separation", minimum=0.0, strictly=True)
+    check_real(min_cluster_mass, "min_cluster_mass", minimum=0.0)
+    check_int(max_steps, "max_steps", minimum=1)
+    run = _ReducedRun(model, atoms, ClusterReduction(model, width, tolerance), tableau_named(tableau), rtol,
+                      cluster_separation, min_cluster_mass)
+    return run.solve(times, max_steps, progress)
+
+
+def _initial_atoms(model, x0, masses, times) -> tuple[np.ndarray, np.ndarray]:
+    if not getattr(model, "on_sphere", False) or model.causal or model.diffusion != 0:
+        raise ValueError("simulate_clusters takes a model of tokens on the sphere without diffusion and not causal "
+                         f"(weighted atoms are exact solutions only then), got {type(model).__name__} with "
+                         f"diffusion={getattr(model, 'diffusion', None)}, causal={getattr(model, 'causal', None)}")
+    x0 = np.asarray(x0, dtype=float)
+    if x0.ndim != 2 or x0.shape[1] < 2 or not np.all(np.isfinite(x0)) or np.any(np.linalg.norm(x0, axis=1) == 0):
+        raise ValueError(f"x0 must be finite nonzero points of shape (n, d), d >= 2, got shape {x0.shape}")
+    if model.dimension is not None and model.dimension != x0.shape[1]:
+        raise ValueError(f"x0 has d = {x0.shape[1]}, the model's matrices d = {model.dimension}")
+    n = len(x0)
+    masses = np.full(n, 1.0 / n) if masses is None else np.asarray(masses, dtype=float)
+    if masses.shape != (n,) or not np.all(np.isfinite(masses)) or np.any(masses <= 0):
+        raise ValueError(f"masses must be {n} positive finite numbers, got shape {masses.shape}"
+                         + (f", minimum {masses.min():.3g}" if masses.size else ""))
+    times = np.asarray(times, dtype=float)
+    if times.ndim != 1 or times.size < 1 or not np.all(np.isfinite(times)) or np.any(np.diff(times) <= 0):
+        raise ValueError(f"times must be a finite increasing 1-D array, got {times!r}")
+    return np.column_stack([normalize(x0), masses]), times
+
+
+class _ReducedRun:
+    """One run of :func:`simulate_clusters`: the stepper, the reduction after each step, the records."""
+
+    def __init__(self, model, atoms: np.ndarray, reduction: ClusterReduction, tableau: ExplicitTableau,
+                 rtol: float, separation: float, min_mass: float) -> None:
+        self.model, self.atoms, self.reduction, self.tableau, self.rtol = model, atoms, reduction, tableau, rtol
+        self.separation, self.min_mass = separation, min_mass
+        self.owner = np.arange(len(atoms))  # each token's atom
+        self.pending: tuple[np.ndarray, list[Merge]] | None = None
+        self.merges: list[tuple[float, float, Merge]] = []  # (time, its error estimate, merge)
+        self.accumulated_error = 0.0  # the reductions' velocity errors so far, summed
+        self.frames: list[tuple[np.ndarray, int, int, float, float]] = []
+        self.previous_time = 0.0
+
+    # ------------------------------------------------------------------ the motion
+    def rhs(self, atoms: np.ndarray) -> np.ndarray:
+        change = np.zeros_like(atoms)
+        change[:, :-1] = self.model.velocity_field(atoms[:, :-1], atoms[:, :-1], atoms[:, -1])
+        return change
+
+    @staticmethod
+    def norm(change: np.ndarray) -> float:
+        return float(np.sqrt(np.max(np.sum(change[:, :-1] ** 2, axis=1))))
+
+    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
+        new[:, :-1] = normalize(new[:, :-1])
+        reduced, labels, merges = self.reduction(old, new)
+        if labels is not None:
+            self.pending = (labels, merges)
+        return reduced, None
+
+    def observe(self, t: float, atoms: np.ndarray) -> None:
+        if self.pending is not None:
+            labels, merges = self.pending
+            self.owner = labels[self.owner]
+            for merge in merges:
+                crossing, rate = _crossing(self.previous_time, t, merge, self.reduction.width)
+                # the position error so far over the approach speed width * rate at the merge
+                self.merges.append((crossing, self.accumulated_error / (self.reduction.width * rate), merge))
+            self.accumulated_error += merges[0].velocity_error
+            self.pending = None
+        self.previous_time = t
+
+    def record(self, t: float, atoms: np.ndarray) -> None:
+        x, masses = atoms[:, :-1], atoms[:, -1]
+        clusters, _ = cluster_masses(x, masses, self.separation, self.min_mass)
+        self.frames.append((x[self.owner].copy(), len(atoms), clusters.size, float(masses.sum()),
+                            atoms_energy(self.model, atoms)))
+
+    # ------------------------------------------------------------------ the run
+    def solve(self, times: np.ndarray, max_steps: int, progress):
+        stepper = ExplicitRungeKutta(self.tableau, self.rhs, norm=self.norm, tolerance=lambda q: self.rtol + ROUNDOFF)
+        attempt = AdaptiveStep(stepper, admit=self.admit)
+        counts = StepCounts()
+        self.previous_time = float(times[0])
+        span = times[-1] - times[0]
+        speed = self.norm(self.rhs(self.atoms))
+        first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
+
+        def settings() -> dict:
+            errors = [merge.velocity_error for _, _, merge in self.merges]
+            return {"method": "reduced clusters", "tableau": self.tableau.name, "rtol": self.rtol,
+                    "width": self.reduction.width, "tolerance": self.reduction.tolerance,
+                    "cluster_separation": self.separation, "min_cluster_mass": self.min_mass,
+                    "largest_velocity_error": max(errors, default=0.0),
+                    "rhs_evaluations": stepper.evaluations, **counts.as_dict()}
+
+        def collapse(t: float, reason: str) -> NoReturn:
+            raise _Collapse(t, reason)
+
+        try:
+            with time_progress(times[0], times[-1], progress, "reduced clusters") as bar:
+                integrate(self.atoms, times, attempt, first_step=first, record=self.record, collapse=collapse,
+                          observer=self.observe, progress=bar, name="reduced clusters", max_steps=max_steps,
+                          counts=counts)
+        except _Refusal as refusal:
+            t = self.previous_time
+            raise ReductionRefused(
+                f"a reduction after the step from t={t:.6g} would change the velocity by {refusal.error:.3g}, above "
+                f"tolerance={self.reduction.tolerance:.3g} (groups of mass up to "
+                f"{max(merge.mass for merge in refusal.merges):.3g}, width={self.reduction.width:.3g}): "
+                "give a smaller width", time=t, partial=self.dataset(times, settings())) from None
+        except _Collapse as failure:
+            raise StepSizeCollapse(f"the reduced run failed at t={failure.time:.6g}: {failure.reason}",
+                                   time=failure.time, partial=self.dataset(times, settings())) from None
+        return self.dataset(times, settings())
+
+    def dataset(self, times: np.ndarray, settings: dict):
+        import xarray as xr
+
+        x, atoms, clusters, mass, energy = (np.array(values) for values in zip(*self.frames))
+        merge_times = np.array([t for t, _, _ in self.merges], dtype=float)
+        time_errors = np.array([error for _, error, _ in self.merges], dtype=float)
+        column = {name: np.array([getattr(merge, name) for _, _, merge in self.merges], dtype=float)
+                  for name in ("mass", "atoms", "velocity_error", "moved", "energy_change", "diameter_before")}
+        variables = {"x": (("time", "particle", "component"), x),
+                     "atoms": (("time",), atoms, {"long_name": "atoms of the reduced measure"}),
+                     "cluster_count": (("time",), clusters.astype(float)),
+                     "mass": (("time",), mass, {"long_name": "total mass"}),
+                     "merge_time": (("merge",), merge_times,
+                                    {"long_name": "when the group's diameter fell to the width"}),
+                     "merge_time_error": (("merge",), time_errors,
+                                          {"long_name": "estimated error of merge_time from the earlier reductions"}),
+                     **{f"merge_{name}": (("merge",), values) for name, values in column.items()}}
+        if self.model.has_energy:
+            variables["energy"] = (("time",), energy, {"long_name": "interaction energy"})
+        ds = xr.Dataset(variables, coords={"time": times[: len(self.frames)]})
+        ds.attrs.update(record_attrs(PARTICLES, geometry_name(x.shape[-1]), self.model, settings))
+        return ds
+
+
+def _crossing(start: float, end: float, merge: Merge, width: float) -> tuple[float, float]:
+    """When the group's diameter fell to ``width`` within the step ``[start, end]``, and the rate of its fall.
+
+    Log-linear in the diameter (its approach is exponential); where the diameters do not
+    bracket the width, the step's end and the rate one (a group that was a longer chain before).
+    """
+    before, after = merge.diameter_before, merge.diameter_after
+    if not (before > width >= after > 0 and end > start):
+        return end, 1.0
+    rate = math.log(before / after) / (end - start)
+    return start + math.log(before / width) / rate, rate
+
+
+class _Collapse(Exception):
+    def __init__(self, time: float, reason: str) -> None:
+        super().__init__(reason)
+        self.time, self.reason = time, reason
