@@ -1,0 +1,129 @@
+"""Metastable runs with tight clusters reduced (meanfield.simulate_clusters) against independent references."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+from scipy.spatial.distance import pdist
+
+import meanfield as mf
+from meanfield.sphere import normalize
+
+
+def two_point_merge_time(beta: float, mass: float, gap: float, width: float) -> float:
+    """When two SA atoms of masses ``mass`` and ``1 - mass`` at angle ``gap`` on the circle come within chord ``width``.
+
+    Written from the circle's angles: each atom turns towards the other at the speed of its
+    attention to it, ``m_o e^{beta cos phi} sin phi / (m_s e^beta + m_o e^{beta cos phi})``.
+    """
+    def closing(t, y):
+        a = np.exp(beta * (np.cos(y[0]) - 1.0))
+        return [-np.sin(y[0]) * ((1 - mass) * a / (mass + (1 - mass) * a) + mass * a / ((1 - mass) + mass * a))]
+
+    def reached(t, y):
+        return 2.0 * np.sin(y[0] / 2.0) - width
+
+    reached.terminal = True
+    solution = solve_ivp(closing, [0.0, 1e14], [gap], method="DOP853", rtol=1e-13, atol=1e-16, events=reached)
+    return float(solution.t_events[0][0])
+
+
+@pytest.mark.parametrize("beta, gap", [(5.0, 2.4), (12.0, 1.8), (20.0, 1.6)])
+def test_two_weighted_atoms_merge_when_the_two_point_equation_says_even_beyond_a_million(beta, gap):
+    width = 1e-6
+    expected = two_point_merge_time(beta, 0.3, gap, width)
+    ds = mf.simulate_clusters(mf.SelfAttention(beta), mf.circle_points(np.array([0.4, 0.4 + gap])),
+                              np.array([0.0, 4 * expected]), masses=np.array([0.3, 0.7]), rtol=1e-10, width=width,
+                              progress=False)
+    assert ds.merge_time.size == 1 and ds.atoms.values[-1] == 1
+    assert abs(float(ds.merge_time[0]) - expected) <= 1e-6 * expected, (float(ds.merge_time[0]), expected)
+    if beta == 20.0:
+        assert expected > 1e6
+        assert json.loads(ds.attrs["settings"])["steps"] < 1000  # the slow approach costs few steps
+
+
+def three_clusters(rng, beta=5.0):
+    theta = np.concatenate([centre + 0.05 * rng.standard_normal(5) for centre in (0.0, 1.3, 3.6)])
+    return mf.SelfAttention(beta), mf.circle_points(theta)
+
+
+def test_a_merge_of_reduced_clusters_happens_when_the_unreduced_tokens_merge_within_the_estimate(rng):
+    # two clusters of five tokens meet near t = 14: the unreduced run (width 0) gives the time at which the
+    # chord between their barycentres falls to the width, on a dense output grid
+    model, x0 = three_clusters(rng)
+    width, times = 1e-4, np.linspace(0.0, 20.0, 2001)
+    full = mf.simulate_clusters(model, x0, times, width=0, rtol=1e-12, progress=False)
+    assert full.atoms.values[-1] == 15 and full.merge_time.size == 0
+    x = full.x.values
+    chord = np.linalg.norm(normalize(x[:, :5].mean(axis=1)) - normalize(x[:, 5:10].mean(axis=1)), axis=1)
+    i = np.flatnonzero(chord <= width)[0]
+    unreduced = times[i - 1] + (times[i] - times[i - 1]) * np.log(chord[i - 1] / width) / np.log(chord[i - 1] / chord[i])
+    reduced = mf.simulate_clusters(model, x0, times[[0, -1]], width=width, tolerance=1e-8, rtol=1e-12, progress=False)
+    last = int(np.argmax(reduced.merge_mass.values))
+    assert reduced.merge_mass.values[last] == pytest.approx(10 / 15) and reduced.merge_atoms.values[last] == 2
+    estimate = float(reduced.merge_time_error[last])
+    assert 0 < estimate < 1e-3
+    assert abs(float(reduced.merge_time[last]) - unreduced) <= estimate, (float(reduced.merge_time[last]), unreduced)
+    # the reduced run steps over what the tokens' contraction made the unreduced one crawl through
+    assert json.loads(reduced.attrs["settings"])["steps"] < json.loads(full.attrs["settings"])["steps"] / 4
+
+
+def test_mass_is_kept_and_the_energy_never_falls_through_every_reduction(rng):
+    model = mf.SelfAttention(9.0)
+    x0 = mf.sample_circle(256, lambda theta: np.ones_like(theta), rng)
+    ds = mf.simulate_clusters(model, x0, np.concatenate([[0.0], np.geomspace(1.0, 1e6, 60)]), progress=False)
+    assert ds.atoms.values[-1] < 10 and ds.merge_time.size > 50
+    np.testing.assert_allclose(ds.mass.values, 1.0, rtol=0, atol=1e-13)
+    energy = ds.energy.values
+    assert np.all(np.diff(energy) >= -1e-13 * energy[1:])
+    assert np.all(ds.merge_energy_change.values >= -1e-14 * energy.max())  # round-off of a sum of 1e2
+    # the energy is that of the reduced measure: a token's recorded position is its atom's, so the
+    # particle energy of the recorded tokens is the same number, computed independently
+    np.testing.assert_allclose(model.energy(ds.x.values[-1]), energy[-1], rtol=1e-12)
+
+
+def test_usa_time_rescaled_at_large_beta_reaches_a_hundred_million():
+    # the issue's run: 12 tokens, beta = 40, to t = 1e8 (the unreduced explicit run did not finish in 600 s)
+    model = mf.SelfAttention(40.0, normalized=False, time_rescaled=True)
+    x0 = mf.circle_points(np.linspace(0.0, 2 * np.pi, 12, endpoint=False) + 0.05 * np.sin(np.arange(12)))
+    ds = mf.simulate_clusters(model, x0, np.concatenate([[0.0], np.geomspace(1.0, 1e8, 40)]), progress=False)
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["steps"] + settings["rejected_steps"] < 20_000
+    energy = ds.energy.values
+    assert np.all(np.diff(energy) >= -1e-13 * np.abs(energy[1:]))
+    assert ds.atoms.values[-1] < 12
+
+
+def test_on_the_sphere_three_atoms_merge_in_turn_and_the_tokens_sit_on_their_atoms(rng):
+    angles = np.array([0.0, 2.0, 4.1])
+    x0 = np.column_stack([np.cos(angles), np.sin(angles), 0.1 * np.ones(3)])
+    ds = mf.simulate_clusters(mf.SelfAttention(9.0), x0, np.geomspace(1.0, 1e8, 30), masses=np.array([0.3, 0.3, 0.4]),
+                              progress=False)
+    assert list(ds.atoms.values[[0, -1]]) == [3, 1] and ds.merge_time.size == 2
+    assert ds.merge_time.values[0] > 1e4  # metastable: well after the clusters' own time scale
+    assert np.all(np.abs(np.linalg.norm(ds.x.values, axis=-1) - 1) < 1e-14)
+    assert np.all(pdist(ds.x.values[-1]) == 0)
+
+
+def test_a_reduction_whose_velocity_error_passes_the_tolerance_ends_the_run_with_its_outputs(rng):
+    model, x0 = three_clusters(rng)
+    times = np.linspace(0.0, 20.0, 21)
+    with pytest.raises(mf.ReductionRefused, match="tolerance") as caught:
+        mf.simulate_clusters(model, x0, times, width=1e-2, tolerance=1e-12, progress=False)
+    partial = caught.value.partial
+    assert 0 < partial.time.size < times.size and partial.time.values[-1] <= caught.value.time
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"model": mf.SelfAttention(1.0, diffusion=0.1)}, "diffusion"),
+    ({"x0": np.zeros((3, 2))}, "x0"),
+    ({"masses": np.array([0.5, -0.1, 0.6])}, "masses"),
+    ({"times": np.array([1.0, 0.5])}, "times"),
+    ({"width": -1.0}, "width"),
+])
+def test_bad_arguments_are_named(arguments, message):
+    call = {"model": mf.SelfAttention(1.0), "x0": mf.circle_points(np.array([0.0, 1.0, 2.0])),
+            "times": np.array([0.0, 1.0])} | arguments
+    with pytest.raises(ValueError, match=message):
+        mf.simulate_clusters(call.pop("model"), call.pop("x0"), call.pop("times"), progress=False, **call)
