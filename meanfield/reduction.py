@@ -208,7 +208,7 @@ class ClusterReduction:
                                 atoms=len(members), velocity_error=velocity_error, moved=moved,
                                 energy_change=energy_change))
         if velocity_error > self.tolerance:
-            raise _Refusal(velocity_error, merges)
+            raise ReductionRefusal(velocity_error, merges)
         return atoms, labels, merges
 
     def _velocity_error(self, before: np.ndarray, after: np.ndarray) -> float:
@@ -237,8 +237,8 @@ def _relabelled(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
     return rank[inverse]
 
 
-class _Refusal(Exception):
-    """A reduction's velocity error passed the tolerance (turned into :class:`ReductionRefused` with the outputs)."""
+class ReductionRefusal(Exception):
+    """A reduction's velocity error passed the tolerance (a run turns it into :class:`ReductionRefused` with its outputs)."""
 
     def __init__(self, error: float, merges: list[Merge]) -> None:
         super().__init__()
@@ -417,7 +417,7 @@ class _ReducedRun:
                 integrate(self.atoms, times, attempt, first_step=first, record=self.record, collapse=collapse,
                           observer=self.observe, progress=bar, name="reduced clusters", max_steps=max_steps,
                           counts=counts)
-        except _Refusal as refusal:
+        except ReductionRefusal as refusal:
             t = self.previous_time
             raise ReductionRefused(
                 f"a reduction after the step from t={t:.6g} would change the velocity by {refusal.error:.3g}, above "

@@ -127,3 +127,58 @@ def test_bad_arguments_are_named(arguments, message):
             "times": np.array([0.0, 1.0])} | arguments
     with pytest.raises(ValueError, match=message):
         mf.simulate_clusters(call.pop("model"), call.pop("x0"), call.pop("times"), progress=False, **call)
+
+
+def test_mass_coordinates_with_reduction_follow_two_point_masses_as_the_two_point_equation_does():
+    from solvers import CircleLagrangian
+    from solvers.circle.lagrangian import PointMasses
+
+    beta, gap = 12.0, 1.8
+    merge = two_point_merge_time(beta, 0.3, gap, 1e-6)
+    times = np.array([0.0, 0.5 * merge, 0.95 * merge, 1.5 * merge])
+    solver = CircleLagrangian(mf.SelfAttention(beta), points=10, cells=16, rtol=1e-10, width=1e-6)
+    ds = solver.solve(PointMasses(np.array([0.4, 0.4 + gap]), np.array([0.3, 0.7])), times, progress=False)
+
+    def closing(t, y):
+        a = np.exp(beta * (np.cos(y[0]) - 1.0))
+        return [-np.sin(y[0]) * (0.7 * a / (0.3 + 0.7 * a) + 0.3 * a / (0.7 + 0.3 * a))]
+
+    expected = solve_ivp(closing, [0.0, times[2]], [gap], t_eval=times[:3], method="DOP853", rtol=1e-13,
+                         atol=1e-16).y[0]
+    position = ds.position.values  # labels 0-2 hold the mass 0.3, labels 3-9 the mass 0.7
+    np.testing.assert_allclose(position[:3, 3] - position[:3, 0], expected, rtol=0, atol=1e-7)
+    assert np.ptp(position[-1]) < 1e-6 and json.loads(ds.attrs["settings"])["merges"] == 1
+
+
+def test_mass_coordinates_with_reduction_reach_a_million_for_the_steps_of_a_thousand():
+    # the run: SA beta = 6 from three point masses on 30 labels (2880 steps to 1e4 unreduced)
+    from solvers import CircleLagrangian
+    from solvers.circle.lagrangian import PointMasses
+
+    initial = PointMasses(np.array([0.3, 2.2, 4.0]), np.array([0.3, 0.3, 0.4]))
+    steps = {}
+    for end in (1e3, 1e6):
+        solver = CircleLagrangian(mf.SelfAttention(6.0), points=30, cells=64, width=1e-6)
+        ds = solver.solve(initial, np.concatenate([[0.0], np.geomspace(1.0, end, 12)]), progress=False)
+        steps[end] = json.loads(ds.attrs["settings"])["steps"]
+        energy = ds.energy.values
+        assert np.all(np.diff(energy) >= -1e-13 * energy[1:])
+    assert steps[1e6] <= 3 * steps[1e3], steps
+    assert ds.cluster_count.values[-1] == 1
+
+
+def test_mass_coordinates_refuse_a_reduction_past_the_tolerance_and_keep_the_outputs():
+    from solvers import CircleLagrangian
+
+    solver = CircleLagrangian(mf.SelfAttention(5.0), points=64, cells=16, width=1e-2, tolerance=1e-14)
+    times = np.linspace(0.0, 30.0, 31)
+    with pytest.raises(mf.StepSizeCollapse, match="tolerance") as caught:
+        solver.solve(lambda theta: 1 + 0.3 * np.cos(3 * theta), times, progress=False)
+    assert 0 < caught.value.partial.time.size < times.size
+
+
+def test_mass_coordinates_refuse_a_width_with_diffusion():
+    from solvers import CircleLagrangian
+
+    with pytest.raises(ValueError, match="width"):
+        CircleLagrangian(mf.SelfAttention(5.0, diffusion=0.01), points=64, width=1e-6)

@@ -25,7 +25,7 @@ from typing import Any, Callable, NoReturn
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
 
-from ..errors import ModelFailure, NonFiniteState, StepSizeCollapse
+from ..errors import ModelFailure, NonFiniteState, ReductionRefused, StepSizeCollapse
 from ..progress import time_progress
 from .controller import FixedStep
 
@@ -175,6 +175,10 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                 counts.next_step = dt
                 record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
         return t, state
+    except ReductionRefused as refusal:  # a cluster reduction would pass its error tolerance: end with the outputs so far
+        if collapse is not None:
+            collapse(t, str(refusal))
+        raise
     except ModelFailure as failure:  # the model cannot evaluate its velocity here: end with the outputs so far
         reason = f"the model cannot evaluate its velocity past t={t:.6g}: {failure}"
         if collapse is not None:

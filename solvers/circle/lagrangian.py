@@ -51,6 +51,8 @@ from scipy.special import roots_legendre
 from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.docstrings import fill_docstrings
 from meanfield.engines import energy_pair_sum, select_kernel
+from meanfield.errors import ReductionRefused
+from meanfield.reduction import ClusterReduction, ReductionRefusal
 from meanfield.integration import AdaptiveStep, ExtrapolatedImplicitEuler, explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -147,6 +149,17 @@ class CircleLagrangian(GridSolver):
         few labels), not clusters; their mass is in no cluster.
     kernel : str
         The particle engine of the velocity (``meanfield.engines.select_kernel``).
+    width : float
+        ``D = 0``: labels whose positions lie within this distance (chord) of one another
+        become one atom after each step (:mod:`meanfield.reduction`): their positions are set
+        to the group's mean, and the velocity is then that of the measure's distinct atoms
+        (the model's ``velocity_field``), so a tight cluster costs one atom and no stiffness:
+        a run to :math:`t = 10^6` costs about what one to the first merge does. ``0`` (the
+        default) never reduces.
+    tolerance : float, optional
+        The largest change of the velocity field at the atoms a reduction may make (default
+        ``rtol``); a larger one ends the run (:class:`~meanfield.StepSizeCollapse`, with the
+        outputs so far) instead of continuing.
     """
 
     model: object
@@ -158,8 +171,11 @@ class CircleLagrangian(GridSolver):
     cluster_separation: float = 0.2
     min_cluster_mass: float = 0.01
     kernel: str = "auto"
+    width: float = 0.0
+    tolerance: float | None = None
     labels: np.ndarray = field(init=False, repr=False)
     engine: object = field(init=False, repr=False)
+    reduction: ClusterReduction | None = field(init=False, repr=False)
 
     name = "CircleLagrangian"
     geometry = CIRCLE
@@ -178,6 +194,12 @@ class CircleLagrangian(GridSolver):
         check_measure_model(model, self.name, 2, "CausalCircleFV")
         object.__setattr__(self, "labels", mass_labels(self.points))
         object.__setattr__(self, "engine", select_kernel(model, np.zeros((1, self.points, 2)), self.kernel))
+        check_real(self.width, "width", minimum=0.0)
+        if self.width > 0 and model.diffusion > 0:
+            raise ValueError(f"width={self.width} reduces clusters to atoms, which diffusion (D = {model.diffusion}) "
+                             "would spread at once: give width=0")
+        object.__setattr__(self, "reduction", None if self.width == 0 else
+                           ClusterReduction(model, self.width, self.rtol if self.tolerance is None else self.tolerance))
 
     @property
     def theta(self) -> np.ndarray:
@@ -295,9 +317,32 @@ class CircleLagrangian(GridSolver):
         numpy.ndarray, shape (points,)
             The angular velocities.
         """
+        if self.reduction is not None:
+            atom, angles, counts = tied_atoms(positions)
+            if angles.size < positions.size:  # labels reduced to atoms: the velocity of the distinct atoms
+                unit = circle_points(angles)
+                return _angular(unit, self.model.velocity_field(unit, unit, counts / self.points))[atom]
         unit = circle_points(positions)
-        tangent = self.engine.velocity_unchecked(unit[None])[0]
-        return unit[:, 0] * tangent[:, 1] - unit[:, 1] * tangent[:, 0]
+        return _angular(unit, self.engine.velocity_unchecked(unit[None])[0])
+
+    def reduced(self, positions: np.ndarray) -> tuple[np.ndarray, list]:
+        """The labels with each tight group of atoms (:attr:`reduction`) made one, and the merges.
+
+        {positions_parameters}
+
+        Returns
+        -------
+        positions : numpy.ndarray, shape (points,)
+            Each label of a reduced group moved to the group's atom (on its own branch of the lift).
+        merges : list of meanfield.reduction.Merge
+        """
+        atom, angles, counts = tied_atoms(positions)
+        atoms = np.column_stack([circle_points(angles), counts / self.points])
+        reduced, groups, merges = self.reduction(atoms, atoms)
+        if groups is None:
+            return positions, []
+        target = np.arctan2(reduced[:, 1], reduced[:, 0])[groups[atom]]
+        return positions + np.angle(np.exp(1j * (target - positions))), merges
 
     def diffusion_velocity(self, positions: np.ndarray) -> np.ndarray:
         r"""The diffusion's velocity in mass coordinates, :math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`.
@@ -367,7 +412,7 @@ class CircleLagrangian(GridSolver):
         span = times[-1] - times[0]
         speed = np.abs(self.velocity(positions)).max()
         first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
-        return attempt, first, dict
+        return attempt, first, discretisation.reductions
 
     def diagnose(self, positions: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(positions)
@@ -536,8 +581,58 @@ class _MassTransport(UnboundedTransport):
         scale = TWO_PI + float(np.abs(positions).max())
         return self.solver.rtol * self.solver.deviation_norm(positions) + ROUNDOFF * scale
 
+    def __init__(self, solver) -> None:
+        super().__init__(solver)
+        self.merges = 0
+        self.largest_velocity_error = 0.0
+
+    def reductions(self) -> dict:
+        """What the reductions did (the run's settings), with ``width > 0``."""
+        if self.solver.reduction is None:
+            return {}
+        return {"width": self.solver.width, "tolerance": self.solver.reduction.tolerance, "merges": self.merges,
+                "largest_velocity_error": self.largest_velocity_error}
+
     def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
-        """With diffusion the labels must keep their order (a density between any two)."""
+        """With diffusion the labels must keep their order (a density between any two); with ``width``, the reduction."""
         if self.solver.model.diffusion > 0 and np.any(_gaps(new) <= 0):
             return None, "order"
+        if self.solver.reduction is not None:
+            try:
+                new, merges = self.solver.reduced(new)
+            except ReductionRefusal as refusal:
+                raise ReductionRefused(f"a reduction of labels (width={self.solver.width:.3g}) would change the "
+                                       f"velocity by {refusal.error:.3g}, above tolerance="
+                                       f"{self.solver.reduction.tolerance:.3g}: give a smaller width",
+                                       time=np.nan) from None
+            self.merges += len(merges)
+            self.largest_velocity_error = max([self.largest_velocity_error] + [m.velocity_error for m in merges])
         return new, None
+
+
+#: Labels closer than this (radians) are one atom: a reduced group's labels, equal up to the round-off of
+#: their branches of the lift.
+TIED = 1e-12
+
+
+def tied_atoms(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct atoms of the labels: each label's atom, the atoms' angles in ``[0, 2 pi)`` and label counts.
+
+    Labels within :data:`TIED` of one another on the circle (across the turn too) are one atom.
+    """
+    angles = np.mod(positions, TWO_PI)
+    order = np.argsort(angles, kind="stable")
+    ordered = angles[order]
+    starts = np.concatenate([[True], np.diff(ordered) > TIED])
+    sorted_atom = np.cumsum(starts) - 1
+    if sorted_atom[-1] > 0 and ordered[0] + TWO_PI - ordered[-1] <= TIED:  # the last atom wraps onto the first
+        sorted_atom[sorted_atom == sorted_atom[-1]] = 0
+    atom = np.empty_like(sorted_atom)
+    atom[order] = sorted_atom
+    counts = np.bincount(atom)
+    return atom, ordered[starts][: counts.size], counts
+
+
+def _angular(unit: np.ndarray, tangent: np.ndarray) -> np.ndarray:
+    """The angular speeds of tangent vectors at points of the circle."""
+    return unit[:, 0] * tangent[:, 1] - unit[:, 1] * tangent[:, 0]

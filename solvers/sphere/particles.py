@@ -30,14 +30,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import xarray as xr
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
 
 from meanfield.checks import EXP_OVERFLOW, check_density, check_int, check_real, check_rtol
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
+from meanfield.reduction import cluster_masses, group_atoms, linked_groups
 from meanfield.records import PDE, SPHERE, geometry_name, record_attrs
 from meanfield.sphere import log_sphere_area, normalize
 from meanfield.docstrings import fill_docstrings
@@ -275,10 +273,10 @@ class SphereWeightedParticles(GridSolver):
         """
         if self.merge_distance == 0 or len(atoms) < 2:
             return atoms
-        pairs = cKDTree(atoms[:, :-1]).query_pairs(self.merge_distance, output_type="ndarray")
-        if len(pairs) == 0:
+        count, labels = linked_groups(atoms[:, :-1], self.merge_distance)
+        if count == len(atoms):
             return atoms
-        masses, positions = _components(atoms, pairs)
+        masses, positions = group_atoms(atoms[:, :-1], atoms[:, -1], labels, count)
         return np.column_stack([positions, masses])
 
     def clusters(self, atoms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -295,11 +293,7 @@ class SphereWeightedParticles(GridSolver):
         masses : numpy.ndarray, shape (clusters,)
         positions : numpy.ndarray, shape (clusters, 3)
         """
-        pairs = cKDTree(atoms[:, :-1]).query_pairs(self.cluster_separation, output_type="ndarray")
-        totals, positions = _components(atoms, pairs)
-        order = np.argsort(-totals, kind="stable")
-        order = order[totals[order] >= self.min_cluster_mass]
-        return totals[order], positions[order]
+        return cluster_masses(atoms[:, :-1], atoms[:, -1], self.cluster_separation, self.min_cluster_mass)
 
     # ------------------------------------------------------------------ the right-hand side
     def rhs(self, atoms: np.ndarray) -> np.ndarray:
@@ -458,16 +452,6 @@ class LawOfU:
     def relative_density(self, u: np.ndarray, masses: np.ndarray) -> np.ndarray:
         """The atoms' mass per cell over the uniform law's there."""
         return cell_masses(self.edges, u, masses) / self.weights
-
-
-def _components(atoms: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Total masses and normalized mass-weighted mean positions of the groups the linked ``pairs`` make."""
-    x, masses = atoms[:, :-1], atoms[:, -1]
-    links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
-    count, label = connected_components(links, directed=False)
-    totals = np.bincount(label, weights=masses, minlength=count)
-    sums = np.stack([np.bincount(label, weights=masses * x[:, k], minlength=count) for k in range(x.shape[1])], axis=1)
-    return totals, normalize(sums)
 
 
 def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
