@@ -17,6 +17,7 @@ import bench_pretrained  # noqa: E402
 import bench_pure_attention  # noqa: E402
 import bench_stationary  # noqa: E402
 import bench_lagrangian  # noqa: E402
+import bench_metastable  # noqa: E402
 import bench_random_weights  # noqa: E402
 import bench_reference  # noqa: E402
 import bench_sinkhorn  # noqa: E402
@@ -27,7 +28,7 @@ import bench_zonal  # noqa: E402
 
 # The sweep suite runs at its small size here (about 6 min); the paper's size:
 #   python benchmarks/bench_sweep.py --size paper
-SUITES = {"velocity": bench_velocity, "causal": bench_causal, "frequencies": bench_frequencies, "general": bench_general, "particles": bench_particles, "pretrained": bench_pretrained, "pure_attention": bench_pure_attention, "stationary": bench_stationary, "lagrangian": bench_lagrangian, "random_weights": bench_random_weights, "reference": bench_reference, "sinkhorn": bench_sinkhorn, "circle": bench_circle, "circle_spectral": bench_circle_spectral, "sphere": bench_sphere, "sweep": bench_sweep, "zonal": bench_zonal}
+SUITES = {"velocity": bench_velocity, "causal": bench_causal, "frequencies": bench_frequencies, "general": bench_general, "particles": bench_particles, "pretrained": bench_pretrained, "pure_attention": bench_pure_attention, "stationary": bench_stationary, "lagrangian": bench_lagrangian, "metastable": bench_metastable, "random_weights": bench_random_weights, "reference": bench_reference, "sinkhorn": bench_sinkhorn, "circle": bench_circle, "circle_spectral": bench_circle_spectral, "sphere": bench_sphere, "sweep": bench_sweep, "zonal": bench_zonal}
 
 
 def main(selected: list[str]) -> None:

@@ -56,6 +56,9 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
         The finite volumes' velocity path.
     cluster_separation : float
         The Lagrangian solver's cluster rule, applied to every output.
+    width : float
+        The Lagrangian solver's reduction of tight clusters to atoms (:class:`CircleLagrangian`;
+        ``0``, the default, never reduces; ``rtol`` or more makes long runs cheap).
 
     Notes
     -----
@@ -72,6 +75,7 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
     error_level: float = 1e-3
     interaction: str = "auto"
     cluster_separation: float = 0.2
+    width: float = 0.0
     finite_volumes: CircleFV = field(init=False, repr=False)
     lagrangian: CircleLagrangian = field(init=False, repr=False)
 
@@ -86,7 +90,8 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
                                                             error_level=self.error_level))
         object.__setattr__(self, "lagrangian", CircleLagrangian(self.model, points=self.points, cells=self.cells,
                                                                 rtol=self.rtol,
-                                                                cluster_separation=self.cluster_separation))
+                                                                cluster_separation=self.cluster_separation,
+                                                                width=self.width))
 
     # ------------------------------------------------------------------ the hand-over (solvers.handover)
     @property
