@@ -127,7 +127,7 @@ def cluster_masses(x: np.ndarray, masses: np.ndarray, separation: float, min_mas
 
 
 @dataclass(frozen=True)
-class Merge:
+class ReducedGroup:
     """One group of atoms reduced to one (what :class:`ClusterReduction` records): diameters (chord) at the step's two ends, mass, atoms."""
 
     diameter_before: float
@@ -165,7 +165,7 @@ class ClusterReduction:
         check_real(self.width, "width", minimum=0.0)
         check_real(self.tolerance, "tolerance", minimum=0.0, strictly=True)
 
-    def __call__(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, list[Merge]]:
+    def __call__(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, list[ReducedGroup]]:
         """Reduce the atoms ``new`` (a step's end; ``old`` its start, for the diameters before).
 
         Parameters
@@ -179,7 +179,7 @@ class ClusterReduction:
             ``new`` itself when nothing is reduced.
         labels : numpy.ndarray, shape (k,) or None
             Each old atom's new index (``None``: nothing reduced).
-        merges : list of Merge
+        merges : list of ReducedGroup
         """
         if self.width == 0 or len(new) < 2:
             return new, None, []
@@ -203,7 +203,7 @@ class ClusterReduction:
         for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
             members = np.flatnonzero(labels == group)
             moved = float(np.sum(masses[members] * np.linalg.norm(x[members] - positions[group], axis=1)))
-            merges.append(Merge(diameter_before=float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan,
+            merges.append(ReducedGroup(diameter_before=float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan,
                                 diameter_after=float(pdist(x[members]).max()), mass=float(totals[group]),
                                 atoms=len(members), velocity_error=velocity_error, moved=moved,
                                 energy_change=energy_change))
@@ -240,7 +240,7 @@ def _relabelled(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
 class ReductionRefusal(Exception):
     """A reduction's velocity error passed the tolerance (a run turns it into :class:`ReductionRefused` with its outputs)."""
 
-    def __init__(self, error: float, merges: list[Merge]) -> None:
+    def __init__(self, error: float, merges: list[ReducedGroup]) -> None:
         super().__init__()
         self.error, self.merges = error, merges
 
@@ -350,8 +350,8 @@ class _ReducedRun:
         self.model, self.atoms, self.reduction, self.tableau, self.rtol = model, atoms, reduction, tableau, rtol
         self.separation, self.min_mass = separation, min_mass
         self.owner = np.arange(len(atoms))  # each token's atom
-        self.pending: tuple[np.ndarray, list[Merge]] | None = None
-        self.merges: list[tuple[float, float, Merge]] = []  # (time, its error estimate, merge)
+        self.pending: tuple[np.ndarray, list[ReducedGroup]] | None = None
+        self.merges: list[tuple[float, float, ReducedGroup]] = []  # (time, its error estimate, merge)
         self.accumulated_error = 0.0  # the reductions' velocity errors so far, summed
         self.frames: list[tuple[np.ndarray, int, int, float, float]] = []
         self.previous_time = 0.0
@@ -453,7 +453,7 @@ class _ReducedRun:
         return ds
 
 
-def _crossing(start: float, end: float, merge: Merge, width: float) -> tuple[float, float]:
+def _crossing(start: float, end: float, merge: ReducedGroup, width: float) -> tuple[float, float]:
     """When the group's diameter fell to ``width`` within the step ``[start, end]``, and the rate of its fall.
 
     Log-linear in the diameter (its approach is exponential); where the diameters do not

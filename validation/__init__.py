@@ -9,7 +9,9 @@ __all__ = ["distance", "mean_field_convergence", "StudySettings", "PDEErrorWarni
            "circle_stationary_density", "cluster_statistics", "order_parameter", "ClusterSummary", "kde_mode_count",
            "merge_times", "Merge", "circle_cluster_counts", "settling_time", "mixture_retrieval_profile",
            "recency_time", "order_parameters", "mean_phase_velocities", "locked_oscillators", "compare_dynamics",
-           "value_spectra", "good_triple_fraction", "is_good_triple", "gram_limit_gap", "sample_zonal", "pair_correlation", "closure_deviation"]
+           "value_spectra", "good_triple_fraction", "is_good_triple", "gram_limit_gap", "sample_zonal", "pair_correlation", "closure_deviation",
+           "predicted_cluster_count", "predicted_cluster_positions", "asymptotic_merge_time", "merge_time_fit",
+           "MergeTimeFit", "rescaled_time", "plateaus", "Plateau", "plateau_saddles"]
 
 
 def __getattr__(name: str):
@@ -29,6 +31,9 @@ def __getattr__(name: str):
         from . import bbgky as module
     elif name in ("gram_limit_gap", "sample_zonal"):
         from . import high_dimension as module
+    elif name in ("predicted_cluster_count", "predicted_cluster_positions", "asymptotic_merge_time", "merge_time_fit",
+                  "MergeTimeFit", "rescaled_time", "plateaus", "Plateau", "plateau_saddles"):
+        from . import metastability as module
     elif name == "kde_mode_count":
         from . import modes as module
     elif name == "distance":
