@@ -47,10 +47,6 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
-from scipy.spatial import cKDTree
-from scipy.spatial.distance import pdist
 
 from .checks import check_int, check_real, check_rtol
 from .errors import ReductionRefused, StepSizeCollapse
@@ -81,6 +77,10 @@ def linked_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
     labels : numpy.ndarray, shape (k,)
         Each point's group, numbered in the order of the groups' first members.
     """
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
     pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
     links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
     return connected_components(links, directed=False)
@@ -183,6 +183,8 @@ class ClusterReduction:
         """
         if self.width == 0 or len(new) < 2:
             return new, None, []
+        from scipy.spatial.distance import pdist
+
         x, masses = new[:, :-1], new[:, -1]
         count, labels = linked_groups(x, self.width)
         if count == len(new):
@@ -208,7 +210,10 @@ class ClusterReduction:
                                 atoms=len(members), velocity_error=velocity_error, moved=moved,
                                 energy_change=energy_change))
         if velocity_error > self.tolerance:
-            raise ReductionRefusal(velocity_error, merges)
+            raise ReductionRefused(f"a reduction would change the velocity by {velocity_error:.3g}, above tolerance="
+                                   f"{self.tolerance:.3g} (groups of mass up to "
+                                   f"{max(merge.mass for merge in merges):.3g}, width={self.width:.3g}): give a "
+                                   "smaller width", time=np.nan)
         return atoms, labels, merges
 
     def _velocity_error(self, before: np.ndarray, after: np.ndarray) -> float:
@@ -235,14 +240,6 @@ def _relabelled(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
     rank[order] = np.arange(len(order))
     _, inverse = np.unique(keys, return_inverse=True)
     return rank[inverse]
-
-
-class ReductionRefusal(Exception):
-    """A reduction's velocity error passed the tolerance (a run turns it into :class:`ReductionRefused` with its outputs)."""
-
-    def __init__(self, error: float, merges: list[ReducedGroup]) -> None:
-        super().__init__()
-        self.error, self.merges = error, merges
 
 
 def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None = None, rtol: float = 1e-8,
@@ -410,23 +407,12 @@ class _ReducedRun:
                     "rhs_evaluations": stepper.evaluations, **counts.as_dict()}
 
         def collapse(t: float, reason: str) -> NoReturn:
-            raise _Collapse(t, reason)
+            raise StepSizeCollapse(f"the reduced run stopped at t={t:.6g}: {reason}", time=t,
+                                   partial=self.dataset(times, settings()))
 
-        try:
-            with time_progress(times[0], times[-1], progress, "reduced clusters") as bar:
-                integrate(self.atoms, times, attempt, first_step=first, record=self.record, collapse=collapse,
-                          observer=self.observe, progress=bar, name="reduced clusters", max_steps=max_steps,
-                          counts=counts)
-        except ReductionRefusal as refusal:
-            t = self.previous_time
-            raise ReductionRefused(
-                f"a reduction after the step from t={t:.6g} would change the velocity by {refusal.error:.3g}, above "
-                f"tolerance={self.reduction.tolerance:.3g} (groups of mass up to "
-                f"{max(merge.mass for merge in refusal.merges):.3g}, width={self.reduction.width:.3g}): "
-                "give a smaller width", time=t, partial=self.dataset(times, settings())) from None
-        except _Collapse as failure:
-            raise StepSizeCollapse(f"the reduced run failed at t={failure.time:.6g}: {failure.reason}",
-                                   time=failure.time, partial=self.dataset(times, settings())) from None
+        with time_progress(times[0], times[-1], progress, "reduced clusters") as bar:  # a refusal ends it with the outputs
+            integrate(self.atoms, times, attempt, first_step=first, record=self.record, collapse=collapse,
+                      observer=self.observe, progress=bar, name="reduced clusters", max_steps=max_steps, counts=counts)
         return self.dataset(times, settings())
 
     def dataset(self, times: np.ndarray, settings: dict):
@@ -464,9 +450,3 @@ def _crossing(start: float, end: float, merge: ReducedGroup, width: float) -> tu
         return end, 1.0
     rate = math.log(before / after) / (end - start)
     return start + math.log(before / width) / rate, rate
-
-
-class _Collapse(Exception):
-    def __init__(self, time: float, reason: str) -> None:
-        super().__init__(reason)
-        self.time, self.reason = time, reason

@@ -151,6 +151,8 @@ LOCAL_IMPORTS = {
     "meanfield/limit_geometry.py": ({"scipy.cluster.hierarchy"}, "slow to import; one function needs it"),
     "meanfield/sampling.py": ({"scipy.optimize"}, "sweep workers import the module, never this function"),
     "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "meanfield/reduction.py": ({"xarray", "scipy.sparse", "scipy.sparse.csgraph", "scipy.spatial", "scipy.spatial.distance"},
+                               "sweep workers import meanfield and never reduce clusters"),
     "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/frequencies.py": ({"scipy.integrate"}, "sweep workers never integrate the Ott-Antonsen equations"),

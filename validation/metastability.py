@@ -43,6 +43,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_int, check_real
+from meanfield.landscape import critical_configuration
 from meanfield.sphere import circle_angles
 
 from .references import growth_rate
@@ -242,7 +243,5 @@ def plateau_saddles(model, ds: xr.Dataset, *, min_outputs: int = 2) -> list[tupl
     -------
     list of (Plateau, meanfield.landscape.CriticalConfiguration)
     """
-    from meanfield.landscape import critical_configuration
-
     return [(plateau, critical_configuration(model, ds.x.values[plateau.last]))
             for plateau in plateaus(ds) if plateau.last - plateau.first + 1 >= min_outputs]

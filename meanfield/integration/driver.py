@@ -177,7 +177,10 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
         return t, state
     except ReductionRefused as refusal:  # a cluster reduction would pass its error tolerance: end with the outputs so far
         if collapse is not None:
-            collapse(t, str(refusal))
+            try:
+                collapse(t, str(refusal))
+            except StepSizeCollapse as collapsed:  # the run's own collapse, with its outputs, kept a refusal
+                raise ReductionRefused(str(collapsed), time=collapsed.time, partial=collapsed.partial) from None
         raise
     except ModelFailure as failure:  # the model cannot evaluate its velocity here: end with the outputs so far
         reason = f"the model cannot evaluate its velocity past t={t:.6g}: {failure}"
