@@ -9,8 +9,10 @@ atom); ensembles of ``n`` tokens drawn iid from the same density run with the sa
 (``meanfield.simulate_clusters``), so that both reach ``t = 1e12`` (the last merge at
 ``beta = 16``) at the cost of a run to the first merge. Cluster counts: tokens closer than 0.2 rad are one cluster.
 
-For each ``beta`` and ``n`` the script prints when the limit and each system settle at the
-limit's final count (``validation.settling_time``: the last fall of the count to it), with the
+For each ``beta`` the script prints the fastest-growing mode of the dispersion relation (the
+cluster count predicted for starts near the uniform density: this start's mode 3, of
+amplitude 0.3, is beyond the linear regime and sets three clusters at every ``beta``), and
+for each ``n`` when the limit and each system settle at the limit's final count (``validation.settling_time``: the last fall of the count to it), with the
 systems' median and quartiles. The lower row of the figure is the limit's energy against the
 rescaled time :math:`\log t / \beta` (``validation.rescaled_time``): flat while clusters wait,
 a step at each merge, at :math:`\tau \to 1 - \cos\varphi \le 2` for clusters at angle
@@ -35,7 +37,7 @@ import numpy as np  # noqa: E402
 
 import meanfield as mf  # noqa: E402
 from solvers import CircleFVLagrangian, UnderResolvedWarning  # noqa: E402
-from validation import rescaled_time, settling_time  # noqa: E402
+from validation import predicted_cluster_count, rescaled_time, settling_time  # noqa: E402
 from validation.app.files import write_text  # noqa: E402
 
 #: The limit's reduction width: its rtol (closer atoms are not told apart by its steps).
@@ -79,7 +81,9 @@ def main() -> None:
         counts = limit.cluster_count.values
         final = int(counts[-1])
         limit_time = settling_time(times, counts, final)
-        print(f"beta = {beta:g}: the limit's cluster count {int(counts.max())} -> {final}"
+        print(f"beta = {beta:g}: the dispersion relation's fastest mode {predicted_cluster_count(mf.SelfAttention(beta))} "
+              "(for starts near uniform; this one is not)")
+        print(f"  the limit's cluster count {int(counts.max())} -> {final}"
               + (f"; it settles at {final} from t = {limit_time:.4g}" if np.isfinite(limit_time) else
                  f", kept to t = {args.t_end:g}"))
         ax.step(times[1:], counts[1:], where="post", color="k", lw=2.5, label="limit (CircleFVLagrangian)")

@@ -182,3 +182,18 @@ def test_mass_coordinates_refuse_a_width_with_diffusion():
 
     with pytest.raises(ValueError, match="width"):
         CircleLagrangian(mf.SelfAttention(5.0, diffusion=0.01), points=64, width=1e-6)
+
+
+def test_atoms_on_the_sphere_refuse_a_merge_past_the_tolerance_and_count_their_merges():
+    from solvers import SphereWeightedParticles
+
+    tokens = mf.sample_uniform(200, 3, np.random.default_rng(3))
+    atoms = np.column_stack([tokens, np.full(200, 1 / 200)])
+    times = np.array([0.0, 5.0, 10.0, 20.0, 40.0])
+    ds = SphereWeightedParticles(mf.SelfAttention(4.0), lmax=8).solve(atoms, times, continued=True, progress=False)
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["merges"] > 0 and 0 < settings["largest_velocity_error"] <= 1e-6
+    with pytest.raises(mf.ReductionRefused, match="tolerance") as caught:
+        SphereWeightedParticles(mf.SelfAttention(4.0), lmax=8, merge_distance=1e-2, tolerance=1e-15).solve(
+            atoms, times, continued=True, progress=False)
+    assert 0 < caught.value.partial.time.size < times.size

@@ -286,8 +286,8 @@ def test_merging_keeps_mass_and_centre():
     x = base + 1e-4 * rng.normal(size=(5, 3))
     atoms = np.vstack([np.column_stack([x / np.linalg.norm(x, axis=1, keepdims=True), rng.uniform(size=5)]),
                        [[1.0, 0.0, 0.0, 0.3]]])
-    merged = solver.merged(atoms)
-    assert len(merged) == 2
+    merged, merges = solver.merged(atoms)
+    assert len(merged) == 2 and len(merges) == 1 and merges[0].atoms == 5
     assert merged[:, 3].sum() == pytest.approx(atoms[:, 3].sum(), rel=1e-15)
     centre = atoms[:5, 3] @ atoms[:5, :3]
     np.testing.assert_allclose(merged[0, :3], centre / np.linalg.norm(centre), atol=1e-15)

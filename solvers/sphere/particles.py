@@ -35,7 +35,7 @@ from meanfield.checks import EXP_OVERFLOW, check_density, check_int, check_real,
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
-from meanfield.reduction import cluster_masses, group_atoms, linked_groups
+from meanfield.reduction import ClusterReduction, cluster_masses
 from meanfield.records import PDE, SPHERE, geometry_name, record_attrs
 from meanfield.sphere import log_sphere_area, normalize
 from meanfield.docstrings import fill_docstrings
@@ -95,7 +95,12 @@ class SphereWeightedParticles(GridSolver):
         atom, so closer atoms are not told apart (their distances stall near it instead of
         shrinking as the exact flow's do). A merge moves each merged atom by less than this
         distance (its mass times it, in Wasserstein-1); ``0`` never merges (tokens of mass
-        ``1/n`` then follow the particle system).
+        ``1/n`` then follow the particle system). Groups linked by such distances merge when
+        their diameter is at most it (:class:`meanfield.reduction.ClusterReduction`), and each
+        merge measures how much it changes the velocity field at the atoms.
+    tolerance : float, optional
+        The largest change of the velocity field a merge may make (default ``rtol``); a larger
+        one ends the run (:class:`~meanfield.ReductionRefused`, with the outputs so far).
     interaction : {"auto", "zonal", "general"}
         The path of the :class:`~solvers.SphereSpectral` whose energy convention the recorded
         energy follows (:math:`E`, or :math:`e^{-\beta B}E` where it would overflow), so that a
@@ -121,12 +126,14 @@ class SphereWeightedParticles(GridSolver):
     min_cluster_mass: float = 0.01
     dropped_mass: float = 1e-12
     merge_distance: float | None = None
+    tolerance: float | None = None
     interaction: str = "auto"
     d: int = 3
     quadrature_nodes: int = 8
     grid: SphereGrid | LawOfU = field(init=False, repr=False)
     quadrature: SphereGrid | ProductQuadrature = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
+    reduction: ClusterReduction = field(init=False, repr=False)
 
     name = "SphereWeightedParticles"
     default_max_steps = 1_000_000
@@ -145,6 +152,8 @@ class SphereWeightedParticles(GridSolver):
         check_real(self.merge_distance, "merge_distance", minimum=0.0)
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
+        object.__setattr__(self, "reduction", ClusterReduction(model, self.merge_distance,
+                                                               self.rtol if self.tolerance is None else self.tolerance))
         check_int(self.d, "d", minimum=3)
         check_measure_model(model, self.name, self.d, "CausalSphereSpectral")
         if model.diffusion > 0:
@@ -260,24 +269,26 @@ class SphereWeightedParticles(GridSolver):
                            minlength=self.grid.area_weight.size)
         return mass.reshape(self.grid.shape) / self.grid.area_weight
 
-    def merged(self, atoms: np.ndarray) -> np.ndarray:
-        """The atoms with those linked by distances below ``merge_distance`` made one.
+    def merged(self, atoms: np.ndarray) -> tuple[np.ndarray, list]:
+        """The atoms with each tight group (linked by distances at most ``merge_distance``, of that diameter at most) made one.
 
         {atoms_parameters}
 
         Returns
         -------
-        numpy.ndarray, shape (fewer, 4)
+        atoms : numpy.ndarray, shape (fewer, d + 1)
             Each group's total mass at its normalized mass-weighted mean, in the order of the
             groups' first atoms (``atoms`` itself when no two are that close).
+        merges : list of meanfield.reduction.ReducedGroup
+            What each merge did (its velocity error).
+
+        Raises
+        ------
+        ReductionRefused
+            If the merges change the velocity field by more than ``tolerance``.
         """
-        if self.merge_distance == 0 or len(atoms) < 2:
-            return atoms
-        count, labels = linked_groups(atoms[:, :-1], self.merge_distance)
-        if count == len(atoms):
-            return atoms
-        masses, positions = group_atoms(atoms[:, :-1], atoms[:, -1], labels, count)
-        return np.column_stack([positions, masses])
+        reduced, _, merges = self.reduction(atoms, atoms)
+        return reduced, merges
 
     def clusters(self, atoms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Masses and positions (unit vectors) of the clusters, heaviest first.
@@ -325,11 +336,14 @@ class SphereWeightedParticles(GridSolver):
         return atoms
 
     def _stepper(self, atoms: np.ndarray, times: np.ndarray):
-        attempt = explicit_adaptive_step(_AtomTransport(self), self.tableau)
+        transport = _AtomTransport(self)
+        attempt = explicit_adaptive_step(transport, self.tableau)
         span = times[-1] - times[0]
         speed = float(np.abs(self.rhs(atoms)).max())
         first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
-        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations, "initial_atoms": len(atoms)}
+        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations, "initial_atoms": len(atoms),
+                                        "merges": transport.merges,
+                                        "largest_velocity_error": transport.largest_velocity_error}
 
     def diagnose(self, atoms: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(atoms)
@@ -462,7 +476,12 @@ def atoms_of(ds: xr.Dataset, index: int = -1) -> np.ndarray:
 
 
 class _AtomTransport(UnboundedTransport):
-    """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation`."""
+    """The atoms' motion as a :class:`~meanfield.integration.protocols.Discretisation`, the merges counted."""
+
+    def __init__(self, solver) -> None:
+        super().__init__(solver)
+        self.merges = 0
+        self.largest_velocity_error = 0.0
 
     def norm(self, change: np.ndarray) -> float:
         return float(np.sqrt(np.max(np.sum(change[:, :-1] ** 2, axis=1))))
@@ -472,7 +491,10 @@ class _AtomTransport(UnboundedTransport):
 
     def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:
         new[:, :-1] = normalize(new[:, :-1])
-        return self.solver.merged(new), None
+        reduced, merges = self.solver.merged(new)
+        self.merges += len(merges)
+        self.largest_velocity_error = max([self.largest_velocity_error] + [merge.velocity_error for merge in merges])
+        return reduced, None
 
 
 @fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
