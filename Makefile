@@ -38,16 +38,17 @@ docs:
 bench: setup
 	$(VENV)/bin/python benchmarks/run.py
 
-# The paper's figures (examples/*.py; about 45 min on 2 cores), copied for the README.
+# The paper's figures (examples/*.py; about 55 min on 2 cores), copied for the README.
 figures: setup
 	$(VENV)/bin/python examples/growth_rates.py
 	$(VENV)/bin/python examples/metastability.py
 	$(VENV)/bin/python examples/phase_diagram.py
 	$(VENV)/bin/python examples/lost_in_the_middle.py
+	$(VENV)/bin/python examples/metastability_limit.py
 	mkdir -p docs/figures
 	cp output/growth_rates/growth_rates.png output/metastability/metastability_particles.png \
 	   output/metastability/metastability_pde.png output/phase_diagram/phase_diagram.png \
-	   output/lost_in_the_middle/lost_in_the_middle.png docs/figures/
+	   output/lost_in_the_middle/lost_in_the_middle.png output/metastability_limit.png docs/figures/
 
 # The phase-diagram sweep at the paper's size on 1, 2, 2 and 1 Dask workers (about five minutes).
 bench-sweep: setup
