@@ -128,7 +128,10 @@ def cluster_masses(x: np.ndarray, masses: np.ndarray, separation: float, min_mas
 
 @dataclass(frozen=True)
 class ReducedGroup:
-    """One group of atoms reduced to one (what :class:`ClusterReduction` records): diameters (chord) at the step's two ends, mass, atoms."""
+    """One group of atoms reduced to one (what :class:`ClusterReduction` records).
+
+    Its diameters (chord) at the step's two ends, its mass and number of atoms.
+    """
 
     diameter_before: float
     diameter_after: float
@@ -205,10 +208,10 @@ class ClusterReduction:
         for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
             members = np.flatnonzero(labels == group)
             moved = float(np.sum(masses[members] * np.linalg.norm(x[members] - positions[group], axis=1)))
-            merges.append(ReducedGroup(diameter_before=float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan,
-                                diameter_after=float(pdist(x[members]).max()), mass=float(totals[group]),
-                                atoms=len(members), velocity_error=velocity_error, moved=moved,
-                                energy_change=energy_change))
+            before = float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan
+            merges.append(ReducedGroup(diameter_before=before, diameter_after=float(pdist(x[members]).max()),
+                                       mass=float(totals[group]), atoms=len(members), velocity_error=velocity_error,
+                                       moved=moved, energy_change=energy_change))
         if velocity_error > self.tolerance:
             raise ReductionRefused(f"a reduction would change the velocity by {velocity_error:.3g}, above tolerance="
                                    f"{self.tolerance:.3g} (groups of mass up to "
@@ -228,7 +231,10 @@ def atoms_energy(model, atoms: np.ndarray) -> float:
     """The model's energy of the weighted atoms ``(k, d + 1)`` (NaN where it has none)."""
     if not model.has_energy:
         return np.nan
-    return float(model.energy(atoms[None, :, :-1], masses=atoms[None, :, -1])[0])
+    try:
+        return float(model.energy(atoms[None, :, :-1], masses=atoms[None, :, -1])[0])
+    except OverflowError:  # SA at beta beyond ~700: the energy is not a double
+        return np.nan
 
 
 def _relabelled(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
