@@ -158,11 +158,15 @@ class ClusterReduction:
     tolerance : float
         The largest velocity error :math:`\varepsilon_v` a reduction may make; a larger one
         raises :class:`~meanfield.ReductionRefused`.
+    energy_changes : bool
+        Whether each reduction measures the change of the energy (two pair sums over the atoms;
+        NaN when not).
     """
 
     model: object
     width: float
     tolerance: float
+    energy_changes: bool = True
 
     def __post_init__(self) -> None:
         check_real(self.width, "width", minimum=0.0)
@@ -203,7 +207,8 @@ class ClusterReduction:
         totals, positions = group_atoms(x, masses, labels, count)
         atoms = np.column_stack([positions, totals])
         velocity_error = self._velocity_error(new, atoms)
-        energy_change = atoms_energy(self.model, atoms) - atoms_energy(self.model, new)
+        energy_change = (atoms_energy(self.model, atoms) - atoms_energy(self.model, new) if self.energy_changes
+                         else np.nan)
         merges = []
         for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
             members = np.flatnonzero(labels == group)

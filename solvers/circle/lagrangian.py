@@ -198,7 +198,8 @@ class CircleLagrangian(GridSolver):
             raise ValueError(f"width={self.width} reduces clusters to atoms, which diffusion (D = {model.diffusion}) "
                              "would spread at once: give width=0")
         object.__setattr__(self, "reduction", None if self.width == 0 else
-                           ClusterReduction(model, self.width, self.rtol if self.tolerance is None else self.tolerance))
+                           ClusterReduction(model, self.width, self.rtol if self.tolerance is None else self.tolerance,
+                                            energy_changes=False))
 
     @property
     def theta(self) -> np.ndarray:

@@ -153,7 +153,8 @@ class SphereWeightedParticles(GridSolver):
         object.__setattr__(self, "tableau", tableau_named(self.tableau))
         model = self.model
         object.__setattr__(self, "reduction", ClusterReduction(model, self.merge_distance,
-                                                               self.rtol if self.tolerance is None else self.tolerance))
+                                                               self.rtol if self.tolerance is None else self.tolerance,
+                                                               energy_changes=False))
         check_int(self.d, "d", minimum=3)
         check_measure_model(model, self.name, self.d, "CausalSphereSpectral")
         if model.diffusion > 0:
