@@ -47,7 +47,7 @@ class NonFiniteState(StepSizeCollapse):
 
 
 class ReductionRefused(StepSizeCollapse):
-    """A cluster reduction's error estimate passed its tolerance (:mod:`meanfield.reduction`): the
+    """A cluster reduction's error estimate passed its tolerance (``meanfield.reduction``): the
     reduced run could no longer be trusted, so it ends with its outputs so far (``partial``).
 
     Parameters

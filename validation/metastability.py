@@ -32,7 +32,7 @@ merge of clusters at gap :math:`\varphi` happens at :math:`\tau \to 1 - \cos\var
 while the clusters wait, climbs in steps to its maximum. :func:`plateaus` cuts a run into its
 plateaus (outputs of one cluster count) and :func:`plateau_saddles` gives the critical
 configuration of the energy each plateau is near, with its index
-(:func:`meanfield.landscape.critical_configuration`): the saddle-to-saddle sequence.
+(``meanfield.landscape.critical_configuration``): the saddle-to-saddle sequence.
 """
 
 from __future__ import annotations
@@ -138,7 +138,15 @@ def asymptotic_merge_time(beta: float, gap: float, masses: tuple[float, float] =
 
 @dataclass(frozen=True)
 class MergeTimeFit:
-    r"""The least-squares fit :math:`\log(\beta T) = s\,\beta + c + e/\beta` of merge times (standard errors beside)."""
+    r"""The least-squares fit :math:`\log(\beta T) = s\,\beta + c + e/\beta` of merge times.
+
+    Parameters
+    ----------
+    slope, slope_error : float
+        :math:`s` and its standard error.
+    intercept, intercept_error : float
+        :math:`c` and its standard error.
+    """
 
     slope: float
     slope_error: float
@@ -146,7 +154,18 @@ class MergeTimeFit:
     intercept_error: float
 
     def slope_interval(self, z: float = 2.0) -> tuple[float, float]:
-        """The slope within ``z`` standard errors."""
+        """The slope within ``z`` standard errors.
+
+        Parameters
+        ----------
+        z : float
+            The number of standard errors.
+
+        Returns
+        -------
+        (float, float)
+            :math:`s - z\sigma_s` and :math:`s + z\sigma_s`.
+        """
         return self.slope - z * self.slope_error, self.slope + z * self.slope_error
 
 
@@ -183,7 +202,20 @@ def merge_time_fit(betas, times) -> MergeTimeFit:
 
 
 def rescaled_time(t, beta: float) -> np.ndarray:
-    r"""The rescaled time :math:`\tau = \log t / \beta` in which merges happen in finite time (module docstring)."""
+    r"""The rescaled time :math:`\tau = \log t / \beta` in which merges happen in finite time (module docstring).
+
+    Parameters
+    ----------
+    t : array_like
+        Times (positive; ``0`` gives :math:`-\infty`).
+    beta : float
+        The inverse temperature (positive).
+
+    Returns
+    -------
+    numpy.ndarray
+        :math:`\tau`, the shape of ``t``.
+    """
     check_real(beta, "beta", minimum=0.0, strictly=True)
     with np.errstate(divide="ignore"):
         return np.log(np.asarray(t, dtype=float)) / beta
@@ -191,7 +223,19 @@ def rescaled_time(t, beta: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Plateau:
-    """A stretch of outputs with one cluster count: first and last output index and time, count, energy at its end."""
+    """A stretch of outputs with one cluster count.
+
+    Parameters
+    ----------
+    first, last : int
+        Its first and last output's index.
+    start, end : float
+        Their times.
+    count : int
+        The cluster count.
+    energy : float
+        The energy at its last output.
+    """
 
     first: int
     last: int
@@ -226,7 +270,7 @@ def plateaus(ds: xr.Dataset) -> list[Plateau]:
 def plateau_saddles(model, ds: xr.Dataset, *, min_outputs: int = 2) -> list[tuple[Plateau, object]]:
     """The critical configuration of the energy each plateau of a particle run is near, with its index.
 
-    Newton's method on the tokens (:func:`meanfield.landscape.critical_configuration`) from the
+    Newton's method on the tokens (``meanfield.landscape.critical_configuration``) from the
     plateau's last output: the configuration of clusters the run waits near and the number of
     directions the dynamics leaves it by (``index``; 0 at the final consensus).
 

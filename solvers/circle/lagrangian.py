@@ -150,7 +150,7 @@ class CircleLagrangian(GridSolver):
         The particle engine of the velocity (``meanfield.engines.select_kernel``).
     width : float
         ``D = 0``: labels whose positions lie within this distance (chord) of one another
-        become one atom after each step (:mod:`meanfield.reduction`): their positions are set
+        become one atom after each step (``meanfield.reduction``): their positions are set
         to the group's mean, and the velocity is then that of the measure's distinct atoms
         (the model's ``velocity_field``), so a tight cluster costs one atom and no stiffness:
         a run to :math:`t = 10^6` costs about what one to the first merge does. ``0`` (the
@@ -326,7 +326,7 @@ class CircleLagrangian(GridSolver):
         return _angular(unit, self.engine.velocity_unchecked(unit[None])[0])
 
     def reduced(self, positions: np.ndarray) -> tuple[np.ndarray, list]:
-        """The labels with each tight group of atoms (:attr:`reduction`) made one, and the merges.
+        """The labels with each tight group of atoms (``reduction``) made one, and the merges.
 
         {positions_parameters}
 

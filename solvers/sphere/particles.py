@@ -96,7 +96,7 @@ class SphereWeightedParticles(GridSolver):
         shrinking as the exact flow's do). A merge moves each merged atom by less than this
         distance (its mass times it, in Wasserstein-1); ``0`` never merges (tokens of mass
         ``1/n`` then follow the particle system). Groups linked by such distances merge when
-        their diameter is at most it (:class:`meanfield.reduction.ClusterReduction`), and each
+        their diameter is at most it (``meanfield.reduction.ClusterReduction``), and each
         merge measures how much it changes the velocity field at the atoms.
     tolerance : float, optional
         The largest change of the velocity field a merge may make (default ``rtol``); a larger
