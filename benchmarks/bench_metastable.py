@@ -11,8 +11,9 @@ from the same start with the same outputs up to it, in the same process, each tw
 - S^2: ``SphereSpectralParticles`` at lmax = 24 (harmonics, then weighted atoms that merge) from
   ``1 + 0.2 x + 0.8 yz + 0.3 z^2``.
 
-and, at ``t = 1e6``, 4096 particles with the same reduction against ``CircleFVLagrangian`` (the
-mean-field limit those particles sample). Each row says how many clusters the run ends with. Run: ``python benchmarks/bench_metastable.py``.
+and, at ``t = 1e6``, 4096 particles with the same reduction against ``CircleFVLagrangian`` and
+``SphereSpectralParticles`` (the limit's solvers; the particles are iid uniform, the limits start
+from the densities above: the same regime, not the same run). Each row says how many clusters the run ends with. Run: ``python benchmarks/bench_metastable.py``.
 """
 
 from __future__ import annotations
@@ -65,6 +66,15 @@ def rows_of(name: str, run) -> list[tuple[str, float, float, float]]:
              min(walls[end]) / base) for end in LONG]
 
 
+def against_particles(name: str, tokens: np.ndarray, limit_run) -> tuple[str, float, float, float]:
+    """4096 tokens with the same reduction against the limit's solver, both to 1e6."""
+    particles, clusters = timed(lambda times: mf.simulate_clusters(mf.SelfAttention(BETA), tokens, times,
+                                                                   progress=False), LONG[0])
+    limit, _ = timed(limit_run, LONG[0])
+    return (f"simulate_clusters n = 4096 vs {name}, to 1e6 ({clusters} clusters)", particles, limit,
+            particles / limit)
+
+
 def run() -> list[tuple[str, float, float, float]]:
     model = mf.SelfAttention(BETA)
     rng = np.random.default_rng(7)
@@ -76,12 +86,10 @@ def run() -> list[tuple[str, float, float, float]]:
         model, sphere_tokens, times, progress=False))
     rows += rows_of("CircleFVLagrangian width = rtol", lambda times: CircleFVLagrangian(model, width=1e-6).solve(
         circle_start, times, progress=False))
-    tokens = mf.sample_uniform(4096, 2, rng)
-    particles, clusters = timed(lambda times: mf.simulate_clusters(model, tokens, times, progress=False), LONG[0])
-    limit, _ = timed(lambda times: CircleFVLagrangian(model, width=1e-6).solve(circle_start, times, progress=False),
-                     LONG[0])
-    rows.append((f"simulate_clusters n = 4096 vs CircleFVLagrangian, to 1e6 ({clusters} clusters)", particles, limit,
-                 particles / limit))
+    rows.append(against_particles("CircleFVLagrangian", mf.sample_uniform(4096, 2, rng), lambda times: (
+        CircleFVLagrangian(model, width=1e-6).solve(circle_start, times, progress=False))))
+    rows.append(against_particles("SphereSpectralParticles", mf.sample_uniform(4096, 3, rng), lambda times: (
+        SphereSpectralParticles(model, lmax=24).solve(sphere_start, times, progress=False))))
     rows += rows_of("SphereSpectralParticles lmax = 24", lambda times: SphereSpectralParticles(model, lmax=24).solve(
         sphere_start, times, progress=False))
     return rows
