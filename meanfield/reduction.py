@@ -49,6 +49,7 @@ from typing import NoReturn
 import numpy as np
 
 from .checks import check_int, check_real, check_rtol
+from .engines import select_kernel
 from .errors import ReductionRefused, StepSizeCollapse
 from .integration import AdaptiveStep, ExplicitRungeKutta, StepCounts, integrate, tableau_named
 from .integration.tableaux import ExplicitTableau
@@ -256,7 +257,8 @@ def _relabelled(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
 def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None = None, rtol: float = 1e-8,
                       width: float | None = None, tolerance: float | None = None,
                       tableau: str | ExplicitTableau = "dormand_prince", cluster_separation: float = 0.2,
-                      min_cluster_mass: float = 0.01, max_steps: int = 1_000_000, progress: bool | None = None):
+                      min_cluster_mass: float = 0.01, max_steps: int = 1_000_000, kernel: str = "auto",
+                      progress: bool | None = None):
     r"""Tokens (or weighted atoms) on :math:`S^{d-1}` with their tight clusters reduced, to any time (module docstring).
 
     The run is the particle system (or the mean-field equation of a weighted measure) until
@@ -294,6 +296,14 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
     max_steps : int
         Steps (accepted and rejected) after which the run stops with
         :class:`~meanfield.StepSizeCollapse`.
+    kernel : str
+        Tokens of equal mass only: the particle engine (``meanfield.engines.select_kernel``)
+        that gives the atoms' velocities while they are many. Every atom's mass is then a
+        multiple of ``1/n``, so the velocity of the atoms is the particle velocity of the
+        ``n`` tokens placed at their atoms; the series engine (zonal SA on the circle and
+        :math:`S^2`) computes it in :math:`O(nK)` instead of the reference's :math:`O(k^2)`
+        while :math:`k > 8\sqrt n`, the fused one while :math:`k > n/2`. ``"numpy"``: the
+        model's reference sums over the atoms throughout.
     progress : bool, optional
         A progress bar over simulated time (default: when stderr is a terminal).
 
@@ -324,8 +334,10 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
     check_real(cluster_separation, "cluster_separation", minimum=0.0, strictly=True)
     check_real(min_cluster_mass, "min_cluster_mass", minimum=0.0)
     check_int(max_steps, "max_steps", minimum=1)
+    equal = np.all(atoms[:, -1] == atoms[0, -1])
+    engine = select_kernel(model, atoms[None, :, :-1], kernel) if equal else None
     run = _ReducedRun(model, atoms, ClusterReduction(model, width, tolerance), tableau_named(tableau), rtol,
-                      cluster_separation, min_cluster_mass)
+                      cluster_separation, min_cluster_mass, engine)
     return run.solve(times, max_steps, progress)
 
 
@@ -354,10 +366,11 @@ class _ReducedRun:
     """One run of :func:`simulate_clusters`: the stepper, the reduction after each step, the records."""
 
     def __init__(self, model, atoms: np.ndarray, reduction: ClusterReduction, tableau: ExplicitTableau,
-                 rtol: float, separation: float, min_mass: float) -> None:
+                 rtol: float, separation: float, min_mass: float, engine) -> None:
         self.model, self.atoms, self.reduction, self.tableau, self.rtol = model, atoms, reduction, tableau, rtol
-        self.separation, self.min_mass = separation, min_mass
+        self.separation, self.min_mass, self.engine = separation, min_mass, engine
         self.owner = np.arange(len(atoms))  # each token's atom
+        self.representative = self.owner  # a token of each atom
         self.pending: tuple[np.ndarray, list[ReducedGroup]] | None = None
         self.merges: list[tuple[float, float, ReducedGroup]] = []  # (time, its error estimate, merge)
         self.accumulated_error = 0.0  # the reductions' velocity errors so far, summed
@@ -367,8 +380,21 @@ class _ReducedRun:
     # ------------------------------------------------------------------ the motion
     def rhs(self, atoms: np.ndarray) -> np.ndarray:
         change = np.zeros_like(atoms)
-        change[:, :-1] = self.model.velocity_field(atoms[:, :-1], atoms[:, :-1], atoms[:, -1])
+        x = atoms[:, :-1]
+        if self._tokens_pay(len(atoms)):  # the tokens' particle velocity, each token at its atom (kernel's doc)
+            change[:, :-1] = self.engine.velocity_unchecked(x[self.owner][None])[0][self.representative]
+        else:
+            change[:, :-1] = self.model.velocity_field(x, x, atoms[:, -1])
         return change
+
+    def _tokens_pay(self, atoms: int) -> bool:
+        """Whether the engine on the ``n`` tokens is cheaper than the reference on the atoms."""
+        tokens = self.owner.size
+        if self.engine is None:
+            return False
+        if self.engine.name == "series":
+            return atoms > 8 * math.sqrt(tokens)
+        return self.engine.name == "fused" and 2 * atoms > tokens
 
     @staticmethod
     def norm(change: np.ndarray) -> float:
@@ -385,6 +411,7 @@ class _ReducedRun:
         if self.pending is not None:
             labels, merges = self.pending
             self.owner = labels[self.owner]
+            self.representative = np.unique(self.owner, return_index=True)[1]
             for merge in merges:
                 crossing, rate = _crossing(self.previous_time, t, merge, self.reduction.width)
                 # the position error so far over the approach speed width * rate at the merge
@@ -412,6 +439,7 @@ class _ReducedRun:
         def settings() -> dict:
             errors = [merge.velocity_error for _, _, merge in self.merges]
             return {"method": "reduced clusters", "tableau": self.tableau.name, "rtol": self.rtol,
+                    "kernel": self.engine.name if self._tokens_pay(self.owner.size) else "reference",
                     "width": self.reduction.width, "tolerance": self.reduction.tolerance,
                     "cluster_separation": self.separation, "min_cluster_mass": self.min_mass,
                     "largest_velocity_error": max(errors, default=0.0),

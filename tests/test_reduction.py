@@ -197,3 +197,19 @@ def test_atoms_on_the_sphere_refuse_a_merge_past_the_tolerance_and_count_their_m
         SphereWeightedParticles(mf.SelfAttention(4.0), lmax=8, merge_distance=1e-2, tolerance=1e-15).solve(
             atoms, times, continued=True, progress=False)
     assert 0 < caught.value.partial.time.size < times.size
+
+
+def test_the_tokens_engine_gives_the_atoms_the_velocity_of_the_reference_sums():
+    # while atoms are many the series engine runs on the tokens placed at their atoms; the reference sums
+    # over the atoms (kernel="numpy") must give the same run
+    x0 = mf.sample_uniform(300, 3, np.random.default_rng(4))
+    times = np.concatenate([[0.0], np.geomspace(1.0, 1e3, 10)])
+    fast = mf.simulate_clusters(mf.SelfAttention(9.0), x0, times, kernel="series", progress=False)
+    reference = mf.simulate_clusters(mf.SelfAttention(9.0), x0, times, kernel="numpy", progress=False)
+    assert json.loads(fast.attrs["settings"])["kernel"] == "series"
+    assert json.loads(reference.attrs["settings"])["kernel"] == "reference"
+    np.testing.assert_array_equal(fast.atoms.values, reference.atoms.values)
+    np.testing.assert_allclose(fast.x.values, reference.x.values, rtol=0, atol=1e-9)
+    # the two sums differ by round-off (1e-12 in a position); a merge time moves by that over width x rate
+    # (1e-8 x 1): 1e-4
+    np.testing.assert_allclose(fast.merge_time.values, reference.merge_time.values, rtol=0, atol=1e-3)
