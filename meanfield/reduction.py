@@ -341,6 +341,20 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
     return run.solve(times, max_steps, progress)
 
 
+def tokens_engine_pays(engine, atoms: int, tokens: int) -> bool:
+    r"""Whether a particle engine on the ``tokens`` (each at its atom) is cheaper than the reference sums over the atoms.
+
+    The series engine costs :math:`O(nK)`, the reference :math:`O(k^2)`: it pays while
+    :math:`k > 8\sqrt n`; the fused engine's pair sums, a few times faster than the
+    reference's, while :math:`k > n/2`; the numpy engine never (it is the reference).
+    """
+    if engine is None:
+        return False
+    if engine.name == "series":
+        return atoms > 8 * math.sqrt(tokens)
+    return engine.name == "fused" and 2 * atoms > tokens
+
+
 def _initial_atoms(model, x0, masses, times) -> tuple[np.ndarray, np.ndarray]:
     if not getattr(model, "on_sphere", False) or model.causal or model.diffusion != 0:
         raise ValueError("simulate_clusters takes a model of tokens on the sphere without diffusion and not causal "
@@ -388,13 +402,7 @@ class _ReducedRun:
         return change
 
     def _tokens_pay(self, atoms: int) -> bool:
-        """Whether the engine on the ``n`` tokens is cheaper than the reference on the atoms."""
-        tokens = self.owner.size
-        if self.engine is None:
-            return False
-        if self.engine.name == "series":
-            return atoms > 8 * math.sqrt(tokens)
-        return self.engine.name == "fused" and 2 * atoms > tokens
+        return tokens_engine_pays(self.engine, atoms, self.owner.size)
 
     @staticmethod
     def norm(change: np.ndarray) -> float:

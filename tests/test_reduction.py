@@ -213,3 +213,21 @@ def test_the_tokens_engine_gives_the_atoms_the_velocity_of_the_reference_sums():
     # the two sums differ by round-off (1e-12 in a position); a merge time moves by that over width x rate
     # (1e-8 x 1): 1e-4
     np.testing.assert_allclose(fast.merge_time.values, reference.merge_time.values, rtol=0, atol=1e-3)
+
+
+def test_mass_coordinates_give_tied_labels_one_velocity_through_the_labels_engine_and_the_reference():
+    # 512 labels on 300 atoms (ties across the turn included): the series engine on the labels, each at its
+    # atom, and the reference sums over the atoms with their label counts
+    from solvers import CircleLagrangian
+
+    rng = np.random.default_rng(6)
+    atoms = np.sort(rng.uniform(0.0, 2 * np.pi, 300))
+    counts = 1 + rng.multinomial(212, np.full(300, 1 / 300))
+    positions = np.repeat(atoms, counts)
+    positions[-counts[-1]:] -= 2 * np.pi  # the last atom's labels on the branch below: the same points
+    positions = np.sort(positions)
+    velocities = [CircleLagrangian(mf.SelfAttention(9.0), points=512, cells=32, width=1e-6, kernel=kernel).velocity(
+        positions) for kernel in ("series", "numpy")]
+    np.testing.assert_allclose(velocities[0], velocities[1], rtol=0, atol=1e-12)
+    tied = np.abs(np.diff(np.mod(positions, 2 * np.pi))) < 1e-12
+    assert np.all(np.diff(velocities[0])[tied] == 0)  # labels of one atom move as one

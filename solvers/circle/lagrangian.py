@@ -51,7 +51,7 @@ from scipy.special import roots_legendre
 from meanfield.checks import check_density, check_int, check_real, check_rtol
 from meanfield.docstrings import fill_docstrings
 from meanfield.engines import energy_pair_sum, select_kernel
-from meanfield.reduction import ClusterReduction
+from meanfield.reduction import ClusterReduction, tokens_engine_pays
 from meanfield.integration import AdaptiveStep, ExtrapolatedImplicitEuler, explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -152,7 +152,8 @@ class CircleLagrangian(GridSolver):
         ``D = 0``: labels whose positions lie within this distance (chord) of one another
         become one atom after each step (``meanfield.reduction``): their positions are set
         to the group's mean, and the velocity is then that of the measure's distinct atoms
-        (the model's ``velocity_field``), so a tight cluster costs one atom and no stiffness:
+        (the model's ``velocity_field``, or the labels' engine with each label at its atom
+        while the atoms are many), so a tight cluster costs one atom and no stiffness:
         a run to :math:`t = 10^6` costs about what one to the first merge does. ``0`` (the
         default) never reduces.
     tolerance : float, optional
@@ -321,6 +322,9 @@ class CircleLagrangian(GridSolver):
             atom, angles, counts = tied_atoms(positions)
             if angles.size < positions.size:  # labels reduced to atoms: the velocity of the distinct atoms
                 unit = circle_points(angles)
+                if tokens_engine_pays(self.engine, angles.size, self.points):  # the labels' engine, each at its atom
+                    first = np.unique(atom, return_index=True)[1]
+                    return _angular(unit, self.engine.velocity_unchecked(unit[atom][None])[0][first])[atom]
                 return _angular(unit, self.model.velocity_field(unit, unit, counts / self.points))[atom]
         unit = circle_points(positions)
         return _angular(unit, self.engine.velocity_unchecked(unit[None])[0])
