@@ -154,7 +154,7 @@ class MergeTimeFit:
     intercept_error: float
 
     def slope_interval(self, z: float = 2.0) -> tuple[float, float]:
-        """The slope within ``z`` standard errors.
+        r"""The slope within ``z`` standard errors.
 
         Parameters
         ----------
