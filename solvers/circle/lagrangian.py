@@ -338,7 +338,7 @@ class CircleLagrangian(GridSolver):
         -------
         positions : numpy.ndarray, shape (points,)
             Each label of a reduced group moved to the group's atom (on its own branch of the lift).
-        merges : list of meanfield.reduction.Merge
+        merges : list of meanfield.reduction.ReducedGroup
         """
         atom, angles, counts = tied_atoms(positions)
         atoms = np.column_stack([circle_points(angles), counts / self.points])
@@ -578,17 +578,17 @@ def _polish_quantile(rho0: Callable, values: np.ndarray, quantile: np.ndarray, l
 class _MassTransport(UnboundedTransport):
     """The solver as a :class:`~meanfield.integration.protocols.Discretisation` of the labels' motion."""
 
+    def __init__(self, solver) -> None:
+        super().__init__(solver)
+        self.merges = 0
+        self.largest_velocity_error = 0.0
+
     def norm(self, change: np.ndarray) -> float:
         return float(np.sqrt(np.mean(change ** 2)))
 
     def tolerance(self, positions: np.ndarray) -> float:
         scale = TWO_PI + float(np.abs(positions).max())
         return self.solver.rtol * self.solver.deviation_norm(positions) + ROUNDOFF * scale
-
-    def __init__(self, solver) -> None:
-        super().__init__(solver)
-        self.merges = 0
-        self.largest_velocity_error = 0.0
 
     def reductions(self) -> dict:
         """What the reductions did (the run's settings), with ``width > 0``."""
