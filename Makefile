@@ -38,7 +38,7 @@ docs:
 bench: setup
 	$(VENV)/bin/python benchmarks/run.py
 
-# The paper's figures (examples/*.py; about 55 min on 2 cores), copied for the README.
+# The paper's figures (examples/*.py; about 45 min on 2 cores), copied for the README.
 figures: setup
 	$(VENV)/bin/python examples/growth_rates.py
 	$(VENV)/bin/python examples/metastability.py

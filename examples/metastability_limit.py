@@ -20,7 +20,7 @@ a step at each merge, at :math:`\tau \to 1 - \cos\varphi \le 2` for clusters at 
 
 Writes ``OUTPUT/metastability_limit.png`` and ``OUTPUT/metastability_limit.csv``.
 
-    python examples/metastability_limit.py      # about 15 minutes on 2 cores (n up to 4096, t = 1e12)
+    python examples/metastability_limit.py      # about 3 minutes on 2 cores (n up to 4096, t = 1e12)
 """
 
 from __future__ import annotations
