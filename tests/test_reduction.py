@@ -231,3 +231,41 @@ def test_mass_coordinates_give_tied_labels_one_velocity_through_the_labels_engin
     np.testing.assert_allclose(velocities[0], velocities[1], rtol=0, atol=1e-12)
     tied = np.abs(np.diff(np.mod(positions, 2 * np.pi))) < 1e-12
     assert np.all(np.diff(velocities[0])[tied] == 0)  # labels of one atom move as one
+
+
+class UserKernel(mf.FieldModel):
+    """A model written outside the library: x' = P_x int (e^{beta u} + 0.3 u^2) y dmu(y), u = <x, y>."""
+
+    def __init__(self, beta):
+        self.beta = beta
+
+    def velocity_field(self, x, nodes, weights):
+        x = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        y = nodes / np.linalg.norm(nodes, axis=-1, keepdims=True)
+        u = x @ np.swapaxes(y, -1, -2)
+        a = (weights[..., None, :] * (np.exp(self.beta * u) + 0.3 * u ** 2)) @ y
+        return a - np.sum(a * x, axis=-1, keepdims=True) * x
+
+
+def test_a_users_model_runs_reduced_to_its_consensus_and_two_of_its_atoms_merge_when_their_equation_says():
+    x0 = mf.sample_uniform(128, 3, np.random.default_rng(0))
+    ds = mf.simulate_clusters(UserKernel(6.0), x0, np.concatenate([[0.0], np.geomspace(0.1, 1e4, 20)]),
+                              progress=False)
+    assert ds.atoms.values[-1] == 1 and "energy" not in ds  # the user's model declares no energy
+    np.testing.assert_allclose(ds.mass.values, 1.0, rtol=0, atol=1e-13)
+    # two atoms (masses 0.3 and 0.7 at angle phi): each turns towards the other at the speed
+    # m_other h(cos phi) sin phi, so phi' = -(0.3 + 0.7) h(cos phi) sin phi
+    gap, width = 2.0, 1e-6
+
+    def closing(t, y):
+        return [-(np.exp(6.0 * np.cos(y[0])) + 0.3 * np.cos(y[0]) ** 2) * np.sin(y[0])]
+
+    def reached(t, y):
+        return 2 * np.sin(y[0] / 2) - width
+
+    reached.terminal = True
+    expected = solve_ivp(closing, [0.0, 1e6], [gap], method="DOP853", rtol=1e-13, atol=1e-16,
+                         events=reached).t_events[0][0]
+    pair = mf.simulate_clusters(UserKernel(6.0), mf.circle_points(np.array([0.0, gap])), np.array([0.0, 10.0]),
+                                masses=np.array([0.3, 0.7]), rtol=1e-10, width=width, progress=False)
+    assert float(pair.merge_time[0]) == pytest.approx(expected, rel=1e-6)
