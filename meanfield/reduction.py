@@ -259,7 +259,11 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
                       tableau: str | ExplicitTableau = "dormand_prince", cluster_separation: float = 0.2,
                       min_cluster_mass: float = 0.01, max_steps: int = 1_000_000, kernel: str = "auto",
                       progress: bool | None = None):
-    r"""Tokens (or weighted atoms) on :math:`S^{d-1}` with their tight clusters reduced, to any time (module docstring).
+    r"""Tokens (or weighted atoms) on :math:`S^{d-1}` with their tight clusters reduced, to any time.
+
+    The reduction, its error estimate and the merge records are derived in the module
+    ``meanfield.reduction`` and shown in use in :doc:`/guide/collapse` (section "Metastability
+    at its own time scale").
 
     The run is the particle system (or the mean-field equation of a weighted measure) until
     groups of atoms tighten below ``width``; each such group is then one atom, and the

@@ -109,7 +109,7 @@ def two_cluster_speed(beta: float, gap: np.ndarray, masses: tuple[float, float])
 
 
 def asymptotic_merge_time(beta: float, gap: float, masses: tuple[float, float] = (0.5, 0.5)) -> float:
-    r"""The leading term of the time two SA clusters at angle ``gap`` take to merge (module docstring).
+    r"""The leading term of the time two SA clusters at angle ``gap`` take to merge (:doc:`/guide/collapse`).
 
     .. math:: T \simeq \frac{e^{\beta(1 - \cos\varphi_0)}}{\beta\,\sin^2\varphi_0\,(m_1/m_2 + m_2/m_1)}
 
@@ -170,7 +170,7 @@ class MergeTimeFit:
 
 
 def merge_time_fit(betas, times) -> MergeTimeFit:
-    r"""Fit measured merge times to the law's form :math:`\log(\beta T) = s\,\beta + c + e/\beta` (module docstring).
+    r"""Fit measured merge times to the law's form :math:`\log(\beta T) = s\,\beta + c + e/\beta` (:doc:`/guide/collapse`).
 
     The term :math:`e/\beta` is the law's first correction (relative :math:`O(1/\beta)`); without
     it the slope of a fit over moderate ``beta`` is biased by it. The law predicts
@@ -202,7 +202,7 @@ def merge_time_fit(betas, times) -> MergeTimeFit:
 
 
 def rescaled_time(t, beta: float) -> np.ndarray:
-    r"""The rescaled time :math:`\tau = \log t / \beta` in which merges happen in finite time (module docstring).
+    r"""The rescaled time :math:`\tau = \log t / \beta` in which merges happen in finite time (:doc:`/guide/collapse`).
 
     Parameters
     ----------
