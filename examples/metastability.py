@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 import meanfield as mf  # noqa: E402
 from solvers import CircleFV, UnderResolvedWarning  # noqa: E402
 from meanfield.sphere import circle_angles  # noqa: E402
-from validation import circle_cluster_counts, cluster_statistics, growth_rate, kde_mode_count  # noqa: E402
+from validation import (circle_cluster_counts, cluster_statistics, kde_mode_count,  # noqa: E402
+                        predicted_cluster_count)
 from validation.app.files import write_atomically, write_text  # noqa: E402
 
 BETAS = (4.0, 9.0)
@@ -82,8 +83,7 @@ def cluster_counts(ds, separation=0.2) -> np.ndarray:
 
 
 def fastest_mode(beta: float) -> int:
-    model = mf.SelfAttention(beta)
-    return max(range(1, 40), key=lambda k: growth_rate(model, k, 2))
+    return predicted_cluster_count(mf.SelfAttention(beta))
 
 
 def particle_figure(runs: dict, path: Path) -> None:

@@ -198,9 +198,12 @@ class ClusterReduction:
         if count == len(new):
             return new, None, []
         split = np.zeros(len(new), dtype=bool)  # members of chains longer than the width: not tight yet
+        diameters = {}  # a reduced group's members (as a tuple of indices): its diameter
         for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
             members = np.flatnonzero(labels == group)
-            split[members] = pdist(x[members]).max() > self.width
+            diameter = float(pdist(x[members]).max())
+            split[members] = diameter > self.width
+            diameters[tuple(members)] = diameter
         labels = _relabelled(labels, split)
         count = int(labels.max()) + 1
         if count == len(new):
@@ -215,7 +218,7 @@ class ClusterReduction:
             members = np.flatnonzero(labels == group)
             moved = float(np.sum(masses[members] * np.linalg.norm(x[members] - positions[group], axis=1)))
             before = float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan
-            merges.append(ReducedGroup(diameter_before=before, diameter_after=float(pdist(x[members]).max()),
+            merges.append(ReducedGroup(diameter_before=before, diameter_after=diameters[tuple(members)],
                                        mass=float(totals[group]), atoms=len(members), velocity_error=velocity_error,
                                        moved=moved, energy_change=energy_change))
         if velocity_error > self.tolerance:

@@ -84,7 +84,7 @@ def test_mass_is_kept_and_the_energy_never_falls_through_every_reduction(rng):
 
 
 def test_usa_time_rescaled_at_large_beta_reaches_a_hundred_million():
-    # the run: 12 tokens, beta = 40, to t = 1e8 (the unreduced explicit run did not finish in 600 s)
+    # the run: 12 tokens, beta = 40, to t = 1e8, stiff for explicit steps until its clusters are reduced
     model = mf.SelfAttention(40.0, normalized=False, time_rescaled=True)
     x0 = mf.circle_points(np.linspace(0.0, 2 * np.pi, 12, endpoint=False) + 0.05 * np.sin(np.arange(12)))
     ds = mf.simulate_clusters(model, x0, np.concatenate([[0.0], np.geomspace(1.0, 1e8, 40)]), progress=False)
@@ -151,7 +151,7 @@ def test_mass_coordinates_with_reduction_follow_two_point_masses_as_the_two_poin
 
 
 def test_mass_coordinates_with_reduction_reach_a_million_for_the_steps_of_a_thousand():
-    # the run: SA beta = 6 from three point masses on 30 labels (2880 steps to 1e4 unreduced)
+    # the run: SA beta = 6 from three point masses on 30 labels
     from solvers import CircleLagrangian
     from solvers.circle.lagrangian import PointMasses
 

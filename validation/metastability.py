@@ -101,13 +101,6 @@ def predicted_cluster_positions(x0: np.ndarray, count: int, masses: np.ndarray |
     return np.sort(np.mod((np.angle(coefficient) + 2 * np.pi * np.arange(count)) / count, 2 * np.pi))
 
 
-def two_cluster_speed(beta: float, gap: np.ndarray, masses: tuple[float, float]) -> np.ndarray:
-    r""":math:`-\dot\varphi`: the speed at which two SA clusters at angle ``gap`` close it (module docstring)."""
-    first, second = masses
-    a = np.exp(-beta * (1.0 - np.cos(gap)))
-    return np.sin(gap) * (second * a / (first + second * a) + first * a / (second + first * a))
-
-
 def asymptotic_merge_time(beta: float, gap: float, masses: tuple[float, float] = (0.5, 0.5)) -> float:
     r"""The leading term of the time two SA clusters at angle ``gap`` take to merge (:doc:`/guide/collapse`).
 
