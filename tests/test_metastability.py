@@ -93,3 +93,12 @@ def test_a_run_climbs_a_staircase_of_saddles_to_the_consensus():
     assert energies[-1] == pytest.approx(np.exp(9.0) / 18.0, rel=1e-12)
     assert np.all(rescaled_time(ds.merge_time.values[-2:], 9.0) < 2.0)
     assert len(plateaus(ds)) == 3
+
+
+def test_the_merge_law_and_its_fit_refuse_what_they_cannot_give():
+    with pytest.raises(OverflowError, match="double precision"):
+        asymptotic_merge_time(1000.0, 2.0)
+    with pytest.raises(ValueError, match="gap"):
+        asymptotic_merge_time(10.0, 4.0)
+    with pytest.raises(ValueError, match="finite"):
+        merge_time_fit([10.0, 20.0, 30.0, 40.0], [1.0, 2.0, np.inf, 4.0])

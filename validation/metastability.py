@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import xarray as xr
 
-from meanfield.checks import check_int, check_real
+from meanfield.checks import EXP_OVERFLOW, check_int, check_real
 from meanfield.landscape import critical_configuration
 from meanfield.sphere import circle_angles
 
@@ -119,6 +119,13 @@ def asymptotic_merge_time(beta: float, gap: float, masses: tuple[float, float] =
     -------
     float
         The time, to a relative :math:`O(1/\beta)`.
+
+    Raises
+    ------
+    ValueError
+        If ``gap`` is outside :math:`(0, \pi)` or a mass is not positive.
+    OverflowError
+        If the time exceeds double precision.
     """
     check_real(beta, "beta", minimum=0.0, strictly=True)
     if not 0 < gap < np.pi:
@@ -126,7 +133,10 @@ def asymptotic_merge_time(beta: float, gap: float, masses: tuple[float, float] =
     first, second = (float(mass) for mass in masses)
     if not (first > 0 and second > 0):
         raise ValueError(f"masses must be positive, got {masses}")
-    return float(np.exp(beta * (1 - np.cos(gap))) / (beta * np.sin(gap) ** 2 * (first / second + second / first)))
+    log_time = beta * (1 - np.cos(gap)) - np.log(beta * np.sin(gap) ** 2 * (first / second + second / first))
+    if log_time > EXP_OVERFLOW:
+        raise OverflowError(f"the merge time e^{log_time:.6g} exceeds double precision (beta={beta}, gap={gap})")
+    return float(np.exp(log_time))
 
 
 @dataclass(frozen=True)
@@ -183,8 +193,8 @@ def merge_time_fit(betas, times) -> MergeTimeFit:
     betas, times = np.asarray(betas, dtype=float), np.asarray(times, dtype=float)
     if betas.ndim != 1 or betas.shape != times.shape or betas.size < 4:
         raise ValueError(f"betas and times must be 1-D of one length, at least 4, got {betas.shape} and {times.shape}")
-    if np.any(times <= 0) or np.any(betas <= 0):
-        raise ValueError("betas and times must be positive")
+    if not (np.all(np.isfinite(times)) and np.all(np.isfinite(betas))) or np.any(times <= 0) or np.any(betas <= 0):
+        raise ValueError("betas and times must be positive and finite")
     design = np.column_stack([betas, np.ones_like(betas), 1.0 / betas])
     values = np.log(betas * times)
     coefficients, *_ = np.linalg.lstsq(design, values, rcond=None)
