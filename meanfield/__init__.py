@@ -15,7 +15,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
     ott_antonsen_radius, ott_antonsen_populations,     references, the incoherent state's
     incoherent_growth_rate                              linear stability
     PureAttention                        self-attention in R^d without layer normalization, hardmax
-    Perceptron, UserField                external velocity fields added to attention
+    Perceptron, QuadraticField, UserField  external velocity fields added to attention
     simulate_particles                   the particle system (ODE / SDE, batched)
     RandomAttention, GaussianWeights, MatrixWeights, SampledWeights, simulate_random_layers,
     observe_random_layers                weights resampled per layer and head (initialisation), or
@@ -35,7 +35,7 @@ The equations are in the documentation's theory pages (docs/theory/). Public nam
 from .causal import CausalAttention, positional_cell_weights
 from .errors import ModelFailure, NonFiniteState, ReductionRefused, StepSizeCollapse
 from .euclidean import PureAttention
-from .external import Perceptron, UserField
+from .external import Perceptron, QuadraticField, UserField
 from .field_model import FieldModel
 from .graphs import GraphAttention, draw_graph, erdos_renyi, graphon_graph, is_connected, ring, small_world
 from .frequencies import (NaturalFrequencies, gaussian_nodes, incoherent_growth_rate, lorentzian_nodes,
@@ -58,7 +58,7 @@ __all__ = [
     "SelfAttention", "ZonalAggregation", "FieldModel", "SinkhornAttention", "CausalAttention", "RotaryAttention", "rope_frequencies", "NaturalFrequencies", "sample_frequencies", "lorentzian_nodes", "gaussian_nodes",
     "GraphAttention", "erdos_renyi", "ring", "small_world", "graphon_graph", "draw_graph", "is_connected",
     "ott_antonsen_radius", "ott_antonsen_populations", "incoherent_growth_rate", "PureAttention", "positional_cell_weights", "model_from_dict", "simulate_particles", "observe_particles",
-    "simulate_clusters", "ReductionRefused", "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "UserField",
+    "simulate_clusters", "ReductionRefused", "StepSizeCollapse", "NonFiniteState", "ModelFailure", "Perceptron", "QuadraticField", "UserField",
     "RandomAttention", "GaussianWeights", "MatrixWeights", "SampledWeights", "simulate_random_layers",
     "observe_random_layers", "HomogenizedLimit", "simulate_homogenized", "mean_inner_product", "diameter",
     "span_dimension",

@@ -33,9 +33,27 @@ library), so that
           P^h_{ij} = \mathrm{softmax}_j\big(\beta\langle Q_h N_g(x_i), K_h N_g(x_j)\rangle\big).
 
 The tokens leave the sphere and their norms grow (at most like :math:`t\sum_h\|V_h\|\max|g|`),
-while attention reads only their directions. Post-LN, :math:`x \leftarrow N(x + \Delta t\,a(x))`
-with the limit :math:`\dot x = P_x a(x)` on the sphere, is :class:`~meanfield.SelfAttention`;
-``normalization="none"`` (the default) is the system above.
+while attention reads only their directions. ``normalization="none"`` (the default) is the
+system above.
+
+Post-LN (``normalization="post"``, the original Transformer's and ALBERT's): the normalisation
+closes the layer, :math:`x \leftarrow N_g(x + \Delta t\,a(x))`, :math:`a(x)_i = \sum_h V_h\sum_j
+P^h_{ij}x_j`, and the tokens live on the ellipsoid :math:`g\odot S^{d-1}` ("an evolution on an
+axis-aligned ellipsoid", sec. 2 of "A mathematical perspective on Transformers"). It is a
+discrete layer only (``method="layer"``): at :math:`\Delta t = 0` the layer is
+:math:`x \mapsto N_g(x)`, not the identity, unless ``g = 1``. A gain close to one per layer,
+:math:`g = e^{\Delta t\,\gamma}`, has a limit: writing :math:`x = g\odot u`, :math:`|u| = 1`,
+
+.. math:: u^{[k+1]} = \frac{g\odot u^{[k]} + \Delta t\, a(g\odot u^{[k]})}{|\cdot|}
+          = u^{[k]} + \Delta t\, P_{u}\big(a(u^{[k]}) + \gamma\odot u^{[k]}\big) + O(\Delta t^2),
+
+the projected Euler step of :math:`\dot u = P_u\big(a(u) + \Gamma u\big)`,
+:math:`\Gamma = \mathrm{diag}(\gamma)`: :class:`~meanfield.SelfAttention` with the same ``Q``, ``K``,
+``V`` and the field :class:`~meanfield.QuadraticField` of :math:`\Gamma`
+(:meth:`PureAttention.post_ln_limit`), which the layer follows at order one in :math:`\Delta t`
+(:math:`x - u = O(\Delta t)` as well). The gain's field is the gradient of
+:math:`\langle u, \Gamma u\rangle`: it drives the tokens toward the axes of the largest gains.
+With ``g = 1`` the layer is today's :class:`~meanfield.SelfAttention` ``method="layer"``.
 
 ``beta = inf`` is the hardmax limit ("A mathematical perspective on Transformers", sec. 9.3,
 eqs. (9.5)-(9.6)): each token moves toward the average of the tokens that maximise
@@ -60,11 +78,12 @@ from scipy.special import softmax
 
 from .checks import check_real
 from .interaction import pair_sums
-from .models import as_head_matrices
+from .external import QuadraticField
+from .models import SelfAttention, as_head_matrices
 from .sinkhorn import SinkhornAttention, _symmetric
 
 #: Where layer normalisation may sit in :class:`PureAttention` (post-LN is :class:`~meanfield.SelfAttention`).
-NORMALIZATIONS = ("none", "pre")
+NORMALIZATIONS = ("none", "pre", "post")
 
 #: Largest logit magnitude a run may reach: beyond it ``exp`` of logit differences loses every digit.
 LOGIT_OVERFLOW = 1e300
@@ -106,11 +125,13 @@ class PureAttention:
         Inverse temperature ``> 0``; ``math.inf`` is the hardmax limit.
     rescaled : bool
         Evolve the rescaled tokens :math:`z = M(t)^{-1}x` (eq. (4) of the paper) instead of ``x``.
-    normalization : {"none", "pre"}
-        Where layer normalisation sits: nowhere (pure attention), or before attention (pre-LN:
-        attention reads :math:`N_g(x) = g \odot x/|x|`, module docstring).
+    normalization : {"none", "pre", "post"}
+        Where layer normalisation sits: nowhere (pure attention), before attention (pre-LN:
+        attention reads :math:`N_g(x) = g \odot x/|x|`), or after the residual sum (post-LN: the
+        layer :math:`x \leftarrow N_g(x + \Delta t\,a(x))`, ``method="layer"`` only; module docstring).
     gain : array_like, shape (d,), optional
-        Pre-LN only: the diagonal gain ``g`` of RMS normalisation, nonzero entries (default: ones).
+        Pre- or post-LN: the diagonal gain ``g`` of RMS normalisation, nonzero entries (default:
+        ones).
     attention : {"softmax", "sinkhorn"}
         The attention matrix: softmax rows, or its doubly stochastic Sinkhorn scaling (the
         Sinkformers' attention in :math:`\mathbb{R}^d`, :class:`~meanfield.SinkhornAttention`'s
@@ -129,8 +150,8 @@ class PureAttention:
     ------
     ValueError
         If ``beta`` is not a number ``> 0``, the matrices' shapes disagree, ``rescaled`` is
-        asked with value matrices that differ between heads or with pre-LN, or ``gain`` has a
-        zero entry or is given without pre-LN.
+        asked with value matrices that differ between heads or with layer normalisation, or
+        ``gain`` has a zero entry or is given without layer normalisation.
 
     Notes
     -----
@@ -177,9 +198,10 @@ class PureAttention:
                              f"got shapes {shapes}")
         if not isinstance(self.rescaled, (bool, np.bool_)):
             raise TypeError(f"rescaled must be True or False, got {self.rescaled!r}")
-        if self.rescaled and self.normalization == "pre":
-            raise ValueError("rescaled=True undoes the growth e^(tHV) of pure attention; pre-LN tokens grow at most "
-                             "linearly (attention reads N(x)), so normalization='pre' takes rescaled=False")
+        if self.rescaled and self.normalization != "none":
+            raise ValueError(f"rescaled=True undoes the growth e^(tHV) of pure attention; with layer normalisation "
+                             f"the tokens grow at most linearly (pre-LN) or stay on an ellipsoid (post-LN), so "
+                             f"normalization={self.normalization!r} takes rescaled=False")
         if self.rescaled and not self._value_shared():
             raise ValueError("rescaled=True needs one value matrix shared by every head (the rescaling "
                              "e^{-tHV}); the heads' value matrices differ")
@@ -220,8 +242,8 @@ class PureAttention:
                              f"SelfAttention, on the sphere), got {self.normalization!r}")
         if self.gain is None:
             return
-        if self.normalization != "pre":
-            raise ValueError("gain is the RMS normalisation's diagonal gain: it needs normalization='pre'")
+        if self.normalization == "none":
+            raise ValueError("gain is the RMS normalisation's diagonal gain: it needs normalization='pre' or 'post'")
         gain = np.asarray(self.gain, dtype=float)
         if gain.ndim != 1 or not np.all(np.isfinite(gain)):
             raise ValueError(f"gain must be a finite (d,) vector, got {self.gain!r}")
@@ -251,7 +273,10 @@ class PureAttention:
                     None)
 
     def attention_inputs(self, x: np.ndarray) -> np.ndarray:
-        r"""What attention reads of the tokens: ``x``, or :math:`N_g(x) = g \odot x/|x|` with pre-LN.
+        r"""What attention reads of the tokens: :math:`N_g(x) = g \odot x/|x|` with pre-LN, else ``x``.
+
+        (Post-LN tokens are the normalised output of the previous layer: attention reads them as
+        they are.)
 
         Parameters
         ----------
@@ -263,8 +288,23 @@ class PureAttention:
         numpy.ndarray, shape (..., n, d)
             The inputs of the attention layer.
         """
-        if self.normalization == "none":
+        if self.normalization != "pre":
             return x
+        return self.normalized(x)
+
+    def normalized(self, x: np.ndarray) -> np.ndarray:
+        r"""The RMS normalisation :math:`N_g(x) = g \odot x/|x|` of every token (``g`` the gain, default ones).
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Nonzero tokens.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The tokens on the ellipsoid :math:`g \odot S^{d-1}`.
+        """
         unit = x / np.linalg.norm(x, axis=-1, keepdims=True)
         return unit if self.gain is None else unit * self.gain
 
@@ -290,6 +330,45 @@ class PureAttention:
                 return m * eye
             return m[h if m.shape[0] > 1 else 0]
         return [(of(self.query, h), of(self.key, h), of(self.value, h)) for h in range(self.heads)]
+
+    def post_ln_limit(self, dt: float):
+        r"""The flow on the sphere that the post-LN layer with step ``dt`` follows at order one in ``dt``.
+
+        With the gain read as :math:`g = e^{\Delta t\,\gamma}` per layer, the limit is
+        :math:`\dot u = P_u\big(\sum_h V_h\sum_j P^h_{ij} u_j + \Gamma u\big)`,
+        :math:`\Gamma = \mathrm{diag}(\log g)/\Delta t` (module docstring).
+
+        Parameters
+        ----------
+        dt : float
+            The layer's step :math:`\Delta t > 0`.
+
+        Returns
+        -------
+        SelfAttention
+            SA with this model's ``beta``, ``query``, ``key`` and ``value``, and the gain's field
+            :class:`~meanfield.QuadraticField` of :math:`\Gamma` (none without a gain).
+
+        Raises
+        ------
+        ValueError
+            If the model is not post-LN softmax attention with a finite ``beta`` and no mask, or
+            a gain entry is negative (:math:`\log g` undefined: the layer flips that axis).
+        """
+        dt = check_real(dt, "dt", minimum=0.0)
+        if not dt > 0:
+            raise ValueError(f"dt must be > 0, got {dt!r}")
+        if self.normalization != "post":
+            raise ValueError(f"post_ln_limit is the limit of the post-LN layer, got normalization={self.normalization!r}")
+        if self.hardmax or self.attention != "softmax" or self.mask != "none":
+            raise ValueError("post_ln_limit gives SelfAttention: softmax attention with a finite beta and no mask, got "
+                             f"beta={self.beta}, attention={self.attention!r}, mask={self.mask!r}")
+        external = None
+        if self.gain is not None:
+            if np.any(self.gain < 0):
+                raise ValueError(f"gain: post_ln_limit reads g = e^(dt gamma) > 0, got {self.gain.tolist()}")
+            external = QuadraticField(np.diag(np.log(self.gain) / dt))
+        return SelfAttention(self.beta, query=self.query, key=self.key, value=self.value, external=external)
 
     def linear_part(self, d: int) -> np.ndarray:
         r"""The matrix :math:`HV` whose exponential rescales the tokens (``rescaled`` needs one shared ``V``).
@@ -495,10 +574,10 @@ class PureAttention:
         ValueError
             Naming ``times``, when :math:`M(t)` or the logits overflow at either end.
         """
-        if self.normalization == "pre":
+        if self.normalization != "none":
             if np.any(np.linalg.norm(x0, axis=-1) == 0):
-                raise ValueError("x0: pre-LN normalises every token, and a token is zero")
-            return  # attention reads N_g(x): bounded logits, and the tokens grow at most linearly
+                raise ValueError(f"x0: {self.normalization}-LN normalises every token, and a token is zero")
+            return  # attention reads N_g(x), or x on g S^{d-1}: bounded logits; the tokens grow at most linearly
         d = x0.shape[-1]
         radius = float(np.abs(x0).max()) * math.sqrt(d)
         for t in (start, end):

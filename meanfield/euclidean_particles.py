@@ -13,7 +13,8 @@ projection:
 ``"euler"``
     Forward Euler of the model's equation (original or rescaled variables).
 ``"layer"``
-    The paper's discrete Transformer :math:`x \leftarrow x + \Delta t\sum_h V_h P^h x`; in rescaled
+    The paper's discrete Transformer :math:`x \leftarrow x + \Delta t\sum_h V_h P^h x` (post-LN:
+    :math:`x \leftarrow N_g(x + \Delta t\sum_h V_h P^h x)`, the only scheme of post-LN); in rescaled
     variables its Remark 4: :math:`z \leftarrow z + \Delta t\,R^{-1}V\sum_h(P^h z - z)`,
     :math:`R = I + \Delta t\,HV`, the logits at :math:`S z` with :math:`S` the product of the
     :math:`R` of the steps taken (from :math:`S = M(t_0)`), so that :math:`z^{[k]} = S_k^{-1}x^{[k]}`
@@ -56,9 +57,11 @@ class EuclideanFlow:
         self.xp = array_namespace(like)
         if is_numpy(like):
             self.kernel, self.velocity_at, self.asarray = "numpy", model.velocity_at, np.asarray
+            self.normalized = model.normalized
         else:
             engine = EuclideanArrayAPIKernel(model, like)
             self.kernel, self.velocity_at, self.asarray = engine.name, engine.velocity_at, engine.asarray
+            self.normalized = engine.normalized
 
     def rescaling(self, t: float) -> np.ndarray:
         return self.model.rescaling(t, self.d) if self.model.rescaled else self.identity
@@ -80,6 +83,15 @@ class EuclideanFlow:
         def rhs(q):  # [dt/dt, dx/dt]
             return self.timed_state(1.0, self.velocity(float(q[0]), self.tokens(q, shape)))
         return rhs
+
+
+def _check_scheme(model, method) -> None:
+    """Refuse a continuous-time scheme for a post-LN model: its layer is a map with no such limit (in general)."""
+    if model.normalization == "post" and method != "layer":
+        name = method if isinstance(method, str) else method.name
+        raise ValueError(f"method={name!r}: normalization='post' is the discrete layer x <- N_g(x + dt a(x)) "
+                         f"(method='layer'); its continuous-time limit, for the gain g = e^(dt gamma), is the "
+                         f"SelfAttention of model.post_ln_limit(dt) on the sphere")
 
 
 def checked_tokens(model, x0):
@@ -111,6 +123,7 @@ def _host_frame(x) -> np.ndarray:
 def simulate(model, x0: np.ndarray, times: np.ndarray, method, rtol: float, atol: float, dt: float, bar,
              settings: dict, attention: bool):
     """The run of ``model`` from checked tokens ``x0`` through checked ``times``, as a dataset."""
+    _check_scheme(model, method)
     batch = _as_batch(x0)
     model.check_interval(to_numpy(batch), times[0], times[-1])
     flow = EuclideanFlow(model, batch)
@@ -163,6 +176,7 @@ def _growth(model, d: int, times: np.ndarray) -> str:
 
 def observe(model, x0: np.ndarray, times: np.ndarray, method: str, dt: float, observer) -> list:
     """:func:`meanfield.observe_particles` for checked tokens: ``[observer(x(t)) for t in times]``."""
+    _check_scheme(model, method)
     model.check_interval(to_numpy(x0), times[0], times[-1])
     single, batch = x0.ndim == 2, _as_batch(x0)
     observations, _ = fixed_step(EuclideanFlow(model, batch), batch, times, method, dt, False,
@@ -179,6 +193,9 @@ def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, setting
     """A fixed-step scheme on the shared driver; returns ``[observe(x(t)) for t in times]`` and :math:`M(t)` at each."""
     shape, model = batch.shape, flow.model
     scheme = {"rk4": "RK4", "euler": "forward Euler", "layer": "Transformer layer x + h V P x"}[method]
+    post_ln = model.normalization == "post"
+    if post_ln:
+        scheme = "post-LN Transformer layer N_g(x + h V P x)"
     remark_four = method == "layer" and model.rescaled
     if remark_four:
         scheme += " (rescaled by R = I + h H V, Remark 4)"
@@ -193,6 +210,9 @@ def fixed_step(flow, batch, times, method: str, dt: float, bar, observe, setting
     elif method == "euler":
         def advance(x, t: float, h: float):
             return x + h * flow.velocity(t, x)
+    elif post_ln:
+        def advance(x, t: float, h: float):
+            return flow.normalized(x + h * flow.velocity_at(x, initial_rescaling))
     elif not remark_four:
         def advance(x, t: float, h: float):
             return x + h * flow.velocity_at(x, initial_rescaling)

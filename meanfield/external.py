@@ -9,6 +9,10 @@ token by the same density-independent field
 ``sigma`` the ReLU. With USA and no diffusion the flow is then the gradient ascent of
 :math:`E[\rho] + \frac12\int v\,\rho`, which the models and solvers report as the energy.
 
+:class:`QuadraticField` is the linear field :math:`P_x A x` of a symmetric matrix, the gradient
+of :math:`v(x) = \langle x, A x\rangle`: the continuous-time limit of a post-LN layer's diagonal
+gain (:meth:`meanfield.PureAttention.post_ln_limit`).
+
 A field is an object with ``field(x)`` (the vector :math:`\sum_j w_j\sigma(a_j\cdot x)a_j`
 before the tangent projection, shape of ``x``), ``potential(x)`` (``v``, or ``None`` when the
 field has none) and ``to_dict()``; :class:`UserField` wraps any callable.
@@ -95,6 +99,70 @@ class Perceptron:
         return {"kind": "perceptron", "weights": self.weights.tolist(), "directions": self.directions.tolist()}
 
 
+@fill_docstrings(points_parameters=POINTS_PARAMETERS)
+@dataclass(frozen=True, eq=False)
+class QuadraticField:
+    r"""The linear field :math:`u(x) = P_x A x` of a symmetric matrix ``A``: :math:`\frac12\nabla_S v`, :math:`v(x) = \langle x, Ax\rangle`.
+
+    Parameters
+    ----------
+    matrix : array_like, shape (d, d)
+        The symmetric matrix ``A`` (``d >= 2``); a diagonal one pushes the tokens toward the
+        axes of its largest entries.
+
+    Raises
+    ------
+    ValueError
+        If ``matrix`` is not a finite symmetric ``(d, d)`` array with ``d >= 2``.
+    """
+
+    matrix: np.ndarray
+    has_potential = True
+
+    def __post_init__(self) -> None:
+        matrix = np.asarray(self.matrix, dtype=float)
+        if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] < 2:
+            raise ValueError(f"matrix must be a (d, d) array with d >= 2, got shape {matrix.shape}")
+        if not np.all(np.isfinite(matrix)):
+            raise ValueError("matrix must be finite")
+        if not np.allclose(matrix, matrix.T, rtol=1e-12, atol=0.0):
+            raise ValueError("matrix must be symmetric (the field of a non-symmetric A is no gradient): got "
+                             f"|A - A^T| up to {np.abs(matrix - matrix.T).max():.3g}")
+        matrix.setflags(write=False)
+        object.__setattr__(self, "matrix", matrix)
+
+    @property
+    def dimension(self) -> int:
+        return self.matrix.shape[0]
+
+    def field(self, x: np.ndarray) -> np.ndarray:
+        r"""The field :math:`A x` (before :math:`P_x`).
+
+        {points_parameters}
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., d)
+            :math:`Ax` at each point; the model projects it onto the tangent space.
+        """
+        return x @ self.matrix
+
+    def potential(self, x: np.ndarray) -> np.ndarray:
+        r"""Its potential :math:`v(x) = \langle x, Ax\rangle` (the field is :math:`\frac12\nabla v`).
+
+        {points_parameters}
+
+        Returns
+        -------
+        numpy.ndarray, shape ``x.shape[:-1]``
+            :math:`v` at each point.
+        """
+        return np.einsum("...i,...i->...", x @ self.matrix, x)
+
+    def to_dict(self) -> dict:
+        return {"kind": "quadratic", "matrix": self.matrix.tolist()}
+
+
 @dataclass(frozen=True, eq=False)
 class UserField:
     r"""Any external field given by callables (projected onto the tangent space by the model).
@@ -144,18 +212,25 @@ class UserField:
         return {"kind": "user", "name": self.name}
 
 
-def as_external(value) -> Perceptron | UserField | None:
-    """``None``, a field object (``field``, ``potential``, ``to_dict``), a callable, or a perceptron's dict."""
-    if value is None or isinstance(value, (Perceptron, UserField)):
+#: The fields a description (``to_dict``) rebuilds, by ``kind``.
+DESCRIBED_FIELDS = {"perceptron": Perceptron, "quadratic": QuadraticField}
+
+
+def as_external(value) -> Perceptron | QuadraticField | UserField | None:
+    """``None``, a field object (``field``, ``potential``, ``to_dict``), a callable, or a field's description."""
+    if value is None or isinstance(value, (Perceptron, QuadraticField, UserField)):
         return value
     if isinstance(value, dict):
         fields = {k: v for k, v in value.items() if k != "kind"}
-        if value.get("kind", "perceptron") != "perceptron":
-            raise ValueError(f"only a perceptron's description can be rebuilt, got {value!r}")
-        return Perceptron(**fields)
+        kind = value.get("kind", "perceptron")
+        if kind not in DESCRIBED_FIELDS:
+            raise ValueError(f"only the descriptions of {', '.join(DESCRIBED_FIELDS)} fields can be rebuilt, got "
+                             f"{value!r}")
+        return DESCRIBED_FIELDS[kind](**fields)
     if callable(value):
         return UserField(value)
-    raise TypeError(f"external must be None, a Perceptron, a UserField or a callable of points, got {value!r}")
+    raise TypeError(f"external must be None, a Perceptron, a QuadraticField, a UserField or a callable of points, "
+                    f"got {value!r}")
 
 
 def potential_energy(external, x: np.ndarray, masses: np.ndarray | None = None) -> np.ndarray | None:

@@ -3,7 +3,7 @@ r"""Pure attention in :math:`\mathbb{R}^d` in the namespace, and on the device, 
 :class:`EuclideanArrayAPIKernel` implements the reference right-hand side
 :meth:`meanfield.PureAttention.velocity_at` (original variables :math:`\sum_h V_h P^h x`,
 rescaled :math:`V\sum_h (P^h z - z)`, the logits :math:`\langle Q_h M x_i, K_h M x_j\rangle`)
-(with pre-LN at :math:`N_g(x)`) with the operations of the Python array API standard: CuPy, PyTorch or JAX arrays stay on
+(with pre-LN at :math:`N_g(x)`, and the post-LN layer's :math:`N_g`) with the operations of the Python array API standard: CuPy, PyTorch or JAX arrays stay on
 their device, and ``array_api_strict`` runs it on the CPU for the tests.
 :func:`meanfield.engines.check_consistency` compares it with the reference.
 
@@ -57,9 +57,11 @@ class EuclideanArrayAPIKernel:
         return xp.reshape(total, shape)
 
     def _attention_inputs(self, x):
-        r"""The reference's ``attention_inputs``: ``x``, or :math:`g \odot x/|x|` with pre-LN."""
-        if self.model.normalization == "none":
-            return x
+        r"""The reference's ``attention_inputs``: :math:`g \odot x/|x|` with pre-LN, else ``x``."""
+        return self.normalized(x) if self.model.normalization == "pre" else x
+
+    def normalized(self, x):
+        r"""The reference's ``normalized``: :math:`N_g(x) = g \odot x/|x|` (the layer's output with post-LN)."""
         unit = x / self.xp.sqrt(self.xp.sum(x * x, axis=-1, keepdims=True))
         return unit if self.model.gain is None else unit * self.asarray(self.model.gain)
 

@@ -266,11 +266,13 @@ class ModelConfig(ConfigSection):
     time_rescaled: bool = option(False, types=bool, help="multiply the velocity by exp(-beta B)")
     rescaled: bool = option(False, types=bool, help="geometry = 'euclidean': evolve the rescaled tokens "
                                                     "z = exp(-tV) x (pure attention)")
-    normalization: str = option("none", types=str, choices=("none", "pre"),
+    normalization: str = option("none", types=str, choices=("none", "pre", "post"),
                                 help="geometry = 'euclidean': where layer normalisation sits, nowhere (pure "
-                                     "attention) or before attention (pre-LN); on the sphere it is post-LN")
-    gain: Any = option(None, types=(list, tuple), help="normalization = 'pre': the RMS normalisation's diagonal "
-                                                       "gain, d nonzero numbers (default ones)")
+                                     "attention), before attention (pre-LN), or after the residual sum (post-LN, "
+                                     "scheme = 'layer': tokens on the ellipsoid of the gain); on the sphere it is "
+                                     "post-LN without gain")
+    gain: Any = option(None, types=(list, tuple), help="normalization = 'pre' or 'post': the RMS normalisation's "
+                                                       "diagonal gain, d nonzero numbers (default ones)")
     causal: bool = option(False, types=bool, help="causal attention (particles, or the causal solvers of its "
                                                    "layered equation)")
     alibi: Any = option(0.0, types=NUMBER + (list,), minimum=0,
@@ -614,6 +616,9 @@ def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> Exp
                           "(use 'gaussian' or 'file' for d = 1)")
     _no_foreign_keys(method, MethodConfig.KEYS["particles"])
     _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
+    if config.model.normalization == "post" and method.scheme != "layer":
+        raise ConfigError(f"model.normalization = 'post' is the discrete layer x <- N_g(x + dt a(x)): it runs with "
+                          f"method.scheme = 'layer', got scheme = {method.scheme!r}")
     model = read_matrices(config, base)
     if initial.kind == "file":
         if initial.path is None:
