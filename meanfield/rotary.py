@@ -92,6 +92,8 @@ class RotaryAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
     diffusion: float = 0.0
     mask: str = "none"
     logit_bound: float = field(init=False, repr=False)
+    #: The tokens carry positions (not exchangeable): ``solvers.solve`` solves one density per position.
+    positional = True
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -26,7 +26,9 @@ name                   geometry    the state
 Every entry takes any model that provides the model protocol (its ``velocity_field``), a
 user's own included, through the discretisation's reference path (``solvers.reference``);
 the causal entries take :class:`~meanfield.CausalAttention`, whose layers in the token
-position are a policy of the same discretisations.
+position are a policy of the same discretisations; the positional entry takes the models
+whose tokens carry positions (``positional = True``: :class:`~meanfield.RotaryAttention`),
+one density per position moved by the model's own particle velocity.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class Method:
     causal : bool
         Whether it solves the layered equation of :class:`~meanfield.CausalAttention` (and
         nothing else).
+    positional : bool
+        Whether it solves the position-indexed equation of models whose tokens carry positions
+        (and nothing else).
     settings : tuple of str
         Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
         velocity path ``interaction``, and ``underresolved`` where its run can be under-resolved.
@@ -72,6 +77,7 @@ class Method:
     discretisation: str
     then: str | None = None
     causal: bool = False
+    positional: bool = False
     settings: tuple[str, ...] = ()
 
     @property
@@ -120,6 +126,8 @@ METHODS: tuple[Method, ...] = (
     Method("ZonalSphereSpectral", "sphere", "gegenbauer", settings=("d", "lmax", "rtol", "underresolved")),
     Method("ZonalSpectralRings", "sphere", "gegenbauer", then="rings", settings=("d", "lmax", "rtol")),
     Method("ZonalRings", "sphere", "rings", settings=("d", "lmax", "rtol")),
+    # one density per position s, by quantile particles (rotary attention; D = 0)
+    Method("PositionalQuantiles", "circle", "mass_coordinates", positional=True, settings=("layers", "points")),
     Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),
@@ -177,20 +185,37 @@ def choose_method(model, geometry: str = "circle", method: str = "auto", then: s
                          f"name ({', '.join(METHODS_BY_NAME)}); got {method!r}")
     if then is not None and then not in DISCRETISATIONS:
         raise ValueError(f"then must be None or a discretisation ({', '.join(DISCRETISATIONS)}); got {then!r}")
-    causal = bool(getattr(model, "causal", False))
-    here = [m for m in METHODS if m.geometry == geometry and m.causal == causal]
+    causal, positional = _is_causal(model), _is_positional(model)
+    here = [m for m in METHODS if m.geometry == geometry and m.causal == causal and m.positional == positional]
     matching = [m for m in here if (method == "auto" or m.discretisation == method)
                 and (m.then == then or (method == "auto" and then is None))]
     if not matching:
         offered = "; ".join(f"method={m.discretisation!r}, then={m.then!r} ({m.name})" for m in here) or "none"
-        what = "causal attention" if causal else "this model"
+        what = "causal attention" if causal else "a model whose tokens carry positions" if positional else "this model"
         raise ValueError(f"no solver of {what} on the {geometry} starts with method={method!r} and hands over to "
                          f"then={then!r}; available: {offered}")
     return matching[0]
 
 
+def _is_causal(model) -> bool:
+    return bool(getattr(model, "causal", False))
+
+
+def _is_positional(model) -> bool:
+    """Whether the model's tokens carry positions (the protocol's neutral value: ``False``)."""
+    return bool(getattr(model, "positional", False))
+
+
 def _checked_causality(method: Method, model) -> Method:
-    causal = bool(getattr(model, "causal", False))
+    positional = _is_positional(model)
+    if positional != method.positional:
+        solved_by = [m.name for m in METHODS if m.positional]
+        if positional:
+            raise ValueError(f"{type(model).__name__}'s tokens carry positions: its position-indexed equation is "
+                             f"solved by {' or '.join(solved_by)}, not by {method.name}")
+        raise ValueError(f"{method.name} solves the position-indexed equation of models whose tokens carry positions "
+                         f"(RotaryAttention); {type(model).__name__}'s do not")
+    causal = _is_causal(model)
     if causal != method.causal:
         layered = [m.name for m in METHODS if m.causal and m.geometry == method.geometry]
         if causal:
@@ -244,11 +269,12 @@ def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto",
     ----------
     model : object
         :class:`~meanfield.SelfAttention`, :class:`~meanfield.ZonalAggregation`,
-        :class:`~meanfield.CausalAttention` (the layered equation), pure attention on the line,
-        or a model of your own (:class:`~meanfield.FieldModel`).
+        :class:`~meanfield.CausalAttention` (the layered equation), :class:`~meanfield.RotaryAttention`
+        (one density per position), pure attention on the line, or a model of your own
+        (:class:`~meanfield.FieldModel`).
     rho0 : callable or numpy.ndarray
         The initial density, as the chosen solver takes it (a callable of the angle on the
-        circle, of points on the sphere, of ``(s, angle)`` for causal attention; grid values;
+        circle, of points on the sphere, of ``(s, angle)`` for causal and rotary attention; grid values;
         or the solver's own state with ``continued=True``).
     times : array_like
         Increasing output times.
@@ -257,7 +283,8 @@ def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto",
     method : str
         ``"auto"``: the circle's Fourier-then-finite-volumes (:class:`~solvers.CircleAuto`),
         the sphere's harmonics (:class:`~solvers.SphereSpectral`), the line's finite volumes,
-        the causal finite volumes on the circle and harmonics on the sphere; or the
+        the causal finite volumes on the circle and harmonics on the sphere, the quantiles per
+        position of rotary attention (:class:`~solvers.PositionalQuantiles`); or the
         discretisation to start with (``"fourier"``, ``"finite_volumes"``,
         ``"mass_coordinates"``, ``"harmonics"``, ``"atoms"``; ``"gegenbauer"``, ``"rings"``: zonal
         densities on :math:`S^{d-1}`, with the setting ``d``), or a solver class's name.

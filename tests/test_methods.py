@@ -33,7 +33,7 @@ def test_the_table_says_what_each_solver_takes(method):
     if "underresolved" in method.settings:  # the run's setting, a keyword of solve
         assert "underresolved" in method.solve_options
     parameters = inspect.signature(solver).parameters
-    assert ("layers" in parameters) == method.causal
+    assert ("layers" in parameters) == (method.causal or method.positional)
 
 
 @pytest.mark.parametrize("model, geometry, method, then, expected", [
@@ -54,6 +54,8 @@ def test_the_table_says_what_each_solver_takes(method):
     (mf.SelfAttention(4.0), "sphere", "rings", None, "ZonalRings"),
     (mf.PureAttention(), "line", "auto", None, "LineFV"),
     (mf.PureAttention(), "line", "mass_coordinates", None, "LineLagrangian"),
+    (mf.RotaryAttention(1.0, 2.0), "circle", "auto", None, "PositionalQuantiles"),
+    (mf.RotaryAttention(1.0, 2.0), "circle", "mass_coordinates", None, "PositionalQuantiles"),
 ])
 def test_the_front_door_picks_the_solver(model, geometry, method, then, expected):
     assert choose_method(model, geometry, method, then).name == expected
@@ -78,6 +80,25 @@ def test_a_causal_model_is_refused_by_the_non_causal_solvers():
     with pytest.raises(ValueError, match="CausalAttention is causal: its layered equation is solved by CausalCircleFV "
                                          "or CausalCircleSpectral, not by CircleAuto"):
         choose_method(mf.CausalAttention(1.0, True), "circle", "CircleAuto")
+
+
+def test_the_position_indexed_solver_takes_only_models_whose_tokens_carry_positions():
+    with pytest.raises(ValueError, match="RotaryAttention's tokens carry positions: its position-indexed equation is "
+                                         "solved by PositionalQuantiles, not by CircleFV"):
+        choose_method(mf.RotaryAttention(1.0, 2.0), "circle", "CircleFV")
+    with pytest.raises(ValueError, match="PositionalQuantiles solves the position-indexed equation"):
+        choose_method(mf.SelfAttention(1.0), "circle", "PositionalQuantiles")
+    with pytest.raises(ValueError, match="no solver of a model whose tokens carry positions on the circle starts "
+                                         "with method='fourier'"):
+        choose_method(mf.RotaryAttention(1.0, 2.0), "circle", "fourier")
+
+
+def test_the_front_door_runs_rotary_attention_as_its_class_does():
+    model = mf.RotaryAttention(1.5, 2.0)
+    rho0 = lambda s, theta: 1 + 0.3 * np.cos(theta - np.pi * s)
+    direct = solvers.PositionalQuantiles(model, layers=4, points=16).solve(rho0, [0.0, 0.2], rtol=1e-8, progress=False)
+    front = solvers.solve(model, rho0, [0.0, 0.2], layers=4, points=16, rtol=1e-8, progress=False)
+    np.testing.assert_array_equal(front.theta.values, direct.theta.values)
 
 
 def test_a_setting_the_solver_does_not_take_is_named():
@@ -121,7 +142,8 @@ def _config(kind: str, tmp_path, **method) -> dict:
 
 def test_every_solver_of_the_circle_and_the_sphere_is_a_config_kind():
     assert set(MethodConfig.KEYS) == set(CIRCLE_SOLVERS + SPHERE_SOLVERS) | {"particles"}
-    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS) == {m.name for m in METHODS if m.geometry != "line"}
+    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS) == {m.name for m in METHODS if m.geometry != "line"
+                                                    and not m.positional}
 
 
 @pytest.mark.parametrize("kind", CIRCLE_SOLVERS + SPHERE_SOLVERS)

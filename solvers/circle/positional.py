@@ -53,11 +53,12 @@ class PositionalQuantiles:
     points: int = 128
 
     name = "PositionalQuantiles"
+    geometry = "circle"
 
     def __post_init__(self) -> None:
         check_int(self.layers, "layers", minimum=1)
         check_int(self.points, "points", minimum=2)
-        if not any(f.name == "positions" for f in dataclasses.fields(self.model)):
+        if not getattr(self.model, "positional", False):
             raise TypeError(f"PositionalQuantiles solves models whose tokens carry positions (RotaryAttention), got "
                             f"{type(self.model).__name__}")
         if self.model.dimension not in (None, 2) or self.model.diffusion > 0:

@@ -192,7 +192,8 @@ class ConfigSection:
 
 
 #: The PDE solvers of ``method.kind`` on the circle and on the sphere: the table of ``solvers.methods``.
-CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle")
+CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle"
+                       and not method.positional)  # PositionalQuantiles: from Python (solvers.solve)
 SPHERE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "sphere")
 #: The solvers of zonal densities on S^{d-1}, any d (``method.d``).
 ZONAL_SOLVERS = tuple(method.name for method in METHODS if "d" in method.settings)
@@ -700,7 +701,7 @@ def _check_attention_variant(config: ExperimentConfig) -> None:
         raise ConfigError("attention = 'sinkhorn' scales the softmax matrix: it needs model.normalized = true")
     if rotary and config.method.kind != "particles":
         raise ConfigError(f"model.rotary runs as particles (method.kind = 'particles'; its position-indexed mean "
-                          f"field is solvers.PositionalQuantiles from Python), got method.kind = "
+                          f"field is solvers.solve(model, rho0, times) from Python), got method.kind = "
                           f"{config.method.kind!r}")
 
 
