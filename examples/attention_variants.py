@@ -2,13 +2,16 @@ r"""Attention as Transformers build it: clustering under softmax and Sinkhorn, p
 =====================================================================================================================
 
 The same tokens (n = 32 in d = 4, uniform on the sphere, ``--systems`` independent draws) move
-under five variants of one attention layer at beta = 4:
+under six variants of one attention layer at beta = 4:
 
 - softmax attention with post-LN (:class:`meanfield.SelfAttention`, tokens on the sphere),
 - doubly stochastic attention (:class:`meanfield.SinkhornAttention`, Sinkformers),
 - the same softmax layer with pre-LN (:class:`meanfield.PureAttention` with
   ``normalization="pre"``: attention reads the directions, the tokens leave the sphere),
 - pre-LN with an RMS gain (1, 1, 1, 1/2),
+- post-LN with a gain per layer :math:`e^{\Delta t\,\gamma}`, :math:`\gamma = (0, 0, 0, -1)`
+  (``normalization="post"``, the layers themselves at :math:`\Delta t = 0.05`: tokens on an
+  ellipsoid, pulled away from the fourth axis; their limit is SA plus the gain's field),
 - softmax attention with the rotary positional encoding (:class:`meanfield.RotaryAttention`,
   RoPE's frequencies for 32 tokens).
 
@@ -43,12 +46,19 @@ N, D, BETA = 32, 4, 4.0
 SAME_CLUSTER = 0.99
 
 
-def variants() -> dict[str, object]:
-    return {"softmax, post-LN": mf.SelfAttention(BETA),
-            "Sinkhorn, post-LN": mf.SinkhornAttention(BETA),
-            "softmax, pre-LN": mf.PureAttention(beta=BETA, normalization="pre"),
-            "softmax, pre-LN, gain": mf.PureAttention(beta=BETA, normalization="pre", gain=[1.0, 1.0, 1.0, 0.5]),
-            "softmax, RoPE": mf.RotaryAttention(BETA, mf.rope_frequencies(D, N))}
+#: The step of the schemes (RK4, and the post-LN layers).
+DT = 0.05
+
+
+def variants() -> dict[str, tuple[object, str]]:
+    """Each variant's model and the scheme it runs with (post-LN with a gain is a discrete layer only)."""
+    post_gain = np.exp(DT * np.array([0.0, 0.0, 0.0, -1.0]))
+    return {"softmax, post-LN": (mf.SelfAttention(BETA), "rk4"),
+            "Sinkhorn, post-LN": (mf.SinkhornAttention(BETA), "rk4"),
+            "softmax, pre-LN": (mf.PureAttention(beta=BETA, normalization="pre"), "rk4"),
+            "softmax, pre-LN, gain": (mf.PureAttention(beta=BETA, normalization="pre", gain=[1.0, 1.0, 1.0, 0.5]), "rk4"),
+            "softmax, post-LN, gain": (mf.PureAttention(beta=BETA, normalization="post", gain=post_gain), "layer"),
+            "softmax, RoPE": (mf.RotaryAttention(BETA, mf.rope_frequencies(D, N)), "rk4")}
 
 
 def directions(x: np.ndarray) -> np.ndarray:
@@ -67,8 +77,8 @@ def main() -> None:
 
     fig, (ax_mean, ax_norm, ax_cos) = plt.subplots(1, 3, figsize=(15, 4.5))
     print(f"{'variant':24s} {'pairs in a cluster at the end':>30s} {'mean |x| at the end':>20s}")
-    for label, model in variants().items():
-        x = mf.simulate_particles(model, x0, times, method="rk4", dt=0.05).x.values  # (system, time, n, d)
+    for label, (model, method) in variants().items():
+        x = mf.simulate_particles(model, x0, times, method=method, dt=DT).x.values  # (system, time, n, d)
         unit = directions(x)
         pairs = (unit @ np.swapaxes(unit, -1, -2))[..., *np.triu_indices(N, 1)]  # (system, time, pair)
         clustered = np.mean(pairs > SAME_CLUSTER, axis=-1)
@@ -86,7 +96,7 @@ def main() -> None:
     ax_cos.set(xlabel=r"$\langle u_i, u_j\rangle$ at the end", ylabel="density", title="pairwise cosines at the end",
                yscale="log")
     ax_mean.legend(fontsize=8)
-    fig.suptitle(f"One attention layer, five ways: n = {N}, d = {D}, beta = {BETA:g}, {args.systems} draws")
+    fig.suptitle(f"One attention layer, six ways: n = {N}, d = {D}, beta = {BETA:g}, {args.systems} draws")
     fig.tight_layout()
     fig.savefig(args.output / "attention_variants.png", dpi=110)
     plt.close(fig)
