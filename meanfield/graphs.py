@@ -14,7 +14,9 @@ so that USA at :math:`\beta = 0` on the circle is Kuramoto on the graph,
 :math:`\dot\theta_i = \frac cn\sum_j A_{ij}\sin(\theta_j - \theta_i)`, and SA its
 degree-normalised form (an attention mask). The sums run over the graph's edges: ``O(E)`` per
 system for a sparse matrix. The complete graph is the library's all-to-all model, which it runs
-(``O(n)`` for Kuramoto, through :class:`~meanfield.SelfAttention`).
+(``O(n)`` for Kuramoto, through :class:`~meanfield.SelfAttention`). A batch of graphs, one per
+system (``(systems, n, n)`` or a sequence of matrices), runs all systems in one edge sum over the
+block-diagonal graph: a sweep over graph draws steps them together.
 
 Graphs: :func:`erdos_renyi`, :func:`ring`, :func:`small_world`, :func:`graphon_graph`
 (``scipy.sparse``, symmetric, no self-loops), :func:`draw_graph` (any of them by name, as configs give it), :func:`is_connected`.
@@ -38,9 +40,11 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
     ----------
     beta : float
         Inverse temperature, ``>= 0`` (``0`` with USA: Kuramoto).
-    adjacency : array_like or scipy.sparse matrix, shape (n, n)
+    adjacency : array_like or scipy.sparse matrix, shape (n, n); or a batch of them
         The pair weights :math:`A_{ij}` (token ``i`` feels token ``j`` with weight :math:`A_{ij}`);
-        nonnegative for SA, any sign for USA (a coupling matrix).
+        nonnegative for SA, any sign for USA (a coupling matrix). A batch, an array
+        ``(systems, n, n)`` or a sequence of ``(n, n)`` matrices, gives each system its own graph:
+        the tokens are then ``(systems, n, d)`` (``adjacency`` becomes a tuple of CSR arrays).
     normalized : bool
         ``True``: SA (the weights normalised per token); ``False`` (default): USA, divided by ``n``.
     value : float
@@ -55,6 +59,7 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
     value: float = 1.0
     diffusion: float = 0.0
     complete: bool = field(init=False, repr=False)
+    edges: tuple = field(init=False, repr=False)
 
     dimension = None
     logit_bound = 1.0
@@ -68,7 +73,25 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
             raise TypeError(f"normalized must be True (SA) or False (USA), got {self.normalized!r}")
         if not self.normalized and self.beta > EXP_OVERFLOW:
             raise ValueError(f"USA with beta={self.beta}: exp(beta <x, y>) overflows double precision")
-        matrix = _csr(self.adjacency)
+        batch = _is_batch(self.adjacency)
+        matrices = [self._checked(m) for m in (self.adjacency if batch else [self.adjacency])]
+        if not matrices:
+            raise ValueError("adjacency: a batch of graphs needs at least one")
+        n = matrices[0].shape[0]
+        if any(m.shape[0] != n for m in matrices):
+            raise ValueError(f"adjacency: the graphs of a batch must have the same vertices, got "
+                             f"{sorted({m.shape[0] for m in matrices})}")
+        set_(self, "adjacency", tuple(matrices) if batch else matrices[0])
+        set_(self, "complete", all(m.nnz == n * n and np.all(m.data == 1.0) for m in matrices))
+        # the edges once, as indices into the batch's tokens (system s's vertex i is token s n + i)
+        coo = [m.tocoo() for m in matrices]
+        offsets = [np.full(c.nnz, s * n) for s, c in enumerate(coo)]
+        set_(self, "edges", tuple(np.concatenate(part) for part in (
+            [c.row + o for c, o in zip(coo, offsets)], [c.col + o for c, o in zip(coo, offsets)], [c.data for c in coo])))
+
+    def _checked(self, adjacency):
+        """One graph's matrix as a sorted CSR array, checked."""
+        matrix = _csr(adjacency)
         if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1] or matrix.shape[0] < 1:
             raise ValueError(f"adjacency must be a square (n, n) matrix, got shape {matrix.shape}")
         if not np.all(np.isfinite(matrix.data)):
@@ -78,14 +101,17 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
                              "coupling matrix needs normalized=False)")
         matrix.sum_duplicates()
         matrix.sort_indices()
-        set_(self, "adjacency", matrix)
-        n = matrix.shape[0]
-        set_(self, "complete", bool(matrix.nnz == n * n and np.all(matrix.data == 1.0)))
+        return matrix
+
+    @property
+    def systems(self) -> int | None:
+        """The number of graphs of a batch (one per system), or ``None``: one graph shared by every system."""
+        return len(self.adjacency) if isinstance(self.adjacency, tuple) else None
 
     @property
     def tokens(self) -> int:
         """The number ``n`` of tokens the graph has."""
-        return self.adjacency.shape[0]
+        return (self.adjacency[0] if self.systems else self.adjacency).shape[0]
 
     @property
     def velocity_is_linear(self) -> bool:
@@ -103,7 +129,8 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         Parameters
         ----------
         x : numpy.ndarray, shape (..., n, d)
-            Tokens on the unit sphere, token ``i`` at vertex ``i``.
+            Tokens on the unit sphere, token ``i`` at vertex ``i`` (a batch of graphs: shape
+            ``(systems, n, d)``, system ``s`` on graph ``s``).
 
         Returns
         -------
@@ -113,7 +140,8 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         Raises
         ------
         ValueError
-            If ``x`` is not on the unit sphere or holds another number of tokens than the graph.
+            If ``x`` is not on the unit sphere, holds another number of tokens than the graph, or
+            another number of systems than a batch has graphs.
         """
         return self.velocity_unchecked(check_points(x, "x"))
 
@@ -123,6 +151,9 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
             raise TypeError("GraphAttention has no velocity of a weighted measure: its tokens are vertices")
         if flat.shape[-2] != self.tokens:
             raise ValueError(f"the graph has {self.tokens} vertices, got n={flat.shape[-2]} tokens")
+        if self.systems is not None and flat.shape[0] != self.systems:
+            raise ValueError(f"the batch has {self.systems} graphs (one per system), got tokens of {flat.shape[0]} "
+                             f"systems: shape (systems, n, d)")
         if self.complete:
             return self.all_to_all._attention(flat)
         return self.edge_attention(flat)
@@ -140,26 +171,28 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         numpy.ndarray, shape (systems, n, d)
             The output :math:`a_i` whose tangent projection is the velocity.
         """
-        b, n, d = flat.shape
-        coo = self.adjacency.tocoo()
-        rows, columns = coo.row, coo.col
+        shape, n = flat.shape, self.tokens
+        if self.systems is not None:  # one system of s n tokens on the block-diagonal graph
+            flat = flat.reshape(1, -1, shape[-1])
+        b, tokens, d = flat.shape
+        rows, columns, data = self.edges
         logits = self.beta * np.einsum("sed,sed->se", flat[:, rows], flat[:, columns])  # (systems, edges)
         if self.normalized:
-            top = np.full((b, n), -np.inf)
+            top = np.full((b, tokens), -np.inf)
             np.maximum.at(top, (slice(None), rows), logits)
             logits -= top[:, rows]  # each token's largest logit: its weights stay finite
-        weights = coo.data * np.exp(logits)
-        index = (np.arange(b)[:, None] * n + rows[None, :]).ravel()
+        weights = data * np.exp(logits)
+        index = (np.arange(b)[:, None] * tokens + rows[None, :]).ravel()
         carried = weights[..., None] * flat[:, columns]
         # float: numpy's bincount returns integers where there is no edge at all
-        sums = np.stack([np.bincount(index, carried[..., k].ravel(), minlength=b * n) for k in range(d)], axis=-1)
-        sums = sums.reshape(b, n, d).astype(float, copy=False)
+        sums = np.stack([np.bincount(index, carried[..., k].ravel(), minlength=b * tokens) for k in range(d)], axis=-1)
+        sums = sums.reshape(b, tokens, d).astype(float, copy=False)
         if not self.normalized:
-            return self.value * sums / n
-        totals = np.bincount(index, weights.ravel(), minlength=b * n).reshape(b, n, 1).astype(float, copy=False)
+            return (self.value * sums / n).reshape(shape)
+        totals = np.bincount(index, weights.ravel(), minlength=b * tokens).reshape(b, tokens, 1).astype(float, copy=False)
         out = np.zeros_like(sums)
         np.divide(sums, totals, out=out, where=totals > 0)  # a token without neighbours does not move
-        return self.value * out
+        return (self.value * out).reshape(shape)
 
     def to_dict(self) -> dict:
         """A JSON-serializable description (the graph as its edges).
@@ -169,30 +202,41 @@ class GraphAttention(NeutralMembers, WithoutEnergy, TangentVelocity):
         dict
             Plain values; :func:`meanfield.model_from_dict` rebuilds the model.
         """
-        coo = self.adjacency.tocoo()
+        def edges(matrix) -> dict:
+            coo = matrix.tocoo()
+            return {"n": self.tokens, "rows": coo.row.tolist(), "columns": coo.col.tolist(), "weights": coo.data.tolist()}
+
+        adjacency = [edges(m) for m in self.adjacency] if self.systems else edges(self.adjacency)
         return {"model": "GraphAttention", "beta": self.beta, "normalized": bool(self.normalized),
-                "value": self.value, "diffusion": self.diffusion,
-                "adjacency": {"n": self.tokens, "rows": coo.row.tolist(), "columns": coo.col.tolist(),
-                              "weights": coo.data.tolist()}}
+                "value": self.value, "diffusion": self.diffusion, "adjacency": adjacency}
 
     @staticmethod
-    def adjacency_from_dict(description: dict):
-        """The sparse matrix of :meth:`to_dict`'s ``adjacency`` entry.
+    def adjacency_from_dict(description: dict | list):
+        """The sparse matrix (or a batch's matrices) of :meth:`to_dict`'s ``adjacency`` entry.
 
         Parameters
         ----------
-        description : dict
-            ``{"n", "rows", "columns", "weights"}``.
+        description : dict or list of dict
+            ``{"n", "rows", "columns", "weights"}``, one per graph of a batch.
 
         Returns
         -------
-        scipy.sparse.csr_array
-            The matrix.
+        scipy.sparse.csr_array or list of them
+            The matrix, or the batch's.
         """
         from scipy import sparse  # here: sweep workers import meanfield and never build a graph
 
+        if isinstance(description, list):
+            return [GraphAttention.adjacency_from_dict(one) for one in description]
         n = description["n"]
         return sparse.csr_array((description["weights"], (description["rows"], description["columns"])), shape=(n, n))
+
+
+def _is_batch(adjacency) -> bool:
+    """Whether ``adjacency`` is a batch of graphs: a sequence of matrices, or an array of three axes."""
+    if isinstance(adjacency, (list, tuple)):
+        return len(adjacency) == 0 or np.ndim(adjacency[0]) == 2 or hasattr(adjacency[0], "tocoo")
+    return not hasattr(adjacency, "tocoo") and np.ndim(adjacency) == 3
 
 
 def _csr(matrix):

@@ -91,11 +91,17 @@ def graph_generator(seed: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(GRAPH_STREAM,)))
 
 
-def graph_model(config: ExperimentConfig, generator: np.random.Generator) -> mf.GraphAttention:
-    """``model.graph``: a :class:`meanfield.GraphAttention` on a graph drawn from ``generator``."""
+def graph_model(config: ExperimentConfig, generator: np.random.Generator,
+                systems: int | None = None) -> mf.GraphAttention:
+    """``model.graph``: a :class:`meanfield.GraphAttention` on a graph drawn from ``generator`` (a batch of
+    ``systems`` graphs, drawn in turn, when given)."""
     spec = config.model
-    adjacency = mf.draw_graph(spec.graph, config.method.n, edge_probability=spec.edge_probability,
-                              neighbours=spec.neighbours, seed=generator)
+
+    def draw():
+        return mf.draw_graph(spec.graph, config.method.n, edge_probability=spec.edge_probability,
+                             neighbours=spec.neighbours, seed=generator)
+
+    adjacency = draw() if systems is None else [draw() for _ in range(systems)]
     return mf.GraphAttention(spec.beta, adjacency, normalized=spec.normalized, value=spec.value,
                              diffusion=spec.diffusion)
 

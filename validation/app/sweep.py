@@ -275,7 +275,8 @@ def _random_weight_chunk(task: Task) -> dict[str, np.ndarray]:
 
 
 def _graph_chunk(task: Task) -> dict[str, np.ndarray]:
-    """A chunk of systems on graphs: tokens, then one graph per system, from the chunk's generator.
+    """A chunk of systems on graphs: tokens, then one graph per system, from the chunk's generator; the systems
+    run together, each on its own graph (a batch of graphs), the noise after the graphs from the same generator.
 
     Besides the pair and the order parameter, each system counts as synchronised at a time
     when its order parameter is at least ``1 - cluster_tolerance`` (every token in one
@@ -284,20 +285,18 @@ def _graph_chunk(task: Task) -> dict[str, np.ndarray]:
     config = task.config
     generator = np.random.default_rng([config.method.seed, task.chunk])
     x0 = initial_particles(config, initial_density(config), generator, systems=task.systems)
-    sums = np.zeros((config.times.array().size, 4))
-    connected = 0
+    model = graph_model(config, generator, systems=task.systems)
 
     def observe(x) -> np.ndarray:
-        pair = np.empty((3, 1))
-        _observed_sums(x, task.tolerance, pair)
-        return np.append(pair[:, 0], float(pair[2, 0] >= 1.0 - task.tolerance))
+        per_system = np.empty((3, task.systems))
+        _observed_sums(x, task.tolerance, per_system)
+        synchronised = np.sum(per_system[2] >= 1.0 - task.tolerance, dtype=float)
+        return np.append(per_system.sum(axis=1), synchronised)
 
-    for system in range(task.systems):
-        model = graph_model(config, generator)
-        connected += mf.is_connected(model.adjacency)
-        frames = mf.observe_particles(model, x0[system:system + 1], config.times.array(), observe,
-                                      method=particle_method(config), dt=config.method.dt, rng=generator)
-        sums += np.array(frames)
+    frames = mf.observe_particles(model, x0, config.times.array(), observe, method=particle_method(config),
+                                  dt=config.method.dt, rng=generator)
+    sums = np.array(frames)
+    connected = sum(mf.is_connected(graph) for graph in model.adjacency)
     return {**dict(zip(("clustered", "inner_product", "order_parameter", "synchronised"), sums.T)),
             "connected": np.array(float(connected))}
 
