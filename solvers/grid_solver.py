@@ -42,6 +42,8 @@ DIAGNOSTIC_ATTRS = {
     "cluster_width": {"units": "cells", "long_name": "FWHM of the sharpest cluster"},
     "spectral_tail": {"long_name": "spectral energy fraction in the top 10% of degrees"},
     "negative_mass": {"long_name": "mass where the density is negative (ZonalSphereSpectral's Gauss rule)"},
+    "order_parameter": {"long_name": "r = |int e^(i theta) rho| of the family's marginal (the tokens, whatever "
+                                     "their label)"},
     "error_estimate": {"long_name": "estimated max-norm error of the density (CircleFV: Richardson against a "
                                     "shadow grid; SphereSpectral: the spectrum's geometric tail; ZonalSphereSpectral: "
                                     "of the law of u in total variation)"},

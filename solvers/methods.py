@@ -67,6 +67,10 @@ class Method:
     positional : bool
         Whether it solves the position-indexed equation of models whose tokens carry positions
         (and nothing else).
+    family : str or None
+        What labels its family of densities, when a configuration builds the labels from the
+        model's section: ``"frequencies"``, one density per node of ``[model.frequencies]``' law
+        (its ``frequencies`` and ``weights``, ``method.nodes`` of them). ``None``: none.
     settings : tuple of str
         Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
         velocity path ``interaction``, and ``underresolved`` where its run can be under-resolved.
@@ -78,6 +82,7 @@ class Method:
     then: str | None = None
     causal: bool = False
     positional: bool = False
+    family: str | None = None
     settings: tuple[str, ...] = ()
 
     @property
@@ -111,6 +116,8 @@ METHODS: tuple[Method, ...] = (
            settings=("points", "cells", "rtol")),  # exact for any measure: nothing to under-resolve
     Method("CircleFVLagrangian", "circle", "finite_volumes", then="mass_coordinates",
            settings=("cells", "points", "rtol", "interaction")),
+    # the family of natural frequencies: one density per node of the frequency law (the interaction as model)
+    Method("FrequencyCircleFV", "circle", "finite_volumes", family="frequencies", settings=("cells", *_GRID)),
     Method("CausalCircleFV", "circle", "finite_volumes", causal=True,
            settings=("cells", "layers", *_GRID)),
     Method("CausalCircleSpectral", "circle", "fourier", causal=True,

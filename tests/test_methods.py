@@ -134,8 +134,12 @@ def _config(kind: str, tmp_path, **method) -> dict:
     resolution = {"cells": 64} if circle else {"lmax": 11}
     if kind in ZONAL_SOLVERS:
         resolution["d"] = 5
+    model = {"beta": 2.0, "causal": causal}
+    if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "frequencies":
+        model.update(frequencies={"law": "gaussian", "width": 0.5}, normalized=False)
+        method.setdefault("nodes", 8)
     return {"geometry": "circle" if circle else "sphere", "output": str(tmp_path / kind),
-            "times": {"stop": 0.5, "count": 3}, "model": {"beta": 2.0, "causal": causal},
+            "times": {"stop": 0.5, "count": 3}, "model": model,
             "method": {"kind": kind, **resolution, **method},
             "initial": {"kind": "perturbed_uniform", "amplitude": 0.05, "mode": 2}}
 

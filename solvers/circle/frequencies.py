@@ -11,8 +11,10 @@ On ``M`` nodes :math:`\omega_m` with weights :math:`w_m` of a quadrature of ``g`
 (:func:`meanfield.lorentzian_nodes`, :func:`meanfield.gaussian_nodes`; a finite law is its own
 quadrature) each node carries a density on :class:`~solvers.CircleFV`'s cells, and every node
 moves with the interaction's velocity at the marginal :math:`\sum_m w_m\rho_m` (the model's
-own operators: its convolution, general-head or reference path) plus its frequency. The
-interaction is any circle model; ``SelfAttention(0, value=K)`` is Kuramoto's.
+own operators: its convolution, general-head or reference path) plus its frequency, the
+angular velocity of :meth:`meanfield.NaturalFrequencies.rotation` at the node's frequency (the
+particles' own rotation term). The interaction is any circle model; ``SelfAttention(0,
+value=K)`` is Kuramoto's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+import meanfield as mf
 
 from ..reference import circle_operators
 from .layered import LayeredCircleOperators, WeightedFamilyFV
@@ -58,7 +62,7 @@ class FrequencyCircleFV(WeightedFamilyFV):
         mixing = weights[None, :]  # one marginal for every node: its velocity is computed once and broadcast
         operators = circle_operators(self.model, self.cells, self.interaction, self.name)
         object.__setattr__(self, "operators", LayeredCircleOperators([(mixing, operators)], frequencies.size,
-                                                                     drift=frequencies))
+                                                                     drift=_node_drift(self.model, frequencies)))
 
     @property
     def labels(self) -> np.ndarray:
@@ -66,7 +70,17 @@ class FrequencyCircleFV(WeightedFamilyFV):
         return self.frequencies
 
     def recorded_settings(self) -> dict:
-        return {**super().recorded_settings(), "nodes": int(self.frequencies.size)}
+        return {**super().recorded_settings(), "nodes": int(self.frequencies.size), "weights": self.weights.tolist()}
+
+
+def _node_drift(model, frequencies: np.ndarray) -> np.ndarray:
+    r"""The angular velocity each node's rotation gives, from :meth:`meanfield.NaturalFrequencies.rotation`.
+
+    The rotation :math:`\omega J x` is rigid: its component along :math:`e_\theta` at any point
+    (here at angle 0, where :math:`e_\theta = (0, 1)`) is the node's constant angular velocity.
+    """
+    at_zero = np.broadcast_to(np.array([1.0, 0.0]), (frequencies.size, 2))
+    return mf.NaturalFrequencies(model, frequencies).rotation(at_zero)[:, 1]
 
 
 def _law(frequencies, weights) -> tuple[np.ndarray, np.ndarray]:

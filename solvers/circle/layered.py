@@ -159,6 +159,12 @@ class LayeredCircleFV(CircleFV):
 class WeightedFamilyFV(LayeredCircleFV):
     """A family whose labels carry weights (a subclass's ``weights``, summing to one): its marginal and order parameters."""
 
+    def diagnose(self, state, rho: np.ndarray):
+        """The layers' diagnostics, and the marginal's order parameter ``r`` (Kuramoto's observable)."""
+        diagnosis = super().diagnose(state, rho)
+        diagnosis.values["order_parameter"] = float(np.abs(self.order_parameter(rho)))
+        return diagnosis
+
     def marginal(self, rho: np.ndarray) -> np.ndarray:
         r"""The marginal density :math:`\sum_m w_m\rho_m` of the family ``rho`` ``(..., M, cells)``.
 

@@ -38,9 +38,11 @@ def build_run(config: ExperimentConfig) -> RunObjects:
     """The output times, model, solver and initial density of ``config``."""
     model = build_model(config)
     solver, initial = build_solver(config, model), initial_density(config)
-    if solver is not None and config.model.causal and callable(initial):
+    family = solver is not None and METHODS_BY_NAME[config.method.kind].family is not None
+    if solver is not None and (config.model.causal or family) and callable(initial):
         density = initial
-        initial = lambda s, x: density(x)  # every layer starts from it (the causal solvers take rho0(s, x))
+        # every layer (node) starts from it: the layered solvers take rho0(label, x)
+        initial = lambda s, x: density(x)
     return RunObjects(config, config.times.array(), model, solver, initial)
 
 
@@ -56,6 +58,8 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
                                       redraw=spec.random.redraw)
         if spec.graph is not None:
             return graph_model(config, graph_generator(config.method.seed))
+        if spec.frequencies is not None and config.method.kind != "particles":  # the family's interaction
+            return frequency_interaction(config)
         if spec.frequencies is not None:
             return frequency_model(config, frequency_generator(config.method.seed))
         if config.euclidean:
@@ -118,15 +122,31 @@ def frequency_generator(seed: int) -> np.random.Generator:
 def frequency_model(config: ExperimentConfig, generator: np.random.Generator,
                     systems: int | None = None) -> mf.NaturalFrequencies:
     """``model.frequencies``: the zonal interaction with ``method.n`` frequencies drawn from the law (per system)."""
+    law = config.model.frequencies
+    shape = (config.method.n,) if systems is None else (systems, config.method.n)
+    return mf.NaturalFrequencies(frequency_interaction(config),
+                                 mf.sample_frequencies(law.law, law.width, shape, generator, center=law.center))
+
+
+def frequency_interaction(config: ExperimentConfig) -> mf.SelfAttention:
+    """The interaction of oscillators with ``model.frequencies`` (their coupling, with the Sakaguchi phase lag)."""
     spec, law = config.model, config.model.frequencies
     value = spec.value
     if law.phase_lag != 0:  # Sakaguchi: sin(theta_j - theta_i - alpha), the mean turned by -alpha
         c, s = np.cos(law.phase_lag), np.sin(law.phase_lag)
         value = spec.value * np.array([[c, s], [-s, c]])
-    interaction = mf.SelfAttention(spec.beta, normalized=spec.normalized, value=value, diffusion=spec.diffusion)
-    shape = (config.method.n,) if systems is None else (systems, config.method.n)
-    return mf.NaturalFrequencies(interaction, mf.sample_frequencies(law.law, law.width, shape, generator,
-                                                                    center=law.center))
+    return mf.SelfAttention(spec.beta, normalized=spec.normalized, value=value, diffusion=spec.diffusion)
+
+
+#: The quadrature of each frequency law by name (``model.frequencies.law``).
+FREQUENCY_QUADRATURES = {"lorentzian": mf.lorentzian_nodes, "gaussian": mf.gaussian_nodes}
+
+
+def family_labels(config: ExperimentConfig) -> dict:
+    """The labels of a family solver's densities, as its constructor takes them (``Method.family``)."""
+    law = config.model.frequencies
+    nodes, weights = FREQUENCY_QUADRATURES[law.law](law.width, config.method.nodes, center=law.center)
+    return {"frequencies": nodes, "weights": weights}
 
 
 def initial_density(config: ExperimentConfig):
@@ -181,6 +201,8 @@ def build_solver(config: ExperimentConfig, model):
     # underresolved is a setting of the run (experiment.py), not of the solver; an unset key keeps the default
     settings = {key: getattr(method, key) for key in chosen.settings if key != "underresolved"}
     settings = {key: value for key, value in settings.items() if value is not None}
+    if chosen.family is not None:
+        settings.update(family_labels(config))
     try:
         return chosen.solver(model, **settings)
     except (ValueError, NotImplementedError, TypeError) as error:

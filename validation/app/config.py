@@ -191,6 +191,9 @@ class ConfigSection:
         check_fields(self)
 
 
+#: The ``[method]`` keys a family's labels take (``Method.family``), besides the solver's settings.
+FAMILY_KEYS = {"frequencies": ("nodes",)}
+
 #: The PDE solvers of ``method.kind`` on the circle and on the sphere: the table of ``solvers.methods``.
 CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle"
                        and not method.positional)  # PositionalQuantiles: from Python (solvers.solve)
@@ -298,8 +301,8 @@ class MethodConfig(ConfigSection):
 
     PREFIX: ClassVar[str] = "method."
     #: The keys each kind takes: a solver's settings in the table of ``solvers.methods``.
-    KEYS: ClassVar[dict] = {**{method.name: {"kind", *method.settings} for method in METHODS
-                               if method.name in CIRCLE_SOLVERS + SPHERE_SOLVERS},
+    KEYS: ClassVar[dict] = {**{method.name: {"kind", *method.settings, *FAMILY_KEYS.get(method.family, ())}
+                               for method in METHODS if method.name in CIRCLE_SOLVERS + SPHERE_SOLVERS},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
     kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + ("particles",),
                        help="a PDE solver of the geometry (solvers.solve's table), or the particle system")
@@ -318,6 +321,9 @@ class MethodConfig(ConfigSection):
                                        "atoms (default lmax)")
     layers: int = option(None, types=int, minimum=1,
                          help="the causal solvers: layers in the token position s (default: the solver's)")
+    nodes: int = option(64, types=int, minimum=1,
+                        help="FrequencyCircleFV: nodes of the quadrature of model.frequencies' law, one density "
+                             "each (Lorentzian: midpoints in omega = width tan(phi); Gaussian: Gauss-Hermite)")
     interaction: str = option("auto", types=str, choices=("auto", "zonal", "general", "reference"),
                               help="the grid solvers' velocity path: the fastest that serves the model, the "
                                    "convolution, the general-head path, or the model's own velocity field")
@@ -758,9 +764,14 @@ FREQUENCY_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "frequencies
 
 
 def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
-    """``[model.frequencies]``: a known law of positive width, particles on the circle, a zonal interaction."""
+    """``[model.frequencies]``: a known law of positive width, on the circle as particles or the family of densities
+    of its nodes (``FrequencyCircleFV``), a zonal interaction; that family needs the law."""
     frequencies = config.model.frequencies
+    family = METHODS_BY_NAME[config.method.kind].family if config.method.kind in METHODS_BY_NAME else None
     if frequencies is None:
+        if family == "frequencies":
+            raise ConfigError(f"method.kind = {config.method.kind!r} solves one density per node of a frequency law: "
+                              "it needs [model.frequencies] (law, width, center, phase_lag)")
         return config
     frequencies = _table_as(FrequenciesConfig, frequencies, "model.frequencies")
     try:
@@ -768,10 +779,11 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
         check_real(frequencies.phase_lag, "phase_lag")
     except (ValueError, TypeError) as error:
         raise ConfigError(f"model.frequencies: {error}") from None
-    if config.geometry != "circle" or config.method.kind != "particles":
-        raise ConfigError(f"model.frequencies turn particles on the circle (geometry = 'circle', method.kind = "
-                          f"'particles'), got geometry = {config.geometry!r}, method.kind = {config.method.kind!r} "
-                          "(the mean field of a frequency law: solvers.FrequencyCircleFV from Python)")
+    if config.geometry != "circle" or (config.method.kind != "particles" and family != "frequencies"):
+        raise ConfigError(f"model.frequencies turn tokens on the circle (geometry = 'circle'): particles "
+                          f"(method.kind = 'particles') or the mean field of the law (method.kind = "
+                          f"'FrequencyCircleFV'), got geometry = {config.geometry!r}, method.kind = "
+                          f"{config.method.kind!r}")
     _only_model_keys(config, FREQUENCY_MODEL_KEYS, "with model.frequencies (oscillators with a zonal interaction)")
     if not isinstance(config.model.value, NUMBER):
         raise ConfigError(f"model.value must be a number with model.frequencies (the coupling K), got "

@@ -12,7 +12,7 @@ import numpy as np
 import xarray as xr
 from tqdm.auto import tqdm
 
-from meanfield.records import PARTICLES, dataset_kind
+from meanfield.records import PARTICLES, dataset_kind, dataset_settings
 from meanfield.sphere import circle_angles
 from validation.figures import subplots
 
@@ -29,13 +29,20 @@ DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest 
                      "cluster_width": "sharpest cluster FWHM (cells)",
                      "spectral_tail": "spectral energy in top 10% of degrees",
                      "error_estimate": "estimated max-norm error of the density",
+                     "order_parameter": "order parameter r of all tokens",
                      "norm_error": "max | |x_i| - 1 | (before projection)"}
 
 def _density(ds: xr.Dataset) -> np.ndarray:
     """The density of all tokens per output time: causal attention's layers (``position``, each
-    of mass one, equally spaced in ``s``) averaged."""
+    of mass one, equally spaced in ``s``) averaged; the frequency nodes' densities weighted by the
+    law's quadrature weights (recorded in the settings)."""
     rho = ds.rho
-    return (rho.mean("position") if "position" in rho.dims else rho).values
+    if "position" in rho.dims:
+        return rho.mean("position").values
+    if "frequency" in rho.dims:
+        weights = np.asarray(dataset_settings(ds)["weights"])
+        return np.einsum("m,tmc->tc", weights, rho.transpose("time", "frequency", ...).values)
+    return rho.values
 
 
 CIRCLE_DENSITY = "density (per radian)"
@@ -71,6 +78,8 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
                 ax.plot(ds.theta, ds.rho.values[k, index], style, color="0.4",
                         label=f"s = {float(ds.position[index]):.2g}")
             ax.legend(fontsize="small")
+        elif "frequency" in ds.rho.dims:  # the frequency law's family: all tokens, whatever their frequency
+            ax.plot(ds.theta, _density(ds)[k], color="C0")
         else:
             ax.plot(ds.theta, ds.rho.values[k], color="C0")
         ax.set(xlim=(0, 2 * np.pi), ylim=(0, scale[1]), xlabel="angle θ (rad)", ylabel=CIRCLE_DENSITY,
@@ -140,7 +149,8 @@ def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
     if geometry == ZONAL:
         return 0.0, 1.05
     if not _particles(ds):
-        return float(ds.rho.min()), 1.05 * float(ds.rho.max())  # causal: every layer's curve fits
+        rho = _density(ds) if "frequency" in ds.rho.dims else ds.rho.values  # causal: every layer's curve fits
+        return float(rho.min()), 1.05 * float(rho.max())
     if geometry != "circle":
         return 0.0, 1.0
     counts = [np.histogram(circle_angles(x), bins=128, range=(0, 2 * np.pi), density=True)[0].max()
