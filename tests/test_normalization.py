@@ -8,10 +8,16 @@ import meanfield as mf
 from meanfield.engines import check_consistency
 
 
-def transcribed_pre_ln_layer(x, h, heads, gain):
-    """One pre-LN layer x + h sum_h V_h sum_j softmax_j(beta <Q u_i, K u_j>) u_j, u = g x / |x|, token by token."""
+def rms_normalised(y, gain):
+    """g y / |y|, token by token."""
+    return [gain * y[i] / np.sqrt(sum(c * c for c in y[i])) for i in range(len(y))]
+
+
+def transcribed_layer(x, h, heads, gain, normalization):
+    """One layer token by token: pre-LN x + h a(u), u = g x / |x|; post-LN g (x + h a(x)) / |x + h a(x)|;
+    a_i = sum_h V_h sum_j softmax_j(beta <Q u_i, K u_j>) u_j."""
     n, d = x.shape
-    u = [gain * x[i] / np.sqrt(sum(c * c for c in x[i])) for i in range(n)]
+    u = rms_normalised(x, gain) if normalization == "pre" else list(x)
     out = x.copy()
     for i in range(n):
         for beta, q, k, v in heads:
@@ -19,34 +25,25 @@ def transcribed_pre_ln_layer(x, h, heads, gain):
             top = max(logits)
             weights = [np.exp(logit - top) for logit in logits]
             out[i] = out[i] + h * (v @ (sum(w * u[j] for w, j in zip(weights, range(n))) / sum(weights)))
-    return out
+    return np.array(rms_normalised(out, gain)) if normalization == "post" else out
 
 
-def transcribed_post_ln_layer(x, h, heads, gain):
-    """One post-LN layer g (x + h a) / |x + h a|, a_i = sum_h V_h sum_j softmax_j(beta <Q x_i, K x_j>) x_j, token by token."""
-    n, d = x.shape
-    out = x.copy()
-    for i in range(n):
-        for beta, q, k, v in heads:
-            logits = [beta * (q @ x[i]) @ (k @ x[j]) for j in range(n)]
-            top = max(logits)
-            weights = [np.exp(logit - top) for logit in logits]
-            out[i] = out[i] + h * (v @ (sum(w * x[j] for w, j in zip(weights, range(n))) / sum(weights)))
-    return np.array([gain * out[i] / np.sqrt(sum(c * c for c in out[i])) for i in range(n)])
-
-
-def test_the_pre_ln_layer_is_its_formula():
+@pytest.mark.parametrize("normalization", ["pre", "post"])
+def test_the_layer_is_its_formula(normalization):
     rng = np.random.default_rng(3)
     d, heads = 3, 2
     query, key, value = (0.8 * rng.normal(size=(heads, d, d)) for _ in range(3))
     gain = np.array([1.3, 0.7, -0.9])
-    model = mf.PureAttention(query=query, key=key, value=value, beta=1.5, normalization="pre", gain=gain)
+    model = mf.PureAttention(query=query, key=key, value=value, beta=1.5, normalization=normalization, gain=gain)
     x = rng.normal(size=(9, d))
     ds = mf.simulate_particles(model, x, [0.0, 0.1, 0.3], method="layer", dt=0.1)
     expected = [x]
     for _ in range(3):
-        expected.append(transcribed_pre_ln_layer(expected[-1], 0.1, list(zip([1.5] * heads, query, key, value)), gain))
+        expected.append(transcribed_layer(expected[-1], 0.1, list(zip([1.5] * heads, query, key, value)), gain,
+                                          normalization))
     np.testing.assert_allclose(ds.x.values, np.array(expected)[[0, 1, 3]], rtol=0, atol=1e-13)
+    if normalization == "post":  # the layer's output is on the ellipsoid g S^{d-1}
+        np.testing.assert_allclose(np.linalg.norm(ds.x.values[1:] / gain, axis=-1), 1.0, rtol=1e-14)
 
 
 def test_the_layers_converge_to_the_continuous_limit_at_order_one():
@@ -58,21 +55,6 @@ def test_the_layers_converge_to_the_continuous_limit_at_order_one():
               for dt in (0.04, 0.02, 0.01)]
     orders = np.log2(np.array(errors[:-1]) / np.array(errors[1:]))
     assert np.all(np.abs(orders - 1.0) < 0.1), (errors, orders)
-
-
-def test_the_post_ln_layer_is_its_formula_and_its_tokens_stay_on_the_ellipsoid():
-    rng = np.random.default_rng(6)
-    d, heads = 3, 2
-    query, key, value = (0.8 * rng.normal(size=(heads, d, d)) for _ in range(3))
-    gain = np.array([1.3, 0.7, -0.9])
-    model = mf.PureAttention(query=query, key=key, value=value, beta=1.5, normalization="post", gain=gain)
-    x = rng.normal(size=(9, d))
-    ds = mf.simulate_particles(model, x, [0.0, 0.1, 0.3], method="layer", dt=0.1)
-    expected = [x]
-    for _ in range(3):
-        expected.append(transcribed_post_ln_layer(expected[-1], 0.1, list(zip([1.5] * heads, query, key, value)), gain))
-    np.testing.assert_allclose(ds.x.values, np.array(expected)[[0, 1, 3]], rtol=0, atol=1e-13)
-    np.testing.assert_allclose(np.linalg.norm(ds.x.values[1:] / gain, axis=-1), 1.0, rtol=1e-14)
 
 
 def test_post_ln_without_gain_is_the_sphere_layer_of_self_attention():
