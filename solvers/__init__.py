@@ -11,7 +11,7 @@ start with and the one to hand over to (the table :data:`~solvers.methods.METHOD
 __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
            "ZonalSphereSpectral", "ZonalRings", "ZonalSpectralRings", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
-           "FrequencyCircleFV", "GraphonCircleFV", "PairCorrelation", "LineFV",
+           "FrequencyCircleFV", "LorentzianKuramoto", "GraphonCircleFV", "PairCorrelation", "LineFV",
            "LineLagrangian",
            "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
 
@@ -29,6 +29,7 @@ def __getattr__(name: str):
     from .circle.frequencies import FrequencyCircleFV  # noqa: F401
     from .circle.graphon import GraphonCircleFV  # noqa: F401
     from .circle.lagrangian import CircleLagrangian, PointMasses  # noqa: F401
+    from .circle.lorentzian import LorentzianKuramoto  # noqa: F401
     from .circle.positional import PositionalQuantiles  # noqa: F401
     from .circle.spectral import CircleSpectral  # noqa: F401
     from .consistency import check_pde_consistency  # noqa: F401
