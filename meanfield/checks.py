@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from .sphere import row_norms
+
 #: Largest argument of ``exp`` that stays finite in double precision.
 EXP_OVERFLOW = 709.0
 
@@ -60,7 +62,7 @@ def check_points(x: object, name: str = "x", *, tolerance: float = SPHERE_TOLERA
                          f"got shape {array.shape}")
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains NaN or infinite values")
-    deviation = np.abs(np.linalg.norm(array, axis=-1) - 1.0)
+    deviation = np.abs(row_norms(array) - 1.0)
     worst = float(deviation.max())
     if worst > tolerance:
         raise ValueError(f"{name} must lie on the unit sphere (|x| = 1); the largest "

@@ -41,7 +41,7 @@ extracts from each output frame, for ensembles too large to store whole (sweeps)
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, NoReturn
+from typing import TYPE_CHECKING, Callable, NoReturn, Sequence
 
 import numpy as np
 from array_api_compat import array_namespace, is_array_api_obj
@@ -59,7 +59,7 @@ from .models import SelfAttention
 from .progress import time_progress
 from .records import PARTICLES, geometry_name, record_attrs
 from .sampling import reproducible_seed
-from .sphere import normalize
+from .sphere import normalize, squared_norms
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -92,7 +92,8 @@ def _scheme(method: str | ExplicitTableau | None, diffusion: float, allowed: tup
 def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = None,
                        rtol: float = 1e-10, atol: float | None = None, dt: float | None = None,
                        rng: int | np.random.Generator | None = None,
-                       progress: bool | None = None, kernel: str = "auto", attention: bool = False) -> xr.Dataset:
+                       progress: bool | None = None, kernel: str = "auto", attention: bool = False,
+                       observables: Sequence[str] = ()) -> xr.Dataset:
     r"""Evolve particles under ``model`` and record them at ``times``.
 
     Parameters
@@ -141,12 +142,16 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     attention : bool
         ``PureAttention`` only: also record the attention matrices :math:`P^h(t)` as
         ``attention`` (..., time, head, particle, key).
+    observables : sequence of str
+        What to record besides the tokens, by name: ``"energy"``, the interaction energy
+        :math:`E` at every output (``O(n^2)`` per system and output, through the steps' kernel:
+        as much as a step where every step is an output, hence on request only).
 
     Returns
     -------
     xarray.Dataset
         ``x`` (time, particle, component) or (system, time, particle, component),
-        ``energy`` (time) or (system, time), ``norm_error`` (time): the largest
+        ``energy`` (time) or (system, time) when asked for, ``norm_error`` (time): the largest
         :math:`||x_i| - 1|` of the integrator's solution, which ``x`` then projects onto
         the sphere (a drift is reported, never raised). ``attrs`` hold the model, the method and its settings, the
         number of velocity evaluations and the package version.
@@ -156,6 +161,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     StepSizeCollapse
         When the adaptive step collapses; its ``partial`` holds the output times reached.
     """
+    observables = _checked_observables(model, observables)
     if not model.on_sphere:
         return _simulate_euclidean(model, x0, times, method, rtol, atol, dt, progress, kernel, attention)
     if attention:
@@ -173,30 +179,68 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
             settings["method"] = method.name
             _check_explicit_steps(model, times, method.name)
             try:
-                frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel)
+                frames, evaluations = _integrate_pair(model, x0, times, method, rtol, atol, bar, settings, kernel,
+                                                      observables)
             except NonFiniteState as overflow:
                 raise NonFiniteState(f"{overflow} ({_overflow_scale(model)})", time=overflow.time,
                                      partial=overflow.partial) from None
             frames, drift = _project(frames)
         else:
-            kept: list[np.ndarray] = []  # the frames so far, for the partial result of a run that overflows
-
-            def keep(x) -> np.ndarray:
-                kept.append(_host_copy(x))
-                return kept[-1]
-
+            # the frames so far, also for the partial result of a run that overflows; every step ends on the
+            # sphere, so their drift is round-off, measured as each frame comes
+            recorded = RecordedFrames(x0.shape, times.size)
             try:
-                frames, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, keep, settings,
-                                                            kernel)
+                _, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, recorded.keep, settings,
+                                                       kernel)
             except NonFiniteState as overflow:
                 raise NonFiniteState(f"{overflow} ({_overflow_scale(model)})", time=overflow.time,
-                                     partial=particle_dataset(model, kept, times, settings)) from None
+                                     partial=particle_dataset(model, *recorded.so_far(), times, settings,
+                                                              observables=observables)) from None
             except StepSizeCollapse as stopped:  # the model could not go on (ModelFailure): the outputs so far
                 raise StepSizeCollapse(str(stopped), time=stopped.time,
-                                       partial=particle_dataset(model, kept, times, settings)) from None
-            drift = None  # every step ends on the sphere: the frames' own drift is round-off
+                                       partial=particle_dataset(model, *recorded.so_far(), times, settings,
+                                                                observables=observables)) from None
+            frames, drift = recorded.so_far()
     settings["velocity_evaluations"] = evaluations
-    return particle_dataset(model, frames, times, settings, drift)
+    return particle_dataset(model, frames, drift, times, settings, observables=observables)
+
+
+class RecordedFrames:
+    """A fixed-step run's frames written into one array ``(..., time, n, d)`` as they come, each with its
+    drift off the sphere, measured while the frame is in cache (one pass over the run's frames saved)."""
+
+    def __init__(self, shape: tuple[int, ...], count: int) -> None:
+        self.frames = np.empty(shape[:-2] + (count,) + shape[-2:])
+        self.drift = np.empty(count)
+        self.count = 0
+
+    def keep(self, x) -> np.ndarray:
+        """Record the frame ``x`` (any namespace), and return the recorded host copy."""
+        frame = self.frames[..., self.count, :, :]
+        frame[...] = to_numpy(x)
+        self.drift[self.count] = _norm_drift(frame[..., None, :, :])[0]
+        self.count += 1
+        return frame
+
+    def so_far(self) -> tuple[np.ndarray, np.ndarray]:
+        """The frames recorded so far and their drifts."""
+        return self.frames[..., :self.count, :, :], self.drift[:self.count]
+
+
+#: What :func:`simulate_particles` records besides the tokens on request (``observables``).
+OBSERVABLES = ("energy",)
+
+
+def _checked_observables(model, observables) -> tuple[str, ...]:
+    """``observables`` as a tuple of known names that the model has."""
+    names = (observables,) if isinstance(observables, str) else tuple(observables)
+    for name in names:
+        if name not in OBSERVABLES:
+            raise ValueError(f"observables: {name!r} is not one of {', '.join(map(repr, OBSERVABLES))}")
+        if name == "energy" and not model.has_energy:
+            raise ValueError(f"observables: 'energy' is not defined for {type(model).__name__} (has_energy is False: "
+                             "no known interaction energy)")
+    return names
 
 
 def observe_particles(model, x0, times, observe: Callable[[np.ndarray], object], *,
@@ -322,10 +366,6 @@ def _checked_initial(model, x0):
     return xp.astype(x0, xp.float64)
 
 
-def _host_copy(x) -> np.ndarray:
-    return np.array(to_numpy(x))
-
-
 class SpanCoordinates:
     r"""Orthonormal coordinates of the span of each system's initial tokens.
 
@@ -388,40 +428,42 @@ def _integrate_fixed_step(model, x0, times, method, dt, rng, bar, observe, setti
     return _integrate_rk4(engine, x, times, dt, bar, emit)
 
 
-def particle_dataset(model, frames: list[np.ndarray], times: np.ndarray, settings: dict,
-                     norm_error: np.ndarray | None = None) -> xr.Dataset:
-    """Assemble the output dataset from the frames recorded at ``times[:len(frames)]``.
+def particle_dataset(model, x: np.ndarray, norm_error: np.ndarray, times: np.ndarray, settings: dict, *,
+                     observables: tuple[str, ...] = ()) -> xr.Dataset:
+    """Assemble the output dataset from the frames ``x`` ``(..., time, n, d)`` recorded at ``times[:x.shape[-3]]``.
 
     ``norm_error`` (per frame) is the integrator's drift off the sphere before the frames
-    were projected onto it; by default it is measured on the frames.
+    were projected onto it. ``observables``: the checked names of :func:`simulate_particles`.
     """
-    x = np.stack(frames, axis=-3)  # (..., time, n, d)
     dims = ("time", "particle", "component") if x.ndim == 3 else ("system", "time", "particle", "component")
-    if norm_error is None:
-        norm_error = _norm_drift(x)
     variables = {"x": (dims, x),
                  "norm_error": (("time",), norm_error, {"long_name": "max | |x_i| - 1 | before projection"})}
-    # causal attention has no interaction energy; nor has a model with an external field without potential
-    if model.has_energy:
+    if "energy" in observables:
         energy, energy_note = _energy_series(model, x)
         variables["energy"] = (dims[:-2], energy, {"long_name": "interaction energy", "note": energy_note})
-    import xarray as xr  # here, not at the top: sweep workers never build a dataset (xarray is half their start-up)
+    # here, not at the top: sweep workers never build a dataset (xarray is half their start-up)
+    from .datasets import assembled_dataset
 
-    ds = xr.Dataset(variables, coords={"time": times[: x.shape[-3]]})
+    ds = assembled_dataset(variables, {"time": times[: x.shape[-3]]})
     ds.attrs.update(record_attrs(PARTICLES, geometry_name(x.shape[-1]), model, settings))
     return ds
 
 
 def _norm_drift(x: np.ndarray) -> np.ndarray:
-    """Largest ``| |x_i| - 1 |`` per time of frames ``(..., time, n, d)``."""
-    drift = np.abs(np.linalg.norm(x, axis=-1) - 1.0).max(axis=-1)
-    return drift.reshape((-1, drift.shape[-1])).max(axis=0)
+    """Largest ``| |x_i| - 1 |`` per time of frames ``(..., time, n, d)``.
+
+    The square root is monotone, so the largest drift is that of the largest or the smallest
+    squared norm: two square roots per time instead of one per token (the same numbers).
+    """
+    squares = np.moveaxis(squared_norms(x), -2, 0).reshape(x.shape[-3], -1)  # (time, tokens of every system)
+    return np.maximum(np.sqrt(squares.max(axis=1)) - 1.0, 1.0 - np.sqrt(squares.min(axis=1)))
 
 
-def _project(frames: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """The frames projected onto the sphere, and how far they had drifted (reported, never raised)."""
-    drift = _norm_drift(np.stack(frames, axis=-3))
-    return [normalize(frame) for frame in frames], drift
+def _project(frames: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The frames stacked ``(..., time, n, d)`` and projected onto the sphere, and how far they had drifted
+    (reported, never raised)."""
+    stacked = np.stack(frames, axis=-3)
+    return normalize(stacked), _norm_drift(stacked)
 
 
 def _energy_series(model, x: np.ndarray) -> tuple[np.ndarray, str]:
@@ -434,7 +476,8 @@ def _energy_series(model, x: np.ndarray) -> tuple[np.ndarray, str]:
         return np.exp(model.log_energy(x, **faster) - model.beta), "exp(-beta) E (E overflows double precision)"
 
 
-def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar, settings, kernel="auto"):
+def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar, settings, kernel="auto",
+                    observables: tuple[str, ...] = ()):
     """An embedded pair through the shared controller and driver; each step's local error in
     every coordinate is below ``atol + rtol |x_k|`` in RMS over coordinates."""
     engine = select_kernel(model, x0, kernel)
@@ -447,7 +490,8 @@ def _integrate_pair(model, x0, times, tableau: ExplicitTableau, rtol, atol, bar,
     def fail(t: float, reason: str) -> NoReturn:
         projected, drift = _project(frames)
         raise StepSizeCollapse(f"adaptive integration failed at t={t:.6g}: {reason}", time=t,
-                               partial=particle_dataset(model, projected, times, settings, drift))
+                               partial=particle_dataset(model, projected, drift, times, settings,
+                                                        observables=observables))
 
     batch = x0 if x0.ndim == 3 else x0[None, ...]
     evaluations = embedded_pair_run(engine.velocity_unchecked, batch, times, tableau, rtol, atol, bar, norm=rms,

@@ -59,6 +59,31 @@ def project_tangent(x: np.ndarray, v: np.ndarray) -> np.ndarray:
     return v - np.sum(x * v, axis=-1, keepdims=True) * x
 
 
+#: Up to this many components, norms are summed component by component (module function ``row_norms``).
+SHORT_VECTORS = 4
+
+
+def squared_norms(x: np.ndarray) -> np.ndarray:
+    """:math:`|x|^2` over the last axis, as ``numpy.linalg.norm`` sums it (its square root is that norm, bit for bit).
+
+    numpy reduces a short last axis element by element, which dominates a step of the circle's
+    particle engines; up to :data:`SHORT_VECTORS` components the squares are added column by
+    column instead, in numpy's order (the same sums).
+    """
+    if x.shape[-1] > SHORT_VECTORS:
+        return np.add.reduce(x * x, axis=-1)
+    squares = x[..., 0] * x[..., 0]
+    for component in range(1, x.shape[-1]):
+        squares += x[..., component] * x[..., component]
+    return squares
+
+
+def row_norms(x: np.ndarray, keepdims: bool = False) -> np.ndarray:
+    """The Euclidean norms over the last axis: ``numpy.linalg.norm(x, axis=-1)``, bit for bit (:func:`squared_norms`)."""
+    norms = np.sqrt(squared_norms(x))
+    return norms[..., None] if keepdims else norms
+
+
 def normalize(x: np.ndarray) -> np.ndarray:
     """Radial projection of nonzero vectors onto the unit sphere.
 
@@ -67,7 +92,7 @@ def normalize(x: np.ndarray) -> np.ndarray:
     instead of at 0; an infinite entry gives NaN, which the run reports. (A zero vector gives
     NaN too: it has no direction.)
     """
-    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    norms = row_norms(x, keepdims=True)
     if norms.max(initial=0.0) == np.inf:
         largest = np.abs(x).max(axis=-1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -48,7 +48,7 @@ def test_every_kernel_adds_the_field_once(method, diffusion, normalized, rng):
 
 def test_particle_energy_with_the_potential_rises(rng):
     model = mf.SelfAttention(1.0, normalized=False, external=SPHERE_BLOCK)
-    ds = mf.simulate_particles(model, mf.sample_uniform(40, 3, rng), np.linspace(0, 3, 16))
+    ds = mf.simulate_particles(model, mf.sample_uniform(40, 3, rng), np.linspace(0, 3, 16), observables=["energy"])
     assert np.all(np.diff(ds.energy.values) >= -1e-10)
     attention_only = mf.SelfAttention(1.0, normalized=False).energy(ds.x.values)
     np.testing.assert_allclose(ds.energy.values - attention_only,

@@ -150,7 +150,7 @@ LOCAL_IMPORTS = {
     "meanfield/integration/runs.py": ({"scipy.integrate"}, "slow to import; only DOP853 runs need it"),
     "meanfield/limit_geometry.py": ({"scipy.cluster.hierarchy"}, "slow to import; one function needs it"),
     "meanfield/sampling.py": ({"scipy.optimize"}, "sweep workers import the module, never this function"),
-    "meanfield/particles.py": ({"xarray"}, "sweep workers never build a dataset"),
+    "meanfield/particles.py": ({".datasets"}, "sweep workers never build a dataset (it imports xarray)"),
     "meanfield/reduction.py": ({"xarray", "scipy.sparse", "scipy.sparse.csgraph", "scipy.spatial", "scipy.spatial.distance"},
                                "sweep workers import meanfield and never reduce clusters"),
     "meanfield/euclidean_particles.py": ({"xarray"}, "sweep workers never build a dataset"),

@@ -41,7 +41,8 @@ def test_energy_is_monotone_and_points_stay_on_the_sphere(method, normalized, va
     model = mf.SelfAttention(3.0, normalized=normalized, value=value)
     x0 = mf.sample_uniform(24, 3, rng, batch=3)
     rtol = 1e-10
-    ds = mf.simulate_particles(model, x0, np.linspace(0, 4, 41), method=method, dt=0.01, rtol=rtol)
+    ds = mf.simulate_particles(model, x0, np.linspace(0, 4, 41), method=method, dt=0.01, rtol=rtol,
+                               observables=["energy"])
     energy = ds.energy.values
     increments = value * np.diff(energy, axis=-1)
     # Round-off of an n^2-term sum in the fixed mode; the global integration error in the adaptive one.
@@ -113,9 +114,10 @@ def test_large_system_velocity_memory_is_bounded(rng):
 
 def test_dataset_contract(rng):
     model = mf.SelfAttention(1.0)
-    ds = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng), [0.0, 0.5, 1.0])
+    ds = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng), [0.0, 0.5, 1.0], observables=["energy"])
     assert ds.x.dims == ("time", "particle", "component")
     assert ds.energy.dims == ("time",)
+    assert "energy" not in mf.simulate_particles(model, mf.sample_uniform(8, 3, rng), [0.0, 1.0])  # on request
     assert mf.model_from_dict(ds.attrs["model"]).to_dict() == model.to_dict()
     batched = mf.simulate_particles(model, mf.sample_uniform(8, 3, rng, batch=2), [0.0, 1.0], method="rk4")
     assert batched.x.dims == ("system", "time", "particle", "component")
@@ -185,7 +187,7 @@ def test_any_rtol_runs_and_the_norm_drift_is_reported_not_raised(rtol):
     x0 = mf.sample_uniform(64, 3, 0)
     times = [0.0, 1.0, 2.0]
     reference = mf.simulate_particles(model, x0, times, rtol=1e-13)
-    ds = mf.simulate_particles(model, x0, times, rtol=rtol)
+    ds = mf.simulate_particles(model, x0, times, rtol=rtol, observables=["energy"])
     np.testing.assert_allclose(np.linalg.norm(ds.x.values, axis=-1), 1.0, atol=1e-15)
     assert 0 < ds.norm_error.max() <= 10 * rtol
     assert np.all(np.diff(ds.energy.values) > 0)

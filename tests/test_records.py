@@ -74,7 +74,7 @@ def test_the_convergence_study_takes_a_generator_and_records_its_seed():
 
 
 def test_runs_on_one_grid_and_times_share_their_indexed_coordinates_and_record_their_own_values():
-    from solvers.grid_solver import indexed_coordinates
+    from meanfield.datasets import indexed_coordinates
 
     model = mf.SelfAttention(2.0, diffusion=0.1)
     first, second = (CircleFV(model, cells=32).solve(lambda t: 1 + 0.2 * np.cos(t), [0.0, 0.1], progress=False)

@@ -192,7 +192,8 @@ def test_the_flow_is_the_gradient_flow_of_its_energy():
     along = lambda s: model.energy((x + s * v) / np.linalg.norm(x + s * v, axis=-1, keepdims=True))
     slope = (along(h) - along(-h)) / (2 * h)
     np.testing.assert_allclose(slope, -1.0 / len(x) * np.sum(v * v), rtol=1e-6)
-    run = mf.simulate_particles(model, x, np.linspace(0, 3, 31), method="rk4", dt=0.01, progress=False)
+    run = mf.simulate_particles(model, x, np.linspace(0, 3, 31), method="rk4", dt=0.01, progress=False,
+                                observables=["energy"])
     assert np.all(np.diff(run.energy.values) <= 1e-12)
     assert run.energy.values[-1] < run.energy.values[0] - 0.1
 

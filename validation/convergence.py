@@ -163,7 +163,8 @@ def mean_field_convergence(model, rho0: Callable, *, geometry: str = "circle", s
         x0 = np.stack([_sample(rho0, geometry, n, np.random.default_rng([seed, n, s]), interval)
                        for s in range(seeds)])
         run = mf.simulate_particles(model, x0, times, method=scheme, dt=settings.particle_dt,
-                                    rng=np.random.default_rng([seed, n, seeds]), progress=progress)
+                                    rng=np.random.default_rng([seed, n, seeds]), progress=progress,
+                                    observables=("energy",) if model.has_energy else ())
         if model.has_energy:
             particle_energy[i] = run.energy.values.mean(axis=0)
         for s in range(seeds):

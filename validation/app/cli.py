@@ -36,7 +36,8 @@ def _demo(args: argparse.Namespace) -> int:
     model = mf.SelfAttention(args.beta)
     x0 = mf.sample_uniform(args.n, 2, rng=args.seed)
     times = np.linspace(0.0, args.t_end, 61)
-    ds = mf.simulate_particles(model, x0, times, method="rk4", dt=0.01, progress=False if args.quiet else None)
+    ds = mf.simulate_particles(model, x0, times, method="rk4", dt=0.01, progress=False if args.quiet else None,
+                               observables=("energy",))
     theta = mf.circle_angles(ds.x.values)
     args.output.mkdir(parents=True, exist_ok=True)
     fig, (ax_paths, ax_energy) = subplots(1, 2, figsize=(10, 4))

@@ -175,6 +175,7 @@ def _continue_after(part: xr.Dataset, generator: np.random.Generator) -> float |
 def _compute_segment(config, model, solver, state, segment_times, generator, bar, next_step, continued, pace):
     if solver is None:
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
+                                     observables=("energy",) if model.has_energy else (),
                                      dt=config.method.dt, rng=generator, progress=bar)
     return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace,
                         **underresolved_policy(config))
