@@ -14,6 +14,9 @@ Baselines, timed in the same run and interleaved with the candidate (``common.co
   (``embedded_pair_run`` with the ``"dop853"`` tableau, what ``meanfield.simulate_particles``
   runs by default) with the same tolerances: a small system (overhead), a larger one with
   many outputs, and a batch. Both take the same steps. Target: ratio <= 1 within noise.
+- ``meanfield.observe_particles`` with an output every step (d = 2, 512 systems of 32 tokens,
+  RK4 and the layer scheme); the candidate is ``meanfield.simulate_particles`` at its defaults on
+  the same run, which records every frame and its drift off the sphere. Target: ratio <= 1.2.
 - the same sweep task (256 systems of the phase diagram) in this process; the candidate is
   that task inside a one-worker Dask ``LocalCluster`` as ``meanfield sweep`` starts it,
   timed inside the worker. Target: ratio <= 1.2.
@@ -122,6 +125,18 @@ def adaptive_rows() -> list[tuple[str, float, float, float]]:
     return rows
 
 
+def output_rows() -> list[tuple[str, float, float, float]]:
+    rows = []
+    x = mf.sample_uniform(TOKENS, 2, 0, batch=512)
+    times = np.linspace(0.0, STEPS * STEP, STEPS + 1)
+    for method in ("rk4", "layer"):
+        ours, base, ratio = compare(
+            lambda: mf.simulate_particles(mf.SelfAttention(BETA), x, times, method=method, dt=STEP, progress=False),
+            lambda: mf.observe_particles(mf.SelfAttention(BETA), x, times, lambda y: None, method=method, dt=STEP))
+        rows.append((f"output every step, d=2, 512 systems, {method}: simulate vs observe [s]", ours, base, ratio))
+    return rows
+
+
 def _timed_task(task):
     from validation.app.sweep import run_task
     start = time.perf_counter()
@@ -167,7 +182,8 @@ def run(systems: tuple[int, ...] = SYSTEMS, dimensions: tuple[int, ...] = DIMENS
     numba.set_num_threads(1)
     if adaptive_only:
         return adaptive_rows()
-    return step_rows(systems, dimensions) + adaptive_rows() + ([] if steps_only else sweep_task_rows())
+    return (step_rows(systems, dimensions) + adaptive_rows() + output_rows()
+            + ([] if steps_only else sweep_task_rows()))
 
 
 def main(argv: list[str]) -> None:

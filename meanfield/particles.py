@@ -216,9 +216,10 @@ class RecordedFrames:
 
     def keep(self, x) -> np.ndarray:
         """Record the frame ``x`` (any namespace), and return the recorded host copy."""
+        host = to_numpy(x)
+        self.drift[self.count] = _largest_drift(squared_norms(host))
         frame = self.frames[..., self.count, :, :]
-        frame[...] = to_numpy(x)
-        self.drift[self.count] = _norm_drift(frame[..., None, :, :])[0]
+        frame[...] = host
         self.count += 1
         return frame
 
@@ -450,13 +451,18 @@ def particle_dataset(model, x: np.ndarray, norm_error: np.ndarray, times: np.nda
 
 
 def _norm_drift(x: np.ndarray) -> np.ndarray:
-    """Largest ``| |x_i| - 1 |`` per time of frames ``(..., time, n, d)``.
+    """Largest ``| |x_i| - 1 |`` per time of frames ``(..., time, n, d)``."""
+    squares = squared_norms(x)
+    return np.array([_largest_drift(squares[..., k, :]) for k in range(x.shape[-3])])
+
+
+def _largest_drift(squares: np.ndarray) -> float:
+    """Largest ``| |x_i| - 1 |`` of tokens with squared norms ``squares``.
 
     The square root is monotone, so the largest drift is that of the largest or the smallest
-    squared norm: two square roots per time instead of one per token (the same numbers).
+    squared norm: two square roots instead of one per token (the same numbers).
     """
-    squares = np.moveaxis(squared_norms(x), -2, 0).reshape(x.shape[-3], -1)  # (time, tokens of every system)
-    return np.maximum(np.sqrt(squares.max(axis=1)) - 1.0, 1.0 - np.sqrt(squares.min(axis=1)))
+    return max(float(np.sqrt(squares.max())) - 1.0, 1.0 - float(np.sqrt(squares.min())))
 
 
 def _project(frames: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
