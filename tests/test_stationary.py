@@ -208,3 +208,17 @@ def test_a_subcritical_branch_folds_and_gains_stability_at_the_fold():
     diffusion, stable = branch.diffusion.values, branch.stable.values
     assert diffusion[fold] > 0.5 and diffusion[fold] >= diffusion[: fold + 1].max()
     assert not stable[:fold].any() and stable[fold + 1:].all()
+
+
+def test_a_branch_without_its_stability_is_the_same_branch():
+    """stability=False skips the eigenvalues (most of a point's cost) and finds the same states, bit for bit."""
+    problem = CircleStationary(mf.SelfAttention(4.0, diffusion=0.1), 64)
+    start = uniform_bifurcations(problem, (0.05, 0.4), [1])[0][1]
+    full = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=6, progress=False)
+    alone = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=6, progress=False, stability=False)
+    assert len(alone.points) == len(full.points) == 6
+    for with_eigenvalues, without in zip(full.points, alone.points):
+        np.testing.assert_array_equal(without.unknowns, with_eigenvalues.unknowns)
+        assert np.all(np.isnan(without.eigenvalues)) and np.all(np.isfinite(with_eigenvalues.eigenvalues))
+    point = stationary_state(problem, full.points[-1].unknowns, full.points[-1].value, stability=False)
+    assert np.all(np.isnan(point.eigenvalues))

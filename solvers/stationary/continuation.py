@@ -72,6 +72,10 @@ max_step : float, optional
     Largest continuation step, in the metric's units (default: a fifth of the interval).
 progress : bool, optional
     A progress bar (default: on a terminal).
+stability : bool
+    Compute each state's leading eigenvalues (its stability; most of a point's cost: ARPACK's
+    Jacobian-vector products). ``False`` follows the branch alone: the states' ``eigenvalues``
+    stay NaN.
 """
 
 
@@ -152,7 +156,7 @@ def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
 
 
 @fill_docstrings(problem=PROBLEM)
-def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> Point:
+def stationary_state(problem, guess: np.ndarray, value: float | None = None, *, stability: bool = True) -> Point:
     """The stationary state nearest ``guess`` (unknowns) at the parameter ``value`` (default: the model's).
 
     Parameters
@@ -162,6 +166,8 @@ def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> 
         Unknowns to start Newton-Krylov from.
     value : float, optional
         The parameter value.
+    stability : bool
+        Compute the leading eigenvalues (its stability); ``False``: they stay NaN.
 
     Returns
     -------
@@ -190,7 +196,8 @@ def stationary_state(problem, guess: np.ndarray, value: float | None = None) -> 
                            f"from this guess (residual above {problem.residual_tolerance:.3g} after "
                            f"{GUESS_ITERATIONS} iterations)") from failure
     point = Point(unknowns, value, evaluations)
-    point.eigenvalues = _padded(problem.leading_eigenvalues(unknowns, value, EIGENVALUES)[0])
+    if stability:
+        point.eigenvalues = _padded(problem.leading_eigenvalues(unknowns, value, EIGENVALUES)[0])
     return point
 
 
@@ -281,9 +288,10 @@ def _solve_augmented(problem, start: np.ndarray, constraint) -> tuple[np.ndarray
     return _newton(residual, start, problem.residual_tolerance, preconditioner)
 
 
-def _accept(problem, z: np.ndarray, evaluations: int) -> Point:
+def _accept(problem, z: np.ndarray, evaluations: int, stability: bool) -> Point:
     point = Point(z[:-1].copy(), float(z[-1]), evaluations)
-    point.eigenvalues = _padded(problem.leading_eigenvalues(point.unknowns, point.value, EIGENVALUES)[0])
+    if stability:
+        point.eigenvalues = _padded(problem.leading_eigenvalues(point.unknowns, point.value, EIGENVALUES)[0])
     return point
 
 
@@ -292,7 +300,7 @@ def _vector(point: Point) -> np.ndarray:
     return np.append(point.unknowns, point.value)
 
 
-def _point_at_value(problem, current: np.ndarray, beyond: np.ndarray, value: float) -> Point | None:
+def _point_at_value(problem, current: np.ndarray, beyond: np.ndarray, value: float, stability: bool) -> Point | None:
     """The branch's state at the parameter ``value``, between ``current`` and ``beyond`` (which passed it), or ``None``."""
     weight = (value - current[-1]) / (beyond[-1] - current[-1])
     start = current + weight * (beyond - current)
@@ -300,11 +308,11 @@ def _point_at_value(problem, current: np.ndarray, beyond: np.ndarray, value: flo
         z, evaluations, _ = _solve_augmented(problem, start, lambda z: z[-1] - value)
     except (NoConvergence, ValueError):
         return None
-    return _accept(problem, z, evaluations)
+    return _accept(problem, z, evaluations, stability)
 
 
 def _locate_fold(problem, metric, previous: np.ndarray, current: np.ndarray, after: np.ndarray,
-                 rising: float) -> Point | None:
+                 rising: float, stability: bool) -> Point | None:
     r"""The fold between ``previous`` and ``after`` (the parameter turns at ``current``), to Newton's tolerance.
 
     The states at the distance ``a`` along the chord :math:`t` through ``current`` (the
@@ -335,13 +343,14 @@ def _locate_fold(problem, metric, previous: np.ndarray, current: np.ndarray, aft
     if found.x not in solved:
         return None
     z, evaluations = solved[found.x]
-    return _accept(problem, z, evaluations)
+    return _accept(problem, z, evaluations, stability)
 
 
 @fill_docstrings(problem=PROBLEM, branch_limits=BRANCH_LIMITS)
 def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float, float], *,
                         first_amplitude: float | None = None, max_points: int = 200,
-                        max_step: float | None = None, progress: bool | None = None) -> Branch:
+                        max_step: float | None = None, progress: bool | None = None,
+                        stability: bool = True) -> Branch:
     """Follow the branch that bifurcates from the uniform state in ``mode`` at ``value``.
 
     Parameters
@@ -379,14 +388,15 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
         except ValueError as refused:
             branch.end = f"the branch could not be entered at amplitude {target:.3g}: {refused}"
             return branch
-        points.append(_accept(problem, z, evaluations))
+        points.append(_accept(problem, z, evaluations, stability))
     branch.points = points
-    return continue_branch(problem, branch, interval, max_points=max_points, max_step=max_step, progress=progress)
+    return continue_branch(problem, branch, interval, max_points=max_points, max_step=max_step, progress=progress,
+                           stability=stability)
 
 
 @fill_docstrings(problem=PROBLEM, branch_limits=BRANCH_LIMITS)
 def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, max_points: int = 200,
-                    max_step: float | None = None, progress: bool | None = None) -> Branch:
+                    max_step: float | None = None, progress: bool | None = None, stability: bool = True) -> Branch:
     """Extend ``branch`` (at least two points) by pseudo-arclength until it ends (module docstring).
 
     Parameters
@@ -442,7 +452,7 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
                     break
                 continue
             if not low <= z[-1] <= high:
-                end = _point_at_value(problem, current, z, high if z[-1] > high else low)
+                end = _point_at_value(problem, current, z, high if z[-1] > high else low, stability)
                 if end is not None and problem.resolved(end.unknowns)[0]:
                     branch.points.append(end)
                     bar.update(1)
@@ -455,7 +465,7 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
             if entry is not None:
                 size = problem.norm(z[:-1])
                 if left_uniform and size < entry:
-                    branch.points.append(_accept(problem, z, evaluations))
+                    branch.points.append(_accept(problem, z, evaluations, stability))
                     bar.update(1)
                     branch.end = (f"returned to the uniform state near {problem.parameter}={z[-1]:.6g} (a loop "
                                   f"between two of its bifurcations)")
@@ -463,7 +473,7 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
                 left_uniform = left_uniform or size > 3 * entry
             direction = np.sign(z[-1] - current[-1])
             if previous_direction is not None and direction != 0 and direction != previous_direction:
-                fold = _locate_fold(problem, metric, previous, current, z, previous_direction)
+                fold = _locate_fold(problem, metric, previous, current, z, previous_direction, stability)
                 if fold is None:  # not located: the point before the turn stands for it
                     branch.folds.append(len(branch.points) - 1)
                 else:
@@ -471,7 +481,7 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
                     branch.points.insert(len(branch.points) - (1 if before else 0), fold)
                     branch.folds.append(len(branch.points) - (2 if before else 1))
             previous_direction = direction if direction != 0 else previous_direction
-            branch.points.append(_accept(problem, z, evaluations))
+            branch.points.append(_accept(problem, z, evaluations, stability))
             bar.update(1)
             previous, current = current, z
             step = min(max_step, step * (1.5 if iterations <= 3 else 0.7 if iterations >= 6 else 1.0))
