@@ -19,7 +19,7 @@ MODEL = mf.SelfAttention(1.0)
 
 
 def particles(x, model=MODEL, times=(0.0,)):
-    return particle_dataset(model, [x] * len(times), np.array(times), {})
+    return particle_dataset(model, np.stack([x] * len(times), axis=-3), np.zeros(len(times)), np.array(times), {})
 
 
 def circle_density(values, model=MODEL):
