@@ -16,6 +16,7 @@ import meanfield as mf
 from solvers import CircleFV
 from solvers.stationary.bifurcation import bifurcation_diagram
 from solvers.stationary.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
+import solvers.stationary.circle as circle
 from solvers.stationary.circle import CircleStationary
 from validation.references import circle_stationary_density, growth_rate
 
@@ -222,3 +223,16 @@ def test_a_branch_without_its_stability_is_the_same_branch():
         assert np.all(np.isnan(without.eigenvalues)) and np.all(np.isfinite(with_eigenvalues.eigenvalues))
     point = stationary_state(problem, full.points[-1].unknowns, full.points[-1].value, stability=False)
     assert np.all(np.isnan(point.eigenvalues))
+
+
+def test_the_dense_eigenvalues_are_arpacks(monkeypatch):
+    """LAPACK on the dense Jacobian (the default up to DENSE_EIGEN_CELLS) against ARPACK on its products, at a
+    state of the branch near its bifurcation (a smooth density: the Jacobian's central differences agree there)."""
+    problem = CircleStationary(mf.SelfAttention(4.0, diffusion=0.1), 128)
+    start = uniform_bifurcations(problem, (0.05, 0.4), [1])[0][1]
+    state = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=4, progress=False, stability=False).points[-1]
+    dense, _ = problem.leading_eigenvalues(state.unknowns, state.value, 4)
+    monkeypatch.setattr(circle, "DENSE_EIGEN_CELLS", 0)
+    arpack, _ = problem.leading_eigenvalues(state.unknowns, state.value, 4)
+    np.testing.assert_allclose(dense, arpack, rtol=0, atol=1e-8)
+    assert dense.real[0] < 0 < abs(dense.real[0]) * 1e6  # the rotation's zero eigenvalue is left out

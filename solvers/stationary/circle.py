@@ -41,13 +41,17 @@ from ..circle.operators import CircleOperators, solve_cyclic_tridiagonal
 from ..heads import head_matrices
 from ..reference import circle_operators, interaction_path
 from ..resolution import sharpest_cluster_width
-from .problem import ParameterFamily, arpack_leading, state_sections
+from .problem import ParameterFamily, arpack_leading, dense_leading, state_sections
 
 _ROTATION = np.array([[0.0, -1.0], [1.0, 0.0]])
 _REFLECTION = np.diag([1.0, -1.0])
 
 #: An eigenvector this aligned with :math:`\partial_\theta\rho` is the rotation's (cosine of the angle).
 ROTATION_ALIGNMENT = 0.9
+
+#: Up to this many cells the leading eigenvalues come from the dense Jacobian and LAPACK, beyond it from ARPACK
+#: (``bench_stationary.py``: LAPACK's O(N^3) overtakes ARPACK's Jacobian-vector products between 256 and 512).
+DENSE_EIGEN_CELLS = 256
 
 
 def _commutes(a: np.ndarray, b: np.ndarray) -> bool:
@@ -335,6 +339,27 @@ class CircleStationary(ParameterFamily):
             return (self.rhs(deviation + shift, value) - self.rhs(deviation - shift, value)) * (scale / (2 * step))
         return LinearOperator((self.cells, self.cells), matvec=product, dtype=float)
 
+    def dense_jacobian(self, unknowns: np.ndarray, value: float) -> np.ndarray:
+        r"""The linearised right-hand side on all cells as a matrix, ``(cells, cells)``: :meth:`jacobian`'s columns.
+
+        {state_parameters}
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells, cells)
+            Column ``j``: the product with the ``j``-th cell's unit perturbation, by central
+            differences of the step :meth:`jacobian` takes; all columns in one batched
+            right-hand side where the operators take a batch (the convolution's), else one
+            product each.
+        """
+        if type(self.operators_at(value)) is not CircleOperators:  # the other paths take one density
+            product = self.jacobian(unknowns, value).matvec
+            return np.column_stack([product(column) for column in np.eye(self.cells)])
+        deviation = self.expand(unknowns)
+        delta = 1e-5 * self.uniform / np.sqrt(self.width)  # jacobian's shift along a unit vector
+        shifts = delta * np.eye(self.cells)
+        return ((self.rhs(deviation + shifts, value) - self.rhs(deviation - shifts, value)) / (2 * delta)).T
+
     def uniform_eigenvalue(self, wavenumber: int, value: float) -> float:
         r"""Eigenvalue of the linearisation at the uniform state on mode ``wavenumber``.
 
@@ -356,10 +381,12 @@ class CircleStationary(ParameterFamily):
     def leading_eigenvalues(self, unknowns: np.ndarray, value: float, count: int = 4) -> tuple[np.ndarray, np.ndarray]:
         r"""The ``count`` eigenvalues of largest real part and their eigenvectors (columns), all cells.
 
-        ARPACK (``eigs``) on the Jacobian-vector product restricted to mass-free perturbations:
-        the constant mode, which the mass constraint removes, is shifted far left (Wielandt),
-        and for a rotation-invariant model the rotation's eigenvalue (eigenvector along
-        :math:`\partial_\theta\rho`) is left out.
+        The linearisation restricted to mass-free perturbations: the constant mode, which the
+        mass constraint removes, is shifted far left (Wielandt), and for a rotation-invariant
+        model the rotation's eigenvalue (eigenvector along :math:`\partial_\theta\rho`) is left
+        out. Up to :data:`DENSE_EIGEN_CELLS` cells LAPACK on the dense Jacobian (its columns by
+        central differences, every column in one batched right-hand side where the operators
+        take a batch); beyond, ARPACK (``eigs``) on its products.
 
         {eigen_parameters}
 
@@ -367,17 +394,23 @@ class CircleStationary(ParameterFamily):
 
         {arpack_raises}
         """
-        jacobian = self.jacobian(unknowns, value)
         shift = 1e3 * self.diffusion_at(value) * self.laplacian_symbol[-1]
-
-        def mass_free(direction):
-            direction = np.ravel(direction)
-            mean = direction.mean()
-            return jacobian.matvec(direction - mean) - shift * mean
-        operator = LinearOperator((self.cells, self.cells), matvec=mass_free, dtype=float)
         wanted = count + (1 if self.rotations else 0)
-        start = np.random.default_rng(0).standard_normal(self.cells)
-        values, vectors = arpack_leading(operator, wanted, start - start.mean())
+        if self.cells <= DENSE_EIGEN_CELLS:
+            jacobian = self.dense_jacobian(unknowns, value)
+            # J P - shift 1 1^T / n, P the projection on mass-free perturbations
+            values, vectors = dense_leading(jacobian - (jacobian.sum(axis=1, keepdims=True) + shift) / self.cells,
+                                            wanted)
+        else:
+            jacobian = self.jacobian(unknowns, value)
+
+            def mass_free(direction):
+                direction = np.ravel(direction)
+                mean = direction.mean()
+                return jacobian.matvec(direction - mean) - shift * mean
+            operator = LinearOperator((self.cells, self.cells), matvec=mass_free, dtype=float)
+            start = np.random.default_rng(0).standard_normal(self.cells)
+            values, vectors = arpack_leading(operator, wanted, start - start.mean())
         keep = np.ones(values.size, bool)
         if self.rotations:
             generator = np.gradient(self.density(unknowns))

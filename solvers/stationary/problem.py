@@ -173,6 +173,13 @@ class ParameterFamily:
         return float(value) if self.parameter == "diffusion" else float(self.model.diffusion)
 
 
+def dense_leading(matrix: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` eigenvalues of largest real part of a dense ``matrix`` and their eigenvectors, by LAPACK."""
+    values, vectors = np.linalg.eig(matrix)
+    order = np.argsort(-values.real)[:count]
+    return values[order], vectors[:, order]
+
+
 def arpack_leading(operator: LinearOperator, count: int, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ``count`` eigenvalues of largest real part of ``operator`` and their eigenvectors, by ARPACK.
 
