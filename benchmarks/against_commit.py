@@ -28,7 +28,7 @@ WORKLOADS = {
     "particles SA d=2 n=512, rk4, 100 steps": (
         "x0 = mf.sample_uniform(512, 2, rng=0); model = mf.SelfAttention(4.0)",
         "mf.simulate_particles(model, x0, np.linspace(0, 1, 11), method='rk4', dt=0.01, rng=0, progress=False)"),
-    "particles SA d=2 n=32 x 512 systems, an output every step (its energy)": (
+    "particles SA d=2 n=32 x 512 systems, an output every step, defaults": (
         "x0 = mf.sample_uniform(32, 2, rng=0, batch=512); model = mf.SelfAttention(4.0)",
         "mf.simulate_particles(model, x0, np.linspace(0, 2, 21), method='rk4', dt=0.1, progress=False)"),
     "particles SA d=32 n=256, rk4, 50 steps": (
