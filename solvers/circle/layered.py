@@ -160,7 +160,20 @@ class WeightedFamilyFV(LayeredCircleFV):
     """A family whose labels carry weights (a subclass's ``weights``, summing to one): its marginal and order parameters."""
 
     def diagnose(self, state, rho: np.ndarray):
-        """The layers' diagnostics, and the marginal's order parameter ``r`` (Kuramoto's observable)."""
+        """The layers' diagnostics, and the marginal's order parameter ``r`` (Kuramoto's observable).
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The solver's state.
+        rho : numpy.ndarray, shape (labels, cells)
+            The densities per label.
+
+        Returns
+        -------
+        Diagnosis
+            The layers' values with ``order_parameter`` added, and whether they are resolved.
+        """
         diagnosis = super().diagnose(state, rho)
         diagnosis.values["order_parameter"] = float(np.abs(self.order_parameter(rho)))
         return diagnosis

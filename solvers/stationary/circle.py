@@ -384,7 +384,7 @@ class CircleStationary(ParameterFamily):
         The linearisation restricted to mass-free perturbations: the constant mode, which the
         mass constraint removes, is shifted far left (Wielandt), and for a rotation-invariant
         model the rotation's eigenvalue (eigenvector along :math:`\partial_\theta\rho`) is left
-        out. Up to :data:`DENSE_EIGEN_CELLS` cells LAPACK on the dense Jacobian (its columns by
+        out. Up to ``DENSE_EIGEN_CELLS`` cells LAPACK on the dense Jacobian (its columns by
         central differences, every column in one batched right-hand side where the operators
         take a batch); beyond, ARPACK (``eigs``) on its products.
 
