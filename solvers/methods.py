@@ -126,7 +126,7 @@ METHODS: tuple[Method, ...] = (
     Method("SphereWeightedParticles", "sphere", "atoms",
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),  # as CircleLagrangian
     Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",
-           settings=("lmax", "quadrature_lmax", "rtol", "interaction")),
+           settings=("lmax", "quadrature_lmax", "threads", "rtol", "interaction")),
     Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
            settings=("lmax", "layers", "threads", *_GRID)),
     # S^{d-1} for any d >= 3 (the setting d), zonal models and densities of u = <x, e>

@@ -7,7 +7,7 @@ import pytest
 from scipy.special import sph_harm_y, spherical_in
 
 import meanfield as mf
-from solvers import SphereSpectral, UnderResolvedWarning
+from solvers import CommonNoiseSphere, SphereSpectral, SphereSpectralParticles, UnderResolvedWarning
 from solvers.sphere.grid import SphereGrid
 
 
@@ -296,5 +296,18 @@ def test_threads_change_the_time_not_the_numbers(tmp_path):
               "model": {"beta": 1.0}, "method": {"kind": "SphereSpectral", "lmax": 15, "threads": 2},
               "initial": {"kind": "perturbed_uniform", "mode": 2}}
     assert build_run(check_config(config)).solver.threads == 2
+    handing_over = {**config, "method": {"kind": "SphereSpectralParticles", "lmax": 15, "threads": 2}}
+    assert build_run(check_config(handing_over)).solver.spectral.grid.threads == 2
     with pytest.raises(ConfigError, match="threads"):
-        check_config({**config, "method": {"kind": "SphereSpectralParticles", "lmax": 15, "threads": 2}})
+        check_config({**config, "method": {"kind": "SphereWeightedParticles", "lmax": 15, "threads": 2}})
+
+
+def test_the_handing_over_and_common_noise_solvers_take_threads_and_keep_their_numbers():
+    rho0 = lambda x: 1 + 0.3 * x[..., 2] * x[..., 0]  # noqa: E731
+    runs = [SphereSpectralParticles(mf.SelfAttention(2.0), lmax=15, threads=k).solve(rho0, [0.0, 0.5],
+                                                                                       progress=False)
+            for k in (1, 2)]
+    np.testing.assert_array_equal(runs[0].rho.values, runs[1].rho.values)
+    limit = mf.HomogenizedLimit(2.0, mf.GaussianWeights(), nodes=3)
+    noisy = [CommonNoiseSphere(limit, lmax=15, threads=k) for k in (1, 2)]
+    assert [solver.grid.threads for solver in noisy] == [1, 2]

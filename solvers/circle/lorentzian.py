@@ -50,7 +50,7 @@ ONE_HARMONIC = 1e-12
 
 @dataclass(frozen=True, eq=False)
 class LorentzianKuramoto:
-    r"""The mean field of oscillators with Lorentzian natural frequencies, by the residue at :math:`\omega_0 + i\Delta` (module docstring).
+    r"""The mean field of Lorentzian oscillators, one population at :math:`\omega_0 + i\Delta` (module docstring).
 
     Parameters
     ----------

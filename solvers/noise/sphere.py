@@ -50,6 +50,9 @@ class CommonNoiseSphere(CommonNoiseTransport):
     tail_threshold : float
         Share of the spectral energy in the top 10 % of the degrees above which the density
         counts as under-resolved.
+    threads : int
+        OpenMP threads of the shtns transforms (one by default; as for
+        :class:`~solvers.SphereSpectral`).
 
     Notes
     -----
@@ -60,6 +63,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
     limit: HomogenizedLimit
     lmax: int = 15
     tail_threshold: float = 1e-10
+    threads: int = 1
     grid: SphereGrid = field(init=False, repr=False, compare=False)
     dimension = 3
     geometry = SPHERE
@@ -67,7 +71,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
     def __post_init__(self) -> None:
         self._check_common()
         check_int(self.lmax, "lmax", minimum=2)
-        object.__setattr__(self, "grid", SphereGrid(self.lmax))
+        object.__setattr__(self, "grid", SphereGrid(self.lmax, self.threads))
 
     @property
     def largest_wavenumber(self) -> float:

@@ -508,7 +508,7 @@ class SphereSpectralParticles(HandOver):
     model : SelfAttention or ZonalAggregation
         Any model both solvers take; the hand-over needs ``diffusion = 0`` (with diffusion the
         run stays spectral, and warns where it stops resolving the density).
-    lmax, rtol, error_level, tail_threshold, interaction, tableau
+    lmax, rtol, error_level, tail_threshold, interaction, tableau, threads
         The spectral solver's (:class:`~solvers.SphereSpectral`): it hands over after the first
         step at which it no longer resolves the density (by default: its estimated error passes
         ``error_level`` times :math:`\max\rho`); ``lmax`` and ``rtol`` are also the particles'.
@@ -538,6 +538,7 @@ class SphereSpectralParticles(HandOver):
     dropped_mass: float = 1e-12
     quadrature_lmax: int | None = None
     merge_distance: float | None = None
+    threads: int = 1
     spectral: SphereSpectral = field(init=False, repr=False)
     particles: SphereWeightedParticles | None = field(init=False, repr=False)
 
@@ -548,7 +549,8 @@ class SphereSpectralParticles(HandOver):
         object.__setattr__(self, "spectral", SphereSpectral(self.model, lmax=self.lmax, rtol=self.rtol,
                                                             tail_threshold=self.tail_threshold,
                                                             error_level=self.error_level,
-                                                            interaction=self.interaction, tableau=self.tableau))
+                                                            interaction=self.interaction, tableau=self.tableau,
+                                                            threads=self.threads))
         particles = None
         if self.model.diffusion == 0:
             particles = SphereWeightedParticles(self.model, lmax=self.lmax, quadrature_lmax=self.quadrature_lmax,

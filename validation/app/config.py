@@ -314,7 +314,8 @@ class MethodConfig(ConfigSection):
     lmax: int = option(63, types=int, minimum=2, help="the sphere's solvers: highest degree (the zonal ones: "
                                                       "of the Gegenbauer series, and the recording nodes)")
     threads: int = option(1, types=int, minimum=1,
-                          help="SphereSpectral, CausalSphereSpectral: OpenMP threads of the shtns transforms "
+                          help="SphereSpectral, SphereSpectralParticles, CausalSphereSpectral: OpenMP threads of "
+                               "the shtns transforms "
                                "(more only on idle cores)")
     quadrature_lmax: int = option(None, types=int, minimum=2,
                                   help="SphereWeightedParticles, SphereSpectralParticles: the Gauss grid of the "
