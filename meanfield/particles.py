@@ -188,7 +188,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         else:
             # the frames so far, also for the partial result of a run that overflows; every step ends on the
             # sphere, so their drift is round-off, measured as each frame comes
-            recorded = RecordedFrames(x0.shape, times.size)
+            recorded = _RecordedFrames(x0.shape, times.size)
             try:
                 _, evaluations = _integrate_fixed_step(model, x0, times, method, dt, rng, bar, recorded.keep, settings,
                                                        kernel)
@@ -205,7 +205,7 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
     return particle_dataset(model, frames, drift, times, settings, observables=observables)
 
 
-class RecordedFrames:
+class _RecordedFrames:
     """A fixed-step run's frames written into one array ``(..., time, n, d)`` as they come, each with its
     drift off the sphere, measured while the frame is in cache (one pass over the run's frames saved)."""
 
