@@ -77,7 +77,16 @@ def linked_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
         The number of groups.
     labels : numpy.ndarray, shape (k,)
         Each point's group, numbered in the order of the groups' first members.
+
+    Notes
+    -----
+    On the circle (``d = 2``) a group is a run of points in angular order whose consecutive
+    chords are at most ``distance`` (a point between two linked ones is linked to both), found
+    in ``O(k log k)``. Elsewhere every linked pair is listed (a k-d tree), which costs the square
+    of a tight group's size.
     """
+    if x.shape[1] == 2:
+        return _circle_groups(x, distance)
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree
@@ -85,6 +94,45 @@ def linked_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
     pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
     links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
     return connected_components(links, directed=False)
+
+
+def group_diameter(x: np.ndarray) -> float:
+    """The largest chord between the points ``(m, d)``, ``m >= 2``.
+
+    On the circle, points within a quarter circle span an arc whose chord between its ends is the
+    largest (the chord grows with the angle up to a half circle): ``O(m log m)``. Otherwise every
+    pair is measured.
+    """
+    if x.shape[1] == 2:
+        angles = np.arctan2(x[:, 1], x[:, 0])
+        order = np.argsort(angles)
+        gaps = np.diff(np.append(angles[order], angles[order[0]] + 2 * np.pi))
+        widest = int(np.argmax(gaps))
+        if 2 * np.pi - gaps[widest] < 0.5 * np.pi:  # the arc from the point after the widest gap to the one before
+            first, last = order[(widest + 1) % len(order)], order[widest]
+            return float(np.linalg.norm(x[first] - x[last]))
+    from scipy.spatial.distance import pdist
+
+    return float(pdist(x).max())
+
+
+def _circle_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
+    """:func:`linked_groups` of points on the circle: runs of consecutive chords at most ``distance``, in angular order."""
+    order = np.argsort(np.arctan2(x[:, 1], x[:, 0]), kind="stable")
+    ordered = x[order]
+    chords = np.linalg.norm(ordered - np.roll(ordered, -1, axis=0), axis=1)  # from each point to the next one
+    breaks = chords > distance
+    if not breaks.any():
+        return 1, np.zeros(len(x), dtype=np.int32)
+    run = np.concatenate([[0], np.cumsum(breaks[:-1])])  # each ordered point's run
+    if not breaks[-1]:  # the last run goes on across the wrap into the first one
+        run[run == run[-1]] = 0
+    groups = np.empty(len(x), dtype=np.int64)
+    groups[order] = run
+    _, first, labels = np.unique(groups, return_index=True, return_inverse=True)
+    numbering = np.empty(first.size, dtype=np.int32)
+    numbering[np.argsort(first)] = np.arange(first.size)  # groups in the order of their first members
+    return int(first.size), numbering[labels]
 
 
 def group_atoms(x: np.ndarray, masses: np.ndarray, labels: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -191,8 +239,6 @@ class ClusterReduction:
         """
         if self.width == 0 or len(new) < 2:
             return new, None, []
-        from scipy.spatial.distance import pdist
-
         x, masses = new[:, :-1], new[:, -1]
         count, labels = linked_groups(x, self.width)
         if count == len(new):
@@ -201,7 +247,7 @@ class ClusterReduction:
         diameters = {}  # a reduced group's members (as a tuple of indices): its diameter
         for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
             members = np.flatnonzero(labels == group)
-            diameter = float(pdist(x[members]).max())
+            diameter = group_diameter(x[members])
             split[members] = diameter > self.width
             diameters[tuple(members)] = diameter
         labels = _relabelled(labels, split)
@@ -217,7 +263,7 @@ class ClusterReduction:
         for group in np.flatnonzero(np.bincount(labels, minlength=count) > 1):
             members = np.flatnonzero(labels == group)
             moved = float(np.sum(masses[members] * np.linalg.norm(x[members] - positions[group], axis=1)))
-            before = float(pdist(old[members, :-1]).max()) if len(old) == len(new) else np.nan
+            before = group_diameter(old[members, :-1]) if len(old) == len(new) else np.nan
             merges.append(ReducedGroup(diameter_before=before, diameter_after=diameters[tuple(members)],
                                        mass=float(totals[group]), atoms=len(members), velocity_error=velocity_error,
                                        moved=moved, energy_change=energy_change))

@@ -8,6 +8,7 @@ from scipy.integrate import solve_ivp
 from scipy.spatial.distance import pdist
 
 import meanfield as mf
+from meanfield.reduction import group_diameter, linked_groups
 from meanfield.sphere import normalize
 
 
@@ -269,3 +270,39 @@ def test_a_users_model_runs_reduced_to_its_consensus_and_two_of_its_atoms_merge_
     pair = mf.simulate_clusters(UserKernel(6.0), mf.circle_points(np.array([0.0, gap])), np.array([0.0, 10.0]),
                                 masses=np.array([0.3, 0.7]), rtol=1e-10, width=width, progress=False)
     assert float(pair.merge_time[0]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_linked_groups_on_the_circle_are_the_threshold_graphs_components():
+    """The circle's runs in angular order against the components of every pair within the distance (scipy's
+    k-d tree and connected components, written here), clusters across the angle's wrap at pi included."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        k = int(rng.integers(1, 60))
+        centres = rng.uniform(-np.pi, np.pi, int(rng.integers(1, 6)))
+        if trial % 5 == 0:
+            centres[0] = np.pi  # a cluster across the wrap
+        theta = rng.choice(centres, k) + rng.normal(size=k) * 10 ** rng.uniform(-8, -1)
+        x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+        distance = 10 ** rng.uniform(-7, -0.5)
+        pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
+        expected = connected_components(coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
+                                                   shape=(k, k)), directed=False)
+        count, labels = linked_groups(x, distance)
+        assert count == expected[0]
+        np.testing.assert_array_equal(labels, expected[1])
+
+
+def test_a_groups_diameter_on_the_circle_is_its_largest_chord():
+    """The arc's end-to-end chord against every pair's (scipy's pdist), across the angle's wrap too; and a group
+    spread wider than a quarter circle takes the pairs."""
+    rng = np.random.default_rng(1)
+    for trial in range(300):
+        centre = np.pi if trial % 4 == 0 else rng.uniform(-np.pi, np.pi)
+        spread = 10 ** rng.uniform(-9, 0.5)
+        theta = centre + rng.uniform(-spread, spread, int(rng.integers(2, 40)))
+        x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
+        assert group_diameter(x) == pytest.approx(pdist(x).max(), rel=1e-12, abs=1e-15)
