@@ -82,8 +82,9 @@ def linked_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
     -----
     On the circle (``d = 2``) a group is a run of points in angular order whose consecutive
     chords are at most ``distance`` (a point between two linked ones is linked to both), found
-    in ``O(k log k)``. Elsewhere every linked pair is listed (a k-d tree), which costs the square
-    of a tight group's size.
+    in ``O(k log k)``. In ``d = 3`` points crowded into few cells of side
+    ``distance / sqrt(3)`` (tight clusters) are grouped by cells (:func:`_cell_groups`).
+    Otherwise every linked pair is listed (a k-d tree): few where the points are spread.
     """
     if x.shape[1] == 2:
         return _circle_groups(x, distance)
@@ -91,9 +92,60 @@ def linked_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree
 
+    if x.shape[1] == 3 and distance > 0:
+        cells, members = np.unique(np.floor(x / (distance / np.sqrt(3))).astype(np.int64), axis=0,
+                                   return_inverse=True)
+        if len(cells) * CROWDED_CELLS <= len(x):
+            return _cell_groups(x, distance, cells, members.ravel())
     pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
     links = coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(x), len(x)))
     return connected_components(links, directed=False)
+
+
+#: Points per occupied cell above which :func:`linked_groups` groups by cells in d = 3.
+CROWDED_CELLS = 16
+
+#: The offsets between cells of side ``distance / sqrt(3)`` that can hold points within ``distance`` (each
+#: unordered pair of cells once: the first nonzero coordinate positive).
+_NEAR_CELLS = np.array([o for o in np.ndindex(5, 5, 5) if (np.array(o) - 2).any()
+                        and (np.array(o) - 2)[np.flatnonzero(np.array(o) - 2)[0]] > 0]) - 2
+
+
+def _cell_groups(x: np.ndarray, distance: float, cells: np.ndarray, members: np.ndarray) -> tuple[int, np.ndarray]:
+    """:func:`linked_groups` in d = 3 by cells of side ``distance / sqrt(3)``: the points of a cell are within
+    ``distance`` of each other (one group), and two cells up to two apart are linked when their nearest
+    points are (a k-d tree query of one cell's points against the other's)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    index = {tuple(cell): i for i, cell in enumerate(cells.tolist())}
+    points = [np.flatnonzero(members == i) for i in range(len(cells))]
+    trees: dict[int, cKDTree] = {}
+    links = []
+    for i, cell in enumerate(cells):
+        for offset in _NEAR_CELLS:
+            j = index.get(tuple((cell + offset).tolist()))
+            if j is None:
+                continue
+            few, many = (i, j) if len(points[i]) <= len(points[j]) else (j, i)
+            if many not in trees:
+                trees[many] = cKDTree(x[points[many]])
+            nearest, _ = trees[many].query(x[points[few]], k=1)
+            if nearest.min() <= distance:
+                links.append((i, j))
+    pairs = np.array(links, dtype=np.int64).reshape(-1, 2)
+    count, cell_group = connected_components(
+        coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])), shape=(len(cells), len(cells))), directed=False)
+    return _numbered_by_first_member(cell_group[members])
+
+
+def _numbered_by_first_member(groups: np.ndarray) -> tuple[int, np.ndarray]:
+    """Group labels renumbered ``0, 1, ...`` in the order of each group's first member (as connected_components)."""
+    _, first, labels = np.unique(groups, return_index=True, return_inverse=True)
+    numbering = np.empty(first.size, dtype=np.int32)
+    numbering[np.argsort(first)] = np.arange(first.size)
+    return int(first.size), numbering[labels.ravel()]
 
 
 def group_diameter(x: np.ndarray) -> float:
@@ -129,10 +181,7 @@ def _circle_groups(x: np.ndarray, distance: float) -> tuple[int, np.ndarray]:
         run[run == run[-1]] = 0
     groups = np.empty(len(x), dtype=np.int64)
     groups[order] = run
-    _, first, labels = np.unique(groups, return_index=True, return_inverse=True)
-    numbering = np.empty(first.size, dtype=np.int32)
-    numbering[np.argsort(first)] = np.arange(first.size)  # groups in the order of their first members
-    return int(first.size), numbering[labels]
+    return _numbered_by_first_member(groups)
 
 
 def group_atoms(x: np.ndarray, masses: np.ndarray, labels: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:

@@ -306,3 +306,29 @@ def test_a_groups_diameter_on_the_circle_is_its_largest_chord():
         theta = centre + rng.uniform(-spread, spread, int(rng.integers(2, 40)))
         x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
         assert group_diameter(x) == pytest.approx(pdist(x).max(), rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("crowded", [1, None], ids=["always-cells", "default"])
+def test_linked_groups_on_the_sphere_are_the_threshold_graphs_components(crowded, monkeypatch):
+    """The cells' grouping in d = 3 (forced on every configuration, or where the library takes it) against the
+    components of every pair within the distance (scipy's k-d tree and connected components, written here)."""
+    import meanfield.reduction as reduction
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+    from scipy.spatial import cKDTree
+
+    if crowded is not None:
+        monkeypatch.setattr(reduction, "CROWDED_CELLS", crowded)
+    rng = np.random.default_rng(2)
+    for _ in range(150):
+        k = int(rng.integers(1, 200))
+        centres = normalize(rng.normal(size=(int(rng.integers(1, 6)), 3)))
+        spread = 10 ** rng.uniform(-9, -1, size=(k, 1))
+        x = normalize(centres[rng.integers(0, len(centres), k)] + rng.normal(size=(k, 3)) * spread)
+        distance = 10 ** rng.uniform(-8, -0.5)
+        pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
+        expected = connected_components(coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
+                                                   shape=(k, k)), directed=False)
+        count, labels = linked_groups(x, distance)
+        assert count == expected[0]
+        np.testing.assert_array_equal(labels, expected[1])
