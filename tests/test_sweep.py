@@ -520,3 +520,28 @@ def test_numpy_observables_equal_their_definition():
     np.testing.assert_array_equal(sums[0], [0.0, 1.0])
     np.testing.assert_allclose(sums[1], inner.reshape(2, 3).sum(axis=1), rtol=0, atol=1e-15)
     np.testing.assert_allclose(sums[2], order.reshape(2, 3).sum(axis=1), rtol=0, atol=1e-15)
+
+
+def test_a_local_sweep_starts_one_worker_per_cpu_the_process_may_use(monkeypatch):
+    """The affinity mask (a batch scheduler's grant), not the node's core count: one single-threaded worker each."""
+    import dask.distributed
+
+    from solvers.threads import usable_cpus
+    from validation.app import sweep
+
+    class Started(Exception):
+        pass
+
+    seen = {}
+
+    def cluster(**settings):
+        seen.update(settings)
+        raise Started
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(dask.distributed, "LocalCluster", cluster)
+    assert usable_cpus() == 3
+    with pytest.raises(Started), sweep._client(None, None):
+        pass
+    assert seen["n_workers"] == 3 and seen["threads_per_worker"] == 1

@@ -59,6 +59,7 @@ from tqdm.auto import tqdm
 import meanfield as mf
 from meanfield.engines.kernels import to_numpy
 from meanfield.records import SWEEP, package_version
+from solvers.threads import usable_cpus
 
 from .builders import (build_model, build_run, frequency_model, graph_model, initial_density, initial_particles,
                        particle_method, underresolved_policy)
@@ -583,7 +584,7 @@ def _client(scheduler: str | None, workers: int | None):
         with client:
             yield client
         return
-    workers = workers or os.cpu_count() or 1
+    workers = workers or usable_cpus()
     _quiet_resource_tracker()
     # One thread per worker process: numpy's exp and the small matrix products hold the GIL.
     # Workers' own logs stay off the terminal below CRITICAL: a task's failure reaches the client
