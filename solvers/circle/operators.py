@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg import solve_banded
+from scipy.linalg.lapack import dgtsv
 from scipy.special import roots_legendre
 
 from meanfield.checks import check_density
@@ -54,20 +54,22 @@ def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
                              rhs: np.ndarray) -> np.ndarray:
     """Solve the periodic tridiagonal system (rows ``sub[j] x[j-1] + diag[j] x[j] + sup[j] x[j+1]``).
 
-    Sherman-Morrison on the two corner entries plus one banded LU with two right-hand sides.
+    Sherman-Morrison on the two corner entries plus one tridiagonal LU with two right-hand sides
+    (LAPACK's ``gtsv``: a few microseconds where ``solve_banded``'s general band code costs
+    several times that, in the implicit steps' and the stationary preconditioner's hot loops).
     """
     n = diag.size
     gamma = -diag[0]
     corner_top, corner_bottom = sub[0], sup[-1]
-    banded = np.zeros((3, n))
-    banded[0, 1:] = sup[:-1]
-    banded[1] = diag
-    banded[2, :-1] = sub[1:]
-    banded[1, 0] -= gamma
-    banded[1, -1] -= corner_top * corner_bottom / gamma
+    inner = np.array(diag, dtype=float)
+    inner[0] -= gamma
+    inner[-1] -= corner_top * corner_bottom / gamma
     u = np.zeros(n)
     u[0], u[-1] = gamma, corner_bottom
-    y, z = solve_banded((1, 1), banded, np.column_stack([rhs, u])).T
+    *_, solution, info = dgtsv(sub[1:], inner, sup[:-1], np.column_stack([rhs, u]))
+    if info > 0:
+        raise np.linalg.LinAlgError(f"singular periodic tridiagonal system (zero pivot {info})")
+    y, z = solution.T
     v_dot = lambda w: w[0] + corner_top / gamma * w[-1]  # noqa: E731
     return y - z * (v_dot(y) / (1.0 + v_dot(z)))
 
