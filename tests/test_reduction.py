@@ -272,13 +272,24 @@ def test_a_users_model_runs_reduced_to_its_consensus_and_two_of_its_atoms_merge_
     assert float(pair.merge_time[0]) == pytest.approx(expected, rel=1e-6)
 
 
-def test_linked_groups_on_the_circle_are_the_threshold_graphs_components():
-    """The circle's runs in angular order against the components of every pair within the distance (scipy's
-    k-d tree and connected components, written here), clusters across the angle's wrap at pi included."""
+def assert_threshold_components(x, distance):
+    """``linked_groups`` against the components of every pair within ``distance`` (scipy's k-d tree and
+    connected components), count and labels."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
     from scipy.spatial import cKDTree
 
+    pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
+    expected = connected_components(coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
+                                               shape=(len(x), len(x))), directed=False)
+    count, labels = linked_groups(x, distance)
+    assert count == expected[0]
+    np.testing.assert_array_equal(labels, expected[1])
+
+
+def test_linked_groups_on_the_circle_are_the_threshold_graphs_components():
+    """The circle's runs in angular order against the components of every pair within the distance (scipy's
+    k-d tree and connected components, written here), clusters across the angle's wrap at pi included."""
     rng = np.random.default_rng(0)
     for trial in range(300):
         k = int(rng.integers(1, 60))
@@ -287,13 +298,7 @@ def test_linked_groups_on_the_circle_are_the_threshold_graphs_components():
             centres[0] = np.pi  # a cluster across the wrap
         theta = rng.choice(centres, k) + rng.normal(size=k) * 10 ** rng.uniform(-8, -1)
         x = np.stack([np.cos(theta), np.sin(theta)], axis=1)
-        distance = 10 ** rng.uniform(-7, -0.5)
-        pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
-        expected = connected_components(coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
-                                                   shape=(k, k)), directed=False)
-        count, labels = linked_groups(x, distance)
-        assert count == expected[0]
-        np.testing.assert_array_equal(labels, expected[1])
+        assert_threshold_components(x, 10 ** rng.uniform(-7, -0.5))
 
 
 def test_a_groups_diameter_on_the_circle_is_its_largest_chord():
@@ -313,9 +318,6 @@ def test_linked_groups_on_the_sphere_are_the_threshold_graphs_components(crowded
     """The cells' grouping in d = 3 (forced on every configuration, or where the library takes it) against the
     components of every pair within the distance (scipy's k-d tree and connected components, written here)."""
     import meanfield.reduction as reduction
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-    from scipy.spatial import cKDTree
 
     if crowded is not None:
         monkeypatch.setattr(reduction, "CROWDED_CELLS", crowded)
@@ -325,10 +327,4 @@ def test_linked_groups_on_the_sphere_are_the_threshold_graphs_components(crowded
         centres = normalize(rng.normal(size=(int(rng.integers(1, 6)), 3)))
         spread = 10 ** rng.uniform(-9, -1, size=(k, 1))
         x = normalize(centres[rng.integers(0, len(centres), k)] + rng.normal(size=(k, 3)) * spread)
-        distance = 10 ** rng.uniform(-8, -0.5)
-        pairs = cKDTree(x).query_pairs(distance, output_type="ndarray")
-        expected = connected_components(coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
-                                                   shape=(k, k)), directed=False)
-        count, labels = linked_groups(x, distance)
-        assert count == expected[0]
-        np.testing.assert_array_equal(labels, expected[1])
+        assert_threshold_components(x, 10 ** rng.uniform(-8, -0.5))
