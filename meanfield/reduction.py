@@ -107,8 +107,7 @@ CROWDED_CELLS = 16
 
 #: The offsets between cells of side ``distance / sqrt(3)`` that can hold points within ``distance`` (each
 #: unordered pair of cells once: the first nonzero coordinate positive).
-_NEAR_CELLS = np.array([o for o in np.ndindex(5, 5, 5) if (np.array(o) - 2).any()
-                        and (np.array(o) - 2)[np.flatnonzero(np.array(o) - 2)[0]] > 0]) - 2
+_NEAR_CELLS = np.array([o for o in np.ndindex(5, 5, 5) if tuple(np.subtract(o, 2)) > (0, 0, 0)]) - 2
 
 
 def _cell_groups(x: np.ndarray, distance: float, cells: np.ndarray, members: np.ndarray) -> tuple[int, np.ndarray]:
@@ -120,7 +119,8 @@ def _cell_groups(x: np.ndarray, distance: float, cells: np.ndarray, members: np.
     from scipy.spatial import cKDTree
 
     index = {tuple(cell): i for i, cell in enumerate(cells.tolist())}
-    points = [np.flatnonzero(members == i) for i in range(len(cells))]
+    order = np.argsort(members, kind="stable")
+    points = np.split(order, np.cumsum(np.bincount(members, minlength=len(cells)))[:-1])  # each cell's points
     trees: dict[int, cKDTree] = {}
     links = []
     for i, cell in enumerate(cells):

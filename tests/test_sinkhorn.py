@@ -137,7 +137,7 @@ def test_particles_converge_to_its_pde_on_the_circle_at_the_half_rate(assert_hal
 @pytest.mark.slow
 def test_particles_converge_to_its_pde_on_the_sphere_at_the_half_rate(assert_half_rate):
     """Particles of Sinkhorn attention on S^2 against SphereSpectral on its field (the general path: no solver
-    code knows the model); the PDE's own error far below the distances. About two minutes."""
+    code knows the model); the PDE's own error far below the distances."""
     study = mean_field_convergence(mf.SinkhornAttention(1.5, tolerance=1e-9), lambda p: 1 + 0.3 * p[..., 2],
                                    geometry="sphere", sizes=[64, 128, 256, 512], seeds=16, times=[0.0, 0.3, 0.6],
                                    rng=3, progress=False)

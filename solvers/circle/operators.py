@@ -55,8 +55,8 @@ def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
     """Solve the periodic tridiagonal system (rows ``sub[j] x[j-1] + diag[j] x[j] + sup[j] x[j+1]``).
 
     Sherman-Morrison on the two corner entries plus one tridiagonal LU with two right-hand sides
-    (LAPACK's ``gtsv``: a few microseconds where ``solve_banded``'s general band code costs
-    several times that, in the implicit steps' and the stationary preconditioner's hot loops).
+    (LAPACK's ``gtsv``, cheaper than a general band solver in the implicit steps' and the
+    stationary preconditioner's hot loops).
     """
     n = diag.size
     gamma = -diag[0]

@@ -49,6 +49,9 @@ _REFLECTION = np.diag([1.0, -1.0])
 #: An eigenvector this aligned with :math:`\partial_\theta\rho` is the rotation's (cosine of the angle).
 ROTATION_ALIGNMENT = 0.9
 
+#: The central differences' shift of the Jacobian, relative to the uniform density (in the L2 norm of the cells).
+DIFFERENCE_STEP = 1e-5
+
 #: Up to this many cells the leading eigenvalues come from the dense Jacobian and LAPACK, beyond it from ARPACK
 #: (``bench_stationary.py``: LAPACK's O(N^3) overtakes ARPACK's Jacobian-vector products between 256 and 512).
 DENSE_EIGEN_CELLS = 256
@@ -330,7 +333,7 @@ class CircleStationary(ParameterFamily):
         {jacobian_returns}
         """
         deviation = self.expand(unknowns)
-        step = 1e-5 * self.uniform
+        step = DIFFERENCE_STEP * self.uniform
 
         def product(direction):
             direction = np.ravel(direction)
@@ -356,7 +359,7 @@ class CircleStationary(ParameterFamily):
             product = self.jacobian(unknowns, value).matvec
             return np.column_stack([product(column) for column in np.eye(self.cells)])
         deviation = self.expand(unknowns)
-        delta = 1e-5 * self.uniform / np.sqrt(self.width)  # jacobian's shift along a unit vector
+        delta = DIFFERENCE_STEP * self.uniform / np.sqrt(self.width)  # jacobian's shift along a unit vector
         shifts = delta * np.eye(self.cells)
         return ((self.rhs(deviation + shifts, value) - self.rhs(deviation - shifts, value)) / (2 * delta)).T
 
