@@ -45,8 +45,6 @@ numpydoc_xref_param_type = False
 # Every documented function and class states its parameters and what it returns (and has a
 # docstring at all): checked at build time, so `make docs -W` fails on a gap.
 numpydoc_validation_checks = {"PR01", "PR02", "RT01", "GL08"}
-# Data attributes documented by a `#:` comment have no docstring of their own to validate.
-numpydoc_validation_exclude = {r"^solvers\.(LineFV|LineLagrangian)\.decay$"}
 
 # No inventory is fetched at build time, so names of other projects cannot resolve: only ours must.
 nitpicky = True

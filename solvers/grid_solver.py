@@ -44,6 +44,8 @@ DIAGNOSTIC_ATTRS = {
     "negative_mass": {"long_name": "mass where the density is negative (ZonalSphereSpectral's Gauss rule)"},
     "order_parameter": {"long_name": "r = |int e^(i theta) rho| of the family's marginal (the tokens, whatever "
                                      "their label)"},
+    "ghost_attention": {"long_name": "largest share of a face's attention on nearly empty cells since the previous "
+                                     "output (LineFV)"},
     "error_estimate": {"long_name": "estimated max-norm error of the density (CircleFV: Richardson against a "
                                     "shadow grid; SphereSpectral: the spectrum's geometric tail; ZonalSphereSpectral: "
                                     "of the law of u in total variation)"},
@@ -85,6 +87,8 @@ class GridSolver:
     ``_initial_state(rho0, continued)``
         the integrator's state from the user's initial density, or (``continued``) from the
         last density of an earlier run, taken as it is;
+    ``_started(state, start)`` (optional)
+        the state at the start time, for an equation whose state carries its time;
     ``_stepper(state, times)``
         ``(attempt, first_step, extra_settings)``: one adaptive step
         ``attempt(state, dt, t) -> (new_state, proposed_dt, rejection_reason)``, the first step,
@@ -206,7 +210,7 @@ class GridSolver:
             As for :meth:`solve`.
         """
         times = check_times(times)
-        state = self._initial_state(rho0, continued)
+        state = self._started(self._initial_state(rho0, continued), float(times[0]))
         attempt, first, extra_settings = self._stepper(state, times)
         record = SolveRecord(self, times, extra_settings, stops=stop_underresolved)
         watch = None if observer is None else (lambda t, s: observer(t, self.density(s)))
@@ -229,6 +233,11 @@ class GridSolver:
     # The numerics, supplied by each solver.
     def _initial_state(self, rho0, continued: bool) -> Any:
         raise NotImplementedError
+
+    def _started(self, state, start: float) -> Any:
+        """The state at the run's start time ``start``: the same for an autonomous equation (the
+        line's carries its time, on which its velocity depends)."""
+        return state
 
     def _stepper(self, state, times: np.ndarray) -> tuple[Attempt, float, Callable[[], dict]]:
         raise NotImplementedError
@@ -322,6 +331,7 @@ class SolveRecord:
         self.fields: list[dict] = []
         self.diagnostics: list[dict[str, float]] = []
         self.counts = StepCounts()
+        self.failure: str | None = None
 
     def record(self, t: float, state) -> None:
         rho = self.solver.density(state)
@@ -344,11 +354,14 @@ class SolveRecord:
                                {"time": self.times[:len(self.frames)], **coordinates,
                                 **solver.recorded_coordinates(), **added_coordinates})
         settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
+        if self.failure is not None:
+            settings["failure"] = self.failure
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
         ds.attrs["underresolved_since"] = np.nan if self.monitor.since is None else self.monitor.since
         return ds
 
     def collapse(self, t: float, reason: str) -> NoReturn:
+        self.failure = reason
         raise StepSizeCollapse(f"{self.solver.name} stopped at t={t:.6g}: {reason}", time=t,
                                partial=self.dataset())
 

@@ -135,7 +135,7 @@ METHODS: tuple[Method, ...] = (
     Method("ZonalRings", "sphere", "rings", settings=("d", "lmax", "rtol")),
     # one density per position s, by quantile particles (rotary attention; D = 0)
     Method("PositionalQuantiles", "circle", "mass_coordinates", positional=True, settings=("layers", "points")),
-    Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol")),
+    Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol", "underresolved")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),
 )

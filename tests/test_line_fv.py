@@ -172,7 +172,7 @@ def test_a_collapse_raises_with_the_outputs_so_far(solver, monkeypatch):
         return rhs(self, state) if state[0] < 0.3 else np.full_like(state, np.nan)
 
     monkeypatch.setattr(type(solver), "rhs", failing)
-    with pytest.raises(mf.NonFiniteState, match=f"{solver.name} failed at t=0.3") as caught:
+    with pytest.raises(mf.NonFiniteState, match=f"{solver.name} stopped at t=0.3") as caught:
         solver.solve(density, [0.0, 0.1, 0.2, 0.5, 1.0])
     partial = caught.value.partial
     np.testing.assert_array_equal(partial["time"].values, [0.0, 0.1, 0.2])

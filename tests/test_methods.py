@@ -16,7 +16,7 @@ import solvers
 from solvers.methods import DISCRETISATIONS, METHODS, METHODS_BY_NAME, choose_method, solver_for
 from validation.app import ConfigError, check_config
 from validation.app.builders import build_run
-from validation.app.config import CIRCLE_SOLVERS, SPHERE_SOLVERS, ZONAL_SOLVERS, MethodConfig
+from validation.app.config import CIRCLE_SOLVERS, LINE_SOLVERS, SPHERE_SOLVERS, ZONAL_SOLVERS, MethodConfig
 from validation.app.experiment import run_experiment
 from validation.app.preflight import preflight
 
@@ -26,8 +26,9 @@ def test_the_table_says_what_each_solver_takes(method):
     """Declared as data (config checks read it without importing the solvers): held to the signatures."""
     solver = method.solver
     assert solver is getattr(solvers, method.name)
-    declared = getattr(solver, "geometry", "line")  # the zonal solvers' is S^{d-1} by their d: a property
-    assert method.geometry == (declared if isinstance(declared, str) else "sphere")
+    declared = solver.geometry  # the zonal solvers' is S^{d-1} by their d: a property
+    declared = "sphere" if not isinstance(declared, str) else "line" if declared == "R^1" else declared
+    assert method.geometry == declared
     assert method.discretisation in DISCRETISATIONS and method.then in (None, *DISCRETISATIONS)
     assert set(method.settings) <= method.options | method.solve_options, method.settings
     if "underresolved" in method.settings:  # the run's setting, a keyword of solve
@@ -144,10 +145,9 @@ def _config(kind: str, tmp_path, **method) -> dict:
             "initial": {"kind": "perturbed_uniform", "amplitude": 0.05, "mode": 2}}
 
 
-def test_every_solver_of_the_circle_and_the_sphere_is_a_config_kind():
-    assert set(MethodConfig.KEYS) == set(CIRCLE_SOLVERS + SPHERE_SOLVERS) | {"particles"}
-    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS) == {m.name for m in METHODS if m.geometry != "line"
-                                                    and not m.positional}
+def test_every_solver_of_the_table_is_a_config_kind_but_the_positional_one():
+    assert set(MethodConfig.KEYS) == set(CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS) | {"particles"}
+    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS) == {m.name for m in METHODS if not m.positional}
 
 
 @pytest.mark.parametrize("kind", CIRCLE_SOLVERS + SPHERE_SOLVERS)

@@ -365,6 +365,89 @@ def test_a_config_takes_the_tokens_from_a_file_and_any_dimension(tmp_path):
         prepare({**config, "output": str(tmp_path / "other"), "method": {**config["method"], "n": 7}})
 
 
+LINE_CONFIG = {"geometry": "euclidean", "times": {"stop": 3.0, "count": 7}, "model": {"beta": 1.0, "rescaled": True},
+               "method": {"kind": "LineLagrangian", "interval": [-3.0, 3.0], "labels": 64, "cells": 60},
+               "initial": {"kind": "gaussian", "std": 0.8}}
+
+
+def gaussian(z):
+    return np.exp(-0.5 * (z / 0.8) ** 2)
+
+
+def test_a_config_solves_the_line_equation_as_the_solvers_do(tmp_path):
+    """``method.kind = "LineFV"`` or ``"LineLagrangian"``: the run is the solver's own solve, bit for bit; the
+    labels' run in checkpointed segments (it continues from the recorded positions and next step) too."""
+    from validation.app import run_experiment
+    from solvers import LineFV, LineLagrangian
+
+    times = np.linspace(0.0, 3.0, 7)
+    model = mf.PureAttention(rescaled=True)
+    ds = run_experiment({**LINE_CONFIG, "output": str(tmp_path / "labels"), "checkpoint_every": 2}, progress=False)
+    direct = LineLagrangian(model, (-3.0, 3.0), labels=64, cells=60).solve(gaussian, times, progress=False)
+    np.testing.assert_array_equal(ds.position.values, direct.position.values)
+    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    assert ds.attrs["segments"] == 3 and ds.attrs["trustworthy"] == 1
+    fv = {**LINE_CONFIG, "output": str(tmp_path / "cells"), "times": {"stop": 1.5, "count": 4},
+          "method": {"kind": "LineFV", "interval": [-3.0, 3.0], "cells": 120}}
+    ds = run_experiment(fv, progress=False)
+    direct = LineFV(model, (-3.0, 3.0), cells=120).solve(gaussian, [0.0, 0.5, 1.0, 1.5], progress=False)
+    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    np.testing.assert_array_equal(ds.ghost_attention.values, direct.ghost_attention.values)
+
+
+def test_a_line_config_reads_its_density_from_a_file_and_draws_it(tmp_path):
+    """A file of cell values is LineFV's cell averages and the labels' piecewise-constant density; the figures
+    show the density against z."""
+    from validation.app import run_experiment
+    from validation.app.experiment_figures import experiment_figures
+    from solvers import LineFV, LineLagrangian
+
+    values = 1.0 + np.linspace(0.0, 1.0, 30)
+    np.save(tmp_path / "rho0.npy", values)
+    initial = {"kind": "file", "path": str(tmp_path / "rho0.npy")}
+    model, times = mf.PureAttention(rescaled=True), [0.0, 0.5]
+    for kind, solver, settings in (("LineFV", LineFV, {}), ("LineLagrangian", LineLagrangian, {"labels": 32})):
+        config = {**LINE_CONFIG, "output": str(tmp_path / kind), "times": times, "initial": initial,
+                  "method": {"kind": kind, "interval": [-1.0, 2.0], "cells": 30, **settings}}
+        ds = run_experiment(config, progress=False)
+        # the same density as a callable: exact cell averages for LineFV, the same quantiles for the labels
+        direct = solver(model, (-1.0, 2.0), cells=30, **settings).solve(
+            lambda z: 1.0 + np.clip(np.floor((z + 1.0) * 10.0), 0, 29) / 29.0, times, progress=False)
+        np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=1e-12, atol=1e-12)
+        names = {path.name for path in experiment_figures(ds, tmp_path / kind, "euclidean", animation=False)}
+        assert {"snapshots.png", "spacetime.png"} <= names
+
+
+@pytest.mark.parametrize("edit,message", [
+    ({"method": {"kind": "LineFV"}}, "needs method.interval"),
+    ({"method": {"kind": "LineFV", "interval": [1.0, -1.0]}}, "method.interval must be two finite numbers"),
+    ({"method": {"kind": "LineFV", "interval": [-1.0, 1.0], "d": 2}}, "method.d must be 1"),
+    ({"method": {"kind": "LineFV", "interval": [-1.0, 1.0], "n": 30}}, "method.n does not apply"),
+    ({"model": {"beta": 1.0}}, "it needs model.rescaled = true"),
+    ({"model": {"beta": 1.0, "rescaled": True, "attention": "sinkhorn"}}, "model.attention does not apply"),
+    ({"initial": {"kind": "uniform"}}, "takes initial.kind = 'gaussian'"),
+    ({"initial": {"kind": "file", "path": "none.npy"}}, "initial.path: no file"),
+    ({"times": {"stop": 400.0, "count": 2}, "method": {"kind": "LineFV", "interval": [-1.0, 1.0]}},
+     "times: the logits .* end the run before t = 354"),
+])
+def test_a_bad_line_config_is_refused_naming_the_key(tmp_path, edit, message):
+    from validation.app import ConfigError
+    from validation.app.experiment import prepare
+
+    with pytest.raises(ConfigError, match=message):
+        prepare({**LINE_CONFIG, "output": str(tmp_path / "run"), **edit})
+
+
+def test_a_line_config_refuses_a_file_of_the_wrong_shape(tmp_path):
+    from validation.app import ConfigError
+    from validation.app.experiment import prepare
+
+    np.save(tmp_path / "rho0.npy", np.ones(7))
+    with pytest.raises(ConfigError, match=r"initial.path holds shape \(7,\); the run needs method.cells = 60"):
+        prepare({**LINE_CONFIG, "output": str(tmp_path / "run"),
+                 "initial": {"kind": "file", "path": str(tmp_path / "rho0.npy")}})
+
+
 @pytest.mark.parametrize("edit,message", [
     ({"method": {"kind": "CircleFV"}}, "geometry = 'euclidean' runs with method.kind = 'particles'"),
     ({"method": {"kind": "particles", "n": 8}}, "geometry = 'euclidean' needs method.d"),

@@ -37,19 +37,14 @@ the mean-field solution (:class:`~solvers.LineLagrangian`, in mass coordinates, 
 from __future__ import annotations
 
 import math
-from typing import Callable, NoReturn
-
 import numpy as np
-import xarray as xr
 
-from meanfield.checks import check_int, check_real, check_rtol, check_times
-from meanfield.docstrings import fill_docstrings
-from meanfield.errors import StepSizeCollapse
+from meanfield.checks import check_int, check_real, check_rtol
 from meanfield.euclidean import PureAttention
-from meanfield.integration import BOGACKI_SHAMPINE, StepCounts, explicit_adaptive_step, integrate
-from meanfield.records import PDE, euclidean_name, record_attrs
+from meanfield.integration import BOGACKI_SHAMPINE, explicit_adaptive_step
+from meanfield.records import euclidean_name
 
-from ..resolution import ResolutionMonitor
+from ..grid_solver import Diagnosis, GridSolver
 
 #: Cells of smaller mass (the total is one) hold no mass the solution put there.
 GHOST_MASS = 1e-12
@@ -58,53 +53,8 @@ GHOST_MASS = 1e-12
 GHOST_SHARE = 1e-3
 
 
-#: The Raises section of a line solver's ``solve`` (``{solve_raises}``).
-SOLVE_RAISES = """
-Raises
-------
-StepSizeCollapse
-    When the adaptive step collapses; ``partial`` holds the outputs so far.
-"""
-
-
-#: The Parameters section of LineFV's methods that read its state (``{cell_state_parameters}``).
-CELL_STATE_PARAMETERS = """
-Parameters
-----------
-state : numpy.ndarray, shape (cells + 1,)
-    The time followed by the cells' masses.
-"""
-
-
-#: The entries of the output times and the progress bar of a run on the line (``{times_and_progress}``).
-TIMES_AND_PROGRESS = """
-times : array_like
-    Strictly increasing output times; the run starts at ``times[0]``.
-progress : bool, optional
-    Progress bar (default: when stderr is a terminal).
-"""
-
-
-def run_on_line(solver, state: np.ndarray, times: np.ndarray, tableau, first_step: float,
-                record: Callable[[float, np.ndarray], None], observer: Callable[[float, np.ndarray], None] | None,
-                progress: bool | None, settings: dict, dataset: Callable[[], xr.Dataset]) -> xr.Dataset:
-    """Integrate a line solver's state ``(t, unknowns...)`` with ``tableau`` through ``times``.
-
-    ``solver`` is the :class:`~meanfield.integration.protocols.Discretisation` (and has a
-    ``name``); ``record`` keeps each output, ``dataset()`` builds the dataset of those kept so
-    far, with ``settings``, to which the step counts (and a collapse's reason) are added.
-    """
-    counts = StepCounts()
-
-    def collapse(t: float, reason: str) -> NoReturn:
-        settings.update(counts.as_dict(), failure=reason)
-        raise StepSizeCollapse(f"{solver.name} failed at t={t:.6g}: {reason}", time=t, partial=dataset())
-
-    integrate(state, times, explicit_adaptive_step(solver, tableau), first_step=first_step, record=record,
-              collapse=collapse, observer=observer, progress=progress, name=solver.name, max_steps=10_000_000,
-              counts=counts)
-    settings.update(counts.as_dict())
-    return dataset()
+#: How long a line solver may step before its run counts as collapsed.
+LINE_MAX_STEPS = 10_000_000
 
 
 def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[float, float]]:
@@ -123,9 +73,7 @@ def line_problem(model, interval, solver: str) -> tuple[float, float, tuple[floa
     return value, model.beta * float(q[0, 0] * k[0, 0]), (lo, hi)
 
 
-@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, solve_raises=SOLVE_RAISES,
-                 cell_state_parameters=CELL_STATE_PARAMETERS)
-class LineFV:
+class LineFV(GridSolver):
     """Finite volumes for the ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` (module docstring).
 
     Parameters
@@ -138,9 +86,19 @@ class LineFV:
         Number of cells.
     rtol : float
         Local error per step relative to the RMS cell mass.
+
+    Notes
+    -----
+    :meth:`solve` returns ``rho`` (time, z), ``mass`` and ``ghost_attention`` (the largest share
+    of a face's attention on nearly empty cells since the previous output: the resolution
+    diagnostic), ``resolved``, the settings and step counts in ``attrs``.
     """
 
     name = "LineFV"
+    geometry = euclidean_name(1)
+    default_max_steps = LINE_MAX_STEPS
+    resolution_advice = ("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
+                         "LineLagrangian (mass coordinates) has none")
 
     def __init__(self, model, interval, *, cells: int = 1000, rtol: float = 1e-6):
         self.model = model
@@ -151,8 +109,8 @@ class LineFV:
         self.width = (hi - lo) / self.cells
         self.centres = 0.5 * (self.faces[1:] + self.faces[:-1])
         self._last: tuple | None = None  # see _evaluated
+        self._worst_share = 0.0  # the largest ghost share of the steps since the last output
 
-    # ------------------------------------------------------------------ the discretisation
     def face_velocity(self, t: float, masses: np.ndarray) -> np.ndarray:
         """The velocity :math:`u(t, z)` at the interior faces, by the midpoint rule over the cells.
 
@@ -188,7 +146,8 @@ class LineFV:
         return self.value * (weights @ self.centres / totals - inner), float(share[carrying].max(initial=0.0))
 
     def _evaluated(self, state: np.ndarray) -> tuple:
-        """``(state, face velocity, ghost share)`` of ``state``: the right-hand side, the CFL bound and the monitor share it."""
+        """``(state, face velocity, ghost share)`` of ``state``: the right-hand side, the CFL bound and the
+        resolution diagnostic share it."""
         if self._last is None or self._last[0] is not state:
             self._last = (state, *self._face_velocity_and_ghost_share(float(state[0]), state[1:]))
         return self._last
@@ -196,7 +155,10 @@ class LineFV:
     def rhs(self, state: np.ndarray) -> np.ndarray:
         """``[dt/dt, dm/dt]`` of the state ``[t, m]``: each cell's balance of its upwind fluxes.
 
-        {cell_state_parameters}
+        Parameters
+        ----------
+        state : numpy.ndarray, shape (cells + 1,)
+            The time followed by the cells' masses.
 
         Returns
         -------
@@ -213,38 +175,19 @@ class LineFV:
         out[1:] = flux[:-1] - flux[1:]
         return out
 
-    #: No linear part integrated exactly (the Discretisation protocol's ``decay``).
-    decay = None
+    def check_logits(self, times) -> None:
+        r"""Refuse a run whose logits :math:`\beta e^{2vt}\,z z'` overflow by the last output time.
 
-    def stable_step(self, state: np.ndarray) -> float:
-        """The upwind CFL bound ``h / max|u|``.
+        Parameters
+        ----------
+        times : numpy.ndarray
+            The output times.
 
-        {cell_state_parameters}
-
-        Returns
-        -------
-        float
-            The bound (infinite where nothing moves).
+        Raises
+        ------
+        ValueError
+            Naming ``times`` and the time before which the run must end.
         """
-        speed = float(np.abs(self._evaluated(state)[1]).max(initial=0.0))
-        return self.width / speed if speed > 0 else np.inf
-
-    @staticmethod
-    def norm(state: np.ndarray) -> float:
-        return float(np.sqrt(np.mean(state[1:] ** 2)))
-
-    def tolerance(self, state: np.ndarray) -> float:
-        return self.rtol * self.norm(state) + 1e-300
-
-    @staticmethod
-    def admit(old: np.ndarray, new: np.ndarray):
-        if np.min(new[1:]) < 0.0:
-            return None, "negative mass"
-        return new, None
-
-    # ------------------------------------------------------------------ the run
-    def _check_logits(self, times: np.ndarray) -> None:
-        r"""Refuse, naming ``times``, a run whose logits :math:`\beta e^{2vt}\,z z'` overflow by its end."""
         reach = max(abs(self.faces[0]), abs(self.faces[-1])) ** 2 * self.logit_scale
         exponent = 2.0 * self.value * float(times[-1])
         if reach > 0 and exponent + math.log(reach) >= math.log(np.finfo(float).max):
@@ -277,64 +220,82 @@ class LineFV:
             values = np.asarray(rho0(points), dtype=float)
             masses = 0.5 * self.width * values @ weights
         else:
-            masses = np.asarray(rho0, dtype=float) * self.width
-            if masses.shape != (self.cells,):
-                raise ValueError(f"rho0 must be a callable or {self.cells} cell averages, got shape {masses.shape}")
+            masses = self._cell_masses(rho0, "rho0")
         if not np.all(np.isfinite(masses)) or np.any(masses < 0) or not masses.sum() > 0:
             raise ValueError("rho0 must be finite, nonnegative and of positive mass on the interval")
         return masses / masses.sum()
 
-    def solve(self, rho0, times, *, progress: bool | None = None):
-        """Evolve ``rho0`` and record it at ``times``.
+    def _cell_masses(self, averages, name: str) -> np.ndarray:
+        masses = np.asarray(averages, dtype=float) * self.width
+        if masses.shape != (self.cells,):
+            raise ValueError(f"{name} must be a callable or {self.cells} cell averages, got shape {masses.shape}")
+        return masses
 
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            The initial density (see :meth:`initial_masses`).
-        {times_and_progress}
+    # ------------------------------------------------------------------ the GridSolver hooks
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if not continued:
+            return self.initial_masses(rho0)
+        masses = self._cell_masses(rho0, "a continued run's rho0 (ds.rho[-1])")
+        if not np.all(np.isfinite(masses)):
+            raise ValueError("a continued run's rho0 (ds.rho[-1]) must be finite")
+        return masses
 
-        Returns
-        -------
-        xarray.Dataset
-            ``rho`` (time, z), ``mass`` (time) and ``ghost_attention`` (time): the largest
-            share of a face's attention on nearly empty cells since the previous output (the
-            resolution diagnostic); the settings and step counts in ``attrs``.
+    def _started(self, masses: np.ndarray, start: float) -> np.ndarray:
+        return np.concatenate([[start], masses])
 
-        {solve_raises}
-        """
-        times = check_times(times)
-        self._check_logits(times)
-        frames: list[np.ndarray] = []
-        ghosts: list[float] = []
-        monitor = ResolutionMonitor("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
-                                    "LineLagrangian (mass coordinates) has none")
-        settings = {"solver": self.name, "cells": self.cells, "interval": [self.faces[0], self.faces[-1]],
-                    "rtol": self.rtol, "scheme": "upwind finite volumes, Bogacki-Shampine 3(2)"}
+    def _stepper(self, state: np.ndarray, times: np.ndarray):
+        self.check_logits(times)
+        self._worst_share = 0.0
+        transport = _CellTransport(self)
+        first = min(times[-1] - times[0] if times.size > 1 else 1.0, 0.5 * transport.stable_step(state))
+        return explicit_adaptive_step(transport, BOGACKI_SHAMPINE), first, dict
 
-        worst = [0.0]  # the largest ghost share since the last output
+    def density(self, state: np.ndarray) -> np.ndarray:
+        return state[1:] / self.width
 
-        def observe(t: float, q: np.ndarray) -> None:
-            share = self._evaluated(q)[2]
-            worst[0] = max(worst[0], share)
-            monitor.record(t, share <= GHOST_SHARE,
-                           f"cells of mass below {GHOST_MASS:g} carry {share:.3g} of a face's attention")
+    def diagnose(self, state: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        """Mass, and the largest ghost share of the steps since the previous output (reset here)."""
+        share = max(self._worst_share, self._evaluated(state)[2])
+        self._worst_share = 0.0
+        return Diagnosis({"mass": float(rho.sum() * self.width), "ghost_attention": share}, share <= GHOST_SHARE,
+                         f"cells of mass below {GHOST_MASS:g} carry {share:.3g} of a face's attention")
 
-        def record(t: float, q: np.ndarray) -> None:
-            frames.append(q[1:] / self.width)
-            ghosts.append(max(worst[0], self._evaluated(q)[2]))
-            worst[0] = 0.0
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"z": self.centres}
 
-        state = np.concatenate([[times[0]], self.initial_masses(rho0)])
-        first = min(times[-1] - times[0] if times.size > 1 else 1.0, 0.5 * self.stable_step(state))
-        return run_on_line(self, state, times, BOGACKI_SHAMPINE, first, record, observe, progress, settings,
-                           lambda: self._dataset(frames, ghosts, times, settings))
+    def recorded_settings(self) -> dict:
+        return {"cells": self.cells, "interval": [self.faces[0], self.faces[-1]], "rtol": self.rtol,
+                "scheme": "upwind finite volumes, Bogacki-Shampine 3(2)"}
 
-    def _dataset(self, frames, ghosts, times, settings):
-        rho = np.stack(frames)
-        ds = xr.Dataset({"rho": (("time", "z"), rho, {"long_name": "density of the rescaled tokens"}),
-                         "mass": (("time",), rho.sum(axis=1) * self.width),
-                         "ghost_attention": (("time",), np.array(ghosts),
-                                             {"long_name": f"largest share of attention on cells of mass < {GHOST_MASS:g}"})},
-                        coords={"time": times[: len(frames)], "z": self.centres})
-        ds.attrs.update(record_attrs(PDE, euclidean_name(1), self.model, settings))
-        return ds
+
+class _CellTransport:
+    """:class:`LineFV` as the integrator's :class:`~meanfield.integration.protocols.Discretisation`:
+    the CFL bound, the RMS mass as the error's scale, and positivity; every accepted step's ghost
+    share is kept for the next output's diagnosis."""
+
+    decay = None  # no linear part integrated exactly
+
+    def __init__(self, solver: LineFV):
+        self.solver = solver
+
+    def rhs(self, state: np.ndarray) -> np.ndarray:
+        return self.solver.rhs(state)
+
+    def stable_step(self, state: np.ndarray) -> float:
+        """The upwind CFL bound ``h / max|u|`` (infinite where nothing moves)."""
+        speed = float(np.abs(self.solver._evaluated(state)[1]).max(initial=0.0))
+        return self.solver.width / speed if speed > 0 else np.inf
+
+    @staticmethod
+    def norm(state: np.ndarray) -> float:
+        return float(np.sqrt(np.mean(state[1:] ** 2)))
+
+    def tolerance(self, state: np.ndarray) -> float:
+        return self.solver.rtol * self.norm(state) + 1e-300
+
+    def admit(self, old: np.ndarray, new: np.ndarray):
+        if np.min(new[1:]) < 0.0:
+            return None, "negative mass"
+        solver = self.solver
+        solver._worst_share = max(solver._worst_share, solver._evaluated(new)[2])
+        return new, None

@@ -31,32 +31,21 @@ interpolation of :math:`(X_i, m_i)`, which ``validation.distances.line_w1`` read
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
 
-from meanfield.checks import check_int, check_rtol, check_times
-from meanfield.docstrings import fill_docstrings
-from meanfield.integration import DORMAND_PRINCE
-from meanfield.records import PDE, euclidean_name, record_attrs
+from meanfield.checks import check_int, check_rtol
+from meanfield.integration import DORMAND_PRINCE, explicit_adaptive_step
+from meanfield.records import euclidean_name
 
 from ..circle.lagrangian import mass_labels
-from .finite_volumes import SOLVE_RAISES, TIMES_AND_PROGRESS, line_problem, run_on_line
+from ..grid_solver import Diagnosis, GridSolver, UnboundedTransport
+from .finite_volumes import LINE_MAX_STEPS, line_problem
 
 #: Fine cells per label of the table from which the initial quantiles are read (their error is
 #: the square of a fine cell's width times the density's relative slope).
 QUANTILE_TABLE = 16
 
-#: The Parameters section of the discretisation's methods that take the state and do not read it.
-UNUSED_STATE_PARAMETERS = """
-Parameters
-----------
-state : numpy.ndarray
-    The state (unused).
-"""
 
-
-@fill_docstrings(times_and_progress=TIMES_AND_PROGRESS, solve_raises=SOLVE_RAISES,
-                 unused_state_parameters=UNUSED_STATE_PARAMETERS)
-class LineLagrangian:
+class LineLagrangian(GridSolver):
     r"""The ``d = 1`` mean-field equation of :class:`meanfield.PureAttention` in mass coordinates (module docstring).
 
     Parameters
@@ -71,12 +60,20 @@ class LineLagrangian:
         Cells of ``interval`` on which ``rho`` is recorded.
     rtol : float
         Local error per step relative to the interval's length.
+
+    Notes
+    -----
+    :meth:`solve` returns ``position`` (time, label), the quantile function at the labels
+    :math:`m_i`; ``rho`` (time, z), the labels' measure per cell; ``mass``; the settings and
+    step counts in ``attrs``. ``rho0`` is a vectorized density of ``z`` (see
+    :meth:`initial_positions`), or with ``continued=True`` the positions of an earlier run
+    (``ds.position[-1]``).
     """
 
     name = "LineLagrangian"
-
-    #: No linear part integrated exactly (the Discretisation protocol's ``decay``).
-    decay = None
+    geometry = euclidean_name(1)
+    default_max_steps = LINE_MAX_STEPS
+    resolution_advice = ""  # the labels' measure is exact for any measure: nothing to under-resolve
 
     def __init__(self, model, interval, *, labels: int = 512, cells: int = 200, rtol: float = 1e-8):
         self.model = model
@@ -89,7 +86,6 @@ class LineLagrangian:
         self.centres = 0.5 * (self.faces[1:] + self.faces[:-1])
         self.mass_labels = mass_labels(self.labels)
 
-    # ------------------------------------------------------------------ the discretisation
     def rhs(self, state: np.ndarray) -> np.ndarray:
         """``[dt/dt, dX/dt]`` of the state ``[t, X]``: the labels' velocity as tokens.
 
@@ -109,68 +105,6 @@ class LineLagrangian:
         out[1:] = self.model.velocity_at(positions, self.model.rescaling(float(state[0]), 1)).ravel()
         return out
 
-    @staticmethod
-    def stable_step(state: np.ndarray) -> float:
-        """No stability bound: the transport of labels is not stiff (the error control sets the steps).
-
-        {unused_state_parameters}
-
-        Returns
-        -------
-        float
-            ``inf``.
-        """
-        return np.inf
-
-    @staticmethod
-    def norm(state: np.ndarray) -> float:
-        """The largest change of a label (the error's norm; the time is not an error).
-
-        Parameters
-        ----------
-        state : numpy.ndarray
-            A state or a change of state.
-
-        Returns
-        -------
-        float
-            :math:`\\max_i |X_i|`.
-        """
-        return float(np.abs(state[1:]).max())
-
-    def tolerance(self, state: np.ndarray) -> float:
-        """``rtol`` times the interval's length.
-
-        {unused_state_parameters}
-
-        Returns
-        -------
-        float
-            The local error allowed per step.
-        """
-        return self.rtol * self.length
-
-    def admit(self, old: np.ndarray, new: np.ndarray):
-        """Keep the labels' order: a swap beyond round-off is refused, round-off is repaired.
-
-        Parameters
-        ----------
-        old, new : numpy.ndarray
-            The states before and after the step.
-
-        Returns
-        -------
-        tuple
-            ``(state, None)``, or ``(None, reason)`` to retry with half the step.
-        """
-        positions = new[1:]
-        if np.diff(positions).min(initial=0.0) < -1e-12 * self.length:
-            return None, "labels crossed"
-        repaired = new.copy()
-        repaired[1:] = np.maximum.accumulate(positions)
-        return repaired, None
-
-    # ------------------------------------------------------------------ the run
     def initial_positions(self, rho0) -> np.ndarray:
         """The labels' positions: the quantiles :math:`F_0^{-1}(m_i)` of an initial density on the interval.
 
@@ -201,44 +135,83 @@ class LineLagrangian:
         # The distribution function is piecewise linear in the table: invert it cell by cell.
         return np.interp(self.mass_labels, cumulative, faces)
 
-    def solve(self, rho0, times, *, progress: bool | None = None):
-        """Evolve ``rho0`` and record it at ``times``.
+    # ------------------------------------------------------------------ the GridSolver hooks
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+        if not continued:
+            return self.initial_positions(rho0)
+        positions = np.asarray(rho0, dtype=float)
+        if positions.shape != (self.labels,) or not np.all(np.isfinite(positions)):
+            raise ValueError(f"a continued run takes the positions of an earlier one (ds.position[-1], "
+                             f"{self.labels} finite positions), got shape {positions.shape}")
+        return positions
+
+    def _started(self, positions: np.ndarray, start: float) -> np.ndarray:
+        return np.concatenate([[start], positions])
+
+    def _stepper(self, state: np.ndarray, times: np.ndarray):
+        # A first step that moves the fastest label by 1 % of the interval: it does not depend on how
+        # far the outputs reach, so a run continued from an output takes the steps of one run.
+        speed = float(np.abs(self.rhs(state)[1:]).max())
+        span = times[-1] - times[0] if times.size > 1 else 1.0
+        first = min(span, 0.01 * self.length / speed) if speed > 0 else span
+        return explicit_adaptive_step(_LabelTransport(self), DORMAND_PRINCE), first, dict
+
+    def density(self, state: np.ndarray) -> np.ndarray:
+        width = self.faces[1] - self.faces[0]
+        return np.diff(label_cdf(state[1:], self.faces)) / width
+
+    def diagnose(self, state: np.ndarray, rho: np.ndarray) -> Diagnosis:
+        return Diagnosis({"mass": float(rho.sum() * (self.faces[1] - self.faces[0]))}, True, "")
+
+    def grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"z": self.centres}
+
+    def recorded_settings(self) -> dict:
+        return {"labels": self.labels, "cells": self.cells, "interval": [self.faces[0], self.faces[-1]],
+                "rtol": self.rtol, "scheme": "mass coordinates, midpoint rule over the labels, Dormand-Prince 5(4)"}
+
+    def recorded_fields(self, state: np.ndarray) -> dict:
+        return {"position": (("label",), state[1:].copy())}
+
+    def recorded_coordinates(self) -> dict[str, np.ndarray]:
+        return {"label": self.mass_labels}
+
+    def continuation_state(self, ds) -> np.ndarray:
+        """The labels' positions at the end of ``ds`` (what ``solve(..., continued=True)`` takes).
 
         Parameters
         ----------
-        rho0 : callable
-            The initial density (see :meth:`initial_positions`).
-        {times_and_progress}
+        ds : xarray.Dataset
+            A dataset this solver returned.
 
         Returns
         -------
-        xarray.Dataset
-            ``position`` (time, label): the quantile function at the labels :math:`m_i`;
-            ``rho`` (time, z): the labels' measure per cell; ``mass`` (time); the settings and
-            step counts in ``attrs``.
-
-        {solve_raises}
+        numpy.ndarray
+            ``ds.position[-1]``.
         """
-        times = check_times(times)
-        frames: list[np.ndarray] = []
-        settings = {"solver": self.name, "labels": self.labels, "cells": self.cells,
-                    "interval": [self.faces[0], self.faces[-1]], "rtol": self.rtol,
-                    "scheme": "mass coordinates, midpoint rule over the labels, Dormand-Prince 5(4)"}
-        state = np.concatenate([[times[0]], self.initial_positions(rho0)])
-        first = 0.01 * (times[-1] - times[0] if times.size > 1 else 1.0)
-        return run_on_line(self, state, times, DORMAND_PRINCE, first, lambda t, q: frames.append(q[1:].copy()),
-                           None, progress, settings, lambda: self._dataset(frames, times, settings))
+        return ds.position.values[-1]
 
-    def _dataset(self, frames, times, settings):
-        positions = np.stack(frames)
-        width = self.faces[1] - self.faces[0]
-        rho = np.diff(label_cdf(positions, self.faces), axis=-1) / width
-        ds = xr.Dataset({"position": (("time", "label"), positions, {"long_name": "quantile function X(t, m)"}),
-                         "rho": (("time", "z"), rho, {"long_name": "mass per cell of the labels' measure over its width"}),
-                         "mass": (("time",), rho.sum(axis=1) * width)},
-                        coords={"time": times[: len(frames)], "z": self.centres, "label": self.mass_labels})
-        ds.attrs.update(record_attrs(PDE, euclidean_name(1), self.model, settings))
-        return ds
+
+class _LabelTransport(UnboundedTransport):
+    """:class:`LineLagrangian` as the integrator's discretisation: the largest change of a label as
+    the error's norm (the time is not an error), ``rtol`` times the interval's length as its
+    tolerance, and the labels' order kept."""
+
+    @staticmethod
+    def norm(state: np.ndarray) -> float:
+        return float(np.abs(state[1:]).max())
+
+    def tolerance(self, state: np.ndarray) -> float:
+        return self.solver.rtol * self.solver.length
+
+    def admit(self, old: np.ndarray, new: np.ndarray):
+        """A swap beyond round-off is refused (half the step), round-off is repaired."""
+        positions = new[1:]
+        if np.diff(positions).min(initial=0.0) < -1e-12 * self.solver.length:
+            return None, "labels crossed"
+        repaired = new.copy()
+        repaired[1:] = np.maximum.accumulate(positions)
+        return repaired, None
 
 
 def label_cdf(positions: np.ndarray, points: np.ndarray, side: str = "right") -> np.ndarray:

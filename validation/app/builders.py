@@ -156,6 +156,8 @@ def initial_density(config: ExperimentConfig):
     tokens of ``initial.kind = "file"``.
     """
     initial, circle = config.initial, config.geometry == "circle"
+    if config.euclidean and config.method.kind != "particles":
+        return line_density(config)
     if config.euclidean:
         return load_initial_file(initial.path) if initial.kind == "file" else None
     if initial.kind == "uniform":
@@ -177,6 +179,29 @@ def initial_density(config: ExperimentConfig):
         return sum(np.exp(kappa * (points @ mu - 1.0)) for mu in means)
 
     return (lambda theta: mixture(mf.circle_points(theta))) if circle else mixture
+
+
+def line_density(config: ExperimentConfig):
+    """The line's initial density (``LineFV``, ``LineLagrangian``): a centred Gaussian of ``initial.std``
+    (the solvers restrict it to ``method.interval``), or the file's values on the ``method.cells`` cells of
+    the interval (as they are for ``LineFV``, piecewise constant for the labels' quantiles)."""
+    initial = config.initial
+    if initial.kind == "gaussian":
+        std = initial.std
+        return lambda z: np.exp(-0.5 * (z / std) ** 2)
+    values = load_initial_file(initial.path)
+    if config.method.kind == "LineFV":
+        return values
+    lo, hi = config.method.interval
+    if values.ndim != 1 or values.size < 1:
+        raise ConfigError(f"initial.path must hold a 1-d array of density values on equal cells of method.interval, "
+                          f"got shape {values.shape}")
+
+    def piecewise_constant(z):
+        cell = np.floor((np.asarray(z) - lo) / (hi - lo) * values.size).astype(int)
+        return values[np.clip(cell, 0, values.size - 1)]
+
+    return piecewise_constant
 
 
 def load_initial_file(path: str) -> np.ndarray:

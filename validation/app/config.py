@@ -198,6 +198,8 @@ FAMILY_KEYS = {"frequencies": ("nodes",)}
 CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle"
                        and not method.positional)  # PositionalQuantiles: from Python (solvers.solve)
 SPHERE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "sphere")
+#: The PDE solvers of pure attention's rescaled tokens on the line (``geometry = "euclidean"``, ``d = 1``).
+LINE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "line")
 #: The solvers of zonal densities on S^{d-1}, any d (``method.d``).
 ZONAL_SOLVERS = tuple(method.name for method in METHODS if "d" in method.settings)
 
@@ -303,14 +305,21 @@ class MethodConfig(ConfigSection):
     #: The keys each kind takes: a solver's settings in the table of ``solvers.methods``.
     KEYS: ClassVar[dict] = {**{method.name: {"kind", *method.settings, *FAMILY_KEYS.get(method.family, ())}
                                for method in METHODS if method.name in CIRCLE_SOLVERS + SPHERE_SOLVERS},
+                            **{name: {"kind", "d", *METHODS_BY_NAME[name].settings} for name in LINE_SOLVERS},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
-    kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + ("particles",),
-                       help="a PDE solver of the geometry (solvers.solve's table), or the particle system")
+    kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS + ("particles",),
+                       help="a PDE solver of the geometry (solvers.solve's table; geometry = 'euclidean': LineFV "
+                            "or LineLagrangian, d = 1), or the particle system")
     cells: int = option(1024, types=int, minimum=8,
-                        help="the circle's solvers: cells (CircleSpectral: modes |k| < cells/2; CircleAuto: "
-                             "those of its finite volumes; CircleLagrangian: those of the recorded averages)")
+                        help="the circle's and the line's solvers: cells (CircleSpectral: modes |k| < cells/2; "
+                             "CircleAuto: those of its finite volumes; CircleLagrangian, LineLagrangian: those of "
+                             "the recorded averages)")
     points: int = option(4096, types=int, minimum=8,
                          help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure")
+    interval: Any = option(None, types=(list, tuple),
+                           help="LineFV, LineLagrangian: the interval [lo, hi] of the rescaled tokens, holding the "
+                                "initial support (a Gaussian is restricted to it); required")
+    labels: int = option(512, types=int, minimum=2, help="LineLagrangian: mass labels of the measure")
     lmax: int = option(63, types=int, minimum=2, help="the sphere's solvers: highest degree (the zonal ones: "
                                                       "of the Gegenbauer series, and the recording nodes)")
     threads: int = option(1, types=int, minimum=1,
@@ -609,9 +618,11 @@ EUCLIDEAN_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled", "normalizat
 def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> ExperimentConfig:
     """Pure attention in R^d: particles only, ``method.d`` given, the model's sphere-only keys left out."""
     method, initial = config.method, config.initial
+    if method.kind in LINE_SOLVERS:
+        return _checked_line(config, output, base)
     if method.kind != "particles":
-        raise ConfigError(f"geometry = 'euclidean' runs with method.kind = 'particles' (the d = 1 mean-field "
-                          f"equation is solvers.LineFV from Python), got method.kind = {method.kind!r}")
+        raise ConfigError(f"geometry = 'euclidean' runs with method.kind = 'particles', or the d = 1 mean-field "
+                          f"equation's {' or '.join(map(repr, LINE_SOLVERS))}, got method.kind = {method.kind!r}")
     if method.d is None:
         raise ConfigError("geometry = 'euclidean' needs method.d, the dimension of the tokens (>= 1)")
     _only_model_keys(config, EUCLIDEAN_MODEL_KEYS, "to pure attention (geometry = 'euclidean')")
@@ -631,6 +642,48 @@ def _checked_euclidean(config: ExperimentConfig, output: str, base: Path) -> Exp
     if initial.kind == "file":
         if initial.path is None:
             raise ConfigError(f"missing key initial.path (a .npy file of the tokens, shape ({method.n}, {method.d}))")
+        path = (base / initial.path).resolve()
+        if not path.is_file():
+            raise ConfigError(f"initial.path: no file {str(path)!r}")
+        initial = dataclasses.replace(initial, path=str(path))
+    return dataclasses.replace(config, output=output, model=model, initial=initial)
+
+
+#: What the line's mean-field equation takes from ``[model]`` (one head, ``d = 1``, rescaled tokens).
+LINE_MODEL_KEYS = {"beta", "value", "query", "key", "rescaled"}
+
+
+def _checked_line(config: ExperimentConfig, output: str, base: Path) -> ExperimentConfig:
+    """Pure attention's ``d = 1`` mean-field equation (``LineFV``, ``LineLagrangian``): rescaled tokens, an
+    interval that holds the initial density, a Gaussian or a file of cell values."""
+    method, initial = config.method, config.initial
+    if method.d not in (None, 1):
+        raise ConfigError(f"method.kind = {method.kind!r} solves the d = 1 equation: method.d must be 1 (or left "
+                          f"out), got {method.d}")
+    _only_model_keys(config, LINE_MODEL_KEYS, f"to the line's mean-field equation (method.kind = {method.kind!r})")
+    if not config.model.rescaled:
+        raise ConfigError(f"method.kind = {method.kind!r} evolves the rescaled tokens z = exp(-t v) x: it needs "
+                          f"model.rescaled = true")
+    interval = method.interval
+    if interval is None:
+        raise ConfigError(f"method.kind = {method.kind!r} needs method.interval = [lo, hi], an interval that holds "
+                          f"the initial density")
+    if len(interval) != 2 or not all(isinstance(end, NUMBER) and not isinstance(end, bool) and math.isfinite(end)
+                                     for end in interval) or not interval[1] > interval[0]:
+        raise ConfigError(f"method.interval must be two finite numbers [lo, hi] with hi > lo, got {list(interval)!r}")
+    if initial.kind not in ("gaussian", "file"):
+        raise ConfigError(f"method.kind = {method.kind!r} takes initial.kind = 'gaussian' (restricted to "
+                          f"method.interval) or 'file' (method.cells density values on its cells), got "
+                          f"{initial.kind!r}")
+    _no_foreign_keys(method, MethodConfig.KEYS[method.kind])
+    _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
+    method = dataclasses.replace(method, d=1, interval=tuple(float(end) for end in interval))
+    config = dataclasses.replace(config, method=method)
+    model = read_matrices(config, base)
+    if initial.kind == "file":
+        if initial.path is None:
+            raise ConfigError(f"missing key initial.path (a .npy file of {method.cells} density values on the cells "
+                              f"of method.interval)")
         path = (base / initial.path).resolve()
         if not path.is_file():
             raise ConfigError(f"initial.path: no file {str(path)!r}")

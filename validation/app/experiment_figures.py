@@ -30,7 +30,8 @@ DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest 
                      "spectral_tail": "spectral energy in top 10% of degrees",
                      "error_estimate": "estimated max-norm error of the density",
                      "order_parameter": "order parameter r of all tokens",
-                     "norm_error": "max | |x_i| - 1 | (before projection)"}
+                     "norm_error": "max | |x_i| - 1 | (before projection)",
+                     "ghost_attention": "attention share on empty cells"}
 
 def _density(ds: xr.Dataset) -> np.ndarray:
     """The density of all tokens per output time: causal attention's layers (``position``, each
@@ -53,6 +54,10 @@ ZONAL_PROFILE = "mass with <x, e> <= u"
 #: u, exact for the series and for rings alike (a cluster at the pole is the jump at u = 1).
 ZONAL = "zonal"
 
+#: What the figures draw for the line's mean-field equation (a dataset on ``z``): the rescaled tokens' density.
+LINE = "line"
+LINE_AXIS = "rescaled token z = exp(-t v) x"
+
 
 def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, float]):
     """One time of the run: density curve or histogram on the circle, Mollweide map on the sphere.
@@ -68,6 +73,11 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
         return None
     if geometry == ZONAL:
         _draw_profile(ax, ds, k)
+        return None
+    if geometry == LINE:
+        ax.plot(ds.z, ds.rho.values[k], color="C0")
+        ax.set(xlim=(float(ds.z[0]), float(ds.z[-1])), ylim=(0, scale[1]), xlabel=LINE_AXIS, ylabel="density",
+               title=f"t = {t:g}")
         return None
     if geometry == "circle":
         if _particles(ds):
@@ -177,6 +187,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
     output = Path(output)
     if not _particles(ds) and "u" in ds.dims:
         geometry = ZONAL
+    if not _particles(ds) and "z" in ds.dims:
+        geometry = LINE
     paths = []
     picks = np.unique(np.linspace(0, ds.time.size - 1, 4).round().astype(int))
     scale = _density_scale(ds, geometry)
@@ -187,7 +199,7 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         fig.colorbar(mappables[0], ax=list(axes[0]), orientation="horizontal", shrink=0.5, label=SPHERE_DENSITY)
     paths.append(_save(fig, output / "snapshots.png"))
 
-    if geometry == "circle":
+    if geometry in ("circle", LINE):
         fig, ax = subplots(figsize=(7, 4.5))
         if _particles(ds):
             angles = circle_angles(ds.x.values)
@@ -197,10 +209,10 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
             rho = _density(ds)
             # Log colours: the early, nearly uniform phase and the sharp clusters both stay visible.
             floor = max(rho.max() * 1e-3, rho[rho > 0].min()) if np.any(rho > 0) else 1e-300
-            mesh = ax.pcolormesh(ds.theta, ds.time, np.maximum(rho, floor), shading="auto", cmap="magma",
-                                 norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
-            fig.colorbar(mesh, ax=ax, label=f"{CIRCLE_DENSITY}, log scale")
-        ax.set(xlabel="angle θ (rad)", ylabel="time", title="space-time" + (
+            mesh = ax.pcolormesh(ds.z if geometry == LINE else ds.theta, ds.time, np.maximum(rho, floor),
+                                 shading="auto", cmap="magma", norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
+            fig.colorbar(mesh, ax=ax, label=f"{'density' if geometry == LINE else CIRCLE_DENSITY}, log scale")
+        ax.set(xlabel=LINE_AXIS if geometry == LINE else "angle θ (rad)", ylabel="time", title="space-time" + (
             ", all positions" if "position" in ds.dims else ""))
         paths.append(_save(fig, output / "spacetime.png"))
         if "position" in ds.dims:
@@ -212,12 +224,14 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
             paths.append(_animation(ds, output, geometry, progress))
         return paths
     names = [name for name in DIAGNOSTIC_LABELS if name in ds]
+    if not names:  # nothing to watch (LineLagrangian's measure is exact)
+        return paths + ([_animation(ds, output, geometry, progress)] if animation else [])
     fig, axes = subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
     for ax, name in zip(axes[0], names):
         values = ds[name].values if ds[name].ndim == 1 else ds[name].values.mean(axis=0)
         ax.plot(ds.time, values, ".-")
         finite = values[np.isfinite(values)]  # a run that hands over has NaN where the other solver ran
-        if name in ("spectral_tail", "norm_error", "error_estimate") and finite.size and np.all(finite > 0):
+        if name in ("spectral_tail", "norm_error", "error_estimate", "ghost_attention") and finite.size and np.all(finite > 0):
             ax.set_yscale("log")
         ax.set(xlabel="time", ylabel=DIAGNOSTIC_LABELS[name])
     since = ds.attrs.get("underresolved_since", np.nan)

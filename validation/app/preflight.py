@@ -19,14 +19,14 @@ from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
-from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, SphereSpectralParticles,
-                     SphereWeightedParticles, ZonalRings, ZonalSpectralRings)
+from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, LineFV, LineLagrangian,
+                     SphereSpectralParticles, SphereWeightedParticles, ZonalRings, ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere.grid import grid_shape
 
-from .builders import RunObjects, build_run, particle_method
-from .config import CIRCLE_SOLVERS, ZONAL_SOLVERS, ExperimentConfig
+from .builders import RunObjects, build_run, load_initial_file, particle_method
+from .config import CIRCLE_SOLVERS, LINE_SOLVERS, ZONAL_SOLVERS, ExperimentConfig
 from .errors import ConfigError
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
@@ -53,6 +53,8 @@ def preflight(config: ExperimentConfig) -> RunObjects:
         _check_particle_steps(config)
     elif isinstance(run.solver, MEASURE_SOLVERS):
         _check_measure_initial(run.solver, run.initial)
+    elif isinstance(run.solver, (LineFV, LineLagrangian)):
+        _check_line(config, run.solver, run.initial)
     else:
         state = _check_pde_initial(run.solver, run.initial)
         _check_duration(config, run.solver, state)
@@ -71,6 +73,25 @@ def _check_measure_initial(solver, initial) -> None:
             solver.quadrature_atoms(np.asarray(values, dtype=float), name="the initial density")
     except ValueError as error:
         raise ConfigError(f"initial: {error}") from None
+
+
+def _check_line(config: ExperimentConfig, solver, initial) -> None:
+    """The line's initial file and density on the interval; ``LineFV``'s logits within double precision
+    by the last output time. Its duration is not estimated: the collapse sets its steps."""
+    if not callable(initial) or config.initial.kind == "file":
+        values = load_initial_file(config.initial.path)
+        if values.shape != (config.method.cells,):
+            raise ConfigError(f"initial.path holds shape {values.shape}; the run needs method.cells = "
+                              f"{config.method.cells} density values on the cells of method.interval")
+        _check_values(values)
+    try:
+        if isinstance(solver, LineFV):
+            solver.initial_masses(initial)
+            solver.check_logits(config.times.array())
+        else:
+            solver.initial_positions(initial)
+    except ValueError as error:
+        raise ConfigError(f"initial: {error}" if "rho0" in str(error) else str(error)) from None
 
 
 def _check_particle_initial(config: ExperimentConfig, initial) -> None:
@@ -248,6 +269,14 @@ def _check_memory(config: ExperimentConfig) -> None:
         # frames, integrator stages and copies (~16 arrays of the tokens), the pair sums' bounded blocks
         needed = 8 * (count + 16) * method.n * config.dimension + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method.n} particles at times.count = {count} outputs"
+    elif method.kind in LINE_SOLVERS:
+        # the recorded cells (and labels) at every output, and a few square arrays of attention weights:
+        # LineFV's faces against its cells, LineLagrangian's labels against each other
+        labels = method.labels if method.kind == "LineLagrangian" else 0
+        square = labels or method.cells
+        needed = 8 * (method.cells + labels) * (count + 16) + 8 * 4 * square**2
+        what = (f"method.cells = {method.cells}" + (f" and method.labels = {labels}" if labels else "")
+                + f" at times.count = {count} outputs")
     else:
         circle, chosen = method.kind in CIRCLE_SOLVERS, METHODS_BY_NAME[method.kind]
         points = method.cells if circle else int(np.prod(grid_shape(method.lmax)))
