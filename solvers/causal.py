@@ -100,8 +100,8 @@ class CausalCircleFV(LayeredCircleFV):
 
     labels = positions
 
-    def recorded_settings(self) -> dict:
-        return {**super().recorded_settings(), "layers": self.layers}
+    def _recorded_settings(self) -> dict:
+        return {**super()._recorded_settings(), "layers": self.layers}
 
 
 class _LayeredSpectral:
@@ -130,8 +130,8 @@ class _LayeredSpectral:
         """Relative positions ``s`` of the layers, shape ``(layers,)``."""
         return layer_positions(self.layers)
 
-    def recorded_settings(self) -> dict:
-        return {**super().recorded_settings(), "layers": self.layers}
+    def _recorded_settings(self) -> dict:
+        return {**super()._recorded_settings(), "layers": self.layers}
 
 
 #: The Parameters section of the methods that read the layers' series (``{layer_series_parameters}``).
@@ -236,13 +236,13 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
             return self.coefficients_of_averages(check_density(rho0, shape, "rho0", evolved=True))
         return self.initial_coefficients(rho0)
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
         resolution = self._resolution(coefficients)
         mass = 2 * np.pi * coefficients[:, 0].real
         values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"position": self.positions, "theta": self.theta}
 
 
@@ -357,12 +357,12 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
         """
         return np.stack([self.grid.synthesise(layer) for layer in coefficients])
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         resolution = self._resolution(coefficients, rho)  # over all layers: the largest tail and estimate
         mass = np.sqrt(4 * np.pi) * coefficients[:, 0].real
         values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
                   **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
-        return {"position": self.positions, **super().grid_coordinates()}
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
+        return {"position": self.positions, **super()._grid_coordinates()}

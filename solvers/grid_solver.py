@@ -95,18 +95,18 @@ class GridSolver:
         and a callable returning per-run counters for the settings;
     ``density(state)``
         the density on the grid (what observers and the record receive);
-    ``diagnose(state, rho)``
+    ``_diagnose(state, rho)``
         a :class:`Diagnosis`: named scalar diagnostics at an output time, whether the
         solution is resolved there, and why not;
-    ``grid_coordinates()``
+    ``_grid_coordinates()``
         the grid's coordinates, in the order of the density's axes;
-    ``recorded_settings()``
+    ``_recorded_settings()``
         the solver's parameters, recorded in the dataset;
-    ``recorded_fields(state)``, ``recorded_coordinates()`` (optional)
+    ``_recorded_fields(state)``, ``_recorded_coordinates()`` (optional)
         arrays recorded at each output besides the density, ``name -> (dims, values)``
         (dims after ``time``; a dimension whose length varies between outputs is padded with
         NaN), and the coordinates of their dimensions;
-    ``resolution_advice``
+    ``_resolution_advice``
         what a user can change when the run stops resolving its solution.
     """
 
@@ -245,16 +245,16 @@ class GridSolver:
     def density(self, state) -> np.ndarray:
         raise NotImplementedError
 
-    def diagnose(self, state, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, state, rho: np.ndarray) -> Diagnosis:
         raise NotImplementedError
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         raise NotImplementedError
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         raise NotImplementedError
 
-    def recorded_fields(self, state) -> dict[str, tuple[tuple[str, ...], Any]]:
+    def _recorded_fields(self, state) -> dict[str, tuple[tuple[str, ...], Any]]:
         return {}
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
@@ -269,10 +269,10 @@ class GridSolver:
         """
         return ds.rho.values[-1]
 
-    def recorded_coordinates(self) -> dict[str, np.ndarray]:
+    def _recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {}
 
-    resolution_advice: str
+    _resolution_advice: str
 
 
 def check_measure_model(model, solver: str, dimension: int, causal_alternative: str) -> None:
@@ -326,7 +326,7 @@ class SolveRecord:
         self.solver, self.times, self.extra_settings = solver, times, extra_settings
         ending = ("; the run ends at this output (underresolved='continue' computes the later ones, flagged "
                   "unresolved)." if stops else "")
-        self.monitor = ResolutionMonitor(solver.resolution_advice + ending)
+        self.monitor = ResolutionMonitor(solver._resolution_advice + ending)
         self.frames: list[np.ndarray] = []
         self.fields: list[dict] = []
         self.diagnostics: list[dict[str, float]] = []
@@ -335,15 +335,15 @@ class SolveRecord:
 
     def record(self, t: float, state) -> None:
         rho = self.solver.density(state)
-        diagnosis = self.solver.diagnose(state, rho)
+        diagnosis = self.solver._diagnose(state, rho)
         self.monitor.record(t, diagnosis.resolved, diagnosis.reason)
         self.frames.append(np.array(rho, copy=True))
-        self.fields.append(self.solver.recorded_fields(state))
+        self.fields.append(self.solver._recorded_fields(state))
         self.diagnostics.append({**diagnosis.values, "resolved": diagnosis.resolved})
 
     def dataset(self, annotate: Callable[[int], tuple[dict, dict]] | None = None) -> xr.Dataset:
         solver = self.solver
-        coordinates = solver.grid_coordinates()
+        coordinates = solver._grid_coordinates()
         added, added_coordinates = ({}, {}) if annotate is None else annotate(len(self.frames))
         series = {name: ("time", np.array([d[name] for d in self.diagnostics]), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name in self.diagnostics[0]}
@@ -352,8 +352,8 @@ class SolveRecord:
         ds = assembled_dataset({"rho": (("time", *coordinates), np.array(self.frames), {"long_name": "density"}),
                                 **series, **stacked_fields(self.fields), **added},
                                {"time": self.times[:len(self.frames)], **coordinates,
-                                **solver.recorded_coordinates(), **added_coordinates})
-        settings = {"solver": solver.name, **solver.recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
+                                **solver._recorded_coordinates(), **added_coordinates})
+        settings = {"solver": solver.name, **solver._recorded_settings(), **self.extra_settings(), **self.counts.as_dict()}
         if self.failure is not None:
             settings["failure"] = self.failure
         ds.attrs.update(record_attrs(PDE, solver.geometry, solver.model, settings))
@@ -367,7 +367,7 @@ class SolveRecord:
 
 
 def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict:
-    """Per-output fields (``name -> (dims, values)``, as ``recorded_fields``) stacked over time,
+    """Per-output fields (``name -> (dims, values)``, as ``_recorded_fields``) stacked over time,
     NaN-padded where their lengths vary."""
     stacked = {}
     for name, (dims, _) in (frames[0].items() if frames else ()):

@@ -190,7 +190,7 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
     def _finite_volume_fields(self, outputs: int) -> tuple[dict, dict[str, np.ndarray]]:
         """The spectral part's flag and what the finite volumes record, NaN, with its coordinates
         (``solve_until``'s ``annotate``)."""
-        coordinates = self.finite_volumes.recorded_coordinates()
+        coordinates = self.finite_volumes._recorded_coordinates()
         sizes = {"time": outputs, **{name: values.size for name, values in coordinates.items()}}
         fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan), DIAGNOSTIC_ATTRS.get(name, {}))
                   for name, dims in self._finite_volume_dims().items()}
@@ -206,7 +206,7 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
             # both solvers' diagnostics in every dataset (NaN where the other ran): segments of one run concatenate
             expected = {"spectral_tail": ("time",), **self._finite_volume_dims()}
             ds = joined_runs(parts, "spectral", SPECTRAL_FLAG, expected=expected,
-                             coordinates=self.finite_volumes.recorded_coordinates())
+                             coordinates=self.finite_volumes._recorded_coordinates())
         settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
                     "handover_clipped": clipped, **joined_settings(parts)}
         since = earliest_underresolution(parts)

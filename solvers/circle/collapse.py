@@ -109,7 +109,7 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
         return (rho0 if continued else self.initial_density(rho0)), True
 
     def _stop(self):
-        return self.finite_volumes.beyond_error_level
+        return self.finite_volumes._beyond_error_level
 
     def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
         return self._with_labels(ds)
@@ -134,15 +134,15 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
     def _with_labels(self, ds: xr.Dataset) -> xr.Dataset:
         """The finite volumes' outputs with the positions of the mass labels and the clusters of their density."""
         lagrangian = self.lagrangian
-        frames = [lagrangian.recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0))) for rho in ds.rho.values]
-        return ds.assign_coords(lagrangian.recorded_coordinates()).assign(stacked_fields(frames))
+        frames = [lagrangian._recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0))) for rho in ds.rho.values]
+        return ds.assign_coords(lagrangian._recorded_coordinates()).assign(stacked_fields(frames))
 
     def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
                    moved: float) -> xr.Dataset:
         parts = [(part, flag) for part, flag in ((grid, False), (measure, True)) if part is not None]
         expected = {"error_estimate": ("time",), "cluster_width": ("time",), "shadow_rho": ("time", "shadow_theta")}
         ds = joined_runs(parts, "lagrangian", "whether CircleLagrangian computed this output (else CircleFV)",
-                         expected=expected, coordinates=self.finite_volumes.recorded_coordinates())
+                         expected=expected, coordinates=self.finite_volumes._recorded_coordinates())
         settings = {"solver": self.name, "cells": self.cells, "points": self.points, "rtol": self.rtol,
                     "error_level": self.error_level, "handover_time": handover, **joined_settings(parts)}
         ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)

@@ -188,7 +188,7 @@ class CircleFV(GridSolver):
     default_max_steps = 10_000_000
 
     @property
-    def resolution_advice(self) -> str:
+    def _resolution_advice(self) -> str:
         return f"increase cells (now {self.cells}), add diffusion, or stop earlier"
 
     @property
@@ -223,12 +223,12 @@ class CircleFV(GridSolver):
             return last
         return np.concatenate([last, ds.shadow_rho.values[-1]])
 
-    def recorded_fields(self, state: np.ndarray) -> dict:
+    def _recorded_fields(self, state: np.ndarray) -> dict:
         if self.shadow is None:
             return {}
         return {"shadow_rho": (("shadow_theta",), self.operators.uniform + state[self.cells:])}
 
-    def recorded_coordinates(self) -> dict[str, np.ndarray]:
+    def _recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {} if self.shadow is None else {"shadow_theta": self.shadow.theta}
 
     def density(self, deviation: np.ndarray) -> np.ndarray:
@@ -278,7 +278,7 @@ class CircleFV(GridSolver):
             return np.nan
         return float(np.abs(_restricted(state[:self.cells]) - state[self.cells:]).max() / 2.0)
 
-    def beyond_error_level(self, state: np.ndarray) -> bool:
+    def _beyond_error_level(self, state: np.ndarray) -> bool:
         """Whether the estimated error exceeds ``error_level`` times ``max rho``.
 
         Parameters
@@ -293,22 +293,22 @@ class CircleFV(GridSolver):
         """
         return self.shadow is not None and self.error_estimate(state) > self.error_level * self.density(state).max()
 
-    def diagnose(self, state: np.ndarray, rho: np.ndarray):
+    def _diagnose(self, state: np.ndarray, rho: np.ndarray):
         ops = self.operators
         width = sharpest_cluster_width(rho)
         estimate = self.error_estimate(state)
         values = {"mass": ops.mass(rho), "energy": ops.energy(rho), "lyapunov": ops.lyapunov(rho),
                   "min_density": rho.min(), "cluster_width": width, "error_estimate": estimate}
-        if self.beyond_error_level(state):
+        if self._beyond_error_level(state):
             return Diagnosis(values, False, f"the estimated error {estimate:.3g} exceeds error_level x max rho = "
                                             f"{self.error_level:g} x {rho.max():.4g}")
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
         return Diagnosis(values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})")
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"theta": self.theta}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         scheme = ({"implicit_substeps": self.implicit_substeps} if self.model.diffusion > 0
                   else {"tableau": self.tableau.name})
         return {"cells": self.cells, "rtol": self.rtol, "cfl": self.cfl, "error_level": self.error_level, **scheme}

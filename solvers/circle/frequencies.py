@@ -69,8 +69,8 @@ class FrequencyCircleFV(WeightedFamilyFV):
         """The frequency nodes, shape ``(M,)``."""
         return self.frequencies
 
-    def recorded_settings(self) -> dict:
-        return {**super().recorded_settings(), "nodes": int(self.frequencies.size), "weights": self.weights.tolist()}
+    def _recorded_settings(self) -> dict:
+        return {**super()._recorded_settings(), "nodes": int(self.frequencies.size), "weights": self.weights.tolist()}
 
 
 def _node_drift(model, frequencies: np.ndarray) -> np.ndarray:

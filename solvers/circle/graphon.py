@@ -84,5 +84,5 @@ class GraphonCircleFV(WeightedFamilyFV):
         """The labels' weights, :math:`1/M` each."""
         return np.full(self.vertices, 1.0 / self.vertices)
 
-    def recorded_settings(self) -> dict:
-        return {**super().recorded_settings(), "vertices": self.vertices}
+    def _recorded_settings(self) -> dict:
+        return {**super()._recorded_settings(), "vertices": self.vertices}

@@ -208,7 +208,7 @@ class CircleLagrangian(GridSolver):
         return (np.arange(self.cells) + 0.5) * (TWO_PI / self.cells)
 
     @property
-    def resolution_advice(self) -> str:
+    def _resolution_advice(self) -> str:
         return f"increase points (now {self.points})"
 
     # ------------------------------------------------------------------ the measure and its quantile
@@ -418,23 +418,23 @@ class CircleLagrangian(GridSolver):
         first = min(span, 1e-2 / max(speed, 1e-12)) if span > 0 else 1.0
         return attempt, first, discretisation.reductions
 
-    def diagnose(self, positions: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, positions: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(positions)
         return Diagnosis({"mass": 1.0, "energy": energy, "lyapunov": self.lyapunov(positions, energy),
                           "min_density": float(rho.min())}, True, "")
 
-    def recorded_fields(self, positions: np.ndarray) -> dict:
+    def _recorded_fields(self, positions: np.ndarray) -> dict:
         masses, where = self.clusters(positions)
         return {"position": (("label",), positions.copy()), "cluster_mass": (("cluster",), masses),
                 "cluster_position": (("cluster",), where), "cluster_count": ((), float(masses.size))}
 
-    def recorded_coordinates(self) -> dict:
+    def _recorded_coordinates(self) -> dict:
         return {"label": self.labels}
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"theta": self.theta}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         scheme = ({"implicit_substeps": self.implicit_substeps} if self.model.diffusion > 0
                   else {"tableau": self.tableau.name})
         return {"points": self.points, "cells": self.cells, "rtol": self.rtol,

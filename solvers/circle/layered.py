@@ -144,7 +144,7 @@ class LayeredCircleFV(CircleFV):
         rho = check_density(rho0, shape, "rho0", evolved=True) if continued else self.initial_density(rho0)
         return rho - self.operators.uniform
 
-    def diagnose(self, state, rho: np.ndarray):
+    def _diagnose(self, state, rho: np.ndarray):
         mass = self.operators.layer_masses(rho)
         width = min(sharpest_cluster_width(layer) for layer in rho)
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
@@ -152,14 +152,14 @@ class LayeredCircleFV(CircleFV):
                   "cluster_width": width}
         return Diagnosis(values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})")
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {self.label: self.labels, "theta": self.theta}
 
 
 class WeightedFamilyFV(LayeredCircleFV):
     """A family whose labels carry weights (a subclass's ``weights``, summing to one): its marginal and order parameters."""
 
-    def diagnose(self, state, rho: np.ndarray):
+    def _diagnose(self, state, rho: np.ndarray):
         """The layers' diagnostics, and the marginal's order parameter ``r`` (Kuramoto's observable).
 
         Parameters
@@ -174,7 +174,7 @@ class WeightedFamilyFV(LayeredCircleFV):
         Diagnosis
             The layers' values with ``order_parameter`` added, and whether they are resolved.
         """
-        diagnosis = super().diagnose(state, rho)
+        diagnosis = super()._diagnose(state, rho)
         diagnosis.values["order_parameter"] = float(np.abs(self.order_parameter(rho)))
         return diagnosis
 

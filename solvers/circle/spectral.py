@@ -239,7 +239,7 @@ class CircleSpectral(SpectralSolver):
         return periodic_angles(4 * self.cells)
 
     @property
-    def resolution_advice(self) -> str:
+    def _resolution_advice(self) -> str:
         return f"increase cells (now {self.cells}), add diffusion, stop earlier, or use CircleFV"
 
     # ------------------------------------------------------------------ transforms
@@ -584,16 +584,16 @@ class CircleSpectral(SpectralSolver):
                          f"{self.tail_threshold:g}) and the estimated error, {estimate:.2g}, exceeds "
                          f"rtol x max|rho - mean| = {allowed:.2g}")
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
         resolution = self._resolution(coefficients)
         values = {"mass": float(2 * np.pi * coefficients[0].real), "energy": self.energy(coefficients),
                   "lyapunov": self.lyapunov(coefficients), **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"theta": self.theta}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         return {"cells": self.cells, "record_cells": self.record_cells, "rtol": self.rtol, "flux_points": self.points,
                 "tableau": self.tableau.name, "error_level": self.error_level}
 

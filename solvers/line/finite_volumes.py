@@ -97,7 +97,7 @@ class LineFV(GridSolver):
     name = "LineFV"
     geometry = euclidean_name(1)
     default_max_steps = LINE_MAX_STEPS
-    resolution_advice = ("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
+    _resolution_advice = ("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
                          "LineLagrangian (mass coordinates) has none")
 
     def __init__(self, model, interval, *, cells: int = 1000, rtol: float = 1e-6):
@@ -253,17 +253,17 @@ class LineFV(GridSolver):
     def density(self, state: np.ndarray) -> np.ndarray:
         return state[1:] / self.width
 
-    def diagnose(self, state: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, state: np.ndarray, rho: np.ndarray) -> Diagnosis:
         """Mass, and the largest ghost share of the steps since the previous output (reset here)."""
         share = max(self._worst_share, self._evaluated(state)[2])
         self._worst_share = 0.0
         return Diagnosis({"mass": float(rho.sum() * self.width), "ghost_attention": share}, share <= GHOST_SHARE,
                          f"cells of mass below {GHOST_MASS:g} carry {share:.3g} of a face's attention")
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"z": self.centres}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         return {"cells": self.cells, "interval": [self.faces[0], self.faces[-1]], "rtol": self.rtol,
                 "scheme": "upwind finite volumes, Bogacki-Shampine 3(2)"}
 

@@ -73,7 +73,7 @@ class LineLagrangian(GridSolver):
     name = "LineLagrangian"
     geometry = euclidean_name(1)
     default_max_steps = LINE_MAX_STEPS
-    resolution_advice = ""  # the labels' measure is exact for any measure: nothing to under-resolve
+    _resolution_advice = ""  # the labels' measure is exact for any measure: nothing to under-resolve
 
     def __init__(self, model, interval, *, labels: int = 512, cells: int = 200, rtol: float = 1e-8):
         self.model = model
@@ -160,20 +160,20 @@ class LineLagrangian(GridSolver):
         width = self.faces[1] - self.faces[0]
         return np.diff(label_cdf(state[1:], self.faces)) / width
 
-    def diagnose(self, state: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, state: np.ndarray, rho: np.ndarray) -> Diagnosis:
         return Diagnosis({"mass": float(rho.sum() * (self.faces[1] - self.faces[0]))}, True, "")
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"z": self.centres}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         return {"labels": self.labels, "cells": self.cells, "interval": [self.faces[0], self.faces[-1]],
                 "rtol": self.rtol, "scheme": "mass coordinates, midpoint rule over the labels, Dormand-Prince 5(4)"}
 
-    def recorded_fields(self, state: np.ndarray) -> dict:
+    def _recorded_fields(self, state: np.ndarray) -> dict:
         return {"position": (("label",), state[1:].copy())}
 
-    def recorded_coordinates(self) -> dict[str, np.ndarray]:
+    def _recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {"label": self.mass_labels}
 
     def continuation_state(self, ds) -> np.ndarray:

@@ -137,7 +137,7 @@ class SphereWeightedParticles(GridSolver):
 
     name = "SphereWeightedParticles"
     default_max_steps = 1_000_000
-    resolution_advice = ""
+    _resolution_advice = ""
 
     def __post_init__(self) -> None:
         check_int(self.lmax, "lmax", minimum=2)
@@ -346,7 +346,7 @@ class SphereWeightedParticles(GridSolver):
                                         "merges": transport.merges,
                                         "largest_velocity_error": transport.largest_velocity_error}
 
-    def diagnose(self, atoms: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, atoms: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(atoms)
         return Diagnosis({"mass": float(atoms[:, -1].sum()), "energy": energy,
                           "lyapunov": self.lyapunov(energy), "min_density": float(rho.min())}, True, "")
@@ -389,19 +389,19 @@ class SphereWeightedParticles(GridSolver):
             return np.nan
         return -(self.model.value_scale if isinstance(self.model, SelfAttention) else 1.0) * energy
 
-    def recorded_fields(self, atoms: np.ndarray) -> dict:
+    def _recorded_fields(self, atoms: np.ndarray) -> dict:
         masses, where = self.clusters(atoms)
         return {"atom_position": (("atom", "xyz"), atoms[:, :-1].copy()),
                 "atom_mass": (("atom",), atoms[:, -1].copy()),
                 "cluster_mass": (("cluster",), masses), "cluster_position": (("cluster", "xyz"), where),
                 "cluster_count": ((), float(masses.size))}
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         if self.d > 3:
             return {"u": self.grid.nodes}
         return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         resolution = ({"d": self.d, "quadrature_nodes": self.quadrature_nodes} if self.d > 3 else
                       {"quadrature_lmax": self.quadrature.lmax})
         return {"lmax": self.lmax, **resolution, "rtol": self.rtol,

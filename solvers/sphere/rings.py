@@ -114,7 +114,7 @@ class ZonalRings(GridSolver):
 
     name = "ZonalRings"
     default_max_steps = 1_000_000
-    resolution_advice = ""
+    _resolution_advice = ""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -315,16 +315,16 @@ class ZonalRings(GridSolver):
             return -self.model.value_scale * energy
         return -energy
 
-    def diagnose(self, rings: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, rings: np.ndarray, rho: np.ndarray) -> Diagnosis:
         energy = self.energy(rings)
         law = self._law(rings)
         return Diagnosis({"mass": float(rings[:, 1].sum()), "energy": energy, "lyapunov": self.lyapunov(energy),
                           "min_density": float(law.min())}, True, "")
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"u": self.recording.nodes}
 
-    def recorded_fields(self, rings: np.ndarray) -> dict:
+    def _recorded_fields(self, rings: np.ndarray) -> dict:
         masses, where = self.clusters(rings)
         nodes = self.recording.nodes
         # the rings are sorted in u: the mass at or below each node
@@ -334,7 +334,7 @@ class ZonalRings(GridSolver):
                 "cluster_mass": (("cluster",), masses), "cluster_u": (("cluster",), where),
                 "cluster_count": ((), float(masses.size))}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "d": self.d, "rings": self.rings, "fibre_nodes": self.fibre_nodes,
                 "rtol": self.rtol, "tableau": self.tableau.name, "cluster_separation": self.cluster_separation,
                 "min_cluster_mass": self.min_cluster_mass, "merge_distance": self.merge_distance,

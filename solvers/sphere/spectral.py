@@ -169,7 +169,7 @@ class SphereSpectral(SpectralSolver):
         return self.kernel_model.velocity_is_linear
 
     @property
-    def resolution_advice(self) -> str:
+    def _resolution_advice(self) -> str:
         return f"raise lmax (now {self.lmax}), add diffusion, or stop earlier"
 
     def _set_external(self) -> None:
@@ -424,16 +424,16 @@ class SphereSpectral(SpectralSolver):
         return Diagnosis(values, bool(estimate <= level),
                          f"the estimated error {estimate:.2g} exceeds error_level x max rho = {level:.2g}")
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         resolution = self._resolution(coefficients, rho)
         values = {"mass": self.grid.mass(coefficients), "energy": self.energy(coefficients),
                   "lyapunov": self.lyapunov(coefficients), "min_density": rho.min(), **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"colatitude": self.grid.colatitude, "longitude": self.grid.longitude}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape), "tableau": self.tableau.name,
                 "error_level": self.error_level}
 

@@ -194,7 +194,7 @@ class ZonalSphereSpectral(SpectralSolver):
         return self.model.velocity_is_linear
 
     @property
-    def resolution_advice(self) -> str:
+    def _resolution_advice(self) -> str:
         return f"raise lmax (now {self.lmax}), add diffusion, or stop earlier"
 
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
@@ -480,7 +480,7 @@ class ZonalSphereSpectral(SpectralSolver):
         return Diagnosis(values, bool(estimate <= level),
                          f"the estimated error of the law of u, {estimate:.2g}, exceeds error_level = {level:g}")
 
-    def diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
+    def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
         resolution = self._resolution(coefficients)
         # the smallest value of the law of u, not of rho: at large d the outer nodes carry no mass and
         # rho there holds the coefficients' round-off times the basis' size, 1/sqrt(weight)
@@ -489,17 +489,17 @@ class ZonalSphereSpectral(SpectralSolver):
                   **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
-    def grid_coordinates(self) -> dict[str, np.ndarray]:
+    def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {"u": self._nodes}
 
-    def recorded_fields(self, coefficients: np.ndarray) -> dict:
+    def _recorded_fields(self, coefficients: np.ndarray) -> dict:
         return {"law": (("u",), self.law(coefficients)), "mass_profile": (("u",), self.mass_profile(coefficients)),
                 "coefficient": (("degree",), coefficients.copy())}
 
-    def recorded_coordinates(self) -> dict[str, np.ndarray]:
+    def _recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {"degree": np.arange(self.lmax + 1)}
 
-    def recorded_settings(self) -> dict:
+    def _recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "d": self.d, "rtol": self.rtol, "nodes": int(self._nodes.size),
                 "tableau": self.tableau.name, "error_level": self.error_level}
 
