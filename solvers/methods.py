@@ -74,6 +74,9 @@ class Method:
     settings : tuple of str
         Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
         velocity path ``interaction``, and ``underresolved`` where its run can be under-resolved.
+    resumable : bool
+        Whether a run can go on from the end of its dataset (``continuation_state`` and ``solve``'s
+        ``continued``, ``first_step``): a config may then checkpoint it.
     """
 
     name: str
@@ -84,6 +87,7 @@ class Method:
     positional: bool = False
     family: str | None = None
     settings: tuple[str, ...] = ()
+    resumable: bool = True
 
     @property
     def solver(self) -> type:
@@ -134,7 +138,8 @@ METHODS: tuple[Method, ...] = (
     Method("ZonalSpectralRings", "sphere", "gegenbauer", then="rings", settings=("d", "lmax", "rtol")),
     Method("ZonalRings", "sphere", "rings", settings=("d", "lmax", "rtol")),
     # one density per position s, by quantile particles (rotary attention; D = 0)
-    Method("PositionalQuantiles", "circle", "mass_coordinates", positional=True, settings=("layers", "points")),
+    Method("PositionalQuantiles", "circle", "mass_coordinates", positional=True, settings=("layers", "points", "cells"),
+           resumable=False),
     Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol", "underresolved")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),

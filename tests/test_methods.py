@@ -99,7 +99,7 @@ def test_the_front_door_runs_rotary_attention_as_its_class_does():
     rho0 = lambda s, theta: 1 + 0.3 * np.cos(theta - np.pi * s)
     direct = solvers.PositionalQuantiles(model, layers=4, points=16).solve(rho0, [0.0, 0.2], rtol=1e-8, progress=False)
     front = solvers.solve(model, rho0, [0.0, 0.2], layers=4, points=16, rtol=1e-8, progress=False)
-    np.testing.assert_array_equal(front.theta.values, direct.theta.values)
+    np.testing.assert_array_equal(front.angle.values, direct.angle.values)
 
 
 def test_a_setting_the_solver_does_not_take_is_named():
@@ -139,21 +139,24 @@ def _config(kind: str, tmp_path, **method) -> dict:
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "frequencies":
         model.update(frequencies={"law": "gaussian", "width": 0.5}, normalized=False)
         method.setdefault("nodes", 8)
+    if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].positional:
+        model.update(rotary=2.0)
+        method.update(layers=method.get("layers", 4), points=16)
     return {"geometry": "circle" if circle else "sphere", "output": str(tmp_path / kind),
             "times": {"stop": 0.5, "count": 3}, "model": model,
             "method": {"kind": kind, **resolution, **method},
             "initial": {"kind": "perturbed_uniform", "amplitude": 0.05, "mode": 2}}
 
 
-def test_every_solver_of_the_table_is_a_config_kind_but_the_positional_one():
+def test_every_solver_of_the_table_is_a_config_kind():
     assert set(MethodConfig.KEYS) == set(CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS) | {"particles"}
-    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS) == {m.name for m in METHODS if not m.positional}
+    assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS) == {m.name for m in METHODS}
 
 
 @pytest.mark.parametrize("kind", CIRCLE_SOLVERS + SPHERE_SOLVERS)
 def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_given(kind, tmp_path):
     method = METHODS_BY_NAME[kind]
-    keys = {"rtol": 1e-5}
+    keys = {"rtol": 1e-5} if "rtol" in method.settings else {}
     if "interaction" in method.settings:
         keys["interaction"] = "reference"
     if method.causal:
@@ -165,7 +168,8 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
 
 
 @pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",
-                                  "CausalSphereSpectral", "ZonalSphereSpectral", "ZonalSpectralRings"])
+                                  "CausalSphereSpectral", "ZonalSphereSpectral", "ZonalSpectralRings",
+                                  "PositionalQuantiles"])
 def test_the_kinds_new_to_the_config_run_as_the_class_does(kind, tmp_path):
     config = check_config(_config(kind, tmp_path))
     ds = run_experiment(config, progress=False)
@@ -185,6 +189,17 @@ def test_causality_and_the_solver_must_agree(kind, causal, message, tmp_path):
     config["model"]["causal"] = causal
     with pytest.raises(ConfigError, match=message):
         check_config(config)
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"model": {"beta": 2.0}}, "method.kind = 'PositionalQuantiles' solves the position-indexed equation"),
+    ({"checkpoint_every": 1}, "method.kind = 'PositionalQuantiles' runs in one piece"),
+    ({"method": {"kind": "CircleFV", "cells": 64}},
+     "model.rotary runs as particles .* or on its position-indexed mean field .*'PositionalQuantiles'"),
+])
+def test_the_positional_kind_and_rotary_attention_must_agree(edit, message, tmp_path):
+    with pytest.raises(ConfigError, match=message):
+        check_config({**_config("PositionalQuantiles", tmp_path), **edit})
 
 
 def test_keys_of_another_solver_are_refused(tmp_path):

@@ -92,6 +92,39 @@ def test_the_quantile_solution_converges_geometrically_in_the_points_and_at_seco
     np.testing.assert_allclose(ratios, [4.2, 5.0], rtol=0.2)
 
 
+def test_each_positions_density_is_the_measure_of_the_exact_quantiles():
+    """At t = 0 the quantile particles are the exact quantiles of each rho0(s, .) (brentq on its distribution
+    function by quad, not the solver's table), and the recorded ``rho`` is their labels' measure (mass 1/M spread
+    linearly between neighbours, taken here from the recorded angles) averaged over the cells, of mass one; it is
+    within a few percent of the exact cell averages (the linear interpolation's error at 64 labels). The
+    recorded order parameter is the closed form's."""
+    from scipy import special
+    from scipy.integrate import quad
+    from scipy.optimize import brentq
+
+    layers, points, cells = 4, 64, 32
+    solver = PositionalQuantiles(mf.RotaryAttention(1.0, 2.0), layers=layers, points=points, cells=cells)
+    ds = solver.solve(tilted, [0.0, 0.1], progress=False)
+    width, labels = 2 * np.pi / cells, (np.arange(points) + 0.5) / points
+    edges = np.arange(cells + 1) * width
+    for index, s in enumerate(solver.positions):
+        total = quad(lambda t: tilted(s, t), 0.0, 2 * np.pi, epsabs=1e-13)[0]
+        distribution = lambda x: quad(lambda t: tilted(s, t), 0.0, x, epsabs=1e-13)[0] / total  # noqa: E731
+        quantiles = [brentq(lambda x: distribution(x) - m, 0.0, 2 * np.pi, xtol=1e-13) for m in labels]
+        angles = np.sort(np.mod(ds.angle.values[0, index], 2 * np.pi))
+        np.testing.assert_allclose(angles, quantiles, atol=1e-8)
+        lifted = np.concatenate([[angles[-1] - 2 * np.pi], angles, [angles[0] + 2 * np.pi]])
+        masses = np.concatenate([[labels[-1] - 1.0], labels, [labels[0] + 1.0]])
+        measure = np.diff(np.interp(edges, lifted, masses)) / width
+        np.testing.assert_allclose(ds.rho.values[:, index].sum(axis=-1) * width, 1.0, atol=1e-13)
+        np.testing.assert_allclose(ds.rho.values[0, index], measure, atol=1e-12)
+        exact = np.diff([distribution(x) for x in edges]) / width
+        assert np.abs(ds.rho.values[0, index] - exact).max() < 0.02 * exact.max()
+    # the order parameter of all positions: |mean_s e^{i pi s}| I1(1.5)/I0(1.5), to the labels' midpoint rule
+    exact_order = abs(np.exp(1j * np.pi * solver.positions).mean()) * special.i1(1.5) / special.i0(1.5)
+    assert abs(float(ds.order_parameter[0]) - exact_order) < 1e-5
+
+
 def test_particles_approach_the_position_indexed_solution_at_n_to_the_minus_half():
     """Token i von Mises with mean pi i/n, kappa = 1.5: the error of the binned first moments falls like n^{-1/2}
     (the fitted slope within three bootstrap standard errors, systems resampled)."""

@@ -258,11 +258,7 @@ class CircleLagrangian(GridSolver):
         numpy.ndarray
             :math:`G(\theta)`, of the shape of ``theta``.
         """
-        lifted = np.concatenate([positions - TWO_PI, positions, positions + TWO_PI])
-        lifted = np.maximum.accumulate(lifted)  # labels that crossed by round-off keep a monotone G
-        mass = np.concatenate([self.labels - 1.0, self.labels, self.labels + 1.0])
-        turns = np.floor((theta - positions[0]) / TWO_PI)
-        return np.interp(theta - TWO_PI * turns, lifted, mass) + turns
+        return labels_distribution(positions, self.labels, theta)
 
     def density(self, positions: np.ndarray) -> np.ndarray:
         """Cell averages of the measure on the ``cells`` recording cells: mass in each over its width.
@@ -510,6 +506,20 @@ class CircleLagrangian(GridSolver):
         """
         offset = positions - TWO_PI * self.labels
         return float(np.sqrt(np.mean((offset - offset.mean()) ** 2)))
+
+
+def labels_distribution(positions: np.ndarray, labels: np.ndarray, theta: np.ndarray) -> np.ndarray:
+    r"""The lifted distribution function :math:`G(\theta)` of mass labels on the circle (:math:`G(\theta + 2\pi) =
+    G(\theta) + 1`): piecewise linear through :math:`(X_i, m_i)` and their shifts by whole turns.
+
+    ``positions`` are the labels' lifted positions :math:`X_i` in label order (within one turn of
+    the first), ``labels`` their masses :math:`m_i` in :math:`(0, 1)`.
+    """
+    lifted = np.concatenate([positions - TWO_PI, positions, positions + TWO_PI])
+    lifted = np.maximum.accumulate(lifted)  # labels that crossed by round-off keep a monotone G
+    mass = np.concatenate([labels - 1.0, labels, labels + 1.0])
+    turns = np.floor((theta - positions[0]) / TWO_PI)
+    return np.interp(theta - TWO_PI * turns, lifted, mass) + turns
 
 
 def _gaps(positions: np.ndarray) -> np.ndarray:

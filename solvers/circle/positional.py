@@ -16,6 +16,9 @@ repeated ``M`` times (the model's reference: no solver-specific velocity). The r
 is second order in :math:`1/L`; over the labels the velocity is a midpoint rule of a smooth
 periodic integrand (:math:`X(m + 1) = X(m) + 2\pi`), which converges geometrically in ``M``
 while the densities are smooth, and the quantiles stay a measure through cluster formation.
+Each output records the particles' angles and, per position, the measure of the labels (mass
+:math:`1/M` spread linearly between neighbours, :func:`~solvers.circle.lagrangian.labels_distribution`)
+averaged over ``cells`` equal cells, as the other solvers record a density.
 The particles of the model at ``n`` tokens approach the solution like :math:`n^{-1/2}` (the
 tests measure the three rates).
 """
@@ -30,8 +33,10 @@ import xarray as xr
 
 import meanfield as mf
 from meanfield.checks import check_int, check_times
+from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
 
-from .lagrangian import density_quantiles
+from ..grid_solver import DIAGNOSTIC_ATTRS
+from .lagrangian import density_quantiles, labels_distribution
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,18 +51,22 @@ class PositionalQuantiles:
         Number ``L`` of positions ``s``.
     points : int
         Quantile particles ``M`` per position.
+    cells : int
+        Cells of the circle on which each position's density ``rho`` is recorded.
     """
 
     model: object
     layers: int = 16
     points: int = 128
+    cells: int = 128
 
     name = "PositionalQuantiles"
-    geometry = "circle"
+    geometry = CIRCLE
 
     def __post_init__(self) -> None:
         check_int(self.layers, "layers", minimum=1)
         check_int(self.points, "points", minimum=2)
+        check_int(self.cells, "cells", minimum=2)
         if not getattr(self.model, "positional", False):
             raise TypeError(f"PositionalQuantiles solves models whose tokens carry positions (RotaryAttention), got "
                             f"{type(self.model).__name__}")
@@ -110,9 +119,11 @@ class PositionalQuantiles:
         Returns
         -------
         xarray.Dataset
-            ``theta`` (time, position, label): the quantile particles' angles in
-            :math:`(-\pi, \pi]`; ``attrs`` hold the model, the particle run's settings, ``layers``
-            and ``points``.
+            ``angle`` (time, position, label): the quantile particles' angles in
+            :math:`(-\pi, \pi]`; ``rho`` (time, position, theta): each position's density on the
+            ``cells`` recording cells; ``order_parameter`` (time): :math:`|\int e^{i\theta}\rho|` of all
+            positions' tokens; ``attrs`` make it a PDE record (the model; the settings:
+            ``layers``, ``points``, ``cells`` and the particle run's).
         """
         times = check_times(times)
         angles = self.initial_angles(rho0).ravel()
@@ -120,11 +131,22 @@ class PositionalQuantiles:
         x0 = np.stack([np.cos(angles), np.sin(angles)], axis=-1)
         run = mf.simulate_particles(placed, x0, times, method=method, dt=dt, rtol=rtol, progress=progress)
         x = run.x.values.reshape(len(times), self.layers, self.points, 2)
-        theta = np.arctan2(x[..., 1], x[..., 0])
-        ds = xr.Dataset({"theta": (("time", "position", "label"), theta, {"long_name": "quantile particles' angle"})},
-                        coords={"time": times, "position": self.positions, "label": self.labels})
-        ds.attrs.update({key: value for key, value in run.attrs.items() if key in ("model", "settings", "version")},
-                        kind=self.name, layers=self.layers, points=self.points)
+        angle = np.arctan2(x[..., 1], x[..., 0])
+        width = 2 * np.pi / self.cells
+        edges = np.arange(self.cells + 1) * width
+        # the labels' measure needs no label order: sorted angles carry the same equal masses
+        rho = np.diff(np.apply_along_axis(lambda a: labels_distribution(np.sort(np.mod(a, 2 * np.pi)), self.labels,
+                                                                        edges), -1, angle), axis=-1) / width
+        order = np.abs(np.exp(1j * angle).mean(axis=(1, 2)))  # all positions: the midpoint rule in s
+        ds = xr.Dataset({"angle": (("time", "position", "label"), angle, {"long_name": "quantile particles' angle"}),
+                         "rho": (("time", "position", "theta"), rho,
+                                 {"long_name": "density of each position (the labels' measure per cell)"}),
+                         "order_parameter": ("time", order, DIAGNOSTIC_ATTRS["order_parameter"])},
+                        coords={"time": times, "position": self.positions, "label": self.labels,
+                                "theta": edges[:-1] + 0.5 * width})
+        settings = {"solver": self.name, "layers": self.layers, "points": self.points, "cells": self.cells,
+                    **dataset_settings(run)}
+        ds.attrs.update(record_attrs(PDE, CIRCLE, self.model, settings))
         return ds
 
 
@@ -143,7 +165,7 @@ def layer_moments(ds: xr.Dataset, modes=(1, 2)) -> xr.DataArray:
     xarray.DataArray
         Complex moments, the mean of :math:`e^{ik\theta}` over each position's quantile particles.
     """
-    theta = ds.theta.values
-    values = np.stack([np.exp(1j * k * theta).mean(axis=-1) for k in modes], axis=1)
+    angle = ds.angle.values
+    values = np.stack([np.exp(1j * k * angle).mean(axis=-1) for k in modes], axis=1)
     return xr.DataArray(values, coords={"time": ds.time, "mode": list(modes), "position": ds.position},
                         dims=("time", "mode", "position"), name="moments")

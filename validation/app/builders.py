@@ -38,10 +38,11 @@ def build_run(config: ExperimentConfig) -> RunObjects:
     """The output times, model, solver and initial density of ``config``."""
     model = build_model(config)
     solver, initial = build_solver(config, model), initial_density(config)
-    family = solver is not None and METHODS_BY_NAME[config.method.kind].family is not None
-    if solver is not None and (config.model.causal or family) and callable(initial):
+    chosen = METHODS_BY_NAME.get(config.method.kind)
+    labelled = chosen is not None and (chosen.family is not None or chosen.positional or chosen.causal)
+    if solver is not None and labelled and callable(initial):
         density = initial
-        # every layer (node) starts from it: the layered solvers take rho0(label, x)
+        # every layer (node, position) starts from it: these solvers take rho0(label, x)
         initial = lambda s, x: density(x)
     return RunObjects(config, config.times.array(), model, solver, initial)
 

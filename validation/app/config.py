@@ -4,7 +4,8 @@ Example (see ``examples/``)::
 
     geometry = "circle"                 # or "sphere"; "euclidean": pure attention in R^d
                                         # (particles, method.d required; initial "gaussian",
-                                        # "uniform" or "file" of tokens; model.rescaled)
+                                        # "uniform" or "file" of tokens; model.rescaled; d = 1:
+                                        # also the line's solvers)
     output = "output/metastability_circle"
     times = { stop = 20.0, count = 41 }  # or start/stop/count, or an explicit list
     checkpoint_every = 5                # output intervals between checkpoints (0: none)
@@ -26,7 +27,8 @@ Example (see ``examples/``)::
     # attention = "sinkhorn"            # doubly stochastic attention: sinkhorn_iterations
                                         # (unset: to sinkhorn_tolerance = 1e-12); every solver
     # rotary = 4.0                      # the rotary encoding (RoPE), an angle per unit of i/n per
-                                        # coordinate plane of the query space: particles only
+                                        # coordinate plane of the query space: particles, or
+                                        # PositionalQuantiles (layers, points, cells)
 
     # graph = "erdos_renyi"             # attention (or Kuramoto: beta = 0, normalized = false) on a
                                         # graph, particles: "erdos_renyi" (edge_probability), "ring"
@@ -49,7 +51,8 @@ Example (see ``examples/``)::
                                         # CircleFVLagrangian, SphereSpectral, SphereWeightedParticles,
                                         # SphereSpectralParticles, the causal ones; on S^{d-1} with
                                         # method.d: ZonalSphereSpectral, ZonalSpectralRings,
-                                        # ZonalRings) or "particles"
+                                        # ZonalRings; LineFV, LineLagrangian on the line with
+                                        # geometry = "euclidean" and method.interval) or "particles"
     cells = 1024                        # the circle's solvers;  lmax = 63 for SphereSpectral
     underresolved = "stop"              # the grid solvers (CircleAuto: after its hand-over): end at
                                         # the first under-resolved output (exit 3), or "continue"
@@ -195,8 +198,7 @@ class ConfigSection:
 FAMILY_KEYS = {"frequencies": ("nodes",)}
 
 #: The PDE solvers of ``method.kind`` on the circle and on the sphere: the table of ``solvers.methods``.
-CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle"
-                       and not method.positional)  # PositionalQuantiles: from Python (solvers.solve)
+CIRCLE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "circle")
 SPHERE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "sphere")
 #: The PDE solvers of pure attention's rescaled tokens on the line (``geometry = "euclidean"``, ``d = 1``).
 LINE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "line")
@@ -294,7 +296,8 @@ class ModelConfig(ConfigSection):
                                        help="attention = 'sinkhorn': the row sums' tolerance")
     rotary: Any = option(None, types=NUMBER + (list,),
                          help="the rotary positional encoding: the angle per unit of relative position i/n, a "
-                              "number or one per coordinate plane of the query space (method.kind = 'particles')")
+                              "number or one per coordinate plane of the query space (method.kind = 'particles' or "
+                              "'PositionalQuantiles')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -314,8 +317,9 @@ class MethodConfig(ConfigSection):
                         help="the circle's and the line's solvers: cells (CircleSpectral: modes |k| < cells/2; "
                              "CircleAuto: those of its finite volumes; CircleLagrangian, LineLagrangian: those of "
                              "the recorded averages)")
-    points: int = option(4096, types=int, minimum=8,
-                         help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure")
+    points: int = option(None, types=int, minimum=8,
+                         help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure; PositionalQuantiles: "
+                              "quantile particles per position (default: the solver's)")
     interval: Any = option(None, types=(list, tuple),
                            help="LineFV, LineLagrangian: the interval [lo, hi] of the rescaled tokens, holding the "
                                 "initial support (a Gaussian is restricted to it); required")
@@ -330,7 +334,8 @@ class MethodConfig(ConfigSection):
                                   help="SphereWeightedParticles, SphereSpectralParticles: the Gauss grid of the "
                                        "atoms (default lmax)")
     layers: int = option(None, types=int, minimum=1,
-                         help="the causal solvers: layers in the token position s (default: the solver's)")
+                         help="the causal solvers and PositionalQuantiles: layers in the token position s (default: "
+                              "the solver's)")
     nodes: int = option(64, types=int, minimum=1,
                         help="FrequencyCircleFV: nodes of the quadrature of model.frequencies' law, one density "
                              "each (Lorentzian: midpoints in omega = width tan(phi); Gaussian: Gauss-Hermite)")
@@ -581,6 +586,9 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
                           f"use {' or '.join(map(repr, expected))} or 'particles'")
     _no_foreign_keys(method, MethodConfig.KEYS[method.kind])
     _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
+    if config.checkpoint_every and method.kind in METHODS_BY_NAME and not METHODS_BY_NAME[method.kind].resumable:
+        raise ConfigError(f"method.kind = {method.kind!r} runs in one piece: it cannot go on from a checkpoint "
+                          f"(checkpoint_every must be 0, got {config.checkpoint_every})")
     d, native = method.d, 2 if geometry == "circle" else 3
     if d is not None and (d < native or (geometry == "circle" and d != 2)):
         raise ConfigError(f"method.d = {d} does not fit geometry = {geometry!r} (use 'circle' for d = 2, "
@@ -742,13 +750,17 @@ def _nested_tuple(values: Any) -> Any:
 
 
 def _check_attention_variant(config: ExperimentConfig) -> None:
-    """Sinkhorn attention (SA only) and the rotary encoding (particles only) each stand alone: neither is
+    """Sinkhorn attention (SA only) and the rotary encoding (particles, PositionalQuantiles) each stand alone: neither is
     causal, nor takes the perceptron or a rescaled time, and their own keys need them."""
     model, values = config.model, values_of(config.model)
     sinkhorn, rotary = model.attention == "sinkhorn", model.rotary is not None
     for key in ("sinkhorn_iterations", "sinkhorn_tolerance"):
         if not sinkhorn and values[key] != _default(ModelConfig, key):
             raise ConfigError(f"model.{key} applies to attention = 'sinkhorn', got attention = {model.attention!r}")
+    chosen = METHODS_BY_NAME.get(config.method.kind)
+    if chosen is not None and chosen.positional and not rotary:
+        raise ConfigError(f"method.kind = {config.method.kind!r} solves the position-indexed equation of a model "
+                          f"whose tokens carry positions: it needs model.rotary")
     if not (sinkhorn or rotary):
         return
     variant = "attention = 'sinkhorn'" if sinkhorn else "model.rotary"
@@ -759,9 +771,10 @@ def _check_attention_variant(config: ExperimentConfig) -> None:
             raise ConfigError(f"model.{key} does not apply with {variant}")
     if sinkhorn and not model.normalized:
         raise ConfigError("attention = 'sinkhorn' scales the softmax matrix: it needs model.normalized = true")
-    if rotary and config.method.kind != "particles":
-        raise ConfigError(f"model.rotary runs as particles (method.kind = 'particles'; its position-indexed mean "
-                          f"field is solvers.solve(model, rho0, times) from Python), got method.kind = "
+    positional = [m.name for m in METHODS if m.positional]
+    if rotary and config.method.kind not in ("particles", *positional):
+        raise ConfigError(f"model.rotary runs as particles (method.kind = 'particles') or on its position-indexed "
+                          f"mean field (method.kind = {' or '.join(map(repr, positional))}), got method.kind = "
                           f"{config.method.kind!r}")
 
 

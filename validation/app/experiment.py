@@ -25,6 +25,7 @@ from meanfield.errors import StepSizeCollapse
 from solvers import UnderResolvedWarning
 from solvers.grid_solver import padded_to_longest
 from meanfield.integration import Pace
+from solvers.methods import METHODS_BY_NAME
 
 from .builders import RunObjects, initial_particles, particle_method, underresolved_policy
 from .config import ExperimentConfig, check_config, load_config
@@ -141,7 +142,7 @@ def _run_locked(run: RunObjects, output: Path, resume: bool, progress: bool | No
                     if not parts:
                         raise
                     break
-                next_step = dataset_settings(part)["next_step"] if solver is not None else None
+                next_step = dataset_settings(part).get("next_step") if solver is not None else None
                 if part.sizes["time"] < segment_times.size:  # ended at its first under-resolved output
                     stopped = (f"under-resolved from t={part.attrs['underresolved_since']:.6g}: the run ends at its "
                                f"first under-resolved output (method.underresolved = 'continue' goes on)")
@@ -152,7 +153,8 @@ def _run_locked(run: RunObjects, output: Path, resume: bool, progress: bool | No
                 if segment < len(boundaries) - 1:
                     _write_checkpoint(output, config, part, next_step, generator, segment,
                                       elapsed + time.perf_counter() - started)
-            state = part.x.values[-1] if solver is None else solver.continuation_state(part)
+            if segment < len(boundaries) - 1:
+                state = part.x.values[-1] if solver is None else solver.continuation_state(part)
             continued = True
             parts.append(part)
 
@@ -177,6 +179,8 @@ def _compute_segment(config, model, solver, state, segment_times, generator, bar
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
                                      observables=("energy",) if model.has_energy else (),
                                      dt=config.method.dt, rng=generator, progress=bar)
+    if not METHODS_BY_NAME[config.method.kind].resumable:  # one piece (the config refuses checkpoints)
+        return solver.solve(state, segment_times, progress=bar)
     return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace,
                         **underresolved_policy(config))
 

@@ -20,7 +20,8 @@ from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, LineFV, LineLagrangian,
-                     SphereSpectralParticles, SphereWeightedParticles, ZonalRings, ZonalSpectralRings)
+                     PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
+                     ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import sharpest_cluster_width
 from solvers.sphere.grid import grid_shape
@@ -55,6 +56,11 @@ def preflight(config: ExperimentConfig) -> RunObjects:
         _check_measure_initial(run.solver, run.initial)
     elif isinstance(run.solver, (LineFV, LineLagrangian)):
         _check_line(config, run.solver, run.initial)
+    elif isinstance(run.solver, PositionalQuantiles):  # quantile particles: no grid to resolve, no stability limit
+        try:
+            run.solver.initial_angles(run.initial)
+        except ValueError as error:
+            raise ConfigError(f"initial: {error}") from None
     else:
         state = _check_pde_initial(run.solver, run.initial)
         _check_duration(config, run.solver, state)
@@ -269,6 +275,14 @@ def _check_memory(config: ExperimentConfig) -> None:
         # frames, integrator stages and copies (~16 arrays of the tokens), the pair sums' bounded blocks
         needed = 8 * (count + 16) * method.n * config.dimension + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = f"method.n = {method.n} particles at times.count = {count} outputs"
+    elif METHODS_BY_NAME[method.kind].positional:
+        # every position's quantile particles (angles and their two coordinates) and density at every output,
+        # the integrator's stages, and the pair sums' bounded blocks
+        defaults = inspect.signature(METHODS_BY_NAME[method.kind].solver).parameters
+        layers, points = (getattr(method, key) or defaults[key].default for key in ("layers", "points"))
+        needed = 8 * layers * (3 * points + method.cells) * (count + 16) + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
+        what = (f"method.layers = {layers} positions of method.points = {points} quantile particles and "
+                f"method.cells = {method.cells} cells at times.count = {count} outputs")
     elif method.kind in LINE_SOLVERS:
         # the recorded cells (and labels) at every output, and a few square arrays of attention weights:
         # LineFV's faces against its cells, LineLagrangian's labels against each other
@@ -293,7 +307,8 @@ def _check_memory(config: ExperimentConfig) -> None:
             what += f" for {method.nodes} frequency nodes (method.nodes)"
         needed = 8 * points * (count + WORKING_FIELDS[method.kind])
         if method.kind in ("CircleLagrangian", "CircleFVLagrangian"):  # the labels' positions at every output
-            needed += 8 * method.points * (count + WORKING_FIELDS[method.kind])
+            points = method.points or inspect.signature(chosen.solver).parameters["points"].default
+            needed += 8 * points * (count + WORKING_FIELDS[method.kind])
         if method.kind in ("SphereWeightedParticles", "SphereSpectralParticles"):  # the atoms at every output
             atoms = int(np.prod(grid_shape(method.quadrature_lmax or method.lmax)))
             needed += 8 * 4 * atoms * (count + WORKING_FIELDS[method.kind])
