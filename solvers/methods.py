@@ -70,7 +70,9 @@ class Method:
     family : str or None
         What labels its family of densities, when a configuration builds the labels from the
         model's section: ``"frequencies"``, one density per node of ``[model.frequencies]``' law
-        (its ``frequencies`` and ``weights``, ``method.nodes`` of them). ``None``: none.
+        (its ``frequencies`` and ``weights``, ``method.nodes`` of them); ``"lorentzian"``, the
+        whole Lorentzian law at once (its ``width`` and ``center``: the exact reduction).
+        ``None``: none.
     settings : tuple of str
         Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
         velocity path ``interaction``, and ``underresolved`` where its run can be under-resolved.
@@ -122,6 +124,8 @@ METHODS: tuple[Method, ...] = (
            settings=("cells", "points", "rtol", "interaction")),
     # the family of natural frequencies: one density per node of the frequency law (the interaction as model)
     Method("FrequencyCircleFV", "circle", "finite_volumes", family="frequencies", settings=("cells", *_GRID)),
+    # the marginal of Lorentzian frequencies exactly: its moments, one population at omega_0 + i Delta
+    Method("LorentzianKuramoto", "circle", "fourier", family="lorentzian", settings=("modes", "rtol"), resumable=False),
     Method("CausalCircleFV", "circle", "finite_volumes", causal=True,
            settings=("cells", "layers", *_GRID)),
     Method("CausalCircleSpectral", "circle", "fourier", causal=True,

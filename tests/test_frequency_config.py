@@ -44,8 +44,47 @@ def test_frequencies_need_particles_or_their_family_on_the_circle(tmp_path):
     raw = base(tmp_path)
     del raw["model"]["frequencies"]
     raw["method"] = {"kind": "FrequencyCircleFV", "cells": 64}
-    with pytest.raises(ConfigError, match="one density per node of a frequency law: it needs \\[model.frequencies\\]"):
+    with pytest.raises(ConfigError, match="the mean field of a frequency law: it needs \\[model.frequencies\\]"):
         check_config(raw)
+
+
+@pytest.mark.parametrize("lag", [0.0, 0.5])
+def test_the_exact_lorentzian_mean_field_runs_from_a_config(tmp_path, lag):
+    """method.kind = "LorentzianKuramoto": the run is the class's, bit for bit, and r(t) reaches the locked state's
+    closed form sqrt(1 - 2 Delta / (K cos alpha)) (Ott-Antonsen; independent of the moments' equations)."""
+    from solvers import LorentzianKuramoto
+    from validation.app.builders import frequency_interaction
+    from validation.app.experiment import run_experiment
+
+    raw = base(tmp_path, value=3.0)
+    raw["model"]["frequencies"]["phase_lag"] = lag
+    raw.update(times={"stop": 20.0, "count": 5}, method={"kind": "LorentzianKuramoto", "modes": 160},
+               initial={"kind": "perturbed_uniform", "amplitude": 0.2, "mode": 1})
+    ds = run_experiment(raw, progress=False)
+    direct = LorentzianKuramoto(frequency_interaction(check_config(raw)), 0.5, modes=160).solve(
+        lambda t: 1 + 0.2 * np.cos(t), np.linspace(0.0, 20.0, 5))
+    np.testing.assert_array_equal(ds.order_parameter.values, direct.order_parameter.values)
+    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    assert abs(float(ds.order_parameter[-1]) - np.sqrt(1 - 2 * 0.5 / (3.0 * np.cos(lag)))) < 1e-6
+    assert ds.attrs["trustworthy"] == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": {"frequencies": {"law": "gaussian", "width": 0.5}}}, "needs model.frequencies.law = 'lorentzian'"),
+    ({"checkpoint_every": 1}, "runs in one piece"),
+    ({"initial": {"kind": "perturbed_uniform", "mode": 70}}, "initial.mode = 70 is not resolved: method.modes = 64"),
+    ({"model": {"beta": 2.0, "frequencies": {"law": "lorentzian", "width": 0.5}}}, "pair kernel of one harmonic"),
+])
+def test_a_bad_lorentzian_config_is_refused_naming_the_key(tmp_path, change, message):
+    from validation.app.experiment import prepare
+
+    raw = base(tmp_path)
+    raw["method"] = {"kind": "LorentzianKuramoto"}
+    raw["initial"] = {"kind": "perturbed_uniform", "amplitude": 0.2, "mode": 1}
+    for key, value in change.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
+    with pytest.raises(ConfigError, match=message):
+        prepare(raw)
 
 
 @pytest.mark.parametrize("lag", [0.0, 0.6])

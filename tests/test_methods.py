@@ -139,6 +139,9 @@ def _config(kind: str, tmp_path, **method) -> dict:
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "frequencies":
         model.update(frequencies={"law": "gaussian", "width": 0.5}, normalized=False)
         method.setdefault("nodes", 8)
+    if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "lorentzian":  # Kuramoto: one harmonic
+        model.update(beta=0.0, frequencies={"law": "lorentzian", "width": 0.5}, normalized=False)
+        resolution = {"modes": 32}
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].positional:
         model.update(rotary=2.0)
         method.update(layers=method.get("layers", 4), points=16)
@@ -169,7 +172,7 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
 
 @pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",
                                   "CausalSphereSpectral", "ZonalSphereSpectral", "ZonalSpectralRings",
-                                  "PositionalQuantiles"])
+                                  "PositionalQuantiles", "LorentzianKuramoto"])
 def test_the_kinds_new_to_the_config_run_as_the_class_does(kind, tmp_path):
     config = check_config(_config(kind, tmp_path))
     ds = run_experiment(config, progress=False)

@@ -39,6 +39,7 @@ import xarray as xr
 from scipy.integrate import solve_ivp
 
 from meanfield.checks import check_int, check_real, check_rtol, check_times
+from meanfield.progress import time_progress
 from meanfield.records import CIRCLE, PDE, record_attrs
 
 from ..resolution import UnderResolvedWarning
@@ -161,7 +162,7 @@ class LorentzianKuramoto:
         return (1j * k * (self.frequency * moments + forward * r1 * below + backward * np.conj(r1) * above)
                 - self.model.diffusion * k * k * moments)
 
-    def solve(self, rho0, times) -> xr.Dataset:
+    def solve(self, rho0, times, *, progress: bool | None = None) -> xr.Dataset:
         """Evolve the marginal's moments from ``rho0`` and record them at ``times``.
 
         Parameters
@@ -170,6 +171,9 @@ class LorentzianKuramoto:
             As for :meth:`initial_moments`.
         times : array_like
             Strictly increasing output times.
+        progress : bool or tqdm.tqdm, optional
+            Progress bar over the output intervals (default: when stderr is a terminal), or an
+            open bar to advance.
 
         Returns
         -------
@@ -181,18 +185,20 @@ class LorentzianKuramoto:
         """
         times = check_times(times)
         frames, since = [self.initial_moments(rho0)], np.nan
-        for start, end in zip(times[:-1], times[1:]):
-            solution = solve_ivp(lambda t, a: self.rhs(a), (start, end), frames[-1], method="DOP853",
-                                 rtol=self.rtol, atol=1e-3 * self.rtol)
-            moments = solution.y[:, -1]
-            tail = np.abs(moments[-max(1, self.modes // 10):]).max()
-            if not solution.success or not np.all(np.isfinite(moments)) or tail > self.rtol:
-                since = float(end)
-                warnings.warn(f"under-resolved from t={end:.6g} on: the marginal sharpens beyond {self.modes} moments "
-                              f"(the top ones reach {tail:.3g} > rtol); the run ends at the last resolved output. "
-                              "Raise modes", UnderResolvedWarning, stacklevel=2)
-                break
-            frames.append(moments)
+        with time_progress(times[0], times[-1], progress, self.name) as bar:
+            for start, end in zip(times[:-1], times[1:]):
+                solution = solve_ivp(lambda t, a: self.rhs(a), (start, end), frames[-1], method="DOP853",
+                                     rtol=self.rtol, atol=1e-3 * self.rtol)
+                moments = solution.y[:, -1]
+                tail = np.abs(moments[-max(1, self.modes // 10):]).max()
+                if not solution.success or not np.all(np.isfinite(moments)) or tail > self.rtol:
+                    since = float(end)
+                    warnings.warn(f"under-resolved from t={end:.6g} on: the marginal sharpens beyond {self.modes} "
+                                  f"moments (the top ones reach {tail:.3g} > rtol); the run ends at the last resolved "
+                                  "output. Raise modes", UnderResolvedWarning, stacklevel=2)
+                    break
+                frames.append(moments)
+                bar.update(end - start)
         moments = np.array(frames)
         theta = 2 * np.pi * np.arange(4 * self.modes) / (4 * self.modes)
         k = np.arange(1, self.modes + 1)

@@ -39,7 +39,7 @@ def build_run(config: ExperimentConfig) -> RunObjects:
     model = build_model(config)
     solver, initial = build_solver(config, model), initial_density(config)
     chosen = METHODS_BY_NAME.get(config.method.kind)
-    labelled = chosen is not None and (chosen.family is not None or chosen.positional or chosen.causal)
+    labelled = chosen is not None and (chosen.family == "frequencies" or chosen.positional or chosen.causal)
     if solver is not None and labelled and callable(initial):
         density = initial
         # every layer (node, position) starts from it: these solvers take rho0(label, x)
@@ -144,8 +144,11 @@ FREQUENCY_QUADRATURES = {"lorentzian": mf.lorentzian_nodes, "gaussian": mf.gauss
 
 
 def family_labels(config: ExperimentConfig) -> dict:
-    """The labels of a family solver's densities, as its constructor takes them (``Method.family``)."""
+    """The labels of a family solver's densities, as its constructor takes them (``Method.family``): the law's
+    nodes and weights, or the Lorentzian law itself."""
     law = config.model.frequencies
+    if METHODS_BY_NAME[config.method.kind].family == "lorentzian":
+        return {"width": law.width, "center": law.center}
     nodes, weights = FREQUENCY_QUADRATURES[law.law](law.width, config.method.nodes, center=law.center)
     return {"frequencies": nodes, "weights": weights}
 

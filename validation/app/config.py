@@ -336,6 +336,8 @@ class MethodConfig(ConfigSection):
     layers: int = option(None, types=int, minimum=1,
                          help="the causal solvers and PositionalQuantiles: layers in the token position s (default: "
                               "the solver's)")
+    modes: int = option(64, types=int, minimum=2,
+                        help="LorentzianKuramoto: moments a_1 .. a_K of the marginal kept")
     nodes: int = option(64, types=int, minimum=1,
                         help="FrequencyCircleFV: nodes of the quadrature of model.frequencies' law, one density "
                              "each (Lorentzian: midpoints in omega = width tan(phi); Gaussian: Gauss-Hermite)")
@@ -831,14 +833,15 @@ FREQUENCY_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "frequencies
 
 
 def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
-    """``[model.frequencies]``: a known law of positive width, on the circle as particles or the family of densities
-    of its nodes (``FrequencyCircleFV``), a zonal interaction; that family needs the law."""
+    """``[model.frequencies]``: a known law of positive width, on the circle as particles, the family of densities
+    of its nodes (``FrequencyCircleFV``) or the exact Lorentzian reduction (``LorentzianKuramoto``), a zonal
+    interaction; those solvers need the law."""
     frequencies = config.model.frequencies
     family = METHODS_BY_NAME[config.method.kind].family if config.method.kind in METHODS_BY_NAME else None
     if frequencies is None:
-        if family == "frequencies":
-            raise ConfigError(f"method.kind = {config.method.kind!r} solves one density per node of a frequency law: "
-                              "it needs [model.frequencies] (law, width, center, phase_lag)")
+        if family is not None:
+            raise ConfigError(f"method.kind = {config.method.kind!r} solves the mean field of a frequency law: it needs "
+                              "[model.frequencies] (law, width, center, phase_lag)")
         return config
     frequencies = _table_as(FrequenciesConfig, frequencies, "model.frequencies")
     try:
@@ -846,10 +849,14 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
         check_real(frequencies.phase_lag, "phase_lag")
     except (ValueError, TypeError) as error:
         raise ConfigError(f"model.frequencies: {error}") from None
-    if config.geometry != "circle" or (config.method.kind != "particles" and family != "frequencies"):
+    if family == "lorentzian" and frequencies.law != "lorentzian":
+        raise ConfigError(f"method.kind = {config.method.kind!r} is the exact reduction of Lorentzian frequencies: it "
+                          f"needs model.frequencies.law = 'lorentzian', got {frequencies.law!r} (FrequencyCircleFV "
+                          "solves any law by its nodes)")
+    if config.geometry != "circle" or (config.method.kind != "particles" and family is None):
         raise ConfigError(f"model.frequencies turn tokens on the circle (geometry = 'circle'): particles "
                           f"(method.kind = 'particles') or the mean field of the law (method.kind = "
-                          f"'FrequencyCircleFV'), got geometry = {config.geometry!r}, method.kind = "
+                          f"'FrequencyCircleFV', or 'LorentzianKuramoto' for a Lorentzian law), got geometry = {config.geometry!r}, method.kind = "
                           f"{config.method.kind!r}")
     _only_model_keys(config, FREQUENCY_MODEL_KEYS, "with model.frequencies (oscillators with a zonal interaction)")
     if not isinstance(config.model.value, NUMBER):
@@ -908,7 +915,9 @@ def _check_mode_resolved(config: ExperimentConfig) -> None:
     method, initial = config.method, config.initial
     if initial.kind != "perturbed_uniform" or method.kind == "particles":
         return
-    if method.kind in CIRCLE_SOLVERS:
+    if METHODS_BY_NAME[method.kind].family == "lorentzian":
+        highest, grid = method.modes, f"method.modes = {method.modes} holds the moments up to"
+    elif method.kind in CIRCLE_SOLVERS:
         highest, grid = method.cells // 2, f"method.cells = {method.cells} holds Fourier modes up to"
     else:
         highest, grid = method.lmax, f"method.lmax = {method.lmax} holds degrees up to"

@@ -179,8 +179,9 @@ def _compute_segment(config, model, solver, state, segment_times, generator, bar
         return mf.simulate_particles(model, state, segment_times, method=particle_method(config),
                                      observables=("energy",) if model.has_energy else (),
                                      dt=config.method.dt, rng=generator, progress=bar)
-    if not METHODS_BY_NAME[config.method.kind].resumable:  # one piece (the config refuses checkpoints)
-        return solver.solve(state, segment_times, progress=bar)
+    chosen = METHODS_BY_NAME[config.method.kind]
+    if not chosen.resumable:  # one piece (the config refuses checkpoints)
+        return solver.solve(state, segment_times, **({"progress": bar} if "progress" in chosen.solve_options else {}))
     return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace,
                         **underresolved_policy(config))
 

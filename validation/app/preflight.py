@@ -20,7 +20,7 @@ from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, LineFV, LineLagrangian,
-                     PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
+                     LorentzianKuramoto, PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
                      ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import sharpest_cluster_width
@@ -56,9 +56,12 @@ def preflight(config: ExperimentConfig) -> RunObjects:
         _check_measure_initial(run.solver, run.initial)
     elif isinstance(run.solver, (LineFV, LineLagrangian)):
         _check_line(config, run.solver, run.initial)
-    elif isinstance(run.solver, PositionalQuantiles):  # quantile particles: no grid to resolve, no stability limit
+    elif isinstance(run.solver, (PositionalQuantiles, LorentzianKuramoto)):  # no grid to resolve, no stability limit
         try:
-            run.solver.initial_angles(run.initial)
+            if isinstance(run.solver, PositionalQuantiles):
+                run.solver.initial_angles(run.initial)
+            else:
+                run.solver.initial_moments(run.initial)
         except ValueError as error:
             raise ConfigError(f"initial: {error}") from None
     else:
@@ -283,6 +286,10 @@ def _check_memory(config: ExperimentConfig) -> None:
         needed = 8 * layers * (3 * points + method.cells) * (count + 16) + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = (f"method.layers = {layers} positions of method.points = {points} quantile particles and "
                 f"method.cells = {method.cells} cells at times.count = {count} outputs")
+    elif METHODS_BY_NAME[method.kind].family == "lorentzian":
+        # the complex moments, and the marginal on 4 modes angles, at every output
+        needed = 8 * 6 * method.modes * (count + 16)
+        what = f"method.modes = {method.modes} moments at times.count = {count} outputs"
     elif method.kind in LINE_SOLVERS:
         # the recorded cells (and labels) at every output, and a few square arrays of attention weights:
         # LineFV's faces against its cells, LineLagrangian's labels against each other
