@@ -71,8 +71,9 @@ class Method:
         What labels its family of densities, when a configuration builds the labels from the
         model's section: ``"frequencies"``, one density per node of ``[model.frequencies]``' law
         (its ``frequencies`` and ``weights``, ``method.nodes`` of them); ``"lorentzian"``, the
-        whole Lorentzian law at once (its ``width`` and ``center``: the exact reduction).
-        ``None``: none.
+        whole Lorentzian law at once (its ``width`` and ``center``: the exact reduction);
+        ``"graphon"``, one density per vertex label of a graphon (``graphon``, the model's
+        ``graphon`` read as a function). ``None``: none.
     settings : tuple of str
         Its settings a config may give (``[method]`` keys): the resolution, ``rtol``, the
         velocity path ``interaction``, and ``underresolved`` where its run can be under-resolved.
@@ -124,6 +125,8 @@ METHODS: tuple[Method, ...] = (
            settings=("cells", "points", "rtol", "interaction")),
     # the family of natural frequencies: one density per node of the frequency law (the interaction as model)
     Method("FrequencyCircleFV", "circle", "finite_volumes", family="frequencies", settings=("cells", *_GRID)),
+    # one density per vertex label of a graphon
+    Method("GraphonCircleFV", "circle", "finite_volumes", family="graphon", settings=("cells", "vertices", *_GRID)),
     # the marginal of Lorentzian frequencies exactly: its moments, one population at omega_0 + i Delta
     Method("LorentzianKuramoto", "circle", "fourier", family="lorentzian", settings=("modes", "rtol"), resumable=False),
     Method("CausalCircleFV", "circle", "finite_volumes", causal=True,

@@ -139,6 +139,9 @@ def _config(kind: str, tmp_path, **method) -> dict:
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "frequencies":
         model.update(frequencies={"law": "gaussian", "width": 0.5}, normalized=False)
         method.setdefault("nodes", 8)
+    if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "graphon":
+        model.update(graph="graphon", graphon="x * y")
+        method.setdefault("vertices", 4)
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "lorentzian":  # Kuramoto: one harmonic
         model.update(beta=0.0, frequencies={"law": "lorentzian", "width": 0.5}, normalized=False)
         resolution = {"modes": 32}
@@ -172,7 +175,7 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
 
 @pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",
                                   "CausalSphereSpectral", "ZonalSphereSpectral", "ZonalSpectralRings",
-                                  "PositionalQuantiles", "LorentzianKuramoto"])
+                                  "PositionalQuantiles", "LorentzianKuramoto", "GraphonCircleFV"])
 def test_the_kinds_new_to_the_config_run_as_the_class_does(kind, tmp_path):
     config = check_config(_config(kind, tmp_path))
     ds = run_experiment(config, progress=False)

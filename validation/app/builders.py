@@ -16,7 +16,7 @@ import meanfield as mf
 from meanfield.protocols import Model
 from solvers.methods import METHODS_BY_NAME  # the table only: the solvers' modules load when one is built
 
-from .config import ExperimentConfig
+from .config import GRAPHON, ExperimentConfig, graphon_function
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def build_run(config: ExperimentConfig) -> RunObjects:
     model = build_model(config)
     solver, initial = build_solver(config, model), initial_density(config)
     chosen = METHODS_BY_NAME.get(config.method.kind)
-    labelled = chosen is not None and (chosen.family == "frequencies" or chosen.positional or chosen.causal)
+    labelled = chosen is not None and (chosen.family in ("frequencies", GRAPHON) or chosen.positional or chosen.causal)
     if solver is not None and labelled and callable(initial):
         density = initial
         # every layer (node, position) starts from it: these solvers take rho0(label, x)
@@ -57,6 +57,8 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
             law = mf.MatrixWeights(spec.random.bilinear, spec.random.value)
             return mf.RandomAttention(spec.beta, heads=spec.random.heads, step=config.method.dt, law=law,
                                       redraw=spec.random.redraw)
+        if spec.graph is not None and config.method.kind != "particles":  # the graphon family's interaction
+            return mf.SelfAttention(spec.beta, normalized=spec.normalized, value=spec.value, diffusion=spec.diffusion)
         if spec.graph is not None:
             return graph_model(config, graph_generator(config.method.seed))
         if spec.frequencies is not None and config.method.kind != "particles":  # the family's interaction
@@ -102,7 +104,11 @@ def graph_model(config: ExperimentConfig, generator: np.random.Generator,
     ``systems`` graphs, drawn in turn, when given)."""
     spec = config.model
 
+    graphon = graphon_function(spec.graphon) if spec.graph == GRAPHON else None
+
     def draw():
+        if graphon is not None:
+            return mf.graphon_graph(graphon, config.method.n, generator)
         return mf.draw_graph(spec.graph, config.method.n, edge_probability=spec.edge_probability,
                              neighbours=spec.neighbours, seed=generator)
 
@@ -145,9 +151,12 @@ FREQUENCY_QUADRATURES = {"lorentzian": mf.lorentzian_nodes, "gaussian": mf.gauss
 
 def family_labels(config: ExperimentConfig) -> dict:
     """The labels of a family solver's densities, as its constructor takes them (``Method.family``): the law's
-    nodes and weights, or the Lorentzian law itself."""
+    nodes and weights, the Lorentzian law itself, or the graphon."""
+    family = METHODS_BY_NAME[config.method.kind].family
+    if family == GRAPHON:
+        return {"graphon": graphon_function(config.model.graphon)}
     law = config.model.frequencies
-    if METHODS_BY_NAME[config.method.kind].family == "lorentzian":
+    if family == "lorentzian":
         return {"width": law.width, "center": law.center}
     nodes, weights = FREQUENCY_QUADRATURES[law.law](law.width, config.method.nodes, center=law.center)
     return {"frequencies": nodes, "weights": weights}

@@ -32,8 +32,9 @@ Example (see ``examples/``)::
 
     # graph = "erdos_renyi"             # attention (or Kuramoto: beta = 0, normalized = false) on a
                                         # graph, particles: "erdos_renyi" (edge_probability), "ring"
-                                        # (neighbours), "small_world" (both); a sweep draws one per
-                                        # realisation
+                                        # (neighbours), "small_world" (both), "graphon" (graphon =
+                                        # "x * y", W(x, y) as an expression; its mean field:
+                                        # GraphonCircleFV); a sweep draws one per realisation
 
     # [model.random]                    # random weights (particles, scheme = "layer", step method.dt):
     # bilinear = "wigner"               # Q^T K: "identity", "gaussian" or "wigner" (meanfield.MatrixWeights)
@@ -98,6 +99,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from .errors import ConfigError
+from .expressions import parse_function
 
 
 NUMBER = (numbers.Real,)
@@ -205,6 +207,9 @@ LINE_SOLVERS = tuple(method.name for method in METHODS if method.geometry == "li
 #: The solvers of zonal densities on S^{d-1}, any d (``method.d``).
 ZONAL_SOLVERS = tuple(method.name for method in METHODS if "d" in method.settings)
 
+#: ``model.graph``'s graphs drawn from a graphon, and the family of its mean field (``Method.family``).
+GRAPHON = "graphon"
+
 #: Tokens in R^d without layer normalization: pure attention (particles only).
 EUCLIDEAN = "euclidean"
 GEOMETRIES = ("circle", "sphere", EUCLIDEAN)
@@ -254,9 +259,14 @@ class ModelConfig(ConfigSection):
     key: Any = option(None, types=(list, str, tuple), help="K: a (k, d) / (heads, k, d) matrix (k as the query's) or a .npy path")
     perceptron: Any = option(None, types=(dict, PerceptronConfig),
                              help="the perceptron block: weights (J numbers), directions (J d-vectors)")
-    graph: str = option(None, types=str, choices=("erdos_renyi", "ring", "small_world"),
+    graph: str = option(None, types=str, choices=("erdos_renyi", "ring", "small_world", GRAPHON),
                         help="attention on a graph (particles; meanfield.GraphAttention): a run draws one "
-                             "graph from method.seed, a sweep one per realisation")
+                             "graph from method.seed, a sweep one per realisation; 'graphon': graphs drawn from "
+                             "model.graphon, whose mean field is method.kind = 'GraphonCircleFV'")
+    graphon: str = option(None, types=str,
+                          help="graph = 'graphon': W(x, y) on [0, 1]^2, symmetric, in [0, 1], as an expression in x "
+                               "and y (numbers, + - * / **, comparisons, pi, e, exp, log, sqrt, abs, sin, cos, "
+                               "minimum, maximum), such as \"x * y\" or \"exp(-abs(x - y) / 0.2)\"")
     edge_probability: float = option(None, types=NUMBER, minimum=0,
                                      help="graph: the Erdos-Renyi edge probability, or the small world's "
                                           "rewiring probability")
@@ -336,6 +346,8 @@ class MethodConfig(ConfigSection):
     layers: int = option(None, types=int, minimum=1,
                          help="the causal solvers and PositionalQuantiles: layers in the token position s (default: "
                               "the solver's)")
+    vertices: int = option(32, types=int, minimum=1,
+                           help="GraphonCircleFV: vertex labels of the midpoint rule of [0, 1], one density each")
     modes: int = option(64, types=int, minimum=2,
                         help="LorentzianKuramoto: moments a_1 .. a_K of the marginal kept")
     nodes: int = option(64, types=int, minimum=1,
@@ -826,7 +838,10 @@ def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
 
 
 #: The ``[model]`` keys attention on a graph takes (the others must keep their defaults).
-GRAPH_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "graph", "edge_probability", "neighbours"}
+GRAPH_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "graph", "edge_probability", "neighbours", "graphon"}
+
+#: Labels on which a config's graphon is checked (the midpoints of [0, 1]): in [0, 1], finite, symmetric.
+GRAPHON_CHECK_LABELS = 64
 
 #: The ``[model]`` keys oscillators with natural frequencies take (a zonal interaction on the circle).
 FREQUENCY_MODEL_KEYS = {"beta", "normalized", "value", "diffusion", "frequencies"}
@@ -838,6 +853,8 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
     interaction; those solvers need the law."""
     frequencies = config.model.frequencies
     family = METHODS_BY_NAME[config.method.kind].family if config.method.kind in METHODS_BY_NAME else None
+    if family == GRAPHON:
+        family = None  # its labels are the graphon's (_check_graph)
     if frequencies is None:
         if family is not None:
             raise ConfigError(f"method.kind = {config.method.kind!r} solves the mean field of a frequency law: it needs "
@@ -866,24 +883,58 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
 
 
 def _check_graph(config: ExperimentConfig) -> None:
-    """``model.graph``: particles, its parameters and no others, a number for ``value``, a graph that can be drawn."""
+    """``model.graph``: particles (or the graphon's mean field), its parameters and no others, a number for
+    ``value``, a graph that can be drawn (a graphon: an expression in [0, 1], symmetric)."""
     model, values = config.model, values_of(config.model)
+    family = METHODS_BY_NAME[config.method.kind].family if config.method.kind in METHODS_BY_NAME else None
     if model.graph is None:
-        for key in ("edge_probability", "neighbours"):
+        for key in ("edge_probability", "neighbours", "graphon"):
             if values[key] is not None:
                 raise ConfigError(f"model.{key} applies to attention on a graph (model.graph)")
+        if family == GRAPHON:
+            raise ConfigError(f"method.kind = {config.method.kind!r} solves the mean field of graphs drawn from a "
+                              f"graphon: it needs model.graph = 'graphon' and model.graphon")
         return
-    if config.method.kind != "particles":
-        raise ConfigError(f"model.graph runs as particles (method.kind = 'particles'), got method.kind = "
-                          f"{config.method.kind!r}")
+    if config.method.kind != "particles" and not (model.graph == GRAPHON and family == GRAPHON):
+        raise ConfigError(f"model.graph runs as particles (method.kind = 'particles'; model.graph = 'graphon' also "
+                          f"as its mean field, 'GraphonCircleFV'), got method.kind = {config.method.kind!r}")
     _only_model_keys(config, GRAPH_MODEL_KEYS, "with model.graph")
     if not isinstance(model.value, NUMBER):
         raise ConfigError(f"model.value must be a number with model.graph (the coupling c), got {model.value!r}")
+    if model.graph == GRAPHON:
+        for key in ("edge_probability", "neighbours"):
+            if values[key] is not None:
+                raise ConfigError(f"model.{key} does not apply to model.graph = 'graphon' (model.graphon sets the "
+                                  f"edges' probabilities)")
+        graphon_function(model.graphon)
+        return
+    if model.graphon is not None:
+        raise ConfigError(f"model.graphon applies to model.graph = 'graphon', got model.graph = {model.graph!r}")
     try:
         draw_graph(model.graph, config.method.n, edge_probability=model.edge_probability,
                    neighbours=model.neighbours, seed=0)
     except ValueError as error:
         raise ConfigError(f"model.graph: {error}") from None
+
+
+def graphon_function(text: str | None):
+    """The graphon ``W(x, y)`` of ``model.graphon``, checked on the midpoints of ``[0, 1]``: finite, in
+    ``[0, 1]``, symmetric; a :class:`ConfigError` naming the key otherwise."""
+    if text is None:
+        raise ConfigError("model.graph = 'graphon' needs model.graphon, W(x, y) as an expression in x and y")
+    try:
+        graphon = parse_function(text, ("x", "y"), "model.graphon")
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    labels = (np.arange(GRAPHON_CHECK_LABELS) + 0.5) / GRAPHON_CHECK_LABELS
+    with np.errstate(all="ignore"):
+        values = graphon(labels[:, None], labels[None, :])
+    if not np.all(np.isfinite(values)) or values.min() < 0 or values.max() > 1:
+        raise ConfigError(f"model.graphon = {text!r} must take finite values in [0, 1] (edge probabilities), got "
+                          f"values from {np.nanmin(values):.3g} to {np.nanmax(values):.3g}")
+    if not np.allclose(values, values.T, rtol=1e-12, atol=0):
+        raise ConfigError(f"model.graphon = {text!r} must be symmetric, W(x, y) = W(y, x)")
+    return graphon
 
 
 def _check_causal(config: ExperimentConfig) -> None:

@@ -35,11 +35,13 @@ DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest 
 
 def _density(ds: xr.Dataset) -> np.ndarray:
     """The density of all tokens per output time: causal attention's layers (``position``, each
-    of mass one, equally spaced in ``s``) averaged; the frequency nodes' densities weighted by the
-    law's quadrature weights (recorded in the settings)."""
+    of mass one, equally spaced in ``s``) and a graphon's vertex labels averaged; the frequency
+    nodes' densities weighted by the law's quadrature weights (recorded in the settings)."""
     rho = ds.rho
     if "position" in rho.dims:
         return rho.mean("position").values
+    if "vertex" in rho.dims:  # the graphon's labels, equally weighted
+        return rho.mean("vertex").values
     if "frequency" in rho.dims:
         weights = np.asarray(dataset_settings(ds)["weights"])
         return np.einsum("m,tmc->tc", weights, rho.transpose("time", "frequency", ...).values)
@@ -88,7 +90,7 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
                 ax.plot(ds.theta, ds.rho.values[k, index], style, color="0.4",
                         label=f"s = {float(ds.position[index]):.2g}")
             ax.legend(fontsize="small")
-        elif "frequency" in ds.rho.dims:  # the frequency law's family: all tokens, whatever their frequency
+        elif "frequency" in ds.rho.dims or "vertex" in ds.rho.dims:  # a family: all tokens, whatever their label
             ax.plot(ds.theta, _density(ds)[k], color="C0")
         else:
             ax.plot(ds.theta, ds.rho.values[k], color="C0")
@@ -159,7 +161,8 @@ def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
     if geometry == ZONAL:
         return 0.0, 1.05
     if not _particles(ds):
-        rho = _density(ds) if "frequency" in ds.rho.dims else ds.rho.values  # causal: every layer's curve fits
+        # causal: every layer's curve fits; a family: its marginal's
+        rho = _density(ds) if "frequency" in ds.rho.dims or "vertex" in ds.rho.dims else ds.rho.values
         return float(rho.min()), 1.05 * float(rho.max())
     if geometry != "circle":
         return 0.0, 1.0

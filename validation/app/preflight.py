@@ -32,7 +32,7 @@ from .errors import ConfigError
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
-WORKING_FIELDS = {"CircleFV": 16, "FrequencyCircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleLagrangian": 24,
+WORKING_FIELDS = {"CircleFV": 16, "FrequencyCircleFV": 16, "GraphonCircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleLagrangian": 24,
                   "CircleFVLagrangian": 24, "CausalCircleFV": 16, "CausalCircleSpectral": 24, "SphereSpectral": 48,
                   "SphereWeightedParticles": 48, "SphereSpectralParticles": 48, "CausalSphereSpectral": 48,
                   # the nodes' fields, the basis matrices (about 3 lmax node-sized columns), the rings
@@ -312,6 +312,9 @@ def _check_memory(config: ExperimentConfig) -> None:
         if chosen.family == "frequencies":  # one density per node of the law
             points *= method.nodes
             what += f" for {method.nodes} frequency nodes (method.nodes)"
+        if chosen.family == "graphon":  # one density per vertex label
+            points *= method.vertices
+            what += f" for {method.vertices} vertex labels (method.vertices)"
         needed = 8 * points * (count + WORKING_FIELDS[method.kind])
         if method.kind in ("CircleLagrangian", "CircleFVLagrangian"):  # the labels' positions at every output
             points = method.points or inspect.signature(chosen.solver).parameters["points"].default
