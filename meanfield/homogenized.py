@@ -97,6 +97,10 @@ class HomogenizedLimit:
     drift: float = 0.0
     noise: bool = True
 
+    #: Its density equation is driven by noise common to all tokens (one density path per noise path):
+    #: the solvers' table sends it to the common-noise solvers (``solvers.methods``).
+    common_noise = True
+
     def __post_init__(self) -> None:
         check_real(self.beta, "beta", minimum=0.0)
         check_int(self.nodes, "nodes", minimum=1)

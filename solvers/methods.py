@@ -28,7 +28,9 @@ user's own included, through the discretisation's reference path (``solvers.refe
 the causal entries take :class:`~meanfield.CausalAttention`, whose layers in the token
 position are a policy of the same discretisations; the positional entry takes the models
 whose tokens carry positions (``positional = True``: :class:`~meanfield.RotaryAttention`),
-one density per position moved by the model's own particle velocity.
+one density per position moved by the model's own particle velocity; the common-noise entries
+take a limit whose density is driven by noise common to all tokens (``common_noise = True``:
+:class:`~meanfield.HomogenizedLimit`), one density path per noise path.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ class Method:
     positional : bool
         Whether it solves the position-indexed equation of models whose tokens carry positions
         (and nothing else).
+    noise : bool
+        Whether it solves the stochastic density equation of a limit with noise common to all
+        tokens (``common_noise = True``: :class:`~meanfield.HomogenizedLimit`), one density path
+        per noise path (and nothing else).
     family : str or None
         What labels its family of densities, when a configuration builds the labels from the
         model's section: ``"frequencies"``, one density per node of ``[model.frequencies]``' law
@@ -88,6 +94,7 @@ class Method:
     then: str | None = None
     causal: bool = False
     positional: bool = False
+    noise: bool = False
     family: str | None = None
     settings: tuple[str, ...] = ()
     resumable: bool = True
@@ -147,6 +154,11 @@ METHODS: tuple[Method, ...] = (
     # one density per position s, by quantile particles (rotary attention; D = 0)
     Method("PositionalQuantiles", "circle", "mass_coordinates", positional=True, settings=("layers", "points", "cells"),
            resumable=False),
+    # the homogenized limit's stochastic density equation, one path per path of the common noise
+    Method("CommonNoiseCircle", "circle", "fourier", noise=True, settings=("points", "dt", "systems", "seed"),
+           resumable=False),
+    Method("CommonNoiseSphere", "sphere", "harmonics", noise=True,
+           settings=("lmax", "threads", "dt", "systems", "seed"), resumable=False),
     Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol", "underresolved")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),
@@ -204,13 +216,15 @@ def choose_method(model, geometry: str = "circle", method: str = "auto", then: s
                          f"name ({', '.join(METHODS_BY_NAME)}); got {method!r}")
     if then is not None and then not in DISCRETISATIONS:
         raise ValueError(f"then must be None or a discretisation ({', '.join(DISCRETISATIONS)}); got {then!r}")
-    causal, positional = _is_causal(model), _is_positional(model)
-    here = [m for m in METHODS if m.geometry == geometry and m.causal == causal and m.positional == positional]
+    causal, positional, noise = _is_causal(model), _is_positional(model), _has_common_noise(model)
+    here = [m for m in METHODS if m.geometry == geometry and m.causal == causal and m.positional == positional
+            and m.noise == noise]
     matching = [m for m in here if (method == "auto" or m.discretisation == method)
                 and (m.then == then or (method == "auto" and then is None))]
     if not matching:
         offered = "; ".join(f"method={m.discretisation!r}, then={m.then!r} ({m.name})" for m in here) or "none"
-        what = "causal attention" if causal else "a model whose tokens carry positions" if positional else "this model"
+        what = ("causal attention" if causal else "a model whose tokens carry positions" if positional
+                else "a limit with common noise" if noise else "this model")
         raise ValueError(f"no solver of {what} on the {geometry} starts with method={method!r} and hands over to "
                          f"then={then!r}; available: {offered}")
     return matching[0]
@@ -225,7 +239,20 @@ def _is_positional(model) -> bool:
     return bool(getattr(model, "positional", False))
 
 
+def _has_common_noise(model) -> bool:
+    """Whether the model's density equation is driven by common noise (the protocol's neutral value: ``False``)."""
+    return bool(getattr(model, "common_noise", False))
+
+
 def _checked_causality(method: Method, model) -> Method:
+    noise = _has_common_noise(model)
+    if noise != method.noise:
+        solved_by = [m.name for m in METHODS if m.noise and m.geometry == method.geometry]
+        if noise:
+            raise ValueError(f"{type(model).__name__} drives its density with common noise: its stochastic equation is "
+                             f"solved by {' or '.join(solved_by)}, not by {method.name}")
+        raise ValueError(f"{method.name} solves the stochastic density equation of a limit with common noise "
+                         f"(HomogenizedLimit); {type(model).__name__} has none")
     positional = _is_positional(model)
     if positional != method.positional:
         solved_by = [m.name for m in METHODS if m.positional]
@@ -303,7 +330,9 @@ def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto",
         ``"auto"``: the circle's Fourier-then-finite-volumes (:class:`~solvers.CircleAuto`),
         the sphere's harmonics (:class:`~solvers.SphereSpectral`), the line's finite volumes,
         the causal finite volumes on the circle and harmonics on the sphere, the quantiles per
-        position of rotary attention (:class:`~solvers.PositionalQuantiles`); or the
+        position of rotary attention (:class:`~solvers.PositionalQuantiles`), the common-noise
+        collocation of a homogenized limit (:class:`~solvers.CommonNoiseCircle`,
+        :class:`~solvers.CommonNoiseSphere`); or the
         discretisation to start with (``"fourier"``, ``"finite_volumes"``,
         ``"mass_coordinates"``, ``"harmonics"``, ``"atoms"``; ``"gegenbauer"``, ``"rings"``: zonal
         densities on :math:`S^{d-1}`, with the setting ``d``), or a solver class's name.

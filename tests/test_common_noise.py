@@ -267,3 +267,69 @@ def test_the_sphere_density_follows_the_grid_nodes_moved_as_atoms_on_the_same_pa
     # bounded here with a margin of 6. A wrong divergence (sign, factor, a missing term) parts
     # them by a fraction of order one.
     assert np.linalg.norm(moments[0] - moments[1]) < 2e-4 * np.linalg.norm(moments[1] - initial), moments
+
+
+# ---------------------------------------------------------------------------- from a config
+def noise_config(tmp_path, geometry="circle", **changes):
+    method = {"kind": "CommonNoiseCircle", "points": 64} if geometry == "circle" else {"kind": "CommonNoiseSphere",
+                                                                                       "lmax": 5}
+    raw = {"geometry": geometry, "output": str(tmp_path / "run"), "times": {"stop": 0.25, "count": 3},
+           "model": {"beta": 1.0, "homogenized": {"value_std": 0.5, "nodes": 4}},
+           "method": {**method, "dt": 0.0625, "systems": 2, "seed": 3},
+           "initial": {"kind": "perturbed_uniform", "amplitude": 0.05, "mode": 1}}
+    for key, value in changes.items():
+        raw[key] = {**raw[key], **value} if isinstance(value, dict) else value
+    return raw
+
+
+def test_a_config_runs_the_common_noise_density_as_the_class_does(tmp_path):
+    """``[model.homogenized]`` with ``method.kind = "CommonNoiseCircle"``: the same limit, grid, noise step, paths and
+    seed as the class's own run, bit for bit; on S^2 the config builds CommonNoiseSphere with the run's keywords."""
+    from validation.app.builders import solve_keywords
+    from validation.app.experiment import prepare, run_experiment
+
+    ds = run_experiment(noise_config(tmp_path), progress=False)
+    limit = HomogenizedLimit(1.0, GaussianWeights(value_std=0.5, query_std=None, key_std=None), nodes=4)
+    direct = CommonNoiseCircle(limit, 64).solve(lambda theta: 1 + 0.05 * np.cos(theta), [0.0, 0.125, 0.25],
+                                                dt=0.0625, systems=2, seed=3, progress=False)
+    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    np.testing.assert_array_equal(ds.mean_inner_product.values, direct.mean_inner_product.values)
+    run = prepare(noise_config(tmp_path / "sphere", "sphere"))
+    assert isinstance(run.solver, CommonNoiseSphere) and run.solver.lmax == 5 and run.solver.limit == limit
+    assert solve_keywords(run.config) == {"dt": 0.0625, "systems": 2, "seed": 3}
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"method": {"kind": "CircleFV", "cells": 64, "dt": 0.01, "systems": 1, "seed": 0, "points": None}},
+     "model.homogenized runs on its stochastic density equation"),
+    ({"model": {"beta": 1.0, "homogenized": None}}, "needs \\[model.homogenized\\]"),
+    ({"times": {"stop": 0.3, "count": 3}}, "method.dt: times must lie on the grid of dt = 0.0625"),
+    ({"model": {"normalized": False}}, "model.normalized does not apply with model.homogenized"),
+    ({"model": {"homogenized": {"value_std": -1.0}}}, "model.homogenized: .*value_std"),
+    ({"model": {"homogenized": {"spread": 1.0}}}, "model.homogenized takes value_std, query_std, key_std, nodes"),
+    ({"checkpoint_every": 1}, "runs in one piece"),
+])
+def test_a_bad_common_noise_config_is_refused_naming_the_key(tmp_path, changes, message):
+    from validation.app import ConfigError, check_config
+
+    raw = noise_config(tmp_path, **changes)
+    raw["method"] = {key: value for key, value in raw["method"].items() if value is not None}
+    raw["model"] = {key: value for key, value in raw["model"].items() if value is not None}
+    with pytest.raises(ConfigError, match=message):
+        check_config(raw)
+
+
+def test_the_front_door_sends_a_limit_with_common_noise_to_its_solvers():
+    from solvers import solve
+    from solvers.methods import choose_method
+
+    limit = HomogenizedLimit(1.0, FIXED_ATTENTION, nodes=2)
+    assert choose_method(limit, "circle").name == "CommonNoiseCircle"
+    assert choose_method(limit, "sphere").name == "CommonNoiseSphere"
+    front = solve(limit, rho0, [0.0, 0.0625], points=64, dt=0.03125, systems=1, seed=5, progress=False)
+    direct = CommonNoiseCircle(limit, 64).solve(rho0, [0.0, 0.0625], dt=0.03125, systems=1, seed=5, progress=False)
+    np.testing.assert_array_equal(front.rho.values, direct.rho.values)
+    with pytest.raises(ValueError, match="solved by CommonNoiseCircle, not by CircleFV"):
+        solve(limit, rho0, [0.0, 0.1], method="CircleFV")
+    with pytest.raises(ValueError, match="CommonNoiseCircle solves the stochastic density equation"):
+        solve(mf.SelfAttention(1.0), rho0, [0.0, 0.1], method="CommonNoiseCircle", dt=0.05)

@@ -139,6 +139,10 @@ def _config(kind: str, tmp_path, **method) -> dict:
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "frequencies":
         model.update(frequencies={"law": "gaussian", "width": 0.5}, normalized=False)
         method.setdefault("nodes", 8)
+    if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].noise:  # the homogenized limit, on the noise's grid of time
+        model = {"beta": 1.0, "homogenized": {"value_std": 0.5, "nodes": 2}}
+        resolution = {"points": 64} if circle else {"lmax": 5}
+        method.setdefault("dt", 0.0625)
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "graphon":
         model.update(graph="graphon", graphon="x * y")
         method.setdefault("vertices", 4)

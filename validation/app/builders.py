@@ -16,7 +16,7 @@ import meanfield as mf
 from meanfield.protocols import Model
 from solvers.methods import METHODS_BY_NAME  # the table only: the solvers' modules load when one is built
 
-from .config import GRAPHON, ExperimentConfig, graphon_function
+from .config import GRAPHON, ExperimentConfig, graphon_function, homogenized_limit
 from .errors import ConfigError
 
 if TYPE_CHECKING:
@@ -53,6 +53,8 @@ def build_model(config: ExperimentConfig) -> mf.SelfAttention | mf.CausalAttenti
     matrices = {key: (value if value is None or np.ndim(value) == 0 else np.asarray(value, dtype=float))
                 for key, value in (("query", spec.query), ("key", spec.key), ("value", spec.value))}
     try:
+        if spec.homogenized is not None:
+            return homogenized_limit(spec.beta, spec.homogenized)
         if spec.random is not None:
             law = mf.MatrixWeights(spec.random.bilinear, spec.random.value)
             return mf.RandomAttention(spec.beta, heads=spec.random.heads, step=config.method.dt, law=law,
@@ -236,8 +238,9 @@ def build_solver(config: ExperimentConfig, model):
     if method.kind == "particles":
         return None
     chosen = METHODS_BY_NAME[method.kind]
-    # underresolved is a setting of the run (experiment.py), not of the solver; an unset key keeps the default
-    settings = {key: getattr(method, key) for key in chosen.settings if key != "underresolved"}
+    # the constructor's settings (underresolved and the others of solve are the run's: solve_keywords); an unset key
+    # keeps the default
+    settings = {key: getattr(method, key) for key in chosen.settings if key in chosen.options}
     settings = {key: value for key, value in settings.items() if value is not None}
     if chosen.family is not None:
         settings.update(family_labels(config))
@@ -292,8 +295,10 @@ def particle_method(config: ExperimentConfig) -> str:
     return scheme
 
 
-def underresolved_policy(config: ExperimentConfig) -> dict:
-    """``solve``'s ``underresolved`` keyword from ``method.underresolved``, for the solvers that take it
-    (those that end on weighted atoms or mass labels are never under-resolved)."""
-    return {"underresolved": config.method.underresolved} if "underresolved" in config.method.KEYS[
-        config.method.kind] else {}
+def solve_keywords(config: ExperimentConfig) -> dict:
+    """The keywords of the solver's ``solve`` the config sets: the solver's settings that are its ``solve``'s, such
+    as ``underresolved`` (the solvers that end on weighted atoms or mass labels are never under-resolved: they have
+    none) and the common-noise solvers' ``dt``, ``systems`` and ``seed``."""
+    chosen = METHODS_BY_NAME[config.method.kind]
+    keywords = {key: getattr(config.method, key) for key in chosen.settings if key in chosen.solve_options}
+    return {key: value for key, value in keywords.items() if value is not None}

@@ -42,6 +42,11 @@ Example (see ``examples/``)::
     # heads = 1
     # redraw = "system"                 # drawn once per system (or "layer": at every layer)
 
+    # [model.homogenized]               # the limit of Gaussian weights redrawn at every layer, its
+    # value_std = 1.0                   # density driven by common noise: CommonNoiseCircle (points),
+    # nodes = 16                        # CommonNoiseSphere (lmax), with method.dt, systems, seed;
+                                        # query_std, key_std (unset: Q = K = I)
+
     # [model.perceptron]                # the perceptron block added to attention
     # weights = [1.0, -0.5]             # w_j
     # directions = [[1.0, 0.0], [0.0, 1.0]]  # a_j, one d-vector per weight
@@ -90,7 +95,8 @@ from meanfield.checks import check_real
 from meanfield.docstrings import fill_docstrings
 from meanfield.frequencies import sample_frequencies
 from meanfield.graphs import draw_graph
-from meanfield.random_weights import MatrixWeights, RandomAttention
+from meanfield.homogenized import HomogenizedLimit, output_steps
+from meanfield.random_weights import GaussianWeights, MatrixWeights, RandomAttention
 from solvers.methods import METHODS, METHODS_BY_NAME
 
 if sys.version_info >= (3, 11):
@@ -243,6 +249,17 @@ class FrequenciesConfig:
     phase_lag: float = 0.0
 
 
+@dataclass(frozen=True)
+class HomogenizedConfig:
+    """``[model.homogenized]``: the homogenized limit of Gaussian random weights redrawn at every layer
+    (:class:`meanfield.HomogenizedLimit`, :class:`meanfield.GaussianWeights` with centred values)."""
+
+    value_std: float = 1.0
+    query_std: float | None = None
+    key_std: float | None = None
+    nodes: int = 16
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig(ConfigSection):
     """``[model]``: the :class:`~meanfield.SelfAttention` (or causal attention) to run."""
@@ -277,6 +294,10 @@ class ModelConfig(ConfigSection):
                                    "width (its half-width or standard deviation), center, and the Sakaguchi "
                                    "phase_lag alpha (value K turns into K R(-alpha)); a run draws them from its own "
                                    "stream of method.seed, a sweep per system")
+    homogenized: Any = option(None, types=(dict, HomogenizedConfig),
+                              help="the homogenized limit of random weights, its density driven by common noise "
+                                   "(method.kind = 'CommonNoiseCircle' or 'CommonNoiseSphere'): value_std (sigma_V), "
+                                   "query_std and key_std (unset: Q = K = I), nodes (the weight law's quadrature)")
     random: Any = option(None, types=(dict, RandomWeightsConfig),
                          help="random weights per system or layer: bilinear ('identity', 'gaussian', 'wigner'), "
                               "value ('identity', 'gaussian', 'wishart', 'bilinear', '-bilinear'), heads, redraw "
@@ -329,7 +350,8 @@ class MethodConfig(ConfigSection):
                              "the recorded averages)")
     points: int = option(None, types=int, minimum=8,
                          help="CircleLagrangian, CircleFVLagrangian: mass labels of the measure; PositionalQuantiles: "
-                              "quantile particles per position (default: the solver's)")
+                              "quantile particles per position; CommonNoiseCircle: equispaced angles, even (default: "
+                              "the solver's)")
     interval: Any = option(None, types=(list, tuple),
                            help="LineFV, LineLagrangian: the interval [lo, hi] of the rescaled tokens, holding the "
                                 "initial support (a Gaussian is restricted to it); required")
@@ -364,8 +386,13 @@ class MethodConfig(ConfigSection):
                                      "the run there (exit 3, the outputs so far kept) or continue (the later "
                                      "outputs flagged)")
     n: int = option(512, types=int, minimum=1, help="particles: tokens")
-    seed: int = option(0, types=int, minimum=0, help="particles: random seed")
-    dt: float = option(0.01, types=NUMBER, minimum=0, strict=True, help="particles: step")
+    seed: int = option(0, types=int, minimum=0, help="particles: random seed; the common-noise solvers: the noise "
+                                                     "paths' seed")
+    dt: float = option(0.01, types=NUMBER, minimum=0, strict=True,
+                       help="particles: step; the common-noise solvers: the noise's step (the output times on its "
+                            "grid)")
+    systems: int = option(1, types=int, minimum=1, help="CommonNoiseCircle, CommonNoiseSphere: noise paths, one "
+                                                        "density path each")
     scheme: str = option("rk4", types=str, choices=("rk4", "euler", "layer"), help="particles: scheme")
     d: int = option(None, types=int, minimum=1, help="particles: dimension (geometry = 'euclidean': R^d, "
                                                      "required); the zonal solvers (ZonalSphereSpectral, "
@@ -590,6 +617,7 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     _check_mode_resolved(config)
     config = _checked_random(config)
     config = _checked_frequencies(config)
+    config = _checked_homogenized(config)
     _check_graph(config)
     model = read_matrices(config, base)
     _check_causal(config)
@@ -835,6 +863,41 @@ def _checked_random(config: ExperimentConfig) -> ExperimentConfig:
         raise ConfigError(f"times must start at 0 and lie on the layers, multiples of method.dt = {method.dt:g} "
                           "(model.random)")
     return dataclasses.replace(config, model=dataclasses.replace(config.model, random=random))
+
+
+#: The ``[model]`` keys the homogenized limit takes (its law is ``[model.homogenized]``).
+HOMOGENIZED_MODEL_KEYS = {"beta", "homogenized"}
+
+
+def _checked_homogenized(config: ExperimentConfig) -> ExperimentConfig:
+    """``[model.homogenized]``: the common-noise solvers, and only they, with a limit that can be built, the output
+    times on the grid of ``method.dt``."""
+    homogenized, kind = config.model.homogenized, config.method.kind
+    noise = kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].noise
+    solved_by = " or ".join(repr(m.name) for m in METHODS if m.noise)
+    if homogenized is None:
+        if noise:
+            raise ConfigError(f"method.kind = {kind!r} solves the density equation of the homogenized limit: it needs "
+                              f"[model.homogenized] (value_std, query_std, key_std, nodes)")
+        return config
+    homogenized = _table_as(HomogenizedConfig, homogenized, "model.homogenized")
+    if not noise:
+        raise ConfigError(f"model.homogenized runs on its stochastic density equation (method.kind = {solved_by}), "
+                          f"got method.kind = {kind!r}")
+    _only_model_keys(config, HOMOGENIZED_MODEL_KEYS, "with model.homogenized (its law sets Q, K and V)")
+    try:
+        homogenized_limit(config.model.beta, homogenized)
+        output_steps(config.times.array(), config.method.dt)
+    except (ValueError, TypeError) as error:
+        where = "method.dt" if "grid of dt" in str(error) else "model.homogenized"
+        raise ConfigError(f"{where}: {error}") from None
+    return dataclasses.replace(config, model=dataclasses.replace(config.model, homogenized=homogenized))
+
+
+def homogenized_limit(beta: float, spec: HomogenizedConfig) -> HomogenizedLimit:
+    """The :class:`meanfield.HomogenizedLimit` of ``[model.homogenized]`` (centred Gaussian values: the diffusive limit)."""
+    law = GaussianWeights(value_std=spec.value_std, query_std=spec.query_std, key_std=spec.key_std)
+    return HomogenizedLimit(beta, law, nodes=spec.nodes)
 
 
 #: The ``[model]`` keys attention on a graph takes (the others must keep their defaults).

@@ -27,7 +27,7 @@ from solvers.grid_solver import padded_to_longest
 from meanfield.integration import Pace
 from solvers.methods import METHODS_BY_NAME
 
-from .builders import RunObjects, initial_particles, particle_method, underresolved_policy
+from .builders import RunObjects, initial_particles, particle_method, solve_keywords
 from .config import ExperimentConfig, check_config, load_config
 from .errors import ConfigError, DamagedFile
 from .files import check_output_folder, locked_output, write_atomically, write_text
@@ -181,9 +181,9 @@ def _compute_segment(config, model, solver, state, segment_times, generator, bar
                                      dt=config.method.dt, rng=generator, progress=bar)
     chosen = METHODS_BY_NAME[config.method.kind]
     if not chosen.resumable:  # one piece (the config refuses checkpoints)
-        return solver.solve(state, segment_times, **({"progress": bar} if "progress" in chosen.solve_options else {}))
+        return solver.solve(state, segment_times, progress=bar, **solve_keywords(config))
     return solver.solve(state, segment_times, progress=bar, first_step=next_step, continued=continued, pace=pace,
-                        **underresolved_policy(config))
+                        **solve_keywords(config))
 
 
 def _trustworthy(parts: list[xr.Dataset]) -> bool:

@@ -31,7 +31,8 @@ DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest 
                      "error_estimate": "estimated max-norm error of the density",
                      "order_parameter": "order parameter r of all tokens",
                      "norm_error": "max | |x_i| - 1 | (before projection)",
-                     "ghost_attention": "attention share on empty cells"}
+                     "ghost_attention": "attention share on empty cells",
+                     "mean_inner_product": "|∫ x ρ|² (1: collapsed)"}
 
 def _density(ds: xr.Dataset) -> np.ndarray:
     """The density of all tokens per output time: causal attention's layers (``position``, each
@@ -188,6 +189,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
     progress bar (by default when stderr is a terminal).
     """
     output = Path(output)
+    if "system" in ds.dims and not _particles(ds):  # the common noise's density paths: the first one is drawn
+        ds = ds.isel(system=0)
     if not _particles(ds) and "u" in ds.dims:
         geometry = ZONAL
     if not _particles(ds) and "z" in ds.dims:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import time
+import warnings
 
 import numpy as np
 
@@ -19,11 +20,12 @@ from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
-from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, LineFV, LineLagrangian,
+from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, CommonNoiseCircle,
+                     CommonNoiseSphere, LineFV, LineLagrangian,
                      LorentzianKuramoto, PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
                      ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
-from solvers.resolution import sharpest_cluster_width
+from solvers.resolution import UnderResolvedWarning, sharpest_cluster_width
 from solvers.sphere.grid import grid_shape
 
 from .builders import RunObjects, build_run, load_initial_file, particle_method
@@ -56,14 +58,19 @@ def preflight(config: ExperimentConfig) -> RunObjects:
         _check_measure_initial(run.solver, run.initial)
     elif isinstance(run.solver, (LineFV, LineLagrangian)):
         _check_line(config, run.solver, run.initial)
-    elif isinstance(run.solver, (PositionalQuantiles, LorentzianKuramoto)):  # no grid to resolve, no stability limit
+    elif isinstance(run.solver, (PositionalQuantiles, LorentzianKuramoto, CommonNoiseCircle, CommonNoiseSphere)):
+        # no grid to resolve up front (the common-noise solvers' resolution is the noise's doing), no stability limit
         try:
             if isinstance(run.solver, PositionalQuantiles):
                 run.solver.initial_angles(run.initial)
-            else:
+            elif isinstance(run.solver, LorentzianKuramoto):
                 run.solver.initial_moments(run.initial)
+            else:
+                run.solver.initial_density(run.initial)
         except ValueError as error:
             raise ConfigError(f"initial: {error}") from None
+        if METHODS_BY_NAME[config.method.kind].noise:
+            _check_noise_duration(config, run.solver, run.initial)
     else:
         state = _check_pde_initial(run.solver, run.initial)
         _check_duration(config, run.solver, state)
@@ -101,6 +108,24 @@ def _check_line(config: ExperimentConfig, solver, initial) -> None:
             solver.initial_positions(initial)
     except ValueError as error:
         raise ConfigError(f"initial: {error}" if "rho0" in str(error) else str(error)) from None
+
+
+def _check_noise_duration(config: ExperimentConfig, solver, initial) -> None:
+    """Refuse a common-noise run estimated longer than ``max_hours``: one step of the noise on one path is timed
+    (its fields are attentions over all pairs of grid nodes) and scaled by the steps and the paths."""
+    method, times = config.method, config.times.array()
+    started = time.perf_counter()
+    with warnings.catch_warnings():  # the probe's resolution is the run's to report
+        warnings.simplefilter("ignore", UnderResolvedWarning)
+        solver.solve(initial, [0.0, method.dt], dt=method.dt, systems=1, seed=0, progress=False)
+    per_step = time.perf_counter() - started
+    steps = round((times[-1] - times[0]) / method.dt) * method.systems
+    hours = steps * per_step / 3600
+    if hours > config.max_hours:
+        grid = "method.points" if config.geometry == "circle" else "method.lmax"
+        raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} path-steps of {1e3 * per_step:.3g} ms): "
+                          f"lower {grid}, method.systems or the final time, raise method.dt, or raise max_hours "
+                          f"(now {config.max_hours:g}) to run it anyway")
 
 
 def _check_particle_initial(config: ExperimentConfig, initial) -> None:
@@ -286,6 +311,17 @@ def _check_memory(config: ExperimentConfig) -> None:
         needed = 8 * layers * (3 * points + method.cells) * (count + 16) + 2 * 8 * DEFAULT_BLOCK_ELEMENTS
         what = (f"method.layers = {layers} positions of method.points = {points} quantile particles and "
                 f"method.cells = {method.cells} cells at times.count = {count} outputs")
+    elif METHODS_BY_NAME[method.kind].noise:
+        # every path's density at every output, and its stages and fields (a few grid-sized arrays per path)
+        defaults = inspect.signature(METHODS_BY_NAME[method.kind].solver).parameters
+        if method.kind in CIRCLE_SOLVERS:
+            nodes = method.points or defaults["points"].default
+            key = f"method.points = {nodes}"
+        else:
+            lmax = method.lmax
+            nodes, key = int(np.prod(grid_shape(lmax))), f"method.lmax = {lmax}"
+        needed = 8 * method.systems * nodes * (count + 16)
+        what = f"{key} ({nodes} grid points) for method.systems = {method.systems} paths at times.count = {count} outputs"
     elif METHODS_BY_NAME[method.kind].family == "lorentzian":
         # the complex moments, and the marginal on 4 modes angles, at every output
         needed = 8 * 6 * method.modes * (count + 16)

@@ -62,7 +62,7 @@ from meanfield.records import SWEEP, package_version
 from solvers.threads import usable_cpus
 
 from .builders import (build_model, build_run, frequency_model, graph_model, initial_density, initial_particles,
-                       particle_method, underresolved_policy)
+                       particle_method, solve_keywords)
 from .config import ExperimentConfig
 from .errors import ConfigError, SweepTaskError
 from .files import locked_output, signals_deferred, write_atomically
@@ -399,7 +399,7 @@ def _pde_point(config: ExperimentConfig) -> dict[str, np.ndarray]:
     run = build_run(config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # recorded as `trustworthy`; a sweep must not flood stderr
-        ds = run.solver.solve(run.initial, run.times, progress=False, **underresolved_policy(config))
+        ds = run.solver.solve(run.initial, run.times, progress=False, **solve_keywords(config))
     # a run that stopped at its first under-resolved output has no values past it: NaN there
     missing = run.times.size - ds.sizes["time"]
     series = {name: np.concatenate([var.values, np.full(missing, np.nan)]) for name, var in ds.data_vars.items()
