@@ -210,7 +210,7 @@ def choose_method(model, geometry: str = "circle", method: str = "auto", then: s
         if then is not None and then != chosen.then:
             raise ValueError(f"method={method!r} hands over to {chosen.then!r}, not to then={then!r}; give a "
                              f"discretisation as method to choose the hand-over")
-        return _checked_causality(chosen, model)
+        return _checked_equation(chosen, model)
     if method != "auto" and method not in DISCRETISATIONS:
         raise ValueError(f"method must be 'auto', a discretisation ({', '.join(DISCRETISATIONS)}) or a solver's "
                          f"name ({', '.join(METHODS_BY_NAME)}); got {method!r}")
@@ -244,31 +244,31 @@ def _has_common_noise(model) -> bool:
     return bool(getattr(model, "common_noise", False))
 
 
-def _checked_causality(method: Method, model) -> Method:
-    noise = _has_common_noise(model)
-    if noise != method.noise:
-        solved_by = [m.name for m in METHODS if m.noise and m.geometry == method.geometry]
-        if noise:
-            raise ValueError(f"{type(model).__name__} drives its density with common noise: its stochastic equation is "
-                             f"solved by {' or '.join(solved_by)}, not by {method.name}")
-        raise ValueError(f"{method.name} solves the stochastic density equation of a limit with common noise "
-                         f"(HomogenizedLimit); {type(model).__name__} has none")
-    positional = _is_positional(model)
-    if positional != method.positional:
-        solved_by = [m.name for m in METHODS if m.positional]
-        if positional:
-            raise ValueError(f"{type(model).__name__}'s tokens carry positions: its position-indexed equation is "
-                             f"solved by {' or '.join(solved_by)}, not by {method.name}")
-        raise ValueError(f"{method.name} solves the position-indexed equation of models whose tokens carry positions "
-                         f"(RotaryAttention); {type(model).__name__}'s do not")
-    causal = _is_causal(model)
-    if causal != method.causal:
-        layered = [m.name for m in METHODS if m.causal and m.geometry == method.geometry]
-        if causal:
-            raise ValueError(f"{type(model).__name__} is causal: its layered equation is solved by "
-                             f"{' or '.join(layered)}, not by {method.name}")
-        raise ValueError(f"{method.name} solves the layered equation of causal attention; {type(model).__name__} "
-                         f"is not causal")
+#: The equations besides the plain mean field, each solved by its own entries only: the entries' flag, whether a
+#: model needs it, what such a model's equation is, and what the entries solve (``{model}``: its class's name).
+_EQUATIONS = (
+    ("noise", _has_common_noise, "{model} drives its density with common noise: its stochastic equation",
+     "the stochastic density equation of a limit with common noise (HomogenizedLimit); {model} has none"),
+    ("positional", _is_positional, "{model}'s tokens carry positions: its position-indexed equation",
+     "the position-indexed equation of models whose tokens carry positions (RotaryAttention); {model}'s do not"),
+    ("causal", _is_causal, "{model} is causal: its layered equation",
+     "the layered equation of causal attention; {model} is not causal"),
+)
+
+
+def _checked_equation(method: Method, model) -> Method:
+    """``method``, if it solves the equation ``model`` needs; else a ``ValueError`` naming the entries that do."""
+    name = type(model).__name__
+    for flag, needs, theirs, ours in _EQUATIONS:
+        needed = needs(model)
+        if needed == getattr(method, flag):
+            continue
+        if needed:
+            solving = [m.name for m in METHODS if getattr(m, flag)]
+            here = [m.name for m in METHODS if getattr(m, flag) and m.geometry == method.geometry]
+            raise ValueError(f"{theirs.format(model=name)} is solved by {' or '.join(here or solving)}, not by "
+                             f"{method.name}")
+        raise ValueError(f"{method.name} solves {ours.format(model=name)}")
     return method
 
 
