@@ -83,8 +83,9 @@ def section_rst(cls, title: str) -> list[str]:
             nested.append(rule["types"] if not isinstance(rule["types"], tuple) else rule["types"][0])
             if spec.name != "times":  # the one section that can also be an array
                 continue
-        # the help is plain text: a "|k|" would be a substitution in reStructuredText
-        meaning = "; ".join(filter(None, [rule.get("help", "").replace("|", "\\|"), _applies(cls, spec.name)]))
+        # the help is plain text: a "|k|" would be a substitution in reStructuredText, a "*" emphasis
+        text = rule.get("help", "").replace("|", "\\|").replace("*", "\\*")
+        meaning = "; ".join(filter(None, [text, _applies(cls, spec.name)]))
         rows.append([f"``{spec.name}``", _types(rule["types"]), _default(spec), _allowed(spec), meaning])
     lines = [f".. py:currentmodule:: {cls.__module__}", "", f".. rubric:: {title}", "",
              (cls.__doc__ or "").strip().splitlines()[0], "",
