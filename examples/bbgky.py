@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     for closure in ("chaos", "kirkwood"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UnderResolvedWarning)  # Kirkwood's ends where g concentrates
-            closures[closure] = PairCorrelation(MODEL, N, closure=closure, modes=32).solve(times)
+            closures[closure] = PairCorrelation(MODEL, N, closure=closure, modes=32).solve(None, times)
 
     fig, (ax_mode, ax_g, ax_z) = plt.subplots(1, 3, figsize=(15, 4.2), layout="constrained")
     mean, error = estimate.coefficient.values[:, 0], estimate.standard_error.values[:, 0]

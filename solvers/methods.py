@@ -73,6 +73,9 @@ class Method:
         Whether it solves the stochastic density equation of a limit with noise common to all
         tokens (``common_noise = True``: :class:`~meanfield.HomogenizedLimit`), one density path
         per noise path (and nothing else).
+    hierarchy : bool
+        Whether it solves the first equation of the BBGKY hierarchy (the pair correlation of
+        ``n`` tokens) instead of the mean field: chosen by its name only.
     family : str or None
         What labels its family of densities, when a configuration builds the labels from the
         model's section: ``"frequencies"``, one density per node of ``[model.frequencies]``' law
@@ -95,6 +98,7 @@ class Method:
     causal: bool = False
     positional: bool = False
     noise: bool = False
+    hierarchy: bool = False
     family: str | None = None
     settings: tuple[str, ...] = ()
     resumable: bool = True
@@ -159,6 +163,9 @@ METHODS: tuple[Method, ...] = (
            resumable=False),
     Method("CommonNoiseSphere", "sphere", "harmonics", noise=True,
            settings=("lmax", "threads", "dt", "systems", "seed"), resumable=False),
+    # the pair correlation of n tokens from exchangeable rotation-invariant ones, under a closure (BBGKY)
+    Method("PairCorrelation", "circle", "fourier", hierarchy=True, settings=("n", "closure", "modes", "rtol"),
+           resumable=False),
     Method("LineFV", "line", "finite_volumes", settings=("interval", "cells", "rtol", "underresolved")),
     Method("LineLagrangian", "line", "mass_coordinates",
            settings=("interval", "labels", "cells", "rtol")),
@@ -218,7 +225,7 @@ def choose_method(model, geometry: str = "circle", method: str = "auto", then: s
         raise ValueError(f"then must be None or a discretisation ({', '.join(DISCRETISATIONS)}); got {then!r}")
     causal, positional, noise = _is_causal(model), _is_positional(model), _has_common_noise(model)
     here = [m for m in METHODS if m.geometry == geometry and m.causal == causal and m.positional == positional
-            and m.noise == noise]
+            and m.noise == noise and not m.hierarchy]
     matching = [m for m in here if (method == "auto" or m.discretisation == method)
                 and (m.then == then or (method == "auto" and then is None))]
     if not matching:

@@ -49,6 +49,31 @@ def test_the_chaos_closure_has_the_exact_initial_slope():
     assert abs(per_system.mean() - exact) < 4 * per_system.std() / np.sqrt(per_system.size)
 
 
+@pytest.mark.parametrize("closure", ["chaos", "kirkwood"])
+def test_a_correlated_start_has_the_slope_of_its_pair_term(closure):
+    """From g0 = 1 + a cos(phi) (tokens correlated pair by pair): E cos(phi) starts at a/2, and under the chaos
+    closure moves at (2/n) (1/2 pi) int psi g0 sin(phi), psi(s) = e^(cos s) sin s for USA at beta = 1, by quad;
+    Kirkwood's three-body term adds -((n - 2)/n)(1/pi)(1/2 pi) int g0 J sin(phi), J(phi) = int psi(s) g0(s) g0(s + phi).
+    The run's increment over t = 1e-4 against it, to the O(t) of the difference quotient."""
+    from scipy.integrate import quad
+
+    a, n, dt = 0.3, N, 1e-4
+    ds = PairCorrelation(MODEL, n, closure=closure, modes=32).solve(lambda phi: 1 + a * np.cos(phi), [0.0, dt])
+    assert float(ds.mean_inner_product[0]) == pytest.approx(a / 2, rel=1e-13)
+    g0 = lambda phi: 1 + a * np.cos(phi)  # noqa: E731
+    psi = lambda s: np.exp(np.cos(s)) * np.sin(s)  # noqa: E731
+    slope = (2 / n) * quad(lambda p: psi(p) * g0(p) * np.sin(p), 0, 2 * np.pi, epsabs=1e-13)[0] / (2 * np.pi)
+    if closure == "kirkwood":
+        def three_body(phi):
+            return quad(lambda u: psi(u) * g0(u) * g0(u + phi), 0, 2 * np.pi, epsabs=1e-13)[0]
+        slope -= (n - 2) / n / np.pi * quad(lambda p: g0(p) * three_body(p) * np.sin(p), 0, 2 * np.pi,
+                                            epsabs=1e-12)[0] / (2 * np.pi)
+    measured = float(ds.mean_inner_product[1] - ds.mean_inner_product[0]) / dt
+    assert measured == pytest.approx(slope, rel=1e-3)
+    with pytest.raises(ValueError, match="must be even in the relative angle"):
+        PairCorrelation(MODEL, n).solve(lambda phi: 1 + a * np.sin(phi), [0.0, dt])
+
+
 def test_the_chaos_closure_departs_from_the_tokens_at_second_order_in_t():
     """Exact at t = 0 with the exact slope, so its error in E[cos(theta_1 - theta_2)] grows like t^2: measured
     on the increments from t = 0 of 40000 systems (each system's own increment, which has a far smaller spread
@@ -59,7 +84,7 @@ def test_the_chaos_closure_departs_from_the_tokens_at_second_order_in_t():
     z = np.exp(1j * np.arctan2(x[..., 1], x[..., 0]))
     pair_mean = (np.abs(z.sum(axis=-1)) ** 2 - N) / (N * (N - 1))  # (system, time)
     increments = pair_mean[:, 1:] - pair_mean[:, :1]
-    closure = PairCorrelation(MODEL, N, closure="chaos", modes=32).solve(times).coefficient.values[:, 0]
+    closure = PairCorrelation(MODEL, N, closure="chaos", modes=32).solve(None, times).coefficient.values[:, 0]
     error = increments.mean(axis=0) - (closure[1:] - closure[0])
     noise = increments.std(axis=0, ddof=1) / np.sqrt(increments.shape[0])
     assert np.all(error > 5 * noise), (error, noise)  # a measured departure, not noise
@@ -72,8 +97,8 @@ def test_kirkwood_follows_the_ensemble_where_chaos_does_not(ensemble):
     part from the ensemble as the correlation sharpens); molecular chaos 10 and more away by t = 1."""
     times, run = ensemble
     estimate = pair_correlation(run, modes=3)
-    chaos = closure_deviation(PairCorrelation(MODEL, N, closure="chaos", modes=32).solve(times), estimate)
-    kirkwood = closure_deviation(PairCorrelation(MODEL, N, closure="kirkwood", modes=32).solve(times), estimate)
+    chaos = closure_deviation(PairCorrelation(MODEL, N, closure="chaos", modes=32).solve(None, times), estimate)
+    kirkwood = closure_deviation(PairCorrelation(MODEL, N, closure="kirkwood", modes=32).solve(None, times), estimate)
     assert np.all(np.abs(kirkwood.z.values[times <= 0.5]) < 3), kirkwood.z.values
     assert abs(kirkwood.z.values[-1, 0]) < 3, kirkwood.z.values
     assert chaos.z.values[-1, 0] < -10, chaos.z.values
@@ -81,7 +106,7 @@ def test_kirkwood_follows_the_ensemble_where_chaos_does_not(ensemble):
 
 def test_the_closure_ends_where_the_correlation_concentrates_and_refuses_sa():
     with pytest.warns(UnderResolvedWarning, match="concentrates beyond 16 modes"):
-        ds = PairCorrelation(MODEL, N, closure="kirkwood", modes=16).solve([0.0, 1.0, 2.0, 4.0])
+        ds = PairCorrelation(MODEL, N, closure="kirkwood", modes=16).solve(None, [0.0, 1.0, 2.0, 4.0])
     assert ds.time.values.tolist() == [0.0, 1.0] and ds.attrs["underresolved_since"] == 2.0
     with pytest.raises(ValueError, match="sum over pairs"):
         PairCorrelation(mf.SelfAttention(1.0), N)
@@ -89,4 +114,4 @@ def test_the_closure_ends_where_the_correlation_concentrates_and_refuses_sa():
         PairCorrelation(MODEL, N, closure="boltzmann")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert PairCorrelation(MODEL, N).solve([0.0, 1.0]).attrs["underresolved_since"] != 1.0
+        assert PairCorrelation(MODEL, N).solve(None, [0.0, 1.0]).attrs["underresolved_since"] != 1.0

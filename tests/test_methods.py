@@ -139,6 +139,10 @@ def _config(kind: str, tmp_path, **method) -> dict:
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].family == "frequencies":
         model.update(frequencies={"law": "gaussian", "width": 0.5}, normalized=False)
         method.setdefault("nodes", 8)
+    if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].hierarchy:  # the pair correlation of USA's tokens
+        model.update(normalized=False)
+        resolution = {"modes": 16}
+        method.setdefault("n", 8)
     if kind in METHODS_BY_NAME and METHODS_BY_NAME[kind].noise:  # the homogenized limit, on the noise's grid of time
         model = {"beta": 1.0, "homogenized": {"value_std": 0.5, "nodes": 2}}
         resolution = {"points": 64} if circle else {"lmax": 5}
@@ -179,13 +183,14 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
 
 @pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",
                                   "CausalSphereSpectral", "ZonalSphereSpectral", "ZonalSpectralRings",
-                                  "PositionalQuantiles", "LorentzianKuramoto", "GraphonCircleFV"])
+                                  "PositionalQuantiles", "LorentzianKuramoto", "GraphonCircleFV", "PairCorrelation"])
 def test_the_kinds_new_to_the_config_run_as_the_class_does(kind, tmp_path):
     config = check_config(_config(kind, tmp_path))
     ds = run_experiment(config, progress=False)
     run = build_run(config)
     direct = run.solver.solve(run.initial, run.times, progress=False)
-    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    variable = "g" if METHODS_BY_NAME[kind].hierarchy else "rho"  # the pair correlation, or the density
+    np.testing.assert_array_equal(ds[variable].values, direct[variable].values)
     assert json.loads(ds.attrs["config"])["method"]["kind"] == kind
 
 
@@ -210,6 +215,24 @@ def test_causality_and_the_solver_must_agree(kind, causal, message, tmp_path):
 def test_the_positional_kind_and_rotary_attention_must_agree(edit, message, tmp_path):
     with pytest.raises(ConfigError, match=message):
         check_config({**_config("PositionalQuantiles", tmp_path), **edit})
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"model": {"beta": 2.0}}, "method: the hierarchy needs a velocity that is a sum over pairs"),
+    ({"initial": {"kind": "von_mises_fisher", "means": [[1.0, 1.0]]}}, "initial: rho0 must be even in the relative"),
+    ({"initial": {"kind": "perturbed_uniform", "mode": 16}}, "initial.mode = 16 is not resolved: method.modes = 16"),
+])
+def test_the_pair_correlation_refuses_what_its_equation_does_not_take(edit, message, tmp_path):
+    from validation.app.experiment import prepare
+
+    with pytest.raises(ConfigError, match=message):
+        prepare({**_config("PairCorrelation", tmp_path), **edit})
+
+
+def test_the_pair_correlation_is_chosen_by_its_name_only():
+    model = mf.SelfAttention(1.0, normalized=False)
+    assert choose_method(model, "circle", "fourier").name == "CircleSpectral"
+    assert choose_method(model, "circle", "PairCorrelation").name == "PairCorrelation"
 
 
 def test_keys_of_another_solver_are_refused(tmp_path):

@@ -44,6 +44,7 @@ import xarray as xr
 from scipy.integrate import solve_ivp
 
 from meanfield.checks import check_int, check_rtol, check_times
+from meanfield.progress import time_progress
 from meanfield.records import CIRCLE, PDE, record_attrs
 
 from ..resolution import UnderResolvedWarning
@@ -101,6 +102,9 @@ class PairCorrelation:
     _angles: np.ndarray = field(init=False, repr=False)
     _kernel: np.ndarray = field(init=False, repr=False)
     _wavenumbers: np.ndarray = field(init=False, repr=False)
+
+    name = "PairCorrelation"
+    geometry = CIRCLE
 
     def __post_init__(self) -> None:
         check_int(self.n, "n", minimum=2)
@@ -165,8 +169,42 @@ class PairCorrelation:
             change -= ((self.n - 2) / self.n / np.pi) * self._derivative(g * self.three_body(g))
         return change
 
-    def solve(self, times) -> xr.Dataset:
-        r"""Evolve :math:`g` from :math:`g \equiv 1` (iid uniform tokens) and record it at ``times``.
+    def initial_correlation(self, rho0) -> np.ndarray:
+        r"""The pair correlation :math:`g_0` on :attr:`angles` that ``rho0`` describes, of mean one.
+
+        Parameters
+        ----------
+        rho0 : None, callable or array_like
+            ``None``: iid tokens, :math:`g_0 \equiv 1`. Otherwise the law of the relative angle
+            :math:`\varphi` of two tokens (any positive mass; a uniform one is iid tokens): a
+            vectorized callable of :math:`\varphi`, or its values on :attr:`angles`. It must be even,
+            :math:`g_0(-\varphi) = g_0(\varphi)` (the tokens are exchangeable).
+
+        Returns
+        -------
+        numpy.ndarray, shape (2 modes,)
+            :math:`g_0`, normalized so that :math:`\frac1{2\pi}\int g_0 = 1`.
+
+        Raises
+        ------
+        ValueError
+            If the values are not finite, negative, of zero mass, of the wrong shape, or not even.
+        """
+        if rho0 is None:
+            return np.ones(self._angles.size)
+        values = np.asarray(rho0(self._angles) if callable(rho0) else rho0, dtype=float)
+        if values.shape != self._angles.shape or not np.all(np.isfinite(values)) or values.min() < 0 \
+                or not values.sum() > 0:
+            raise ValueError(f"rho0 must be the law of the pair's relative angle: finite nonnegative values of positive "
+                             f"mass on the {self._angles.size} angles, got shape {values.shape}")
+        mirrored = np.roll(values[::-1], 1)  # the values at -phi
+        if not np.allclose(values, mirrored, rtol=1e-12, atol=1e-14 * values.max()):
+            raise ValueError("rho0 must be even in the relative angle, rho0(-phi) = rho0(phi): the tokens are "
+                             "exchangeable")
+        return values / values.mean()
+
+    def solve(self, rho0, times, *, progress: bool | None = None) -> xr.Dataset:
+        r"""Evolve :math:`g` from :math:`g_0` and record it at ``times``.
 
         Under Kirkwood's closure the correlation concentrates at :math:`\varphi = 0` as the
         tokens cluster, and in finite time no truncated series holds it: the run ends, with an
@@ -175,38 +213,48 @@ class PairCorrelation:
 
         Parameters
         ----------
+        rho0 : None, callable or array_like
+            :math:`g_0` (:meth:`initial_correlation`): ``None`` or a uniform law for iid tokens.
         times : array_like
-            Increasing output times from 0.
+            Increasing output times.
+        progress : bool or tqdm.tqdm, optional
+            Progress bar over the output intervals (default: when stderr is a terminal), or an
+            open bar to advance.
 
         Returns
         -------
         xarray.Dataset
             ``g`` (time, phi) and its cosine coefficients ``coefficient`` (time, mode), the
-            mean of :math:`\cos k\varphi` over pairs, :math:`k = 1 .. modes - 1`, at the outputs
-            reached; ``attrs["underresolved_since"]`` (NaN: every output).
+            mean of :math:`\cos k\varphi` over pairs, :math:`k = 1 .. modes - 1`;
+            ``mean_inner_product`` (time), the first of them, :math:`E\langle x_i, x_j\rangle`
+            (1: collapsed); at the outputs reached; ``attrs["underresolved_since"]`` (NaN: every
+            output).
         """
         times = check_times(times)
-        if times[0] != 0.0:
-            raise ValueError(f"times must start at 0 (iid uniform tokens), got {times[0]!r}")
-        frames, since = [np.ones(self._angles.size)], np.nan
-        for start, end in zip(times[:-1], times[1:]):
-            solution = solve_ivp(lambda t, g: self.rhs(g), (start, end), frames[-1], method="DOP853",
-                                 rtol=self.rtol, atol=1e-3 * self.rtol)
-            g = solution.y[:, -1]
-            if not solution.success or not np.all(np.isfinite(g)) or g.min() < -1e-6 * g.max():
-                since = float(end)
-                warnings.warn(f"under-resolved from t={end:.6g} on: the pair correlation of the {self.closure} "
-                              f"closure concentrates beyond {self.modes} modes (the tokens cluster); the run ends at "
-                              "the last resolved output. Raise modes, or stop earlier", UnderResolvedWarning,
-                              stacklevel=2)
-                break
-            frames.append(g)
+        frames, since = [self.initial_correlation(rho0)], np.nan
+        with time_progress(times[0], times[-1], progress, self.name) as bar:
+            for start, end in zip(times[:-1], times[1:]):
+                solution = solve_ivp(lambda t, g: self.rhs(g), (start, end), frames[-1], method="DOP853",
+                                     rtol=self.rtol, atol=1e-3 * self.rtol)
+                g = solution.y[:, -1]
+                if not solution.success or not np.all(np.isfinite(g)) or g.min() < -1e-6 * g.max():
+                    since = float(end)
+                    warnings.warn(f"under-resolved from t={end:.6g} on: the pair correlation of the {self.closure} "
+                                  f"closure concentrates beyond {self.modes} modes (the tokens cluster); the run ends "
+                                  "at the last resolved output. Raise modes, or stop earlier", UnderResolvedWarning,
+                                  stacklevel=2)
+                    break
+                frames.append(g)
+                bar.update(end - start)
         g = np.array(frames)
         reached = times[:len(frames)]
+        coefficients = cosine_coefficients(g, self.modes - 1)
         ds = xr.Dataset({"g": (("time", "phi"), g, {"long_name": "pair correlation g(phi), 1: independent"}),
-                         "coefficient": (("time", "mode"), cosine_coefficients(g, self.modes - 1))},
+                         "coefficient": (("time", "mode"), coefficients),
+                         "mean_inner_product": ("time", coefficients[:, 0],
+                                                {"long_name": "E <x_i, x_j> over pairs, the mean of cos(phi)"})},
                         coords={"time": reached, "phi": self._angles, "mode": np.arange(1, self.modes)})
-        ds.attrs.update(record_attrs(PDE, CIRCLE, self.model, {"solver": "PairCorrelation", "n": self.n,
+        ds.attrs.update(record_attrs(PDE, CIRCLE, self.model, {"solver": self.name, "n": self.n,
                                                               "closure": self.closure, "modes": self.modes,
                                                               "rtol": self.rtol}))
         ds.attrs["underresolved_since"] = since

@@ -371,7 +371,11 @@ class MethodConfig(ConfigSection):
     vertices: int = option(32, types=int, minimum=1,
                            help="GraphonCircleFV: vertex labels of the midpoint rule of [0, 1], one density each")
     modes: int = option(64, types=int, minimum=2,
-                        help="LorentzianKuramoto: moments a_1 .. a_K of the marginal kept")
+                        help="LorentzianKuramoto: moments a_1 .. a_K of the marginal kept; PairCorrelation: Fourier "
+                             "modes of g (2 modes angles)")
+    closure: str = option("chaos", types=str, choices=("chaos", "kirkwood"),
+                          help="PairCorrelation: the ansatz for the three-token law (molecular chaos, or Kirkwood's "
+                               "superposition)")
     nodes: int = option(64, types=int, minimum=1,
                         help="FrequencyCircleFV: nodes of the quadrature of model.frequencies' law, one density "
                              "each (Lorentzian: midpoints in omega = width tan(phi); Gaussian: Gauss-Hermite)")
@@ -385,7 +389,7 @@ class MethodConfig(ConfigSection):
                                      "output is under-resolved, end "
                                      "the run there (exit 3, the outputs so far kept) or continue (the later "
                                      "outputs flagged)")
-    n: int = option(512, types=int, minimum=1, help="particles: tokens")
+    n: int = option(512, types=int, minimum=1, help="particles, PairCorrelation: tokens")
     seed: int = option(0, types=int, minimum=0, help="particles: random seed; the common-noise solvers: the noise "
                                                      "paths' seed")
     dt: float = option(0.01, types=NUMBER, minimum=0, strict=True,
@@ -1031,6 +1035,8 @@ def _check_mode_resolved(config: ExperimentConfig) -> None:
         return
     if METHODS_BY_NAME[method.kind].family == "lorentzian":
         highest, grid = method.modes, f"method.modes = {method.modes} holds the moments up to"
+    elif METHODS_BY_NAME[method.kind].hierarchy:
+        highest, grid = method.modes - 1, f"method.modes = {method.modes} holds the cosines up to"
     elif method.kind in CIRCLE_SOLVERS:
         highest, grid = method.cells // 2, f"method.cells = {method.cells} holds Fourier modes up to"
     else:

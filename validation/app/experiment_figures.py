@@ -57,6 +57,11 @@ ZONAL_PROFILE = "mass with <x, e> <= u"
 #: u, exact for the series and for rings alike (a cluster at the pole is the jump at u = 1).
 ZONAL = "zonal"
 
+#: What the figures draw for a pair correlation (a dataset of ``g`` on ``phi``, ``solvers.PairCorrelation``).
+PAIR = "pair"
+PAIR_AXIS = "relative angle φ = θ_i - θ_j (rad)"
+PAIR_VALUE = "pair correlation g (1: independent)"
+
 #: What the figures draw for the line's mean-field equation (a dataset on ``z``): the rescaled tokens' density.
 LINE = "line"
 LINE_AXIS = "rescaled token z = exp(-t v) x"
@@ -76,6 +81,10 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
         return None
     if geometry == ZONAL:
         _draw_profile(ax, ds, k)
+        return None
+    if geometry == PAIR:
+        ax.plot(ds.phi, ds.g.values[k], color="C0")
+        ax.set(xlim=(0, 2 * np.pi), ylim=(0, scale[1]), xlabel=PAIR_AXIS, ylabel=PAIR_VALUE, title=f"t = {t:g}")
         return None
     if geometry == LINE:
         ax.plot(ds.z, ds.rho.values[k], color="C0")
@@ -161,6 +170,8 @@ def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
     """The smallest and largest density of the run (every frame's scale)."""
     if geometry == ZONAL:
         return 0.0, 1.05
+    if geometry == PAIR:
+        return float(ds.g.min()), 1.05 * float(ds.g.max())
     if not _particles(ds):
         # causal: every layer's curve fits; a family: its marginal's
         rho = _density(ds) if "frequency" in ds.rho.dims or "vertex" in ds.rho.dims else ds.rho.values
@@ -195,6 +206,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         geometry = ZONAL
     if not _particles(ds) and "z" in ds.dims:
         geometry = LINE
+    if "g" in ds and "phi" in ds.dims:
+        geometry = PAIR
     paths = []
     picks = np.unique(np.linspace(0, ds.time.size - 1, 4).round().astype(int))
     scale = _density_scale(ds, geometry)
@@ -205,9 +218,12 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         fig.colorbar(mappables[0], ax=list(axes[0]), orientation="horizontal", shrink=0.5, label=SPHERE_DENSITY)
     paths.append(_save(fig, output / "snapshots.png"))
 
-    if geometry in ("circle", LINE):
+    if geometry in ("circle", LINE, PAIR):
         fig, ax = subplots(figsize=(7, 4.5))
-        if _particles(ds):
+        if geometry == PAIR:
+            mesh = ax.pcolormesh(ds.phi, ds.time, ds.g.values, shading="auto", cmap="magma")
+            fig.colorbar(mesh, ax=ax, label=PAIR_VALUE)
+        elif _particles(ds):
             angles = circle_angles(ds.x.values)
             # one artist for all points (one line per particle costs seconds per thousand particles)
             ax.plot(angles.ravel(), np.repeat(ds.time.values, angles.shape[1]), ",", color="k")
@@ -218,7 +234,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
             mesh = ax.pcolormesh(ds.z if geometry == LINE else ds.theta, ds.time, np.maximum(rho, floor),
                                  shading="auto", cmap="magma", norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
             fig.colorbar(mesh, ax=ax, label=f"{'density' if geometry == LINE else CIRCLE_DENSITY}, log scale")
-        ax.set(xlabel=LINE_AXIS if geometry == LINE else "angle θ (rad)", ylabel="time", title="space-time" + (
+        axis = {LINE: LINE_AXIS, PAIR: PAIR_AXIS}.get(geometry, "angle θ (rad)")
+        ax.set(xlabel=axis, ylabel="time", title="space-time" + (
             ", all positions" if "position" in ds.dims else ""))
         paths.append(_save(fig, output / "spacetime.png"))
         if "position" in ds.dims:

@@ -21,7 +21,7 @@ from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, CommonNoiseCircle,
-                     CommonNoiseSphere, LineFV, LineLagrangian,
+                     CommonNoiseSphere, LineFV, LineLagrangian, PairCorrelation,
                      LorentzianKuramoto, PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
                      ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
@@ -58,13 +58,16 @@ def preflight(config: ExperimentConfig) -> RunObjects:
         _check_measure_initial(run.solver, run.initial)
     elif isinstance(run.solver, (LineFV, LineLagrangian)):
         _check_line(config, run.solver, run.initial)
-    elif isinstance(run.solver, (PositionalQuantiles, LorentzianKuramoto, CommonNoiseCircle, CommonNoiseSphere)):
+    elif isinstance(run.solver, (PositionalQuantiles, LorentzianKuramoto, PairCorrelation, CommonNoiseCircle,
+                                 CommonNoiseSphere)):
         # no grid to resolve up front (the common-noise solvers' resolution is the noise's doing), no stability limit
         try:
             if isinstance(run.solver, PositionalQuantiles):
                 run.solver.initial_angles(run.initial)
             elif isinstance(run.solver, LorentzianKuramoto):
                 run.solver.initial_moments(run.initial)
+            elif isinstance(run.solver, PairCorrelation):
+                run.solver.initial_correlation(run.initial)
             else:
                 run.solver.initial_density(run.initial)
         except ValueError as error:
@@ -322,10 +325,11 @@ def _check_memory(config: ExperimentConfig) -> None:
             nodes, key = int(np.prod(grid_shape(lmax))), f"method.lmax = {lmax}"
         needed = 8 * method.systems * nodes * (count + 16)
         what = f"{key} ({nodes} grid points) for method.systems = {method.systems} paths at times.count = {count} outputs"
-    elif METHODS_BY_NAME[method.kind].family == "lorentzian":
-        # the complex moments, and the marginal on 4 modes angles, at every output
+    elif METHODS_BY_NAME[method.kind].family == "lorentzian" or METHODS_BY_NAME[method.kind].hierarchy:
+        # the complex moments and the marginal on 4 modes angles, or g on 2 modes angles and its cosines, at every
+        # output
         needed = 8 * 6 * method.modes * (count + 16)
-        what = f"method.modes = {method.modes} moments at times.count = {count} outputs"
+        what = f"method.modes = {method.modes} modes at times.count = {count} outputs"
     elif method.kind in LINE_SOLVERS:
         # the recorded cells (and labels) at every output, and a few square arrays of attention weights:
         # LineFV's faces against its cells, LineLagrangian's labels against each other
