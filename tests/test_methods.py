@@ -167,6 +167,13 @@ def test_every_solver_of_the_table_is_a_config_kind():
     assert set(CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS) == {m.name for m in METHODS}
 
 
+def test_every_solver_class_of_the_package_is_in_the_table():
+    """What ``solvers`` exports with a ``solve`` is a solver, so an entry of the table, so a config kind."""
+    classes = {name for name in solvers.__all__ if inspect.isclass(getattr(solvers, name))
+               and callable(getattr(getattr(solvers, name), "solve", None))}
+    assert classes == set(METHODS_BY_NAME)
+
+
 @pytest.mark.parametrize("kind", CIRCLE_SOLVERS + SPHERE_SOLVERS)
 def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_given(kind, tmp_path):
     method = METHODS_BY_NAME[kind]
