@@ -196,6 +196,22 @@ def test_the_stationary_command_writes_the_diagram_and_refuses_bad_configs(tmp_p
         config.write_text(config.read_text().replace(message, bad))
 
 
+@pytest.mark.parametrize("extra, key", [
+    ('homogenized = { value_std = 1.0 }', "homogenized"), ('graph = "graphon"\ngraphon = "x * y"', "graph"),
+    ('frequencies = { law = "lorentzian", width = 0.5 }', "frequencies"), ('random = { heads = 2 }', "random"),
+    ('graphon = "x * y"', "graphon"),
+])
+def test_the_stationary_command_refuses_families_of_models_in_one_line(tmp_path, extra, key):
+    from validation.app import ConfigError
+    from validation.app.stationary import load_stationary_config
+
+    config = tmp_path / "bifurcation.toml"
+    config.write_text(f'geometry = "circle"\noutput = "out"\n[model]\nbeta = 4.0\ndiffusion = 0.1\n{extra}\n'
+                      '[continuation]\nparameter = "diffusion"\nstart = 0.05\nstop = 0.4\ncells = 64\nmodes = [1]\n')
+    with pytest.raises(ConfigError, match=f"^model.{key} does not apply to stationary states"):
+        load_stationary_config(config)
+
+
 def test_a_subcritical_branch_folds_and_gains_stability_at_the_fold():
     """Kuramoto coupling plus a strong second harmonic, W(s) = s + 0.8 T_2(s): the mode-1 pitchfork at
     D = 1/2 is subcritical (the branch first goes to D > 1/2, unstable), folds, and is stable after."""

@@ -72,6 +72,10 @@ class StationaryConfig(ConfigSection):
         return 2 if self.geometry == "circle" else 3
 
 
+#: The ``[model]`` keys of models that are families of laws (graphs, frequencies, random weights) or driven by noise.
+FAMILY_MODEL_KEYS = ("graph", "graphon", "edge_probability", "neighbours", "frequencies", "random", "homogenized")
+
+
 def load_stationary_config(path: str | Path) -> StationaryConfig:
     """Read and check the config: keys, types, the model, and the parameter range against the model."""
     path = Path(path)
@@ -82,6 +86,10 @@ def load_stationary_config(path: str | Path) -> StationaryConfig:
     config = section_from_table(StationaryConfig, tables, "config")
     if config.model.rescaled:
         raise ConfigError("model.rescaled applies to geometry = 'euclidean' (pure attention), not to stationary states")
+    for key in FAMILY_MODEL_KEYS:  # models of many laws or of noise: not one mean field's states
+        if getattr(config.model, key) is not None:
+            raise ConfigError(f"model.{key} does not apply to stationary states (meanfield stationary continues those of "
+                              f"one model's mean field; model.{key} is for meanfield run and sweep)")
     modes = config.continuation.modes
     if not modes or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in modes):
         raise ConfigError(f"continuation.modes must be positive integers, got {list(modes)!r}")
