@@ -59,6 +59,13 @@ WORKLOADS = {
     "LineFV pure attention, 1000 cells, t=1": (
         "pde = solvers.LineFV(mf.PureAttention(beta=1.0, rescaled=True), (-4.0, 4.0))",
         "pde.solve(lambda z: np.exp(-z ** 2), np.linspace(0, 1, 3), progress=False)"),
+    "LineLagrangian 512 labels, through the collapse to t=8": (
+        "pde = solvers.LineLagrangian(mf.PureAttention(rescaled=True), (-1.0, 1.0), labels=512)",
+        "pde.solve(lambda z: 0.5 + 0.4 * z, [0.0, 1.5, 8.0], progress=False)"),
+    "PositionalQuantiles 16 positions x 64 labels, rotary, t=1": (
+        "pde = solvers.PositionalQuantiles(mf.RotaryAttention(3.0, 4.0), layers=16, points=64)",
+        "pde.solve(lambda s, t: np.exp(1.5 * np.cos(t - np.pi * s)), np.linspace(0, 1, 11), method='rk4', dt=0.05, "
+        "progress=False)"),
     "bifurcation diagram, circle, 128 cells": (
         "import importlib, pathlib; module = importlib.import_module('solvers.stationary.bifurcation' if "
         "(pathlib.Path(solvers.__file__).parent / 'stationary').is_dir() else 'solvers.bifurcation')",

@@ -940,8 +940,8 @@ def _checked_frequencies(config: ExperimentConfig) -> ExperimentConfig:
     if config.geometry != "circle" or (config.method.kind != "particles" and family is None):
         raise ConfigError(f"model.frequencies turn tokens on the circle (geometry = 'circle'): particles "
                           f"(method.kind = 'particles') or the mean field of the law (method.kind = "
-                          f"'FrequencyCircleFV', or 'LorentzianKuramoto' for a Lorentzian law), got geometry = {config.geometry!r}, method.kind = "
-                          f"{config.method.kind!r}")
+                          f"'FrequencyCircleFV', or 'LorentzianKuramoto' for a Lorentzian law), got geometry = "
+                          f"{config.geometry!r}, method.kind = {config.method.kind!r}")
     _only_model_keys(config, FREQUENCY_MODEL_KEYS, "with model.frequencies (oscillators with a zonal interaction)")
     if not isinstance(config.model.value, NUMBER):
         raise ConfigError(f"model.value must be a number with model.frequencies (the coupling K), got "

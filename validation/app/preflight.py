@@ -21,8 +21,8 @@ from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, CommonNoiseCircle,
-                     CommonNoiseSphere, LineFV, LineLagrangian, PairCorrelation,
-                     LorentzianKuramoto, PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
+                     CommonNoiseSphere, LineFV, LineLagrangian, LorentzianKuramoto, PairCorrelation,
+                     PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
                      ZonalSpectralRings)
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import UnderResolvedWarning, sharpest_cluster_width
@@ -34,8 +34,9 @@ from .errors import ConfigError
 
 #: Grid-sized arrays a PDE step holds besides the stored output (Dormand-Prince stages,
 #: velocity and flux fields), a generous count so that the estimate errs on the safe side.
-WORKING_FIELDS = {"CircleFV": 16, "FrequencyCircleFV": 16, "GraphonCircleFV": 16, "CircleSpectral": 24, "CircleAuto": 24, "CircleLagrangian": 24,
-                  "CircleFVLagrangian": 24, "CausalCircleFV": 16, "CausalCircleSpectral": 24, "SphereSpectral": 48,
+WORKING_FIELDS = {"CircleFV": 16, "FrequencyCircleFV": 16, "GraphonCircleFV": 16, "CircleSpectral": 24,
+                  "CircleAuto": 24, "CircleLagrangian": 24, "CircleFVLagrangian": 24, "CausalCircleFV": 16,
+                  "CausalCircleSpectral": 24, "SphereSpectral": 48,
                   "SphereWeightedParticles": 48, "SphereSpectralParticles": 48, "CausalSphereSpectral": 48,
                   # the nodes' fields, the basis matrices (about 3 lmax node-sized columns), the rings
                   "ZonalSphereSpectral": 16, "ZonalSpectralRings": 16, "ZonalRings": 16}
@@ -97,7 +98,7 @@ def _check_measure_initial(solver, initial) -> None:
 def _check_line(config: ExperimentConfig, solver, initial) -> None:
     """The line's initial file and density on the interval; ``LineFV``'s logits within double precision
     by the last output time. Its duration is not estimated: the collapse sets its steps."""
-    if not callable(initial) or config.initial.kind == "file":
+    if config.initial.kind == "file":
         values = load_initial_file(config.initial.path)
         if values.shape != (config.method.cells,):
             raise ConfigError(f"initial.path holds shape {values.shape}; the run needs method.cells = "
