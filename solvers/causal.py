@@ -121,7 +121,7 @@ class _LayeredSpectral:
         object.__setattr__(self, "weights", positional_cell_weights(self.model.mixed_groups[0][0], self.layers))
 
     @property
-    def kernel_model(self):
+    def _kernel_model(self):
         """The non-causal model whose velocity at a layer's mixed density is that layer's velocity."""
         return self.model.mixed_model
 
@@ -292,7 +292,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     def _threads(self):
         return single_threaded_blas()  # the layers' mixing is a product between transforms
 
-    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+    def _transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""Every layer's transport term at its own density and mixed velocity, and the largest speed.
 
         {layer_harmonics_parameters}

@@ -50,7 +50,7 @@ class SpectralSolver(GridSolver):
     It holds the model and the settings every spectral solver takes, keyword-only, with the
     same defaults (each solver's docstring says what they mean for its series), and checks
     them (:meth:`_check_settings`, from the solver's ``__post_init__``). A subclass defines
-    each member below for its series but :meth:`local_tolerance`, which they share.
+    each member below for its series but :meth:`_local_tolerance`, which they share.
     """
 
     model: object
@@ -69,7 +69,7 @@ class SpectralSolver(GridSolver):
             check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
         object.__setattr__(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
 
-    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+    def _transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""The transport term of the equation and the largest speed.
 
         {spectral_state_parameters}
@@ -84,7 +84,7 @@ class SpectralSolver(GridSolver):
         """
         raise NotImplementedError
 
-    def largest_speed(self, coefficients: np.ndarray) -> float:
+    def _largest_speed(self, coefficients: np.ndarray) -> float:
         r"""The largest speed :math:`\max|v|` on the solver's grid.
 
         {spectral_state_parameters}
@@ -124,7 +124,7 @@ class SpectralSolver(GridSolver):
         """The :math:`L^2` norm of the series' constant part (of every layer)."""
         raise NotImplementedError
 
-    def local_tolerance(self, coefficients: np.ndarray) -> float:
+    def _local_tolerance(self, coefficients: np.ndarray) -> float:
         """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
 
         {spectral_state_parameters}

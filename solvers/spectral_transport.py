@@ -19,8 +19,8 @@ from meanfield.integration import ExplicitTableau, tableau_named
 
 
 class SpectralTransport:
-    """The discretisation of a spectral solver: ``solver`` provides ``transport_and_speed(q)``,
-    ``largest_speed(q)``, ``stable_step(speed)`` and ``local_tolerance(q)``.
+    """The discretisation of a spectral solver: ``solver`` provides ``_transport_and_speed(q)``,
+    ``_largest_speed(q)``, ``stable_step(speed)`` and ``_local_tolerance(q)``.
 
     Parameters
     ----------
@@ -44,19 +44,19 @@ class SpectralTransport:
         return kept[1]
 
     def rhs(self, coefficients: np.ndarray) -> np.ndarray:
-        result, speed = self.solver.transport_and_speed(coefficients)
+        result, speed = self.solver._transport_and_speed(coefficients)
         self._kept["speed"] = (coefficients, speed)
         return result
 
     def speed(self, coefficients: np.ndarray) -> float:
         """The largest speed of a state, remembered like the right-hand side's."""
-        return self._of("speed", coefficients, self.solver.largest_speed)
+        return self._of("speed", coefficients, self.solver._largest_speed)
 
     def stable_step(self, coefficients: np.ndarray) -> float:
         return self._of("bound", coefficients, lambda c: self.solver.stable_step(self.speed(c)))
 
     def tolerance(self, coefficients: np.ndarray) -> float:
-        return self._of("tolerance", coefficients, self.solver.local_tolerance)
+        return self._of("tolerance", coefficients, self.solver._local_tolerance)
 
     @staticmethod
     def admit(old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray, None]:

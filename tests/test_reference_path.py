@@ -278,7 +278,7 @@ def _layered_velocity(solver) -> np.ndarray:
     if isinstance(solver, CausalCircleSpectral):
         return solver.velocity(solver.initial_coefficients(lambda s, t: 1 + 0.3 * np.cos(2 * t + 3 * s)))
     coefficients = solver.initial_coefficients(lambda s, x: 1 + 0.3 * s * x[..., 2] + 0.1 * x[..., 0])
-    return np.stack(solver.transport_and_speed(coefficients)[0])
+    return np.stack(solver._transport_and_speed(coefficients)[0])
 
 
 @pytest.mark.parametrize("solver", [

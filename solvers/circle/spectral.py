@@ -146,7 +146,7 @@ class CircleSpectral(SpectralSolver):
             set_(self, "record_cells", self.cells)
         elif check_int(self.record_cells, "record_cells", minimum=self.cells) % self.cells:
             raise ValueError(f"record_cells must be a multiple of cells={self.cells}, got {self.record_cells}")
-        model = self.kernel_model
+        model = self._kernel_model
         if model.dimension not in (None, 2):
             raise ValueError(f"CircleSpectral solves on the circle: the model's matrices are "
                              f"{model.dimension} x {model.dimension}, not 2 x 2")
@@ -206,10 +206,10 @@ class CircleSpectral(SpectralSolver):
 
     def _set_external(self) -> None:
         """The external field's tangential component and potential on the flux grid (it is fixed)."""
-        external = self.kernel_model.external
+        external = self._kernel_model.external
         velocity = potential = None
         if external is not None:
-            theta = self.flux_grid
+            theta = self._flux_grid
             points = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
             tangent = np.stack([-np.sin(theta), np.cos(theta)], axis=-1)
             velocity = np.sum(external.field(points) * tangent, axis=-1)
@@ -218,7 +218,7 @@ class CircleSpectral(SpectralSolver):
         object.__setattr__(self, "external_potential", potential)
 
     @property
-    def kernel_model(self):
+    def _kernel_model(self):
         """The model whose kernel and velocity law the solver uses (the layered causal solver's differs)."""
         return self.model
 
@@ -228,7 +228,7 @@ class CircleSpectral(SpectralSolver):
         return (np.arange(self.record_cells) + 0.5) * (2 * np.pi / self.record_cells)
 
     @property
-    def flux_grid(self) -> np.ndarray:
+    def _flux_grid(self) -> np.ndarray:
         r"""The ``M`` points :math:`2\pi j/M` where the flux is formed."""
         return periodic_angles(self.points)
 
@@ -253,7 +253,7 @@ class CircleSpectral(SpectralSolver):
         Returns
         -------
         numpy.ndarray, shape (points,)
-            The values at :math:`2\pi j/M` (:attr:`flux_grid`).
+            The values at :math:`2\pi j/M` (:attr:`_flux_grid`).
         """
         if derivative:
             coefficients = self._derivative * coefficients
@@ -265,7 +265,7 @@ class CircleSpectral(SpectralSolver):
         Parameters
         ----------
         values : numpy.ndarray, shape (points,)
-            Real values at :attr:`flux_grid`.
+            Real values at :attr:`_flux_grid`.
 
         Returns
         -------
@@ -318,7 +318,7 @@ class CircleSpectral(SpectralSolver):
         Returns
         -------
         numpy.ndarray, shape (points,)
-            The tangential velocity at :attr:`flux_grid`, external field included.
+            The tangential velocity at :attr:`_flux_grid`, external field included.
         """
         if self.general is not None:
             modes = self.cells // 2
@@ -353,7 +353,7 @@ class CircleSpectral(SpectralSolver):
         """The series whose velocity moves ``coefficients``: itself (the layered causal solver mixes layers)."""
         return coefficients
 
-    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+    def _transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         if self._log_rows is not None and self._velocity_density(coefficients) is coefficients:
             convolution, slope, rho = self._log_transforms(coefficients, 3)
             velocity = self._with_external(self._log_velocity(convolution, slope))
@@ -363,7 +363,7 @@ class CircleSpectral(SpectralSolver):
         flux = np.fft.rfft(rho * velocity)[..., : self.cells // 2]
         return self._divergence * flux, float(np.abs(velocity).max())
 
-    def largest_speed(self, coefficients: np.ndarray) -> float:
+    def _largest_speed(self, coefficients: np.ndarray) -> float:
         return float(np.abs(self.velocity(coefficients)).max())
 
     def stable_step(self, speed: float) -> float:

@@ -124,7 +124,7 @@ class SphereSpectral(SpectralSolver):
     def __post_init__(self) -> None:
         check_int(self.lmax, "lmax", minimum=2)
         self._check_settings()
-        model = self.kernel_model
+        model = self._kernel_model
         if model.dimension not in (None, 3):
             raise ValueError(f"SphereSpectral solves on S^2 (d = 3), but the model lives in R^{model.dimension}")
         path = interaction_path(model, self.interaction, self.name)
@@ -159,14 +159,14 @@ class SphereSpectral(SpectralSolver):
     default_max_steps = 1_000_000
 
     @property
-    def kernel_model(self):
+    def _kernel_model(self):
         """The zonal model whose kernel and velocity law the solver uses (the layered causal solver's differs)."""
         return self.model
 
     @property
     def linear(self) -> bool:
         """Whether the velocity is linear in rho (the model says)."""
-        return self.kernel_model.velocity_is_linear
+        return self._kernel_model.velocity_is_linear
 
     @property
     def _resolution_advice(self) -> str:
@@ -192,8 +192,8 @@ class SphereSpectral(SpectralSolver):
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax = self.lmax if lmax is None else lmax
         if self.linear:
-            return self.kernel_model.potential_spectrum(lmax, 3)
-        return self.kernel_model.kernel_spectrum(lmax, 3)
+            return self._kernel_model.potential_spectrum(lmax, 3)
+        return self._kernel_model.kernel_spectrum(lmax, 3)
 
     def _per_coefficient(self, by_degree: np.ndarray) -> np.ndarray:
         return by_degree[self.grid.degree.astype(int)]
@@ -215,7 +215,7 @@ class SphereSpectral(SpectralSolver):
         symbol = self._symbol
         if self.linear:
             return self._with_external(*grid.gradient(symbol * coefficients))
-        c, beta = self.kernel_model.value_scale, self.kernel_model.beta
+        c, beta = self._kernel_model.value_scale, self._kernel_model.beta
         convolution = symbol * coefficients
         scale = (c / beta) / np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
         along_t, along_p = grid.gradient(convolution)
@@ -245,9 +245,9 @@ class SphereSpectral(SpectralSolver):
         numpy.ndarray
             Its coefficients.
         """
-        return self.transport_and_speed(coefficients)[0]
+        return self._transport_and_speed(coefficients)[0]
 
-    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+    def _transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         rho = self.grid.synthesise(coefficients)
         along_t, along_p = self.velocity(coefficients)
         speed = _largest_speed(along_t, along_p)
@@ -255,7 +255,7 @@ class SphereSpectral(SpectralSolver):
         along_p *= rho
         return self.grid.divergence(along_t, along_p, sign=-1.0), speed
 
-    def largest_speed(self, coefficients: np.ndarray) -> float:
+    def _largest_speed(self, coefficients: np.ndarray) -> float:
         return _largest_speed(*self.velocity(coefficients))
 
     def stable_step(self, speed: float) -> float:

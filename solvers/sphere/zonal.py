@@ -243,7 +243,7 @@ class ZonalSphereSpectral(SpectralSolver):
         sine = np.sqrt(1.0 - u ** 2)
         return np.clip(w, -abs(c) / sine, abs(c) / sine)
 
-    def transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
+    def _transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         w = self.velocity(coefficients)
         flux = self._flux_weights * (self._flux_basis @ coefficients) * w
         transport = np.zeros_like(coefficients)
@@ -261,12 +261,12 @@ class ZonalSphereSpectral(SpectralSolver):
         numpy.ndarray
             Its coefficients.
         """
-        return self.transport_and_speed(coefficients)[0]
+        return self._transport_and_speed(coefficients)[0]
 
     def _speed(self, w: np.ndarray) -> float:
         return float(np.max(np.abs(w) * np.sqrt(1.0 - self._flux_nodes ** 2)))
 
-    def largest_speed(self, coefficients: np.ndarray) -> float:
+    def _largest_speed(self, coefficients: np.ndarray) -> float:
         return self._speed(self.velocity(coefficients))
 
     def stable_step(self, speed: float) -> float:

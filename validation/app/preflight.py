@@ -226,7 +226,7 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
         resolution = f"method.cells = {solver.cells}"
     else:
         started = time.perf_counter()
-        _, speed = solver.transport_and_speed(state)
+        _, speed = solver._transport_and_speed(state)
         per_step = solver.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
         steps = span / solver.stable_step(max(speed, speed_bound))
         resolution = f"method.cells = {solver.cells}" if solver.geometry == CIRCLE else f"method.lmax = {solver.lmax}"
