@@ -209,7 +209,7 @@ class CircleSpectral(SpectralSolver):
         external = self._kernel_model.external
         velocity = potential = None
         if external is not None:
-            theta = self._flux_grid
+            theta = self.flux_grid
             points = np.stack([np.cos(theta), np.sin(theta)], axis=-1)
             tangent = np.stack([-np.sin(theta), np.cos(theta)], axis=-1)
             velocity = np.sum(external.field(points) * tangent, axis=-1)
@@ -228,7 +228,7 @@ class CircleSpectral(SpectralSolver):
         return (np.arange(self.record_cells) + 0.5) * (2 * np.pi / self.record_cells)
 
     @property
-    def _flux_grid(self) -> np.ndarray:
+    def flux_grid(self) -> np.ndarray:
         r"""The ``M`` points :math:`2\pi j/M` where the flux is formed."""
         return periodic_angles(self.points)
 
@@ -253,7 +253,7 @@ class CircleSpectral(SpectralSolver):
         Returns
         -------
         numpy.ndarray, shape (points,)
-            The values at :math:`2\pi j/M` (:attr:`_flux_grid`).
+            The values at :math:`2\pi j/M` (:attr:`flux_grid`).
         """
         if derivative:
             coefficients = self._derivative * coefficients
@@ -265,7 +265,7 @@ class CircleSpectral(SpectralSolver):
         Parameters
         ----------
         values : numpy.ndarray, shape (points,)
-            Real values at :attr:`_flux_grid`.
+            Real values at :attr:`flux_grid`.
 
         Returns
         -------
@@ -318,7 +318,7 @@ class CircleSpectral(SpectralSolver):
         Returns
         -------
         numpy.ndarray, shape (points,)
-            The tangential velocity at :attr:`_flux_grid`, external field included.
+            The tangential velocity at :attr:`flux_grid`, external field included.
         """
         if self.general is not None:
             modes = self.cells // 2
