@@ -235,3 +235,23 @@ def test_diffusion_imposes_no_parabolic_step_restriction():
     ds = CircleFV(mf.SelfAttention(5.0, diffusion=diffusion), cells=cells).solve(bumpy, [0.0, t_end])
     parabolic_steps = t_end / ((2 * np.pi / cells) ** 2 / (2 * diffusion))  # explicit-diffusion step count
     assert json.loads(ds.attrs["settings"])["steps"] < 0.01 * parabolic_steps
+
+
+@pytest.mark.parametrize("cells", [3, 8, 257])
+def test_periodic_tridiagonal_solves_against_the_dense_matrix(cells):
+    """The implicit steps' and the stationary preconditioner's periodic solves against numpy's dense solve of the
+    assembled matrix (corners included); the factored one, many right-hand sides, equals the one-shot bit for bit."""
+    from solvers.circle.operators import CyclicTridiagonal, solve_cyclic_tridiagonal
+
+    rng = np.random.default_rng(cells)
+    sub, sup = rng.normal(size=cells), rng.normal(size=cells)
+    diag = rng.normal(size=cells) + 4.0 * np.sign(rng.normal(size=cells))
+    matrix = np.diag(diag) + np.diag(sub[1:], -1) + np.diag(sup[:-1], 1)
+    matrix[0, -1] += sub[0]
+    matrix[-1, 0] += sup[-1]
+    factored = CyclicTridiagonal(sub, diag, sup)
+    for rhs in rng.normal(size=(3, cells)):
+        expected = np.linalg.solve(matrix, rhs)
+        once = solve_cyclic_tridiagonal(sub, diag, sup, rhs)
+        np.testing.assert_allclose(once, expected, rtol=1e-10, atol=1e-12 * np.abs(expected).max())
+        np.testing.assert_array_equal(factored.solve(rhs), once)

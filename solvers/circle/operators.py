@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg.lapack import dgtsv
+from scipy.linalg.lapack import dgtsv, dgttrf, dgttrs
 from scipy.special import roots_legendre
 
 from meanfield.checks import check_density
@@ -50,28 +50,82 @@ def _bernoulli(x: np.ndarray) -> np.ndarray:
         return np.where(small, 1.0 - 0.5 * x, x / np.where(small, 1.0, np.expm1(x)))
 
 
-def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
-                             rhs: np.ndarray) -> np.ndarray:
-    """Solve the periodic tridiagonal system (rows ``sub[j] x[j-1] + diag[j] x[j] + sup[j] x[j+1]``).
-
-    Sherman-Morrison on the two corner entries plus one tridiagonal LU with two right-hand sides
-    (LAPACK's ``gtsv``, cheaper than a general band solver in the implicit steps' and the
-    stationary preconditioner's hot loops).
-    """
-    n = diag.size
+def _bordered(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Sherman-Morrison's split of the periodic system: the tridiagonal diagonal without the corners, the
+    correction's column ``u``, and the weight of the last entry in the row vector ``v`` (its first is one)."""
     gamma = -diag[0]
     corner_top, corner_bottom = sub[0], sup[-1]
     inner = np.array(diag, dtype=float)
     inner[0] -= gamma
     inner[-1] -= corner_top * corner_bottom / gamma
-    u = np.zeros(n)
+    u = np.zeros(diag.size)
     u[0], u[-1] = gamma, corner_bottom
+    return inner, u, corner_top / gamma
+
+
+def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
+                             rhs: np.ndarray) -> np.ndarray:
+    """Solve the periodic tridiagonal system (rows ``sub[j] x[j-1] + diag[j] x[j] + sup[j] x[j+1]``).
+
+    Sherman-Morrison on the two corner entries plus one tridiagonal LU with two right-hand sides
+    (LAPACK's ``gtsv``, cheaper than a general band solver in the implicit steps' hot loop);
+    :class:`CyclicTridiagonal` keeps the factors for many right-hand sides, with the same result.
+    """
+    inner, u, weight = _bordered(sub, diag, sup)
     *_, solution, info = dgtsv(sub[1:], inner, sup[:-1], np.column_stack([rhs, u]))
     if info > 0:
         raise np.linalg.LinAlgError(f"singular periodic tridiagonal system (zero pivot {info})")
     y, z = solution.T
-    v_dot = lambda w: w[0] + corner_top / gamma * w[-1]  # noqa: E731
+    v_dot = lambda w: w[0] + weight * w[-1]  # noqa: E731
     return y - z * (v_dot(y) / (1.0 + v_dot(z)))
+
+
+class CyclicTridiagonal:
+    """A periodic tridiagonal system factored once (LAPACK's ``gttrf``), solved for many right-hand sides.
+
+    The same Sherman-Morrison split and pivoted LU as :func:`solve_cyclic_tridiagonal`, whose result each
+    :meth:`solve` reproduces bit for bit; the stationary preconditioner applies it at every Krylov step.
+
+    Parameters
+    ----------
+    sub, diag, sup : numpy.ndarray
+        The rows ``sub[j] x[j-1] + diag[j] x[j] + sup[j] x[j+1]`` (periodic).
+
+    Raises
+    ------
+    numpy.linalg.LinAlgError
+        If the system is singular (a zero pivot).
+    """
+
+    def __init__(self, sub: np.ndarray, diag: np.ndarray, sup: np.ndarray):
+        inner, u, self._weight = _bordered(sub, diag, sup)
+        *self._factors, info = dgttrf(sub[1:], inner, sup[:-1])
+        if info > 0:
+            raise np.linalg.LinAlgError(f"singular periodic tridiagonal system (zero pivot {info})")
+        self._correction = self._tridiagonal(u)
+        self._denominator = 1.0 + self._v_dot(self._correction)
+
+    def _tridiagonal(self, rhs: np.ndarray) -> np.ndarray:
+        return dgttrs(*self._factors, rhs)[0]
+
+    def _v_dot(self, w: np.ndarray) -> float:
+        return w[0] + self._weight * w[-1]
+
+    def solve(self, rhs: np.ndarray) -> np.ndarray:
+        """The solution for ``rhs``.
+
+        Parameters
+        ----------
+        rhs : numpy.ndarray, shape (n,)
+            The right-hand side.
+
+        Returns
+        -------
+        numpy.ndarray, shape (n,)
+            ``x``.
+        """
+        y = self._tridiagonal(rhs)
+        return y - self._correction * (self._v_dot(y) / self._denominator)
 
 
 #: 4-point Gauss-Legendre nodes and weights on [-1, 1] (computed once: a run's set-up pays for every call).

@@ -37,7 +37,7 @@ from meanfield.checks import check_int, check_real
 from meanfield.docstrings import fill_docstrings
 
 from ..circle.finite_volumes import ROUNDOFF_NEGATIVE
-from ..circle.operators import CircleOperators, solve_cyclic_tridiagonal
+from ..circle.operators import CircleOperators, CyclicTridiagonal, _next, _previous
 from ..heads import head_matrices
 from ..reference import circle_operators, interaction_path
 from ..resolution import sharpest_cluster_width
@@ -442,16 +442,16 @@ class _FrozenGenerator(LinearOperator):
         operators = problem.operators_at(self.value)
         diffusion = problem.diffusion_at(self.value)
         jumps = operators.potential_jumps(problem.expand(unknowns))
-        self.generator = operators.drift_diffusion_generator(jumps, diffusion)[:3]
+        sub, diag, sup = operators.drift_diffusion_generator(jumps, diffusion)[:3]
+        # The generator is singular on constants (mass); a small shift leaves the mass-free part. Factored once
+        # per iterate: the Krylov steps apply it with the same generator.
+        self.generator = CyclicTridiagonal(sub, diag - 1e-2 * diffusion, sup)
+        self.laplacian_scale = diffusion / problem.width**2
 
     def _matvec(self, values: np.ndarray) -> np.ndarray:
         problem = self.problem
         full = problem.expand(np.ravel(values))
         mean = full.mean()
-        spectrum = np.fft.rfft(full - mean)
-        spectrum *= -problem.diffusion_at(self.value) * problem.laplacian_symbol
-        sub, diag, sup = self.generator
-        # The generator is singular on constants (mass); a small shift leaves the mass-free part.
-        shift = 1e-2 * problem.diffusion_at(self.value)
-        solution = solve_cyclic_tridiagonal(sub, diag - shift, sup, np.fft.irfft(spectrum, problem.cells))
+        # D Delta_h by its three-point stencil (the symbol problem.laplacian_symbol; constants in its kernel)
+        solution = self.generator.solve(self.laplacian_scale * (_next(full) - 2.0 * full + _previous(full)))
         return problem.reduce(solution - solution.mean() + mean)
