@@ -71,6 +71,11 @@ WORKLOADS = {
         "(pathlib.Path(solvers.__file__).parent / 'stationary').is_dir() else 'solvers.bifurcation')",
         "module.bifurcation_diagram(mf.SelfAttention(4.0, diffusion=0.1), 'diffusion', (0.05, 0.4), geometry='circle', cells=128, "
         "modes=(1, 2), max_points=40, progress=False)"),
+    "bifurcation diagram, sphere, lmax 15": (
+        "import importlib, pathlib; module = importlib.import_module('solvers.stationary.bifurcation' if "
+        "(pathlib.Path(solvers.__file__).parent / 'stationary').is_dir() else 'solvers.bifurcation')",
+        "module.bifurcation_diagram(mf.SelfAttention(4.0, diffusion=0.1), 'diffusion', (0.05, 0.4), geometry='sphere', "
+        "lmax=15, modes=(1,), max_points=20, progress=False)"),
 }
 
 RUNNER = """

@@ -6,10 +6,14 @@ import os
 import sys
 import warnings
 
+from typing import Callable
+
 import numpy as np
+from scipy.integrate import solve_ivp
 
 import meanfield
 from meanfield.docstrings import fill_docstrings
+from meanfield.progress import time_progress
 
 #: Frames in these folders are the library's own (the warning points past them).
 LIBRARY_FOLDERS = tuple(os.path.dirname(path) + os.sep for path in (meanfield.__file__, __file__))
@@ -39,6 +43,54 @@ class ResolutionMonitor:
         self.since = time
         warnings.warn(f"under-resolved from t={time:.6g} on: {reason}. {self.advice}",
                       UnderResolvedWarning, stacklevel=_caller_stacklevel())
+
+
+def outputs_while_resolved(rhs, state: np.ndarray, times: np.ndarray, rtol: float,
+                           trouble: Callable[[np.ndarray], str | None], advice: str, *, progress, name: str):
+    """Integrate ``dy/dt = rhs(y)`` from ``state`` with DOP853 output by output, while ``trouble`` finds nothing.
+
+    Parameters
+    ----------
+    rhs : callable
+        ``rhs(y)``, autonomous.
+    state : numpy.ndarray
+        The state at ``times[0]``.
+    times : numpy.ndarray
+        The output times.
+    rtol : float
+        DOP853's relative tolerance (its absolute one ``rtol`` times 1e-3).
+    trouble : callable
+        ``trouble(y)`` at each new output: why it is under-resolved, or ``None``.
+    advice : str
+        What a user can change, for the warning.
+    progress : bool, tqdm.tqdm or None
+        As for :func:`meanfield.progress.time_progress`.
+    name : str
+        The bar's label.
+
+    Returns
+    -------
+    frames : list of numpy.ndarray
+        The states at the outputs reached (``times[0]`` first).
+    since : float
+        The first under-resolved output time (the run ends before it), NaN where none is.
+    """
+    frames, since = [state], np.nan
+    with time_progress(times[0], times[-1], progress, name) as bar:
+        for start, end in zip(times[:-1], times[1:]):
+            solution = solve_ivp(lambda t, y: rhs(y), (start, end), frames[-1], method="DOP853", rtol=rtol,
+                                 atol=1e-3 * rtol)
+            reached = solution.y[:, -1]
+            reason = ("the integrator stopped" if not solution.success else
+                      "its values are not finite" if not np.all(np.isfinite(reached)) else trouble(reached))
+            if reason is not None:
+                since = float(end)
+                warnings.warn(f"under-resolved from t={end:.6g} on: {reason}; the run ends at the last resolved "
+                              f"output. {advice}", UnderResolvedWarning, stacklevel=_caller_stacklevel())
+                break
+            frames.append(reached)
+            bar.update(end - start)
+    return frames, since
 
 
 def sharpest_cluster_width(rho: np.ndarray, *, prominence: float = 2.0) -> float:

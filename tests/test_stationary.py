@@ -212,6 +212,51 @@ def test_the_stationary_command_refuses_families_of_models_in_one_line(tmp_path,
         load_stationary_config(config)
 
 
+@pytest.mark.parametrize("model", [mf.SelfAttention(4.0, diffusion=0.1), mf.SelfAttention(2.0, normalized=False,
+                                                                                       diffusion=0.4),
+                                   mf.SelfAttention(9.0, value=-1.0, diffusion=0.2)], ids=["SA", "USA", "repulsive"])
+def test_the_potential_response_is_the_right_hand_sides_derivative_beyond_the_frozen_generator(model):
+    """Central differences of the drift-diffusion right-hand side, at a lopsided density, along three random smooth
+    directions: the generator frozen at the density plus potential_response, to the differences' own error."""
+    from solvers.circle.operators import CircleOperators, _next, _previous
+
+    operators = CircleOperators(model, 128)
+    theta, uniform = operators.theta, operators.uniform
+    deviation = uniform * (0.6 * np.cos(theta) + 0.3 * np.sin(2 * theta + 0.4))
+    sub, diag, sup, _ = operators.drift_diffusion_generator(operators.potential_jumps(deviation), model.diffusion)
+    coefficients = np.random.default_rng(3).normal(size=(3, 2, 4))  # smooth: where the potential matters
+    modes = np.arange(1, 5)[:, None] * theta
+    directions = uniform * (coefficients[:, 0] @ np.cos(modes) + coefficients[:, 1] @ np.sin(modes))
+    response = operators.potential_response(deviation, directions, model.diffusion)
+    for direction, potential in zip(directions, response):
+        step = 1e-6
+        exact = (operators.drift_diffusion_rhs(deviation + step * direction, model.diffusion)
+                 - operators.drift_diffusion_rhs(deviation - step * direction, model.diffusion)) / (2 * step)
+        frozen = sub * _previous(direction) + diag * direction + sup * _next(direction)
+        np.testing.assert_allclose(frozen + potential, exact, rtol=0, atol=1e-6 * np.abs(exact).max())
+        assert np.abs(potential).max() > 1e-3 * np.abs(exact).max()  # the potential's part is not negligible
+
+
+def test_the_preconditioner_inverts_the_jacobian_up_to_its_shift():
+    """At a state of the mode-1 branch: the preconditioner times the residual's Jacobian (central differences of
+    the residual) is the identity on a smooth direction to 1e-4 with the potential's part, and off by more than 0.1
+    with the frozen generator alone (the general path's)."""
+    problem = CircleStationary(mf.SelfAttention(4.0, diffusion=0.1), 128)
+    start = uniform_bifurcations(problem, (0.05, 0.4), [1])[0][1]
+    state = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=5, progress=False, stability=False).points[-1]
+    direction = problem.reduce(np.cos(2 * problem.theta) + 0.5 * np.cos(3 * problem.theta))
+    step = 1e-6
+    image = (problem.residual(state.unknowns + step * direction, state.value)
+             - problem.residual(state.unknowns - step * direction, state.value)) / (2 * step)
+    preconditioner = problem.preconditioner(state.value)
+    preconditioner.update(state.unknowns)
+    error = np.abs(preconditioner.matvec(image) - direction).max()
+    # what is left out: the symbol's modes below POTENTIAL_MODES_CUTOFF = 1e-6 of its largest, the shift 1e-6 D
+    assert preconditioner.potential is not None and error < 1e-4 * np.abs(direction).max()
+    preconditioner.potential = None
+    assert np.abs(preconditioner.matvec(image) - direction).max() > 0.1 * np.abs(direction).max()
+
+
 def test_a_subcritical_branch_folds_and_gains_stability_at_the_fold():
     """Kuramoto coupling plus a strong second harmonic, W(s) = s + 0.8 T_2(s): the mode-1 pitchfork at
     D = 1/2 is subcritical (the branch first goes to D > 1/2, unstable), folds, and is stable after."""

@@ -36,18 +36,15 @@ whose softmax divides by every token) has no such hierarchy; its derivation is o
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import xarray as xr
-from scipy.integrate import solve_ivp
 
 from meanfield.checks import check_int, check_rtol, check_times
-from meanfield.progress import time_progress
 from meanfield.records import CIRCLE, PDE, record_attrs
 
-from ..resolution import UnderResolvedWarning
+from ..resolution import outputs_while_resolved
 
 #: The closures of the hierarchy's first equation (module docstring).
 CLOSURES = ("chaos", "kirkwood")
@@ -231,21 +228,12 @@ class PairCorrelation:
             output).
         """
         times = check_times(times)
-        frames, since = [self.initial_correlation(rho0)], np.nan
-        with time_progress(times[0], times[-1], progress, self.name) as bar:
-            for start, end in zip(times[:-1], times[1:]):
-                solution = solve_ivp(lambda t, g: self.rhs(g), (start, end), frames[-1], method="DOP853",
-                                     rtol=self.rtol, atol=1e-3 * self.rtol)
-                g = solution.y[:, -1]
-                if not solution.success or not np.all(np.isfinite(g)) or g.min() < -1e-6 * g.max():
-                    since = float(end)
-                    warnings.warn(f"under-resolved from t={end:.6g} on: the pair correlation of the {self.closure} "
-                                  f"closure concentrates beyond {self.modes} modes (the tokens cluster); the run ends "
-                                  "at the last resolved output. Raise modes, or stop earlier", UnderResolvedWarning,
-                                  stacklevel=2)
-                    break
-                frames.append(g)
-                bar.update(end - start)
+        def concentrated(g: np.ndarray) -> str | None:
+            return (f"the pair correlation of the {self.closure} closure concentrates beyond {self.modes} modes (the "
+                    "tokens cluster)") if g.min() < -1e-6 * g.max() else None
+
+        frames, since = outputs_while_resolved(self.rhs, self.initial_correlation(rho0), times, self.rtol, concentrated,
+                                               "Raise modes, or stop earlier", progress=progress, name=self.name)
         g = np.array(frames)
         reached = times[:len(frames)]
         coefficients = cosine_coefficients(g, self.modes - 1)

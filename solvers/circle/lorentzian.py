@@ -31,18 +31,15 @@ of more harmonics (attention, ``beta > 0``) have no such closure: their family i
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import xarray as xr
-from scipy.integrate import solve_ivp
 
 from meanfield.checks import check_int, check_real, check_rtol, check_times
-from meanfield.progress import time_progress
 from meanfield.records import CIRCLE, PDE, record_attrs
 
-from ..resolution import UnderResolvedWarning
+from ..resolution import outputs_while_resolved
 from .bbgky import pair_kernel
 
 #: The kernel's other harmonics must be below this fraction of its first (one harmonic to round-off).
@@ -184,21 +181,13 @@ class LorentzianKuramoto:
             every output).
         """
         times = check_times(times)
-        frames, since = [self.initial_moments(rho0)], np.nan
-        with time_progress(times[0], times[-1], progress, self.name) as bar:
-            for start, end in zip(times[:-1], times[1:]):
-                solution = solve_ivp(lambda t, a: self.rhs(a), (start, end), frames[-1], method="DOP853",
-                                     rtol=self.rtol, atol=1e-3 * self.rtol)
-                moments = solution.y[:, -1]
-                tail = np.abs(moments[-max(1, self.modes // 10):]).max()
-                if not solution.success or not np.all(np.isfinite(moments)) or tail > self.rtol:
-                    since = float(end)
-                    warnings.warn(f"under-resolved from t={end:.6g} on: the marginal sharpens beyond {self.modes} "
-                                  f"moments (the top ones reach {tail:.3g} > rtol); the run ends at the last resolved "
-                                  "output. Raise modes", UnderResolvedWarning, stacklevel=2)
-                    break
-                frames.append(moments)
-                bar.update(end - start)
+        def sharpened(moments: np.ndarray) -> str | None:
+            tail = np.abs(moments[-max(1, self.modes // 10):]).max()
+            return (f"the marginal sharpens beyond {self.modes} moments (the top ones reach {tail:.3g} > rtol)"
+                    if tail > self.rtol else None)
+
+        frames, since = outputs_while_resolved(self.rhs, self.initial_moments(rho0), times, self.rtol, sharpened,
+                                               "Raise modes", progress=progress, name=self.name)
         moments = np.array(frames)
         theta = 2 * np.pi * np.arange(4 * self.modes) / (4 * self.modes)
         k = np.arange(1, self.modes + 1)

@@ -63,6 +63,16 @@ def _bordered(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray) -> tuple[np.nd
     return inner, u, corner_top / gamma
 
 
+def _bernoulli_slopes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r""":math:`(B'(x), B'(-x))`: :math:`B'(x) = B(x)\,(1 - B(-x))/x` (from :math:`B(-x) = B(x) + x`), and its
+    series :math:`-1/2 + x/6` near 0."""
+    small = np.abs(x) < 1e-4
+    safe = np.where(small, 1.0, x)
+    forward, backward = _bernoulli(safe), _bernoulli(-safe)
+    return (np.where(small, -0.5 + x / 6.0, forward * (1.0 - backward) / safe),
+            np.where(small, -0.5 - x / 6.0, backward * (1.0 - forward) / -safe))
+
+
 def solve_cyclic_tridiagonal(sub: np.ndarray, diag: np.ndarray, sup: np.ndarray,
                              rhs: np.ndarray) -> np.ndarray:
     """Solve the periodic tridiagonal system (rows ``sub[j] x[j-1] + diag[j] x[j] + sup[j] x[j+1]``).
@@ -116,16 +126,16 @@ class CyclicTridiagonal:
 
         Parameters
         ----------
-        rhs : numpy.ndarray, shape (n,)
-            The right-hand side.
+        rhs : numpy.ndarray, shape (n,) or (n, k)
+            The right-hand side, or ``k`` of them as columns.
 
         Returns
         -------
-        numpy.ndarray, shape (n,)
+        numpy.ndarray, shape of ``rhs``
             ``x``.
         """
         y = self._tridiagonal(rhs)
-        return y - self._correction * (self._v_dot(y) / self._denominator)
+        return y - np.multiply.outer(self._correction, self._v_dot(y) / self._denominator)
 
 
 #: 4-point Gauss-Legendre nodes and weights on [-1, 1] (computed once: a run's set-up pays for every call).
@@ -315,6 +325,71 @@ class CircleOperators:
         sub, diag, sup = _previous(forward), -(forward + _previous(backward)), backward
         uniform_drift = self.uniform * (_previous(jumps) - jumps) / self.width**2
         return sub, diag, sup, uniform_drift
+
+    def jump_derivative(self, deviation: np.ndarray, directions: np.ndarray) -> np.ndarray:
+        r"""The derivative of :meth:`potential_jumps` at ``deviation`` along each row of ``directions``.
+
+        Linear models: :math:`(\text{next} - 1)\,(\Phi * e)`. SA: :math:`\frac c\beta(\text{next} - 1)
+        \big[(K*e)/(K*\rho)\big]` where the jumps are not clipped, zero where they are.
+
+        Parameters
+        ----------
+        deviation : numpy.ndarray, shape (cells,)
+            :math:`\delta = \rho - \bar\rho`.
+        directions : numpy.ndarray, shape (..., cells)
+            The perturbations :math:`e` of the deviation.
+
+        Returns
+        -------
+        numpy.ndarray, shape of ``directions``
+            The jumps' changes per unit of each direction.
+        """
+        convolved = self.convolve(directions, self.gradient_symbol)
+        if self.linear:
+            return _next(convolved) - convolved
+        c, beta = self.model.value_scale, self.model.beta
+        total = self.potential_symbol[0] * self.uniform  # K*rho_bar
+        ratio = self.convolve(deviation, self.gradient_symbol) / total
+        log_relative = np.log(np.maximum(1.0 + ratio, np.finfo(float).tiny))
+        unclipped = np.abs((c / beta) * (_next(log_relative) - log_relative)) < abs(c) * self.width
+        with np.errstate(over="ignore", invalid="ignore"):  # where K*rho vanishes the jumps are clipped: no change
+            relative = convolved / (total * np.maximum(1.0 + ratio, np.finfo(float).tiny))  # d log(K*rho)
+            return np.where(unclipped, (c / beta) * (_next(relative) - relative), 0.0)
+
+    def potential_response(self, deviation: np.ndarray, directions: np.ndarray, diffusion: float,
+                           jumps: np.ndarray | None = None) -> np.ndarray:
+        r"""What :meth:`drift_diffusion_rhs` changes through the potential along each row of ``directions``.
+
+        The right-hand side is :math:`F_{j-1/2} - F_{j+1/2}` with the Scharfetter-Gummel flux
+        :math:`F_{j+1/2} = \frac{D}{h^2}[B(-\Delta_j)\rho_j - B(\Delta_j)\rho_{j+1}]`,
+        :math:`\Delta_j` the jump over :math:`D`. Its derivative is the generator frozen at
+        ``deviation`` (:meth:`drift_diffusion_generator`) plus this: each flux's derivative in its
+        jump, :math:`-\frac{1}{h^2}[B'(-\Delta_j)\rho_j + B'(\Delta_j)\rho_{j+1}]`, times the jump's
+        (:meth:`jump_derivative`). The stationary preconditioner inverts the sum, the potential's
+        part of low rank (its kernel's few Fourier modes).
+
+        Parameters
+        ----------
+        deviation : numpy.ndarray, shape (cells,)
+            :math:`\delta = \rho - \bar\rho`.
+        directions : numpy.ndarray, shape (..., cells)
+            The perturbations of the deviation.
+        diffusion : float
+            :math:`D > 0`.
+        jumps : numpy.ndarray, optional
+            :meth:`potential_jumps` of ``deviation``, when the caller has them.
+
+        Returns
+        -------
+        numpy.ndarray, shape of ``directions``
+            The right-hand side's changes per unit of each direction, without the frozen generator's.
+        """
+        rho = self.uniform + deviation
+        scaled = (self.potential_jumps(deviation) if jumps is None else jumps) / diffusion
+        forward, backward = _bernoulli_slopes(scaled)
+        slope = -(backward * rho + forward * _next(rho)) / self.width**2
+        flux = slope * self.jump_derivative(deviation, directions)
+        return _previous(flux) - flux
 
     def deviation_norm(self, deviation: np.ndarray) -> float:
         r""":math:`\|\delta\|_{L^2} = (h\sum_j \delta_j^2)^{1/2}`."""

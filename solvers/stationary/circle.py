@@ -14,9 +14,11 @@ averages (second order).
 The unknown is the deviation :math:`\delta = \rho - \bar\rho`. Newton-Krylov solves the
 residual :math:`R(\delta) = (D\Delta_h)^{-1} L[\rho]\rho + \bar\delta\,\mathbf 1` (the
 inverse discrete Laplacian makes it a density, measured against ``tol``; the mean term fixes
-the mass, which :math:`L` conserves), preconditioned by :math:`(L[\rho_k] - \sigma)^{-1}
-D\Delta_h` with the generator frozen at the current iterate (one periodic tridiagonal solve),
-so that a continuation step costs tens of right-hand sides (``benchmarks/bench_stationary.py``).
+the mass, which :math:`L` conserves), preconditioned by :math:`(L[\rho_k] + N[\rho_k] -
+\sigma)^{-1} D\Delta_h`: the generator frozen at the current iterate (a periodic tridiagonal
+matrix) plus, for the convolution's models, the right-hand side's response through the potential
+(of low rank, inverted with it by Woodbury's identity), nearly the Jacobian's inverse, so that a
+continuation step costs tens of right-hand sides (``benchmarks/bench_stationary.py``).
 
 Symmetry. A model invariant under rotations has a circle of stationary states for each one,
 and a zero eigenvalue (its generator :math:`\partial_\theta\rho`). If it is also invariant
@@ -30,7 +32,10 @@ and is refused.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
+from scipy.linalg import lu_factor, lu_solve
 from scipy.sparse.linalg import LinearOperator
 
 from meanfield.checks import check_int, check_real
@@ -427,13 +432,39 @@ class CircleStationary(ParameterFamily):
         return values[order], vectors[:, order]
 
 
+#: Fourier modes of the kernel's gradient symbol below this fraction of its largest are left out of the
+#: preconditioner's potential part (it only steers the Krylov iteration: Newton's answer does not depend on it).
+POTENTIAL_MODES_CUTOFF = 1e-6
+
+
+@lru_cache(maxsize=8)
+def _potential_modes(operators: CircleOperators, even: bool) -> np.ndarray:
+    """The kernel's significant Fourier modes on the cells, as rows (cosines only where the states are even): built
+    once per operators (a branch over the diffusion keeps them)."""
+    symbol = np.abs(operators.gradient_symbol[1:operators.cells // 2])
+    wavenumbers = 1 + np.flatnonzero(symbol > POTENTIAL_MODES_CUTOFF * symbol.max())
+    phases = np.outer(wavenumbers, operators.theta)
+    return np.cos(phases) if even else np.concatenate([np.cos(phases), np.sin(phases)])
+
+
 class _FrozenGenerator(LinearOperator):
-    """:math:`(L[\\rho_k] - \\sigma)^{-1} D\\Delta_h` on the unknowns; scipy's Newton-Krylov calls ``update``."""
+    r""":math:`(L[\rho_k] + N[\rho_k] - \sigma)^{-1} D\Delta_h` on the unknowns; scipy's Newton-Krylov calls ``update``.
+
+    :math:`L` is the generator frozen at the iterate (a periodic tridiagonal matrix, factored
+    once per iterate), :math:`N` the right-hand side's response through the potential
+    (:meth:`~solvers.circle.operators.CircleOperators.potential_response`), of low rank: the
+    kernel's Fourier modes :math:`\phi_k` whose symbol is not negligible, so that
+    :math:`N = \sum_k (N\phi_k)(\frac2N\phi_k)^T` and Woodbury's identity inverts the sum with
+    one small dense solve. Together they are the residual's Jacobian up to the modes left out,
+    and GMRES needs a few iterations per Newton step instead of about one per mode. The general
+    and reference paths (no convolution) keep :math:`L` alone.
+    """
 
     def __init__(self, problem: CircleStationary, value: float):
         super().__init__(float, (problem.size, problem.size))
         self.problem, self.value = problem, value
         self.generator = None
+        self.potential = None  # (L^-1 N phi, the modes' rows, LU of I + modes L^-1 N phi), or None
 
     def update(self, unknowns: np.ndarray, _residual=None, value: float | None = None) -> None:
         problem = self.problem
@@ -441,12 +472,19 @@ class _FrozenGenerator(LinearOperator):
             self.value = value
         operators = problem.operators_at(self.value)
         diffusion = problem.diffusion_at(self.value)
-        jumps = operators.potential_jumps(problem.expand(unknowns))
+        deviation = problem.expand(unknowns)
+        jumps = operators.potential_jumps(deviation)
         sub, diag, sup = operators.drift_diffusion_generator(jumps, diffusion)[:3]
         # The generator is singular on constants (mass); a small shift leaves the mass-free part. Factored once
         # per iterate: the Krylov steps apply it with the same generator.
-        self.generator = CyclicTridiagonal(sub, diag - 1e-2 * diffusion, sup)
+        self.generator = CyclicTridiagonal(sub, diag - 1e-6 * diffusion, sup)
         self.laplacian_scale = diffusion / problem.width**2
+        self.potential = None
+        if type(operators) is CircleOperators:
+            modes = _potential_modes(operators, problem.even)
+            response = self.generator.solve(operators.potential_response(deviation, modes, diffusion, jumps).T)
+            weighted = (2.0 / problem.cells) * modes
+            self.potential = (response, weighted, lu_factor(np.eye(len(modes)) + weighted @ response))
 
     def _matvec(self, values: np.ndarray) -> np.ndarray:
         problem = self.problem
@@ -454,4 +492,7 @@ class _FrozenGenerator(LinearOperator):
         mean = full.mean()
         # D Delta_h by its three-point stencil (the symbol problem.laplacian_symbol; constants in its kernel)
         solution = self.generator.solve(self.laplacian_scale * (_next(full) - 2.0 * full + _previous(full)))
+        if self.potential is not None:  # Woodbury: (L + U V^T)^-1 = L^-1 - L^-1 U (I + V^T L^-1 U)^-1 V^T L^-1
+            response, weighted, factors = self.potential
+            solution = solution - response @ lu_solve(factors, weighted @ solution)
         return problem.reduce(solution - solution.mean() + mean)

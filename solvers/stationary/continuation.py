@@ -151,7 +151,7 @@ def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
     # with the preconditioner of their own iterate (it is refreshed at each one); from a rough
     # guess those stale directions stalled Newton for tens of iterations.
     solution = newton_krylov(counted, start, f_tol=tolerance, inner_M=preconditioner, maxiter=iterations,
-                             callback=count, line_search="armijo", method="gmres")
+                             callback=count, line_search="armijo", method="gmres", inner_rtol=1e-4)
     return np.asarray(solution, dtype=float), counted.calls, taken[0]
 
 
