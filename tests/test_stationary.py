@@ -257,6 +257,25 @@ def test_the_preconditioner_inverts_the_jacobian_up_to_its_shift():
     assert np.abs(preconditioner.matvec(image) - direction).max() > 0.1 * np.abs(direction).max()
 
 
+def test_the_stationary_command_can_leave_out_the_eigenvalues(tmp_path):
+    """``continuation.stability = false``: the same states as with them, bit for bit; the branch's stability NaN
+    (the uniform branch's, from the dispersion relation, kept); the figure says it is not computed."""
+    import xarray as xr
+    from validation.app.cli import main
+
+    text = ('geometry = "circle"\noutput = "{}"\n[model]\nbeta = 4.0\ndiffusion = 0.1\n[continuation]\n'
+            'parameter = "diffusion"\nstart = 0.1\nstop = 0.4\ncells = 64\nmodes = [1]\nmax_points = 8\n{}')
+    for name, extra in (("with", ""), ("without", "stability = false\n")):
+        (tmp_path / f"{name}.toml").write_text(text.format(name, extra))
+        assert main(["stationary", str(tmp_path / f"{name}.toml"), "--quiet"]) == 0
+    full, alone = (xr.open_dataset(tmp_path / name / "bifurcation.nc") for name in ("with", "without"))
+    np.testing.assert_array_equal(alone.density.values, full.density.values)
+    branch = (alone.on_branch > 0).values
+    assert np.all(np.isnan(alone.stable.values[branch])) and np.all(np.isnan(alone.growth_rate.values[branch]))
+    np.testing.assert_array_equal(alone.stable.values[~branch], full.stable.values[~branch].astype(float))
+    assert full.stable.dtype == bool and np.isfinite(full.growth_rate.values[branch]).any()
+
+
 def test_a_subcritical_branch_folds_and_gains_stability_at_the_fold():
     """Kuramoto coupling plus a strong second harmonic, W(s) = s + 0.8 T_2(s): the mode-1 pitchfork at
     D = 1/2 is subcritical (the branch first goes to D > 1/2, unstable), folds, and is stable after."""

@@ -13,15 +13,18 @@ from .figures import subplots
 def bifurcation_figure(diagram: xr.Dataset, path: Path | None = None, *, measure: str = "norm"):
     """Each branch's ``measure`` (``"norm"`` or ``"order_parameter"`` of mode 1) against the parameter.
 
-    Stable stretches solid, unstable dashed; bifurcation points on the uniform branch as dots,
-    folds as crosses. Written to ``path`` (PNG) when given; returns the figure.
+    Stable stretches solid, unstable dashed (solid where the stability was not computed, the
+    title says so); bifurcation points on the uniform branch as dots, folds as crosses. Written to
+    ``path`` (PNG) when given; returns the figure.
     """
+    computed = bool(np.all(np.isfinite(diagram.stable.values.astype(float))))
     parameter = diagram.attrs["parameter"]
     values = diagram[measure] if measure == "norm" else diagram[measure].sel(wavenumber=1)
     fig, ax = subplots(figsize=(6.4, 4.4))
     for branch in diagram.branch.values:
         on = (diagram.on_branch == branch).values
-        x, y, stable = diagram[parameter].values[on], values.values[on], diagram.stable.values[on]
+        x, y = diagram[parameter].values[on], values.values[on]
+        stable = np.nan_to_num(diagram.stable.values[on].astype(float), nan=1.0) > 0  # not computed: solid
         colour = "0.3" if branch == 0 else f"C{(branch - 1) % 10}"
         label = "uniform" if branch == 0 else f"mode {int(diagram.mode[branch])}"
         for start, stop in _runs(stable):
@@ -35,7 +38,8 @@ def bifurcation_figure(diagram: xr.Dataset, path: Path | None = None, *, measure
     ax.plot(starts, np.zeros_like(starts), "o", color="k", ms=4, label="bifurcation points")
     order = "|∫ρ exp(iθ)|" if diagram.attrs["geometry"] == "circle" else "|∫ρ P₁(cos θ)|"
     ax.set(xlabel=parameter, ylabel="‖ρ − ρ̄‖₂" if measure == "norm" else order,
-           title="stationary states (solid: stable, dashed: unstable)")
+           title="stationary states (solid: stable, dashed: unstable)" if computed else
+           "stationary states (stability not computed)")
     ax.legend(fontsize=8)
     if path is not None:
         fig.savefig(path, dpi=120)

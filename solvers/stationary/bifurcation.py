@@ -20,13 +20,15 @@ ORDER_MODES = 4
 
 def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *, geometry: str = CIRCLE,
                         cells: int = 256, lmax: int = 31, modes=None, max_points: int = 200,
-                        uniform_points: int = 41, tol: float = 1e-10, progress: bool | None = None) -> xr.Dataset:
+                        uniform_points: int = 41, tol: float = 1e-10, stability: bool = True,
+                        progress: bool | None = None) -> xr.Dataset:
     r"""Branches of stationary states from the uniform state, over ``interval`` of ``parameter``.
 
     The uniform branch with its stability; every bifurcation point on it (a mode's eigenvalue
     crossing zero: the dispersion relation's zero); from each, the bifurcating branch followed
     by pseudo-arclength continuation (``solvers.stationary.continuation``) until it leaves the
-    interval or the resolved range, with the leading eigenvalues of every state.
+    interval or the resolved range, with the leading eigenvalues of every state (unless
+    ``stability=False``).
 
     Parameters
     ----------
@@ -53,6 +55,10 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
         Parameter values at which the uniform branch's stability is recorded.
     tol : float
         Newton's tolerance (the stationary problem's ``tol``).
+    stability : bool
+        Whether the bifurcating branches' states get their leading eigenvalues (most of a
+        point's cost); without, their ``stable``, ``growth_rate`` and ``frequency`` are NaN (the
+        uniform branch's come from the dispersion relation either way).
     progress : bool, optional
         A progress bar per branch (default: on a terminal).
 
@@ -63,7 +69,7 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
         (:math:`\|\rho - \bar\rho\|_{L^2}`), ``order_parameter`` (``wavenumber`` 1..4: circle
         :math:`|\int\rho e^{ik\theta}|`, sphere :math:`|\int\rho P_k(\cos\theta)|`),
         ``density`` (``theta``; sphere: ``colatitude``), ``stable``, ``growth_rate`` and ``frequency`` (real and
-        imaginary parts of the leading eigenvalues), ``fold``, ``residual_evaluations``. Per
+        imaginary parts of the leading eigenvalues; NaN where not computed), ``fold``, ``residual_evaluations``. Per
         ``branch``: ``mode``, ``bifurcation_value`` and ``end`` (why it stopped).
     """
     low, high = (check_real(v, f"interval[{i}]") for i, v in enumerate(interval))
@@ -84,7 +90,7 @@ def bifurcation_diagram(model, parameter: str, interval: tuple[float, float], *,
     for mode, value in uniform_bifurcations(problem, (low, high), modes):
         uniform.points.append(_uniform_point(problem, value, modes))
         branches.append(branch_from_uniform(problem, mode, value, (low, high), max_points=max_points,
-                                            progress=progress))
+                                            progress=progress, stability=stability))
     uniform.points.sort(key=lambda point: point.value)
     return _dataset(problem, branches, model, geometry)
 
@@ -100,6 +106,14 @@ def _uniform_branch(problem, values: np.ndarray, modes) -> Branch:
     return Branch([_uniform_point(problem, v, modes) for v in values], 0, np.nan, end="the uniform state")
 
 
+def _stable(eigenvalues: np.ndarray) -> np.ndarray:
+    """Per point whether no eigenvalue has a positive real part: booleans, or 1.0, 0.0 and NaN where some
+    point's eigenvalues were not computed."""
+    known = np.isfinite(eigenvalues.real).any(axis=1)
+    largest = np.max(np.where(np.isfinite(eigenvalues.real), eigenvalues.real, -np.inf), axis=1)
+    return largest < 0 if known.all() else np.where(known, (largest < 0).astype(float), np.nan)
+
+
 def _dataset(problem, branches: list[Branch], model, geometry: str) -> xr.Dataset:
     points = [(b, point) for b, branch in enumerate(branches) for point in branch.points]
     eigen = np.array([point.eigenvalues for _, point in points])
@@ -111,8 +125,8 @@ def _dataset(problem, branches: list[Branch], model, geometry: str) -> xr.Datase
         "order_parameter": (("point", "wavenumber"),
                             np.array([problem.order_parameters(p.unknowns, ORDER_MODES) for _, p in points])),
         "density": (("point", problem.coordinate[0]), np.array([problem.density(p.unknowns) for _, p in points])),
-        # A state is stable when no eigenvalue has a positive real part.
-        "stable": ("point", np.nanmax(eigen.real, axis=1) < 0),
+        # A state is stable when no eigenvalue has a positive real part (NaN: not computed).
+        "stable": ("point", _stable(eigen)),
         "growth_rate": (("point", "eigenvalue"), eigen.real),
         "frequency": (("point", "eigenvalue"), eigen.imag),
         "fold": ("point", np.array([(b, i) in folds for b, branch in enumerate(branches)

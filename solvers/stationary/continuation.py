@@ -47,6 +47,9 @@ from meanfield.progress import count_progress
 #: Largest Newton iteration count per continuation step; more means the step was too long.
 NEWTON_ITERATIONS = 12
 
+#: The relative residual each Krylov solve of a Newton step stops at.
+INNER_RTOL = 1e-6
+
 #: Largest Newton iteration count of a solve from a user's guess (line search from afar).
 GUESS_ITERATIONS = 60
 
@@ -150,8 +153,10 @@ def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
     # GMRES, not scipy's default LGMRES: LGMRES recycles Krylov vectors of earlier iterates, built
     # with the preconditioner of their own iterate (it is refreshed at each one); from a rough
     # guess those stale directions stalled Newton for tens of iterations.
+    # Each linear solve to INNER_RTOL (with the preconditioner near the Jacobian's inverse, a few Krylov steps).
+    # scipy's own forcing term tightens with the residual, to far below what Newton needs here.
     solution = newton_krylov(counted, start, f_tol=tolerance, inner_M=preconditioner, maxiter=iterations,
-                             callback=count, line_search="armijo", method="gmres", inner_rtol=1e-4)
+                             callback=count, line_search="armijo", method="gmres", inner_rtol=INNER_RTOL)
     return np.asarray(solution, dtype=float), counted.calls, taken[0]
 
 
@@ -265,14 +270,18 @@ class _Metric:
 
 
 class _Augmented(LinearOperator):
-    """The problem's preconditioner on the state, identity on the parameter (Newton's ``update`` hook)."""
+    """The problem's preconditioner on the state, identity on the parameter.
 
-    def __init__(self, problem, value: float):
+    Built at the step's prediction and kept through its Newton solve: it has no ``update`` for
+    Newton-Krylov to refresh it with at each iterate. The prediction is near the solution, and a
+    preconditioner refreshed at a poor intermediate iterate lost more than it gained: the
+    benchmark's branches are cheaper and followed further kept (``bench_stationary.py``).
+    """
+
+    def __init__(self, problem, start: np.ndarray):
         super().__init__(float, (problem.size + 1, problem.size + 1))
-        self.inner = problem.preconditioner(value)
-
-    def update(self, z, _residual=None):
-        self.inner.update(z[:-1], value=z[-1])
+        self.inner = problem.preconditioner(start[-1])
+        self.inner.update(start[:-1], value=start[-1])
 
     def _matvec(self, values):
         values = np.ravel(values)
@@ -283,9 +292,7 @@ def _solve_augmented(problem, start: np.ndarray, constraint) -> tuple[np.ndarray
     def residual(z):
         problem.check_value(z[-1])
         return np.append(problem.residual(z[:-1], z[-1]), constraint(z))
-    preconditioner = _Augmented(problem, start[-1])
-    preconditioner.update(start)
-    return _newton(residual, start, problem.residual_tolerance, preconditioner)
+    return _newton(residual, start, problem.residual_tolerance, _Augmented(problem, start))
 
 
 def _accept(problem, z: np.ndarray, evaluations: int, stability: bool) -> Point:

@@ -52,6 +52,8 @@ class ContinuationConfig(ConfigSection):
                           help="wavenumbers (sphere: degrees) whose branches are followed")
     max_points: int = option(200, types=int, minimum=2, help="points per branch at most")
     tol: float = option(1e-10, types=NUMBER, minimum=0, strict=True, help="Newton's tolerance, relative to the uniform density")
+    stability: bool = option(True, types=bool, help="the leading eigenvalues of every state on the branches (most of a "
+                                                    "point's cost); false: the branches only, drawn without stability")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,7 +159,8 @@ def run_stationary(config: StationaryConfig, *, progress: bool | None = None):
     with locked_output(output, "meanfield stationary"):  # until the figure is written
         diagram = bifurcation_diagram(build_model(config), settings.parameter, interval, geometry=config.geometry,
                                       cells=settings.cells, lmax=settings.lmax, modes=settings.modes,
-                                      max_points=settings.max_points, tol=settings.tol, progress=progress)
+                                      max_points=settings.max_points, tol=settings.tol, stability=settings.stability,
+                                      progress=progress)
         dataset = write_atomically(output / DATASET, diagram.to_netcdf)
         figure = output / FIGURE
         bifurcation_figure(diagram, figure)
