@@ -333,3 +333,14 @@ def test_the_front_door_sends_a_limit_with_common_noise_to_its_solvers():
         solve(limit, rho0, [0.0, 0.1], method="CircleFV")
     with pytest.raises(ValueError, match="CommonNoiseCircle solves the stochastic density equation"):
         solve(mf.SelfAttention(1.0), rho0, [0.0, 0.1], method="CommonNoiseCircle", dt=0.05)
+
+
+def test_a_common_noise_run_beyond_max_hours_is_refused_from_a_probe_on_the_smallest_grid(tmp_path):
+    """At lmax = 63 one noise step takes minutes (its fields pair every grid node): the preflight times a step on the
+    smallest grid and scales it by the squared ratio of the nodes (18432 / 2048) instead of running one."""
+    from validation.app import ConfigError
+    from validation.app.experiment import prepare
+
+    raw = noise_config(tmp_path, "sphere", method={"lmax": 63}, max_hours=1.0, times={"stop": 1.0, "count": 3})
+    with pytest.raises(ConfigError, match="the run would take about .* h .* lower method.lmax"):
+        prepare(raw)

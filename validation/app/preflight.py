@@ -8,6 +8,7 @@ file, an initial density the grid cannot resolve, an output larger than the mach
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 import warnings
@@ -114,20 +115,28 @@ def _check_line(config: ExperimentConfig, solver, initial) -> None:
         raise ConfigError(f"initial: {error}" if "rho0" in str(error) else str(error)) from None
 
 
+#: The sphere's common-noise probe runs on the smallest grid (of any lmax up to 21): a step at lmax 63 takes minutes.
+NOISE_PROBE_LMAX = 15
+
+
 def _check_noise_duration(config: ExperimentConfig, solver, initial) -> None:
     """Refuse a common-noise run estimated longer than ``max_hours``: one step of the noise on one path is timed
-    (its fields are attentions over all pairs of grid nodes) and scaled by the steps and the paths."""
+    and scaled by the steps and the paths. Its fields are attentions over all pairs of grid nodes, so on the
+    sphere the step is timed on the smallest grid and scaled by the square of the ratio of the nodes."""
     method, times = config.method, config.times.array()
+    probe = solver
+    if isinstance(solver, CommonNoiseSphere) and solver.lmax > NOISE_PROBE_LMAX:
+        probe = dataclasses.replace(solver, lmax=NOISE_PROBE_LMAX)
     started = time.perf_counter()
     with warnings.catch_warnings():  # the probe's resolution is the run's to report
         warnings.simplefilter("ignore", UnderResolvedWarning)
-        solver.solve(initial, [0.0, method.dt], dt=method.dt, systems=1, seed=0, progress=False)
-    per_step = time.perf_counter() - started
+        probe.solve(initial, [0.0, method.dt], dt=method.dt, systems=1, seed=0, progress=False)
+    per_step = (time.perf_counter() - started) * (solver.quadrature.size / probe.quadrature.size) ** 2
     steps = round((times[-1] - times[0]) / method.dt) * method.systems
     hours = steps * per_step / 3600
     if hours > config.max_hours:
         grid = "method.points" if config.geometry == "circle" else "method.lmax"
-        raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} path-steps of {1e3 * per_step:.3g} ms): "
+        raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} path-steps of {per_step:.3g} s): "
                           f"lower {grid}, method.systems or the final time, raise method.dt, or raise max_hours "
                           f"(now {config.max_hours:g}) to run it anyway")
 
