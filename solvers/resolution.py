@@ -81,7 +81,7 @@ def outputs_while_resolved(rhs, state: np.ndarray, times: np.ndarray, rtol: floa
             solution = solve_ivp(lambda t, y: rhs(y), (start, end), frames[-1], method="DOP853", rtol=rtol,
                                  atol=1e-3 * rtol)
             reached = solution.y[:, -1]
-            reason = ("the integrator stopped" if not solution.success else
+            reason = (f"the integrator stopped ({solution.message})" if not solution.success else
                       "its values are not finite" if not np.all(np.isfinite(reached)) else trouble(reached))
             if reason is not None:
                 since = float(end)

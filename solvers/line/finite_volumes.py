@@ -37,6 +37,7 @@ the mean-field solution (:class:`~solvers.LineLagrangian`, in mass coordinates, 
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from meanfield.checks import check_int, check_real, check_rtol
@@ -98,7 +99,7 @@ class LineFV(GridSolver):
     geometry = euclidean_name(1)
     default_max_steps = LINE_MAX_STEPS
     _resolution_advice = ("Later outputs follow the scheme's numerical tails, not the mean-field solution; "
-                         "LineLagrangian (mass coordinates) has none")
+                          "LineLagrangian (mass coordinates) has none")
 
     def __init__(self, model, interval, *, cells: int = 1000, rtol: float = 1e-6):
         self.model = model

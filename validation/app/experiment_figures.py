@@ -32,7 +32,12 @@ DIAGNOSTIC_LABELS = {"energy": "interaction energy E", "min_density": "smallest 
                      "order_parameter": "order parameter r of all tokens",
                      "norm_error": "max | |x_i| - 1 | (before projection)",
                      "ghost_attention": "attention share on empty cells",
-                     "mean_inner_product": "|∫ x ρ|² (1: collapsed)"}
+                     "mean_inner_product": "mean ⟨x_i, x_j⟩ (1: collapsed)"}
+
+def _family(ds: xr.Dataset) -> bool:
+    """Whether the run's density is a family of labelled densities (frequency nodes, graphon vertices)."""
+    return "frequency" in ds.rho.dims or "vertex" in ds.rho.dims
+
 
 def _density(ds: xr.Dataset) -> np.ndarray:
     """The density of all tokens per output time: causal attention's layers (``position``, each
@@ -100,7 +105,7 @@ def _draw_frame(ax, ds: xr.Dataset, k: int, geometry: str, scale: tuple[float, f
                 ax.plot(ds.theta, ds.rho.values[k, index], style, color="0.4",
                         label=f"s = {float(ds.position[index]):.2g}")
             ax.legend(fontsize="small")
-        elif "frequency" in ds.rho.dims or "vertex" in ds.rho.dims:  # a family: all tokens, whatever their label
+        elif _family(ds):  # all tokens, whatever their label
             ax.plot(ds.theta, _density(ds)[k], color="C0")
         else:
             ax.plot(ds.theta, ds.rho.values[k], color="C0")
@@ -173,8 +178,7 @@ def _density_scale(ds: xr.Dataset, geometry: str) -> tuple[float, float]:
     if geometry == PAIR:
         return float(ds.g.min()), 1.05 * float(ds.g.max())
     if not _particles(ds):
-        # causal: every layer's curve fits; a family: its marginal's
-        rho = _density(ds) if "frequency" in ds.rho.dims or "vertex" in ds.rho.dims else ds.rho.values
+        rho = _density(ds) if _family(ds) else ds.rho.values  # causal: every layer's curve fits; a family: its marginal
         return float(rho.min()), 1.05 * float(rho.max())
     if geometry != "circle":
         return 0.0, 1.0
@@ -232,7 +236,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
             # Log colours: the early, nearly uniform phase and the sharp clusters both stay visible.
             floor = max(rho.max() * 1e-3, rho[rho > 0].min()) if np.any(rho > 0) else 1e-300
             mesh = ax.pcolormesh(ds.z if geometry == LINE else ds.theta, ds.time, np.maximum(rho, floor),
-                                 shading="auto", cmap="magma", norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
+                                 shading="auto", cmap="magma",
+                                 norm=matplotlib.colors.LogNorm(vmin=floor, vmax=rho.max()))
             fig.colorbar(mesh, ax=ax, label=f"{'density' if geometry == LINE else CIRCLE_DENSITY}, log scale")
         axis = {LINE: LINE_AXIS, PAIR: PAIR_AXIS}.get(geometry, "angle θ (rad)")
         ax.set(xlabel=axis, ylabel="time", title="space-time" + (
@@ -254,7 +259,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         values = ds[name].values if ds[name].ndim == 1 else ds[name].values.mean(axis=0)
         ax.plot(ds.time, values, ".-")
         finite = values[np.isfinite(values)]  # a run that hands over has NaN where the other solver ran
-        if name in ("spectral_tail", "norm_error", "error_estimate", "ghost_attention") and finite.size and np.all(finite > 0):
+        logarithmic = name in ("spectral_tail", "norm_error", "error_estimate", "ghost_attention")
+        if logarithmic and finite.size and np.all(finite > 0):
             ax.set_yscale("log")
         ax.set(xlabel="time", ylabel=DIAGNOSTIC_LABELS[name])
     since = ds.attrs.get("underresolved_since", np.nan)
