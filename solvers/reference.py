@@ -36,6 +36,7 @@ The fast paths (FFT convolution, Funk-Hecke, head coefficients) serve the librar
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -127,6 +128,9 @@ def _energy_of(model, nodes: np.ndarray, weights: np.ndarray) -> float:
 @dataclass(frozen=True, eq=False)
 class ReferenceCircleOperators(CircleOperators):
     """:class:`~solvers.circle.operators.CircleOperators` whose velocity is the model's ``velocity_field`` (module docstring)."""
+
+    #: One density at a time: the model's field takes one measure.
+    batched: ClassVar[bool] = False
 
     offsets: np.ndarray = field(init=False, repr=False)
     weights: np.ndarray = field(init=False, repr=False)

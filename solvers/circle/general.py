@@ -139,24 +139,28 @@ class GeneralCircleOperators(CircleOperators):
 
     # ------------------------------------------------------------------ Fourier machinery
     def _coefficients(self, rho: np.ndarray) -> tuple[np.ndarray, int]:
-        r""":math:`\hat\rho(q)` for ``q = -N/2 .. N/2`` (the Nyquist mode split evenly), and the first mode."""
+        r""":math:`\hat\rho(q)` for ``q = -N/2 .. N/2`` (the Nyquist mode split evenly), and the first mode.
+
+        ``rho`` may hold several densities along leading axes (one FFT for all), as may the
+        spectra every method below takes.
+        """
         n, h = self.cells, self.width
         half = n // 2
         q = np.arange(-half, half + 1)
-        spectrum = np.fft.fft(rho)[q % n] * h * np.exp(-1j * q * h / 2)  # cell centres (j + 1/2) h
+        spectrum = np.fft.fft(rho)[..., q % n] * h * np.exp(-1j * q * h / 2)  # cell centres (j + 1/2) h
         if n % 2 == 0:
-            spectrum[0] *= 0.5
-            spectrum[-1] *= 0.5
+            spectrum[..., 0] *= 0.5
+            spectrum[..., -1] *= 0.5
         return spectrum, -half
 
     def _series(self, head: _Head, spectrum: np.ndarray, first: int, shift: int) -> tuple[np.ndarray, int]:
         """Coefficients of :math:`\\sum_q M[p, q]\\,\\hat\\rho(q - shift)` over the head's output modes."""
         inputs = np.arange(head.matrix.shape[1]) + head.q0 - shift - first
-        inside = (inputs >= 0) & (inputs < spectrum.size)
-        taken = np.zeros(inputs.size, dtype=complex)
-        taken[inside] = spectrum[inputs[inside]]
+        inside = (inputs >= 0) & (inputs < spectrum.shape[-1])
+        taken = np.zeros(spectrum.shape[:-1] + (inputs.size,), dtype=complex)
+        taken[..., inside] = spectrum[..., inputs[inside]]
         # the input modes of rho beyond the kernel's reach meet zero columns: only the band is used
-        return head.matrix @ taken, head.p0
+        return taken @ head.matrix.T, head.p0
 
     def _evaluate(self, coefficients: np.ndarray, first: int, offsets) -> np.ndarray:
         r"""Values of :math:`\sum_p c_p e^{ip\theta}` at :math:`\theta = o + jh`, ``j = 0..N-1``, for each offset ``o``.
@@ -195,17 +199,17 @@ class GeneralCircleOperators(CircleOperators):
             numerator, p0 = self._series(head, spectrum, first, 1)  # linear models need no denominator
             # F = e^{-i theta} (mu N + nu conj N): mode r gets mu N(r + 1) + nu conj(N(-r - 1)); the
             # head's modes are symmetric about 0, so both terms live on r = p0 - 1 .. -p0 - 1
-            f = head.mu * numerator + head.nu * np.conj(numerator[::-1])
+            f = head.mu * numerator + head.nu * np.conj(numerator[..., ::-1])
             total, low = _accumulate(total, low, f, p0 - 1)
         total, low = _symmetric(total, low)
         # Im F: coefficient (F(r) - conj F(-r)) / 2i
-        return (total - np.conj(total[::-1])) / 2j, low
+        return (total - np.conj(total[..., ::-1])) / 2j, low
 
     def _linear_face_velocity(self, spectrum, first) -> np.ndarray:
         velocity, low = self._linear_velocity_series(spectrum, first)
         # the dual-cell average multiplies mode r by sinc(r h / 2)
-        r = np.arange(velocity.size) + low
-        return self._evaluate(velocity * np.sinc(r * self.width / (2 * np.pi)), low, self.width)[0].real
+        r = np.arange(velocity.shape[-1]) + low
+        return self._evaluate(velocity * np.sinc(r * self.width / (2 * np.pi)), low, self.width)[..., 0, :].real
 
     def _quotient_at(self, head: _Head, spectrum, first, offsets, rotations) -> np.ndarray:
         r"""One head's SA velocity :math:`\mathrm{Im}(e^{-i\theta}(\mu\tilde N + \nu\bar{\tilde N}))/D` at ``offsets + jh``."""
@@ -226,9 +230,9 @@ class GeneralCircleOperators(CircleOperators):
         """
         if self.linear:
             velocity, low = self._linear_velocity_series(spectrum, first)
-            return self._evaluate(velocity, low, 0.0)[0].real
+            return self._evaluate(velocity, low, 0.0)[..., 0, :].real
         rotations = np.exp(-1j * self.width * np.arange(self.cells))[None, :]
-        return sum(self._quotient_at(head, spectrum, first, 0.0, rotations)[0] for head in self.heads)
+        return sum(self._quotient_at(head, spectrum, first, 0.0, rotations)[..., 0, :] for head in self.heads)
 
     def potential_jumps(self, deviation: np.ndarray) -> np.ndarray:
         """``h`` times the face velocity: the jumps the Scharfetter-Gummel step needs (a potential's, when there is one)."""
@@ -270,17 +274,19 @@ def _accumulate(total, low, coefficients, first):
     """Add coefficient vectors over possibly different mode ranges."""
     if total is None:
         return coefficients.copy(), first
+    size, added = total.shape[-1], coefficients.shape[-1]
     new_low = min(low, first)
-    new_high = max(low + total.size, first + coefficients.size)
-    merged = np.zeros(new_high - new_low, dtype=complex)
-    merged[low - new_low: low - new_low + total.size] += total
-    merged[first - new_low: first - new_low + coefficients.size] += coefficients
+    new_high = max(low + size, first + added)
+    merged = np.zeros(total.shape[:-1] + (new_high - new_low,), dtype=complex)
+    merged[..., low - new_low: low - new_low + size] += total
+    merged[..., first - new_low: first - new_low + added] += coefficients
     return merged, new_low
 
 
 def _symmetric(coefficients: np.ndarray, first: int) -> tuple[np.ndarray, int]:
     """The same series on the symmetric mode range ``-R .. R`` (zero-padded)."""
-    reach = max(-first, first + coefficients.size - 1)
-    padded = np.zeros(2 * reach + 1, dtype=complex)
-    padded[first + reach: first + reach + coefficients.size] = coefficients
+    size = coefficients.shape[-1]
+    reach = max(-first, first + size - 1)
+    padded = np.zeros(coefficients.shape[:-1] + (2 * reach + 1,), dtype=complex)
+    padded[..., first + reach: first + reach + size] = coefficients
     return padded, -reach

@@ -58,9 +58,9 @@ class LayeredCircleOperators:
         total = None
         for weights, base in self.groups:
             mixed = weights @ deviation
-            if type(base) is CircleOperators:  # the convolution takes every layer in one call
+            if base.batched:  # every layer in one call
                 value = getattr(base, operator)(mixed)
-            else:  # the other paths take one density
+            else:
                 value = np.stack([getattr(base, operator)(layer) for layer in mixed])
             total = value if total is None else total + value
         return total

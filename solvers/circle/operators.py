@@ -31,6 +31,7 @@ discrete free energy at any step size.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from scipy.linalg.lapack import dgtsv, dgttrf, dgttrs
@@ -169,6 +170,9 @@ def _previous(a: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, eq=False)
 class CircleOperators:
     """Convolution, face velocity, fluxes, the drift-diffusion step and energies on ``cells`` cells."""
+
+    #: ``face_velocity`` and ``potential_jumps`` take densities stacked along leading axes (a family's layers).
+    batched: ClassVar[bool] = True
 
     model: object
     cells: int

@@ -324,9 +324,12 @@ class CircleSpectral(SpectralSolver):
             modes = self.cells // 2
             # rho_hat(q) = int e^{-iq phi} rho = 2 pi c_q, q = -(modes - 1) .. modes - 1, as the general operators take them
             spectrum = 2 * np.pi * np.concatenate([np.conj(coefficients[..., :0:-1]), coefficients], axis=-1)
-            # one density at a time (causal attention's layers are a stack of them)
-            velocity = np.reshape([self.general.point_velocity(row, -(modes - 1))
-                                   for row in spectrum.reshape(-1, spectrum.shape[-1])], spectrum.shape[:-1] + (-1,))
+            if self.general.batched:  # causal attention's layers in one call
+                velocity = self.general.point_velocity(spectrum, -(modes - 1))
+            else:
+                velocity = np.reshape([self.general.point_velocity(row, -(modes - 1))
+                                       for row in spectrum.reshape(-1, spectrum.shape[-1])],
+                                      spectrum.shape[:-1] + (-1,))
         elif self._log_derivative is None:
             velocity = self.values(self._symbol * coefficients, derivative=True)
         else:
