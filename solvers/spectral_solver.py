@@ -80,7 +80,7 @@ class SpectralSolver(GridSolver):
             The series of :math:`-\mathrm{div}(\rho\, v[\rho])` (dealiased), shaped as
             ``coefficients``.
         speed : float
-            :math:`\max|v|` on the solver's grid (:meth:`stable_step` needs it).
+            :math:`\max|v|` on the solver's grid (the stable step needs it).
         """
         raise NotImplementedError
 
@@ -92,11 +92,11 @@ class SpectralSolver(GridSolver):
         Returns
         -------
         float
-            The largest speed (sets :meth:`stable_step`).
+            The largest speed (it sets the stable step).
         """
         raise NotImplementedError
 
-    def stable_step(self, speed: float) -> float:
+    def _stable_step(self, speed: float) -> float:
         """The largest step the solver's explicit pair is stable for at this largest speed.
 
         {speed_parameters}
@@ -108,7 +108,7 @@ class SpectralSolver(GridSolver):
         """
         raise NotImplementedError
 
-    def deviation_norm(self, coefficients: np.ndarray) -> float:
+    def _deviation_norm(self, coefficients: np.ndarray) -> float:
         r"""The deviation from the uniform density, :math:`\|\rho - \bar\rho\|_{L^2}`.
 
         {spectral_state_parameters}
@@ -135,7 +135,7 @@ class SpectralSolver(GridSolver):
             ``rtol`` times the deviation's norm, floored at a fraction of the uniform density's
             norm (so that a run from the uniform state takes steps).
         """
-        return error_tolerance(self.rtol, self.deviation_norm(coefficients), self._uniform_norm(coefficients))
+        return error_tolerance(self.rtol, self._deviation_norm(coefficients), self._uniform_norm(coefficients))
 
     def energy(self, coefficients: np.ndarray) -> float:
         r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of a potential.

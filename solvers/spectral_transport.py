@@ -20,7 +20,7 @@ from meanfield.integration import ExplicitTableau, tableau_named
 
 class SpectralTransport:
     """The discretisation of a spectral solver: ``solver`` provides ``_transport_and_speed(q)``,
-    ``_largest_speed(q)``, ``stable_step(speed)`` and ``_local_tolerance(q)``.
+    ``_largest_speed(q)``, ``_stable_step(speed)`` and ``_local_tolerance(q)``.
 
     Parameters
     ----------
@@ -53,7 +53,7 @@ class SpectralTransport:
         return self._of("speed", coefficients, self.solver._largest_speed)
 
     def stable_step(self, coefficients: np.ndarray) -> float:
-        return self._of("bound", coefficients, lambda c: self.solver.stable_step(self.speed(c)))
+        return self._of("bound", coefficients, lambda c: self.solver._stable_step(self.speed(c)))
 
     def tolerance(self, coefficients: np.ndarray) -> float:
         return self._of("tolerance", coefficients, self.solver._local_tolerance)

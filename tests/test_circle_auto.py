@@ -158,7 +158,7 @@ def test_the_tail_criterion_past_its_threshold_compares_the_error_estimate_with_
     assert power[k[1:] > 0.9 * 31].sum() / power.sum() > 1e-10
     relative = solver.error_estimate(coefficients) / (a * r / (np.pi * (1 - r)))
     assert 5e-6 < relative < 1e-4, relative
-    assert solver.resolves(coefficients) is resolved
+    assert solver._resolves(coefficients) is resolved
     negative = coefficients.copy()
     negative[0] *= -1  # the mean negated: negative over most of the circle, whatever the error
-    assert solver.resolves(negative) is False
+    assert solver._resolves(negative) is False

@@ -257,12 +257,12 @@ def test_with_diffusion_the_bound_holds_every_damped_mode_and_lifts_the_fastest_
     for diffusion in (0.0, 0.05, 1.0):
         solver = CircleSpectral(mf.SelfAttention(5.0, diffusion=diffusion), cells=64)
         k = np.arange(1.0, 33.0)
-        step = min(0.999 * solver.stable_step(speed), 50.0)
+        step = min(0.999 * solver._stable_step(speed), 50.0)
         stepper = mf.integration.ExplicitRungeKutta(solver.tableau, lambda q: 1j * k * speed * q,
                                                     decay=diffusion * k ** 2 if diffusion else None)
         assert np.abs(stepper.advance(np.ones(32, complex), step)[0]).max() <= 1 + 1e-12
         undamped = solver.tableau.imaginary_stability / (32 * speed)
-        assert (solver.stable_step(speed) == undamped) if diffusion == 0 else (solver.stable_step(speed) > 1.5 * undamped)
+        assert (solver._stable_step(speed) == undamped) if diffusion == 0 else (solver._stable_step(speed) > 1.5 * undamped)
 
 
 def test_with_diffusion_steps_beyond_the_fastest_modes_limit_keep_the_error_of_rtol():
@@ -280,5 +280,5 @@ def test_with_diffusion_steps_beyond_the_fastest_modes_limit_keep_the_error_of_r
     steps = json.loads(run.attrs["settings"])["steps"]
     fastest = max(np.abs(solver.velocity(c)).max() for c in coefficients)
     assert steps < end / (solver.tableau.imaginary_stability / (20 * fastest))
-    error = solver.deviation_norm(coefficients[0] - coefficients[1])
-    assert error <= steps * rtol * solver.deviation_norm(coefficients[1])
+    error = solver._deviation_norm(coefficients[0] - coefficients[1])
+    assert error <= steps * rtol * solver._deviation_norm(coefficients[1])

@@ -195,7 +195,7 @@ def test_the_spectral_solvers_show_the_template_docstrings_as_their_own():
         for name in declared:
             assert getattr(solver, name).__doc__, (solver.__name__, name)
     assert CircleSpectral.lyapunov.__doc__ == SpectralSolver.lyapunov.__doc__
-    assert "coefficients : numpy.ndarray" in SphereSpectral.deviation_norm.__doc__
+    assert "coefficients : numpy.ndarray" in SphereSpectral._deviation_norm.__doc__
 
 
 def test_no_docstring_of_the_library_is_left_with_a_placeholder():

@@ -154,7 +154,7 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
 
     def _stop(self):
         spectral = self.spectral
-        return lambda coefficients: not spectral.resolves(coefficients)
+        return lambda coefficients: not spectral._resolves(coefficients)
 
     def _annotate_first(self):
         return self._finite_volume_fields

@@ -344,7 +344,7 @@ class CircleLagrangian(GridSolver):
         target = np.arctan2(reduced[:, 1], reduced[:, 0])[groups[atom]]
         return positions + np.angle(np.exp(1j * (target - positions))), merges
 
-    def diffusion_velocity(self, positions: np.ndarray) -> np.ndarray:
+    def _diffusion_velocity(self, positions: np.ndarray) -> np.ndarray:
         r"""The diffusion's velocity in mass coordinates, :math:`-D\,(1/(X_{i+1} - X_i) - 1/(X_i - X_{i-1}))`.
 
         {positions_parameters}
@@ -367,7 +367,7 @@ class CircleLagrangian(GridSolver):
         numpy.ndarray, shape (points,)
             Attention and diffusion velocities.
         """
-        return self.velocity(positions) + (self.diffusion_velocity(positions) if self.model.diffusion else 0.0)
+        return self.velocity(positions) + (self._diffusion_velocity(positions) if self.model.diffusion else 0.0)
 
     def linearly_implicit_step(self, positions: np.ndarray, dt: float) -> np.ndarray:
         r"""One linearly implicit Euler step: :math:`(I - dt\,J)\,\Delta X = dt\,(v + f_D)`, ``J`` the diffusion's Jacobian.
@@ -494,7 +494,7 @@ class CircleLagrangian(GridSolver):
             return (model.diffusion * self.entropy(positions) if model.diffusion else 0.0) - scale * energy
         return -scale * energy if model.diffusion == 0 else np.nan
 
-    def deviation_norm(self, positions: np.ndarray) -> float:
+    def _deviation_norm(self, positions: np.ndarray) -> float:
         """Root-mean-square distance of the labels from the uniform measure's quantile nearest to them.
 
         {positions_parameters}
@@ -598,7 +598,7 @@ class _MassTransport(UnboundedTransport):
 
     def tolerance(self, positions: np.ndarray) -> float:
         scale = TWO_PI + float(np.abs(positions).max())
-        return self.solver.rtol * self.solver.deviation_norm(positions) + ROUNDOFF * scale
+        return self.solver.rtol * self.solver._deviation_norm(positions) + ROUNDOFF * scale
 
     def reductions(self) -> dict:
         """What the reductions did (the run's settings), with ``width > 0``."""

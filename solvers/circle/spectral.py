@@ -369,7 +369,7 @@ class CircleSpectral(SpectralSolver):
     def _largest_speed(self, coefficients: np.ndarray) -> float:
         return float(np.abs(self.velocity(coefficients)).max())
 
-    def stable_step(self, speed: float) -> float:
+    def _stable_step(self, speed: float) -> float:
         r"""Largest step at which the explicit pair damps the advection of every mode.
 
         Mode :math:`k` is advected at frequency at most :math:`\omega_k = k\max|v|` and, with
@@ -398,11 +398,11 @@ class CircleSpectral(SpectralSolver):
         return self.tableau.imaginary_stability / max((self.cells // 2) * speed, 1e-300)
 
     # ------------------------------------------------------------------ norms and functionals
-    def deviation_norm(self, coefficients: np.ndarray) -> float:
+    def _deviation_norm(self, coefficients: np.ndarray) -> float:
         deviation = coefficients[..., 1:]  # (layered solvers: over all layers)
         return float(np.sqrt(4 * np.pi * np.vdot(deviation, deviation).real))
 
-    def norm(self, coefficients: np.ndarray) -> float:
+    def _norm(self, coefficients: np.ndarray) -> float:
         r"""The :math:`L^2` norm of the series (its mean's part and its deviation's).
 
         {series_parameters}
@@ -412,7 +412,7 @@ class CircleSpectral(SpectralSolver):
         float
             :math:`\|\rho\|_{L^2}`.
         """
-        return float(np.hypot(self._uniform_norm(coefficients), self.deviation_norm(coefficients)))
+        return float(np.hypot(self._uniform_norm(coefficients), self._deviation_norm(coefficients)))
 
     @staticmethod
     def _uniform_norm(coefficients: np.ndarray) -> float:
@@ -532,14 +532,14 @@ class CircleSpectral(SpectralSolver):
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
         decay = self.model.diffusion * self.wavenumber ** 2 if self.model.diffusion > 0 else None
-        discretisation = SpectralTransport(self, decay, self.norm)
+        discretisation = SpectralTransport(self, decay, self._norm)
         attempt = explicit_adaptive_step(discretisation, self.tableau)
         # The first step: a tenth of the undamped advection bound (diffusion may lift the bound of
         # later steps, judged with an error estimate in hand, not this blind one).
         first = min(times[-1] - times[0], 0.1 * self._undamped_stable_step(discretisation.speed(coefficients))) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
-    def resolves(self, coefficients: np.ndarray) -> bool:
+    def _resolves(self, coefficients: np.ndarray) -> bool:
         r"""Whether the series still resolves the solution.
 
         {series_parameters}

@@ -65,14 +65,14 @@ class CommonNoiseCircle(CommonNoiseTransport):
         return periodic_angles(self.points)
 
     @property
-    def highest_mode(self) -> int:
+    def _highest_mode(self) -> int:
         """The highest mode kept by the 2/3 rule."""
         return self.points // 3
 
     @property
-    def largest_wavenumber(self) -> float:
+    def _largest_wavenumber(self) -> float:
         """The highest mode kept, which bounds the stable move."""
-        return float(self.highest_mode)
+        return float(self._highest_mode)
 
     @cached_property
     def _points(self) -> np.ndarray:
@@ -94,7 +94,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
         r"""The trapezoidal rule's weights :math:`2\pi/N`, exact for the modes below :math:`N`."""
         return np.full(self.points, 2 * np.pi / self.points)
 
-    def grid_values(self, rho0) -> np.ndarray:
+    def _grid_values(self, rho0) -> np.ndarray:
         """Values of an initial density at the grid, checked (not normalised).
 
         Parameters
@@ -109,7 +109,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
         """
         return checked_grid_values(rho0, self.theta, (self.points,))
 
-    def divergence(self, flux: np.ndarray) -> np.ndarray:
+    def _divergence(self, flux: np.ndarray) -> np.ndarray:
         r"""The derivative along the circle of tangent vectors, by FFT with the 2/3 rule.
 
         Parameters
@@ -120,16 +120,16 @@ class CommonNoiseCircle(CommonNoiseTransport):
         Returns
         -------
         numpy.ndarray, shape (systems, points)
-            :math:`\partial_\theta` of their tangential component, modes above ``highest_mode`` removed.
+            :math:`\partial_\theta` of their tangential component, modes above the highest kept removed.
         """
         cos, sin = self._points.T
         along = flux[..., 1] * cos - flux[..., 0] * sin
         coefficients = np.fft.rfft(along, axis=-1)
         coefficients *= 1j * np.arange(coefficients.shape[-1])
-        coefficients[..., self.highest_mode + 1:] = 0.0
+        coefficients[..., self._highest_mode + 1:] = 0.0
         return np.fft.irfft(coefficients, self.points, axis=-1)
 
-    def tail_fraction(self, rho: np.ndarray) -> float:
+    def _tail_fraction(self, rho: np.ndarray) -> float:
         """The share of the spectral energy of the deviation in the top 10 % of the kept modes.
 
         Parameters
@@ -142,7 +142,7 @@ class CommonNoiseCircle(CommonNoiseTransport):
         float
             In ``[0, 1]``; compared with ``tail_threshold``.
         """
-        return tail_fraction(np.fft.rfft(rho)[:self.highest_mode + 1], self.highest_mode)
+        return tail_fraction(np.fft.rfft(rho)[:self._highest_mode + 1], self._highest_mode)
 
     def _coordinates(self, rho: np.ndarray):
         return {"theta": self.theta}, ("theta",), rho

@@ -74,7 +74,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
         object.__setattr__(self, "grid", SphereGrid(self.lmax, self.threads))
 
     @property
-    def largest_wavenumber(self) -> float:
+    def _largest_wavenumber(self) -> float:
         r""":math:`\sqrt{l_{\max}(l_{\max}+1)}`, the largest of the surface gradient's, which bounds the stable move."""
         return float(np.sqrt(self.lmax * (self.lmax + 1)))
 
@@ -103,7 +103,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
         """The grid's area weights (Gauss-Legendre times trapezoidal), flattened as :meth:`nodes`."""
         return self.grid.area_weight.ravel()
 
-    def grid_values(self, rho0) -> np.ndarray:
+    def _grid_values(self, rho0) -> np.ndarray:
         """Values of an initial density at the grid, checked and projected onto the degrees up to ``lmax``.
 
         Parameters
@@ -119,7 +119,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
         values = checked_grid_values(rho0, self.grid.points(), self.grid.shape)
         return self.grid.synthesise(self.grid.analyse(values)).ravel()
 
-    def divergence(self, flux: np.ndarray) -> np.ndarray:
+    def _divergence(self, flux: np.ndarray) -> np.ndarray:
         """The surface divergence of tangent vectors by the vector transform, truncated at ``lmax``.
 
         Parameters
@@ -141,7 +141,7 @@ class CommonNoiseSphere(CommonNoiseTransport):
                                                                        np.sum(vectors * e_phi, axis=0)))
         return result.reshape(result.shape[:-2] + (-1,))
 
-    def tail_fraction(self, rho: np.ndarray) -> float:
+    def _tail_fraction(self, rho: np.ndarray) -> float:
         """The share of the spectral energy of the deviation in the top 10 % of the degrees.
 
         Parameters

@@ -51,8 +51,8 @@ class CommonNoiseTransport:
 
     A subclass is a frozen dataclass with fields ``limit`` and ``tail_threshold`` and gives its
     grid: the node positions and quadrature weights (:meth:`nodes`, :attr:`quadrature`), the
-    divergence of a flux (:meth:`divergence`), the spectral tail of a density
-    (:meth:`tail_fraction`), the largest wavenumber it keeps and its dataset coordinates.
+    divergence of a flux (``_divergence``), the spectral tail of a density
+    (``_tail_fraction``), the largest wavenumber it keeps and its dataset coordinates.
     """
 
     limit: HomogenizedLimit
@@ -78,19 +78,19 @@ class CommonNoiseTransport:
         raise NotImplementedError
 
     @property
-    def largest_wavenumber(self) -> float:
+    def _largest_wavenumber(self) -> float:
         """The largest wavenumber the divergence keeps, which bounds the stable move."""
         raise NotImplementedError
 
-    def divergence(self, flux: np.ndarray) -> np.ndarray:
+    def _divergence(self, flux: np.ndarray) -> np.ndarray:
         """The dealiased divergence of tangent vectors ``flux`` ``(systems, P, dimension)``, as values ``(systems, P)``."""
         raise NotImplementedError
 
-    def tail_fraction(self, rho: np.ndarray) -> float:
+    def _tail_fraction(self, rho: np.ndarray) -> float:
         """The share of the spectral energy of one density's deviation held by its top 10 % of modes."""
         raise NotImplementedError
 
-    def grid_values(self, rho0) -> np.ndarray:
+    def _grid_values(self, rho0) -> np.ndarray:
         """Values of ``rho0`` (a callable or an array of the grid's shape) at the nodes, flattened."""
         raise NotImplementedError
 
@@ -117,7 +117,7 @@ class CommonNoiseTransport:
         ValueError
             If the density is negative, not finite, of zero mass or of the wrong shape.
         """
-        rho = self.grid_values(rho0)
+        rho = self._grid_values(rho0)
         mass = float(self.quadrature @ rho)
         if mass <= 0:
             raise ValueError(f"rho0 must have positive mass, got {mass!r}")
@@ -198,7 +198,7 @@ class CommonNoiseTransport:
         return self._dataset(np.stack(frames, axis=1), np.stack(resolved, axis=1), times, path, seed, dt, most_substeps)
 
     def _resolved(self, rho: np.ndarray) -> np.ndarray:
-        tails = np.array([self.tail_fraction(r) for r in rho])
+        tails = np.array([self._tail_fraction(r) for r in rho])
         return (tails < self.tail_threshold) & (rho.min(axis=-1) >= -NEGATIVE_LEVEL * rho.max(axis=-1))
 
     def _fields(self, rho: np.ndarray, path: NoisePath) -> tuple[WeightedAttention, np.ndarray, np.ndarray]:
@@ -213,13 +213,13 @@ class CommonNoiseTransport:
         _, drift, spread = fields
         b = np.linalg.norm(drift, axis=-1).max() * dt
         s = SIGMAS * np.sqrt(spread.max() * dt)
-        bound = 1.0 / self.largest_wavenumber
+        bound = 1.0 / self._largest_wavenumber
         y = 2 * bound / (s + np.sqrt(s * s + 4 * b * bound))  # the largest 1/sqrt(parts) with b y^2 + s y <= bound
         return max(1, int(np.ceil(1.0 / y ** 2 - 1e-9)))
 
     def _stage(self, rho: np.ndarray, fields: tuple, dt: float, increment: np.ndarray) -> np.ndarray:
         attention, drift, _ = fields
-        return -self.divergence(rho[..., None] * (drift * dt + attention.noise(increment)))
+        return -self._divergence(rho[..., None] * (drift * dt + attention.noise(increment)))
 
     def _heun(self, rho: np.ndarray, fields: tuple | None, path: NoisePath, dt: float, increment: np.ndarray) -> np.ndarray:
         """One Heun step; ``fields`` are those of ``rho`` when already computed."""

@@ -575,7 +575,7 @@ class SphereSpectralParticles(HandOver):
 
     def _stop(self):
         spectral = self.spectral
-        return None if self.particles is None else (lambda coefficients: not spectral.resolves(coefficients))
+        return None if self.particles is None else (lambda coefficients: not spectral._resolves(coefficients))
 
     def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
         return self._with_clusters(ds)

@@ -465,7 +465,7 @@ class ZonalSpectralRings(HandOver):
 
     def _stop(self):
         spectral = self.spectral
-        return None if self.measure is None else (lambda coefficients: not spectral.resolves(coefficients))
+        return None if self.measure is None else (lambda coefficients: not spectral._resolves(coefficients))
 
     def _handed(self, part) -> tuple[np.ndarray, float]:
         return self.measure.density_rings(self.spectral._initial_state(part.density, True))

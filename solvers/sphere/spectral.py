@@ -258,7 +258,7 @@ class SphereSpectral(SpectralSolver):
     def _largest_speed(self, coefficients: np.ndarray) -> float:
         return _largest_speed(*self.velocity(coefficients))
 
-    def stable_step(self, speed: float) -> float:
+    def _stable_step(self, speed: float) -> float:
         r"""Largest step at which the explicit pair damps the advection of every degree.
 
         {speed_parameters}
@@ -270,7 +270,7 @@ class SphereSpectral(SpectralSolver):
         """
         return self.tableau.imaginary_stability / max((self.lmax + 1) * speed, 1e-300)
 
-    def deviation_norm(self, coefficients: np.ndarray) -> float:
+    def _deviation_norm(self, coefficients: np.ndarray) -> float:
         return float(np.sqrt(np.sum(self.grid.deviation_weight * (coefficients.real ** 2 + coefficients.imag ** 2))))
 
     @staticmethod
@@ -395,7 +395,7 @@ class SphereSpectral(SpectralSolver):
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
-    def resolves(self, coefficients: np.ndarray, rho: np.ndarray | None = None) -> bool:
+    def _resolves(self, coefficients: np.ndarray, rho: np.ndarray | None = None) -> bool:
         """Whether the truncated series still represents the density (the hand-over criterion).
 
         {coefficients_parameters}

@@ -269,7 +269,7 @@ class ZonalSphereSpectral(SpectralSolver):
     def _largest_speed(self, coefficients: np.ndarray) -> float:
         return self._speed(self.velocity(coefficients))
 
-    def stable_step(self, speed: float) -> float:
+    def _stable_step(self, speed: float) -> float:
         r"""Largest step at which the explicit pair damps the advection of every degree.
 
         {speed_parameters}
@@ -281,7 +281,7 @@ class ZonalSphereSpectral(SpectralSolver):
         """
         return self.tableau.imaginary_stability / max((self.lmax + 1) * speed, 1e-300)
 
-    def deviation_norm(self, coefficients: np.ndarray) -> float:
+    def _deviation_norm(self, coefficients: np.ndarray) -> float:
         return float(np.sqrt(np.sum(coefficients[..., 1:] ** 2)))
 
     @staticmethod
@@ -453,7 +453,7 @@ class ZonalSphereSpectral(SpectralSolver):
         first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
         return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
-    def resolves(self, coefficients: np.ndarray) -> bool:
+    def _resolves(self, coefficients: np.ndarray) -> bool:
         """Whether the truncated series still represents the density.
 
         {coefficients_parameters}

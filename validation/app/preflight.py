@@ -237,7 +237,7 @@ def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None
         started = time.perf_counter()
         _, speed = solver._transport_and_speed(state)
         per_step = solver.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
-        steps = span / solver.stable_step(max(speed, speed_bound))
+        steps = span / solver._stable_step(max(speed, speed_bound))
         resolution = f"method.cells = {solver.cells}" if solver.geometry == CIRCLE else f"method.lmax = {solver.lmax}"
     hours = steps * per_step / 3600
     if hours > config.max_hours:
