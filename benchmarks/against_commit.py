@@ -47,6 +47,12 @@ WORKLOADS = {
         "q = np.array([[1.0, 0.3], [0.0, 1.0]]); "
         "pde = solvers.CircleFV(mf.SelfAttention(3.0, query=q, key=np.eye(2)), cells=256)",
         "pde.solve(lambda t: 1 + 0.05 * np.cos(2 * t), np.linspace(0, 1, 3), progress=False)"),
+    "CausalCircleFV 128 cells x 8 layers, two heads with matrices and slopes, t=0.1": (
+        "rng = np.random.default_rng(5); q = 0.8 * np.eye(2) + 0.3 * rng.normal(size=(2, 2, 2)); "
+        "k = 0.8 * np.eye(2) + 0.3 * rng.normal(size=(2, 2, 2)); "
+        "model = mf.CausalAttention([2.0, 1.0], False, alibi=[2.0, 0.3], query=q, key=k); "
+        "pde = solvers.CausalCircleFV(model, cells=128, layers=8)",
+        "pde.solve(lambda s, t: 1 + 0.3 * np.cos(t - s), [0.0, 0.1], progress=False)"),
     "CircleLagrangian 1024 labels, smooth start, t=30": (
         "pde = solvers.CircleLagrangian(mf.SelfAttention(6.0), points=1024)",
         "pde.solve(lambda t: 1 + 0.3 * np.cos(3 * t), [0.0, 10.0, 30.0], progress=False)"),
