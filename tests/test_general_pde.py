@@ -163,3 +163,25 @@ def test_energy_is_the_particles_functional(normalized):
     np.testing.assert_allclose(flat.energy(tokens), small.energy(tokens) - 2 / 2e-6, rtol=0, atol=taylor + 1e-8)
     mean = x.T @ w
     np.testing.assert_allclose(limit, sum(0.5 * mean @ q.T @ k @ mean for q, k in zip(QUERY, KEY)), rtol=1e-13)
+
+
+@pytest.mark.parametrize("normalized", [True, False])
+def test_the_general_operators_take_a_stack_of_densities_as_each_alone(normalized):
+    """A layered family's rows in one call: bitwise the rows one at a time (face velocities and the
+    point velocities of the spectral path)."""
+    from solvers.circle.general import GeneralCircleOperators
+
+    rng = np.random.default_rng(1)
+    query, key = 0.8 * np.eye(2) + 0.3 * rng.normal(size=(2, 2, 2)), 0.8 * np.eye(2) + 0.3 * rng.normal(size=(2, 2, 2))
+    value = np.stack([np.eye(2), -0.5 * np.eye(2) + 0.2 * rng.normal(size=(2, 2))])
+    operators = GeneralCircleOperators(mf.SelfAttention(2.0, normalized=normalized, query=query, key=key, value=value),
+                                       64)
+    deviation = 0.05 * rng.normal(size=(2, 3, 64))
+    stacked = operators.face_velocity(deviation)
+    assert stacked.shape == deviation.shape
+    for index in np.ndindex(deviation.shape[:-1]):
+        assert np.array_equal(stacked[index], operators.face_velocity(deviation[index]))
+    spectra, first = operators._coefficients(operators.uniform + deviation[0])
+    points = operators.point_velocity(spectra, first)
+    for row, spectrum in enumerate(spectra):
+        assert np.array_equal(points[row], operators.point_velocity(spectrum, first))
