@@ -286,7 +286,8 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
         tuple of numpy.ndarray
             The colatitude and longitude components on the grid, each ``(layers, nlat, nlon)``.
         """
-        along = [super(CausalSphereSpectral, self).velocity(mixed) for mixed in self.weights @ coefficients]
+        one_density = super().velocity
+        along = [one_density(mixed) for mixed in self.weights @ coefficients]
         return np.stack([a[0] for a in along]), np.stack([a[1] for a in along])
 
     def _threads(self):
