@@ -296,3 +296,19 @@ def test_the_compiled_clipped_jumps_are_the_array_form_bit_for_bit():
         factor, bound = rng.normal(), 10.0 ** rng.uniform(-3, 1)
         expected = np.clip(factor * (np.roll(values, -1, axis=-1) - values), -bound, bound)
         np.testing.assert_array_equal(_clipped_jumps(values, factor, bound), expected)
+
+
+@pytest.mark.parametrize("cells", [16, 64, 256, 512])
+def test_the_convolution_is_the_fft_pair_on_every_grid(cells):
+    """Small grids take the circulant matrix, large ones the FFT pair: both are the circular
+    convolution with the kernel's spectrum, to round-off, for one density and for a stack."""
+    from solvers.circle.operators import CircleOperators
+
+    rng = np.random.default_rng(cells)
+    operators = CircleOperators(mf.SelfAttention(4.0), cells)
+    lopsided = rng.normal(size=cells // 2 + 1) + 1j * rng.normal(size=cells // 2 + 1)  # an odd part: C != C^T
+    for symbol in (operators.gradient_symbol, operators.potential_symbol, operators.energy_symbol, lopsided):
+        for values in (rng.normal(size=cells), rng.normal(size=(3, cells))):
+            expected = np.fft.irfft(symbol * np.fft.rfft(values), cells)
+            np.testing.assert_allclose(operators.convolve(values, symbol), expected, rtol=0,
+                                       atol=1e-14 * np.abs(symbol).sum() * np.abs(values).max())
