@@ -37,6 +37,9 @@ WORKLOADS = {
     "CircleFV 512 cells, SA beta=9, t=2": (
         "pde = solvers.CircleFV(mf.SelfAttention(9.0), cells=512)",
         "pde.solve(lambda t: 1 + 0.01 * np.cos(4 * t), np.linspace(0, 2, 5), progress=False)"),
+    "CircleFV 128 cells with its estimate, SA beta=5, t=1.5": (
+        "pde = solvers.CircleFV(mf.SelfAttention(5.0), cells=128)",
+        "pde.solve(lambda t: 1 + 0.1 * np.cos(t) + 0.05 * np.cos(3 * t), np.linspace(0, 1.5, 4), progress=False)"),
     "CircleSpectral 512, SA beta=5, t=4": (
         "pde = solvers.CircleSpectral(mf.SelfAttention(5.0), cells=512, rtol=1e-9)",
         "pde.solve(lambda t: 1 + 0.1 * np.cos(3 * t), np.linspace(0, 4, 5), progress=False)"),
