@@ -233,6 +233,8 @@ class CircleOperators:
     external_potential: np.ndarray | None = field(init=False, repr=False)
     # per symbol (by identity): the transposed circulant matrix of the convolution on small grids
     _circulants: dict = field(init=False, repr=False, default_factory=dict)
+    # SA's c and beta, read once (the model's properties check their model at every call)
+    _attention_scale: tuple[float, float] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -246,6 +248,7 @@ class CircleOperators:
             set_(self, "potential_symbol", model.potential_spectrum(kmax, 2))
         else:
             set_(self, "potential_symbol", model.kernel_spectrum(kmax, 2))
+            set_(self, "_attention_scale", (model.value_scale, model.beta))
         # Mode 0 is a constant potential: no gradient, and left out it cannot cost precision.
         gradient_symbol = self.potential_symbol.copy()
         gradient_symbol[0] = 0.0
@@ -316,7 +319,7 @@ class CircleOperators:
         if self.linear:
             phi = self.convolve(deviation, self.gradient_symbol)
             return self._with_external(_next(phi) - phi)
-        c, beta = self.model.value_scale, self.model.beta
+        c, beta = self._attention_scale
         ratio = self.convolve(deviation, self.gradient_symbol) / (self.potential_symbol[0] * self.uniform)
         log_relative = np.log1p(np.maximum(ratio, _LOG1P_RANGE))
         far = ratio < _LOG1P_RANGE
@@ -409,7 +412,7 @@ class CircleOperators:
         convolved = self.convolve(directions, self.gradient_symbol)
         if self.linear:
             return _next(convolved) - convolved
-        c, beta = self.model.value_scale, self.model.beta
+        c, beta = self._attention_scale
         total = self.potential_symbol[0] * self.uniform  # K*rho_bar
         ratio = self.convolve(deviation, self.gradient_symbol) / total
         log_relative = np.log(np.maximum(1.0 + ratio, np.finfo(float).tiny))
