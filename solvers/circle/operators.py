@@ -165,8 +165,9 @@ def gauss_cell_averages(rho0, cells: int, name: str = "rho0") -> np.ndarray:
 def _upwind_flux_divergence(deviation: np.ndarray, velocity: np.ndarray, uniform: float, width: float) -> np.ndarray:
     """:meth:`CircleOperators.flux_divergence` of rows ``(rows, cells)``, in one pass (the step's hot loop).
 
-    The operations of the array form, in its order and without fast-math, so the values are
-    bitwise the same: clip is ``min(max(s, -rho), rho)``, the upwind choice ``v > 0``.
+    Without fast-math and in the order of the documented whole-array form (face values
+    ``rho +- clip(s, -rho, rho)``, clip as ``min(max(s, -rho), rho)``, the upwind choice
+    ``v > 0``), so its values are that form's bit for bit (tests/test_circle_fv.py writes it).
     """
     rows, n = deviation.shape
     result = np.empty((rows, n))
@@ -303,10 +304,11 @@ class CircleOperators:
         if self.cells > DENSE_CONVOLUTION_CELLS:
             return np.fft.irfft(symbol * np.fft.rfft(values), self.cells)
         kept = self._circulants.get(id(symbol))
-        if kept is None or kept[0] is not symbol:
+        if kept is None or kept[0] is not symbol:  # built once per symbol (an operator has three)
             column = np.fft.irfft(symbol, self.cells)  # the kernel's values: (C v)_j = sum_k column[j - k] v_k
             offsets = np.arange(self.cells)
-            kept = self._circulants[id(symbol)] = (symbol, np.ascontiguousarray(column[(offsets[:, None] - offsets) % self.cells].T))
+            transposed = np.ascontiguousarray(column[(offsets[:, None] - offsets) % self.cells].T)
+            kept = self._circulants[id(symbol)] = (symbol, transposed)
         return values @ kept[1]
 
     def potential_jumps(self, deviation: np.ndarray) -> np.ndarray:
