@@ -34,7 +34,9 @@ USER_BETA = 1.5
 
 
 def user_kernel(u):
-    return np.exp(USER_BETA * u) + 0.3 * u**2
+    kernel = np.exp(USER_BETA * u)
+    kernel += 0.3 * (u * u)  # in place: a study evaluates it on (seeds, n, n) arrays
+    return kernel
 
 
 class UserKernel:
@@ -55,7 +57,7 @@ class UserKernel:
     def velocity_field(self, x, nodes, weights):
         x = x / np.linalg.norm(x, axis=-1, keepdims=True)
         y = nodes / np.linalg.norm(nodes, axis=-1, keepdims=True)
-        a = (weights[..., None, :] * user_kernel(x @ np.swapaxes(y, -1, -2))) @ y
+        a = user_kernel(x @ np.swapaxes(y, -1, -2)) @ (weights[..., :, None] * y)
         return a - np.sum(a * x, axis=-1, keepdims=True) * x
 
     def velocity_unchecked(self, x):
