@@ -65,6 +65,34 @@ class Diagnosis:
 
 
 @dataclass(frozen=True)
+class CostEstimate:
+    """What a run costs at least, from its stability limit (:meth:`GridSolver.cost_estimate`)."""
+
+    #: The fewest steps the stability limit allows over the run.
+    steps: float
+    #: One step's time here: a right-hand side per stage of its pair, timed.
+    seconds_per_step: float
+    #: The setting that sets the limit (``"cells"``, ``"lmax"``) and its value: what a user lowers.
+    resolution: str
+    value: int
+
+    @property
+    def hours(self) -> float:
+        """The run's estimated duration."""
+        return self.steps * self.seconds_per_step / 3600
+
+
+def attention_speed_bound(model) -> float:
+    """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors; 0 for models
+    whose velocity is linear in the density (no bound independent of it). Causal attention's is the sum of
+    its mixed models' (each layer moves with their velocities at mixed densities)."""
+    if model.velocity_is_linear:
+        return 0.0
+    mixed = [group for _, group in model.mixed_groups] if getattr(model, "causal", False) else [model]
+    return sum(group.value_bound for group in mixed)
+
+
+@dataclass(frozen=True)
 class Interrupted:
     """What :meth:`GridSolver.solve_until` reached."""
 
@@ -113,6 +141,29 @@ class GridSolver:
     name: str
     geometry: str
     default_max_steps: int
+
+    def cost_estimate(self, state, span: float) -> CostEstimate | None:
+        r"""The fewest steps a run of ``span`` from ``state`` takes, and one step's time (timed here).
+
+        The steps are those its stability limit allows, at the larger of the speed at the start
+        and the model's bound (SA: :math:`|v| \le \sum_h \|V_h\|`, which clustering reaches): a lower
+        bound of the run's cost that needs no run. ``meanfield run`` refuses a config whose
+        estimate exceeds ``max_hours``.
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The run's initial state (``initial_density``'s or ``initial_coefficients``' result).
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate or None
+            ``None`` where no stability limit bounds the steps (implicit steps, measures moved as
+            labels or atoms): the solver has no estimate.
+        """
+        return None
 
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,

@@ -29,7 +29,7 @@ import xarray as xr
 
 from meanfield.checks import check_times
 
-from .grid_solver import Interrupted
+from .grid_solver import CostEstimate, Interrupted
 
 
 class HandOver:
@@ -76,6 +76,23 @@ class HandOver:
     def _second_first_step(self, part: Interrupted) -> float | None:
         """The second solver's first step (``None``: its own choice)."""
         return None
+
+    def cost_estimate(self, state, span: float) -> CostEstimate | None:
+        """The first solver's estimate (``GridSolver.cost_estimate``): the second has no stability limit.
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The first solver's initial state.
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate or None
+            As the first solver's.
+        """
+        return self.first.cost_estimate(state, span)
 
     # ------------------------------------------------------------------ the run
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,

@@ -13,6 +13,7 @@ docstrings).
 
 from __future__ import annotations
 
+import time
 from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
@@ -20,8 +21,9 @@ import numpy as np
 from meanfield.checks import check_real, check_rtol
 from meanfield.docstrings import fill_docstrings, parameters
 from meanfield.integration import ExplicitTableau
+from meanfield.records import CIRCLE
 
-from .grid_solver import GridSolver
+from .grid_solver import CostEstimate, GridSolver, attention_speed_bound
 from .spectral_transport import transport_tableau
 from .tolerance import error_tolerance
 
@@ -136,6 +138,25 @@ class SpectralSolver(GridSolver):
             norm (so that a run from the uniform state takes steps).
         """
         return error_tolerance(self.rtol, self._deviation_norm(coefficients), self._uniform_norm(coefficients))
+
+    def cost_estimate(self, coefficients: np.ndarray, span: float) -> CostEstimate:
+        """The stable step's count over ``span`` and one step's time (``GridSolver.cost_estimate``).
+
+        {spectral_state_parameters}
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate
+            Steps of the pair's stable step at the larger of the initial speed and the model's bound.
+        """
+        started = time.perf_counter()
+        _, speed = self._transport_and_speed(coefficients)
+        per_step = self.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
+        steps = span / self._stable_step(max(speed, attention_speed_bound(self.model)))
+        resolution = "cells" if self.geometry == CIRCLE else "lmax"
+        return CostEstimate(steps, per_step, resolution, getattr(self, resolution))
 
     def energy(self, coefficients: np.ndarray) -> float:
         r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of a potential.

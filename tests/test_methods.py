@@ -265,3 +265,28 @@ def test_a_causal_run_from_the_command_line_draws_its_positions(tmp_path):
         assert (output / name).stat().st_size > 10_000
     ds = xr.open_dataset(output / "dataset.nc")
     assert ds.rho.dims == ("time", "position", "theta") and ds.sizes["position"] == 8
+
+
+def test_the_cost_estimate_counts_the_stability_limits_steps_at_the_attention_bound():
+    """``cost_estimate`` (what ``meanfield run`` refuses beyond ``max_hours``) against the limits written here: SA's
+    speed is at most |c|, reached as clusters form, so from a small perturbation the CFL bound takes
+    ``span |c| N / (2 pi cfl)`` steps and the sphere's pair ``span (lmax + 1) |c| / y_I``."""
+    model, span = mf.SelfAttention(4.0, value=2.0), 3.0
+    start = lambda theta: 1 + 1e-3 * np.cos(3 * theta)  # noqa: E731
+    finite = solvers.CircleFV(model, cells=128, cfl=0.4)
+    estimate = finite.cost_estimate(finite.initial_density(start), span)
+    assert estimate.steps == pytest.approx(span * 2.0 * 128 / (2 * np.pi * 0.4), rel=1e-12)
+    assert (estimate.resolution, estimate.value) == ("cells", 128) and estimate.seconds_per_step > 0
+    assert estimate.hours == pytest.approx(estimate.steps * estimate.seconds_per_step / 3600)
+    auto = solvers.CircleAuto(model, cells=128)
+    assert auto.cost_estimate(auto.initial_density(start), span).steps == pytest.approx(
+        auto.finite_volumes.cost_estimate(auto.initial_density(start), span).steps, rel=1e-12)
+    sphere = solvers.SphereSpectral(model, lmax=15)
+    coefficients = sphere.initial_coefficients(lambda x: 1 + 1e-3 * x[..., 2])
+    stability = sphere.tableau.imaginary_stability  # the pair's, checked in tests/test_integration.py
+    assert sphere.cost_estimate(coefficients, span).steps == pytest.approx(span * 16 * 2.0 / stability, rel=1e-12)
+    # no stability limit to count from: implicit steps with diffusion, measures moved as labels
+    noisy = solvers.CircleFV(mf.SelfAttention(4.0, diffusion=0.1), cells=128)
+    assert noisy.cost_estimate(noisy.initial_density(start), span) is None
+    labels = solvers.CircleLagrangian(model, points=64, cells=64)
+    assert labels.cost_estimate(labels.initial_quantile(start), span) is None

@@ -29,7 +29,8 @@ from meanfield.docstrings import fill_docstrings
 
 from .finite_volumes import CircleFV, StartsWithFiniteVolumes
 from .spectral import CircleSpectral, tail_fraction
-from ..grid_solver import DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, joined_runs, joined_settings
+from ..grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, CostEstimate, earliest_underresolution, joined_runs,
+                           joined_settings)
 from ..handover import HandOver
 
 
@@ -119,6 +120,27 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
                 if "does not resolve the kernel" not in str(error):
                     raise
         return None
+
+    def cost_estimate(self, averages: np.ndarray, span: float) -> CostEstimate | None:
+        r"""The finite volumes' estimate (:meth:`CircleFV.cost_estimate <solvers.CircleFV.cost_estimate>`).
+
+        Its spectral part, on at most ``cells`` modes, has the larger stable step
+        (:math:`8 y_I/N` against :math:`2\pi\,\mathrm{cfl}/N` over the speed), so the finite
+        volumes' count is the larger of the two whichever part runs.
+
+        Parameters
+        ----------
+        averages : numpy.ndarray, shape (cells,)
+            The initial cell averages.
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate or None
+            ``None`` with diffusion.
+        """
+        return self.finite_volumes.cost_estimate(averages, span)
 
     def _spectral_tableau(self) -> str | ExplicitTableau:
         if self.tableau != "auto":

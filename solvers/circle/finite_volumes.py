@@ -42,6 +42,7 @@ the estimate exceeds ``error_level`` times ``max rho``.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -55,7 +56,7 @@ from .operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
-from ..grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver
+from ..grid_solver import DATASET_PARAMETERS, CostEstimate, Diagnosis, GridSolver, attention_speed_bound
 from ..reference import circle_operators
 from ..resolution import sharpest_cluster_width
 from ..tolerance import error_tolerance
@@ -292,6 +293,34 @@ class CircleFV(GridSolver):
             Never true without a shadow.
         """
         return self.shadow is not None and self.error_estimate(state) > self.error_level * self.density(state).max()
+
+    def cost_estimate(self, state: np.ndarray, span: float) -> CostEstimate | None:
+        """The CFL bound's steps over ``span`` and one step's time (``GridSolver.cost_estimate``).
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The initial cell averages (``initial_density``'s result; a layered family's rows).
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate or None
+            ``None`` with diffusion: the implicit steps have no stability limit.
+        """
+        if self.model.diffusion > 0:
+            return None
+        ops = self.operators
+        deviation = state - ops.uniform
+        started = time.perf_counter()
+        speed = float(np.abs(ops.face_velocity(deviation)).max())
+        ops.rhs(deviation)
+        if self.shadow is not None:  # the error estimate's shadow takes the same steps
+            self.shadow.operators.rhs(_restricted(deviation))
+        per_step = self.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
+        steps = span * max(speed, attention_speed_bound(self.model)) / (self.cfl * ops.width)
+        return CostEstimate(steps, per_step, "cells", self.cells)
 
     def _diagnose(self, state: np.ndarray, rho: np.ndarray):
         ops = self.operators

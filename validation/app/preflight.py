@@ -196,54 +196,16 @@ def _check_pde_initial(solver, initial) -> np.ndarray:
     return state
 
 
-def _attention_speed_bound(model) -> float:
-    """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors; causal
-    attention's is the sum of its mixed models' (each layer moves with their velocities at mixed densities)."""
-    mixed = [group for _, group in model.mixed_groups] if model.causal else [model]
-    return sum(group.value_bound for group in mixed)
-
-
 def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None:
-    r"""Refuse a PDE run whose estimated duration exceeds ``max_hours``.
-
-    The estimate counts the steps the stability limit allows at least (advection at the
-    initial speed, or at the model's bound ``|v| <= |c|`` for SA, which clustering reaches)
-    and times one right-hand side here. The implicit scheme (circle, ``D > 0``) has no such
-    limit and is not estimated; ``CircleAuto`` is estimated by its finite volumes (its spectral
-    part, by default ``N/8`` modes for ``N`` cells, has the larger stable step:
-    :math:`8 y_I/N` against :math:`2\pi\,\mathrm{cfl}/N`, over the speed).
-    """
-    span = float(config.times.stop - config.times.start)
-    model = solver.model
-    if isinstance(solver, (SphereSpectralParticles, ZonalSpectralRings)):  # the series' part (the measure's has no
-        solver = solver.spectral                                           # stability limit)
-    speed_bound = 0.0 if model.velocity_is_linear else _attention_speed_bound(model)
-    if isinstance(solver, (CircleAuto, CircleFVLagrangian)):
-        solver = solver.finite_volumes
-    if solver.geometry == CIRCLE and not isinstance(solver, CircleSpectral):
-        if model.diffusion > 0:
-            return
-        ops = solver.operators
-        deviation = state - ops.uniform
-        started = time.perf_counter()
-        speed = float(np.abs(ops.face_velocity(deviation)).max())
-        ops.rhs(deviation)
-        if solver.shadow is not None:  # the error estimate's shadow run takes the same steps
-            solver.shadow.operators.rhs(deviation.reshape(-1, 2).mean(axis=1))
-        per_step = solver.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
-        steps = span * max(speed, speed_bound) / (solver.cfl * ops.width)
-        resolution = f"method.cells = {solver.cells}"
-    else:
-        started = time.perf_counter()
-        _, speed = solver._transport_and_speed(state)
-        per_step = solver.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
-        steps = span / solver._stable_step(max(speed, speed_bound))
-        resolution = f"method.cells = {solver.cells}" if solver.geometry == CIRCLE else f"method.lmax = {solver.lmax}"
-    hours = steps * per_step / 3600
-    if hours > config.max_hours:
-        raise ConfigError(f"the run would take about {hours:.3g} h ({steps:.3g} steps of {1e3 * per_step:.3g} ms "
-                          f"at least, from its stability limit): lower {resolution} or the final time, or raise "
-                          f"max_hours (now {config.max_hours:g}) to run it anyway")
+    """Refuse a PDE run whose estimated duration exceeds ``max_hours``: the solver's ``cost_estimate``
+    (the steps its stability limit allows at least, times one step timed here); a solver without a
+    stability limit (implicit steps with diffusion) is not estimated."""
+    estimate = solver.cost_estimate(state, float(config.times.stop - config.times.start))
+    if estimate is not None and estimate.hours > config.max_hours:
+        raise ConfigError(f"the run would take about {estimate.hours:.3g} h ({estimate.steps:.3g} steps of "
+                          f"{1e3 * estimate.seconds_per_step:.3g} ms at least, from its stability limit): lower "
+                          f"method.{estimate.resolution} = {estimate.value} or the final time, or raise max_hours "
+                          f"(now {config.max_hours:g}) to run it anyway")
 
 
 def _check_particle_steps(config: ExperimentConfig) -> int:
