@@ -369,7 +369,7 @@ class CircleLagrangian(GridSolver):
         """
         return self.velocity(positions) + (self._diffusion_velocity(positions) if self.model.diffusion else 0.0)
 
-    def linearly_implicit_step(self, positions: np.ndarray, dt: float) -> np.ndarray:
+    def _linearly_implicit_step(self, positions: np.ndarray, dt: float) -> np.ndarray:
         r"""One linearly implicit Euler step: :math:`(I - dt\,J)\,\Delta X = dt\,(v + f_D)`, ``J`` the diffusion's Jacobian.
 
         {positions_parameters}
@@ -404,7 +404,7 @@ class CircleLagrangian(GridSolver):
     def _stepper(self, positions: np.ndarray, times: np.ndarray):
         discretisation = _MassTransport(self)
         if self.model.diffusion > 0:
-            stepper = ExtrapolatedImplicitEuler(self.linearly_implicit_step, self.implicit_substeps,
+            stepper = ExtrapolatedImplicitEuler(self._linearly_implicit_step, self.implicit_substeps,
                                                 norm=discretisation.norm, tolerance=discretisation.tolerance)
             attempt = AdaptiveStep(stepper, admit=discretisation.admit)
         else:
