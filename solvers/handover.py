@@ -8,7 +8,7 @@ density), its density there is turned into the second solver's state, and the se
 that time; a continued run whose state is already the second's goes straight to it. A solver
 built on it says only what differs:
 
-- ``first`` and ``second``: the two solvers (``second`` may be ``None``: no hand-over);
+- ``_first`` and ``_second``: the two solvers (``_second`` may be ``None``: no hand-over);
 - :meth:`~HandOver._stop`: when the first hands over;
 - :meth:`~HandOver._handed`: the second's state from the first's density at the hand-over
   (and the mass moved to make it one, recorded);
@@ -33,10 +33,10 @@ from .grid_solver import CostEstimate, Interrupted
 
 
 class HandOver:
-    """The ``solve`` of a run handed from ``first`` to ``second`` (module docstring); a mixin of the solver classes."""
+    """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solver classes."""
 
-    first: Any
-    second: Any
+    _first: Any
+    _second: Any
 
     # ------------------------------------------------------------------ what a hand-over says
     def _stop(self) -> Callable[[Any], bool] | None:
@@ -92,7 +92,7 @@ class HandOver:
         CostEstimate or None
             As the first solver's.
         """
-        return self.first.cost_estimate(state, span)
+        return self._first.cost_estimate(state, span)
 
     # ------------------------------------------------------------------ the run
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
@@ -133,24 +133,24 @@ class HandOver:
         common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
         handed = self._second_state(rho0) if continued else None
         if handed is not None:
-            if self.second is None:
+            if self._second is None:
                 raise ValueError(f"{self.name}: this run has no second solver to continue (it never hands over)")
-            rest = self.second.solve(handed, times, continued=True, first_step=first_step, underresolved=underresolved,
+            rest = self._second.solve(handed, times, continued=True, first_step=first_step, underresolved=underresolved,
                                      **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         start, own = self._first_state(rho0, continued)
         if self._starts_on_second(start):
-            rest = self.second.solve(start, times, continued=True, first_step=first_step, underresolved=underresolved,
+            rest = self._second.solve(start, times, continued=True, first_step=first_step, underresolved=underresolved,
                                      **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
-        part = self.first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,
+        part = self._first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,
                                       annotate=self._annotate_first(), **common)
         outputs = self._first_outputs(part.dataset)
         if outputs.sizes["time"] == times.size:
             return self._annotated(outputs, None, np.nan, 0.0)
         state, moved = self._handed(part)
         later = times[times > part.time]
-        rest = self.second.solve(state, np.concatenate([[part.time], later]), continued=True,
+        rest = self._second.solve(state, np.concatenate([[part.time], later]), continued=True,
                                  first_step=self._second_first_step(part), underresolved=underresolved, **common)
         if part.time not in times:
             rest = rest.isel(time=slice(1, None))

@@ -70,7 +70,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match=r"rings of shape \(n, 2\)"):
         solver.solve(np.zeros((3, 3)), [0.0, 1.0], continued=True, progress=False)
     # with diffusion the hand-over stays spectral
-    assert ZonalSpectralRings(mf.SelfAttention(1.0, diffusion=0.1), d=4, lmax=8).second is None
+    assert ZonalSpectralRings(mf.SelfAttention(1.0, diffusion=0.1), d=4, lmax=8).measure is None
 
 
 def test_a_sweep_over_the_dimension_runs_the_zonal_solvers_to_a_dirac(tmp_path):

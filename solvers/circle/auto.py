@@ -157,11 +157,11 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
 
     # ------------------------------------------------------------------ the hand-over (solvers.handover)
     @property
-    def first(self) -> CircleSpectral | None:
+    def _first(self) -> CircleSpectral | None:
         return self.spectral
 
     @property
-    def second(self) -> CircleFV:
+    def _second(self) -> CircleFV:
         return self.finite_volumes
 
     def _second_state(self, state) -> np.ndarray | None:

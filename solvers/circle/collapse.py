@@ -95,11 +95,11 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
 
     # ------------------------------------------------------------------ the hand-over (solvers.handover)
     @property
-    def first(self) -> CircleFV:
+    def _first(self) -> CircleFV:
         return self.finite_volumes
 
     @property
-    def second(self) -> CircleLagrangian:
+    def _second(self) -> CircleLagrangian:
         return self.lagrangian
 
     def _second_state(self, state) -> np.ndarray | None:

@@ -563,11 +563,11 @@ class SphereSpectralParticles(HandOver):
 
     # ------------------------------------------------------------------ the hand-over (solvers.handover)
     @property
-    def first(self) -> SphereSpectral:
+    def _first(self) -> SphereSpectral:
         return self.spectral
 
     @property
-    def second(self) -> SphereWeightedParticles | None:
+    def _second(self) -> SphereWeightedParticles | None:
         return self.particles
 
     def _second_state(self, state) -> np.ndarray | None:

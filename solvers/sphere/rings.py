@@ -453,11 +453,11 @@ class ZonalSpectralRings(HandOver):
         return geometry_name(self.d)
 
     @property
-    def first(self) -> ZonalSphereSpectral:
+    def _first(self) -> ZonalSphereSpectral:
         return self.spectral
 
     @property
-    def second(self) -> ZonalRings | None:
+    def _second(self) -> ZonalRings | None:
         return self.measure
 
     def _second_state(self, state) -> np.ndarray | None:
