@@ -164,7 +164,7 @@ class SphereSpectral(SpectralSolver):
         return self.model
 
     @property
-    def linear(self) -> bool:
+    def _linear(self) -> bool:
         """Whether the velocity is linear in rho (the model says)."""
         return self._kernel_model.velocity_is_linear
 
@@ -191,7 +191,7 @@ class SphereSpectral(SpectralSolver):
 
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax = self.lmax if lmax is None else lmax
-        if self.linear:
+        if self._linear:
             return self._kernel_model.potential_spectrum(lmax, 3)
         return self._kernel_model.kernel_spectrum(lmax, 3)
 
@@ -213,7 +213,7 @@ class SphereSpectral(SpectralSolver):
             return self._with_external(*self.general.velocity(coefficients))
         grid = self.grid
         symbol = self._symbol
-        if self.linear:
+        if self._linear:
             return self._with_external(*grid.gradient(symbol * coefficients))
         c, beta = self._kernel_model.value_scale, self._kernel_model.beta
         convolution = symbol * coefficients
@@ -288,13 +288,13 @@ class SphereSpectral(SpectralSolver):
         return energy
 
     def lyapunov(self, coefficients: np.ndarray) -> float:
-        if self.external_velocity is not None and (self.external_potential is None or not self.linear):
+        if self.external_velocity is not None and (self.external_potential is None or not self._linear):
             return np.nan  # no known functional: SA with a field, or a field without potential
         if self.general is not None:
             if not self.general.gradient_flow:
                 return np.nan
             return self._free_energy(coefficients, self.energy(coefficients))
-        if self.linear:
+        if self._linear:
             potential = 0.5 * self.grid.inner(coefficients, self._symbol * coefficients)
             if self.external_potential is not None:
                 potential += 0.5 * self.grid.integrate(self.external_potential * self.grid.synthesise(coefficients))

@@ -189,7 +189,7 @@ class ZonalSphereSpectral(SpectralSolver):
         return geometry_name(self.d)
 
     @property
-    def linear(self) -> bool:
+    def _linear(self) -> bool:
         """Whether the velocity is linear in rho (the model says)."""
         return self.model.velocity_is_linear
 
@@ -199,7 +199,7 @@ class ZonalSphereSpectral(SpectralSolver):
 
     def _symbol_by_degree(self, lmax: int | None = None) -> np.ndarray:
         lmax, model, d = self.lmax if lmax is None else lmax, self.model, self.d
-        if self.linear:
+        if self._linear:
             return model.potential_spectrum(lmax, d, uniform_measure=True)
         return model.kernel_spectrum(lmax, d, uniform_measure=True)
 
@@ -234,7 +234,7 @@ class ZonalSphereSpectral(SpectralSolver):
             slopes = orthonormal_gegenbauer(self.d + 2, self.lmax - 1, u)
         convolved = self._symbol * coefficients
         slope = slopes @ (self._derivative_factor[1:] * convolved[1:])
-        if self.linear:
+        if self._linear:
             return slope
         c, beta = self.model.value_scale, self.model.beta
         w = (c / beta) * slope / np.maximum(values @ convolved, np.finfo(float).tiny)
@@ -305,7 +305,7 @@ class ZonalSphereSpectral(SpectralSolver):
             ``-cE`` (SA without diffusion); NaN where none is known or, with diffusion, where
             the density is not positive at the nodes.
         """
-        if self.linear:
+        if self._linear:
             potential = 0.5 * float(np.sum(self._symbol * coefficients ** 2))
             diffusion = self.model.diffusion
             if diffusion == 0:
