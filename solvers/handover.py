@@ -33,7 +33,7 @@ from .grid_solver import CostEstimate, Interrupted
 
 
 class HandOver:
-    """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solver classes."""
+    """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solvers."""
 
     _first: Any
     _second: Any
@@ -136,22 +136,22 @@ class HandOver:
             if self._second is None:
                 raise ValueError(f"{self.name}: this run has no second solver to continue (it never hands over)")
             rest = self._second.solve(handed, times, continued=True, first_step=first_step, underresolved=underresolved,
-                                     **common)
+                                      **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         start, own = self._first_state(rho0, continued)
         if self._starts_on_second(start):
             rest = self._second.solve(start, times, continued=True, first_step=first_step, underresolved=underresolved,
-                                     **common)
+                                      **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         part = self._first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,
-                                      annotate=self._annotate_first(), **common)
+                                       annotate=self._annotate_first(), **common)
         outputs = self._first_outputs(part.dataset)
         if outputs.sizes["time"] == times.size:
             return self._annotated(outputs, None, np.nan, 0.0)
         state, moved = self._handed(part)
         later = times[times > part.time]
         rest = self._second.solve(state, np.concatenate([[part.time], later]), continued=True,
-                                 first_step=self._second_first_step(part), underresolved=underresolved, **common)
+                                  first_step=self._second_first_step(part), underresolved=underresolved, **common)
         if part.time not in times:
             rest = rest.isel(time=slice(1, None))
         return self._annotated(outputs, rest, part.time, moved)
