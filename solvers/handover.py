@@ -77,6 +77,28 @@ class HandOver:
         """The second solver's first step (``None``: its own choice)."""
         return None
 
+    def resolved_start(self, rho0, *, name: str = "rho0"):
+        """The first solver's initial state, refused where its grid does not resolve it (its ``resolved_start``).
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray
+            What :meth:`cost_estimate` takes.
+
+        Raises
+        ------
+        UnresolvedStart
+            As the first solver's.
+        """
+        return self._first.resolved_start(rho0, name=name)
+
     def cost_estimate(self, state, span: float) -> CostEstimate | None:
         """The first solver's estimate (``GridSolver.cost_estimate``): the second has no stability limit.
 

@@ -23,7 +23,7 @@ from meanfield.docstrings import fill_docstrings, parameters
 from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE
 
-from .grid_solver import CostEstimate, GridSolver, attention_speed_bound
+from .grid_solver import CostEstimate, GridSolver, UnresolvedStart, attention_speed_bound
 from .spectral_transport import transport_tableau
 from .tolerance import error_tolerance
 
@@ -138,6 +138,36 @@ class SpectralSolver(GridSolver):
             norm (so that a run from the uniform state takes steps).
         """
         return error_tolerance(self.rtol, self._deviation_norm(coefficients), self._uniform_norm(coefficients))
+
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """The initial coefficients (``initial_coefficients``), refused where the series does not resolve them.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            As for ``initial_coefficients``.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray
+            The coefficients: what :meth:`cost_estimate` takes.
+
+        Raises
+        ------
+        UnresolvedStart
+            If the top 10 % of the modes (degrees) hold ``tail_threshold`` or more of the spectral energy.
+        ValueError
+            As ``initial_coefficients``.
+        """
+        coefficients = self.initial_coefficients(rho0, name=name)
+        tail = self.spectral_tail(coefficients)
+        if tail >= self.tail_threshold:
+            resolution, terms = ("cells", "modes") if self.geometry == CIRCLE else ("lmax", "degrees")
+            raise UnresolvedStart(f"the top 10% of {terms} hold {tail:.2g} of its spectral energy "
+                                  f"(> {self.tail_threshold:g})", resolution, getattr(self, resolution))
+        return coefficients
 
     def cost_estimate(self, coefficients: np.ndarray, span: float) -> CostEstimate:
         """The stable step's count over ``span`` and one step's time (``GridSolver.cost_estimate``).

@@ -290,3 +290,27 @@ def test_the_cost_estimate_counts_the_stability_limits_steps_at_the_attention_bo
     assert noisy.cost_estimate(noisy.initial_density(start), span) is None
     labels = solvers.CircleLagrangian(model, points=64, cells=64)
     assert labels.cost_estimate(labels.initial_quantile(start), span) is None
+
+
+def test_a_start_the_grid_cannot_resolve_is_refused_by_the_solvers_own_rule():
+    """``resolved_start`` (what ``meanfield run`` checks up front): a von Mises bump whose full width at half
+    maximum, ``2 arccos(1 + ln(1/2) / kappa)``, spans 3 cells is refused by the finite volumes (they need 4) and
+    one spanning 6 is taken; a cosine in the top tenth of the modes is all tail for the Fourier series."""
+    model, cells = mf.SelfAttention(4.0), 128
+
+    def bump(fwhm_cells):
+        half_width = 0.5 * fwhm_cells * 2 * np.pi / cells
+        kappa = np.log(0.5) / (np.cos(half_width) - 1)
+        return lambda theta: np.exp(kappa * (np.cos(theta - 1.0) - 1))
+
+    for solver in (solvers.CircleFV(model, cells=cells), solvers.CircleAuto(model, cells=cells),
+                   solvers.CircleFVLagrangian(model, cells=cells)):
+        with pytest.raises(solvers.grid_solver.UnresolvedStart, match="cells = 128") as refused:
+            solver.resolved_start(bump(3.0))
+        assert (refused.value.resolution, refused.value.value) == ("cells", cells)
+        assert solver.resolved_start(bump(6.0)).shape == (cells,)
+    spectral = solvers.CircleSpectral(model, cells=cells)
+    with pytest.raises(solvers.grid_solver.UnresolvedStart, match="top 10% of modes"):
+        spectral.resolved_start(lambda theta: 1 + 0.1 * np.cos(60 * theta))
+    np.testing.assert_allclose(spectral.resolved_start(lambda theta: 1 + 0.1 * np.cos(theta))[1],
+                               0.05 / (2 * np.pi), rtol=1e-12)  # c_1 of (1 + 0.1 cos) / (2 pi)

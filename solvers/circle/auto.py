@@ -121,6 +121,29 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
                     raise
         return None
 
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """The finite volumes' (:meth:`CircleFV.resolved_start <solvers.CircleFV.resolved_start>`): a
+        density the spectral solver does not resolve starts on them.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages.
+
+        Raises
+        ------
+        UnresolvedStart
+            If the finite volumes do not resolve it.
+        """
+        return self.finite_volumes.resolved_start(rho0, name=name)
+
     def cost_estimate(self, averages: np.ndarray, span: float) -> CostEstimate | None:
         r"""The finite volumes' estimate (:meth:`CircleFV.cost_estimate <solvers.CircleFV.cost_estimate>`).
 

@@ -56,7 +56,8 @@ from .operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
-from ..grid_solver import DATASET_PARAMETERS, CostEstimate, Diagnosis, GridSolver, attention_speed_bound
+from ..grid_solver import (DATASET_PARAMETERS, CostEstimate, Diagnosis, GridSolver, UnresolvedStart,
+                           attention_speed_bound)
 from ..reference import circle_operators
 from ..resolution import sharpest_cluster_width
 from ..tolerance import error_tolerance
@@ -293,6 +294,35 @@ class CircleFV(GridSolver):
             Never true without a shadow.
         """
         return self.shadow is not None and self.error_estimate(state) > self.error_level * self.density(state).max()
+
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """The initial cell averages (:meth:`initial_density`), refused where the cells do not resolve them.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            As for :meth:`initial_density`.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray
+            The cell averages (a layered family's rows): what :meth:`cost_estimate` takes.
+
+        Raises
+        ------
+        UnresolvedStart
+            If the sharpest peak (of any layer) spans fewer than ``min_cluster_cells`` cells.
+        ValueError
+            As :meth:`initial_density`.
+        """
+        rho = self.initial_density(rho0, name=name)
+        width = min(sharpest_cluster_width(layer) for layer in np.reshape(rho, (-1, rho.shape[-1])))
+        if width < self.min_cluster_cells:
+            raise UnresolvedStart(f"its sharpest peak spans {width:.3g} cells (< {self.min_cluster_cells:g})", "cells",
+                                  self.cells)
+        return rho
 
     def cost_estimate(self, state: np.ndarray, span: float) -> CostEstimate | None:
         """The CFL bound's steps over ``span`` and one step's time (``GridSolver.cost_estimate``).

@@ -21,12 +21,11 @@ from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
-from solvers import (CircleAuto, CircleFVLagrangian, CircleLagrangian, CircleSpectral, CommonNoiseCircle,
-                     CommonNoiseSphere, LineFV, LineLagrangian, LorentzianKuramoto, PairCorrelation,
-                     PositionalQuantiles, SphereSpectralParticles, SphereWeightedParticles, ZonalRings,
-                     ZonalSpectralRings)
+from solvers import (CircleLagrangian, CommonNoiseCircle, CommonNoiseSphere, LineFV, LineLagrangian,
+                     LorentzianKuramoto, PairCorrelation, PositionalQuantiles, SphereWeightedParticles, ZonalRings)
 from solvers.methods import METHODS_BY_NAME
-from solvers.resolution import UnderResolvedWarning, sharpest_cluster_width
+from solvers.grid_solver import UnresolvedStart
+from solvers.resolution import UnderResolvedWarning
 from solvers.sphere.grid import grid_shape
 
 from .builders import RunObjects, build_run, load_initial_file, particle_method
@@ -162,38 +161,30 @@ def _check_particle_initial(config: ExperimentConfig, initial) -> None:
 
 
 def _check_pde_initial(solver, initial) -> np.ndarray:
-    """The initial cell values (circle) or coefficients (sphere), once checked."""
-    if isinstance(solver, (SphereSpectralParticles, ZonalSpectralRings)):  # it starts with its series
-        solver = solver.spectral
-    circle = solver.geometry == CIRCLE
+    """The initial cell values (circle) or coefficients (sphere), checked by the solver's ``resolved_start``."""
     if not callable(initial):
-        shape = (solver.cells,) if circle else solver.grid.shape
-        if initial.shape != shape:
-            where = (f"method.cells = {solver.cells} cell values" if circle else
-                     f"values on the Gauss grid of method.lmax = {solver.lmax}: {shape[0]} colatitudes "
-                     f"(solver.grid.colatitude) x {shape[1]} longitudes")
-            raise ConfigError(f"initial.path holds shape {initial.shape}; the run needs {where}, shape {shape}")
+        _check_initial_shape(solver, initial)
         _check_values(initial)
-    spectral = not circle or isinstance(solver, CircleSpectral)
     try:
-        state = (solver.initial_coefficients if spectral else solver.initial_density)(initial, name="the initial density")
+        return solver.resolved_start(initial, name="the initial density")
+    except UnresolvedStart as unresolved:
+        key = f"method.{unresolved.resolution}"
+        raise ConfigError(f"initial: the initial density is not resolved by {key} = {unresolved.value}: "
+                          f"{unresolved.reason}; raise {key} or widen the peaks") from None
     except ValueError as error:  # a density that vanishes or is negative on the grid
         raise ConfigError(f"initial: {error}") from None
-    if not spectral:  # finite volumes, or CircleAuto (which takes them where the spectral solver cannot)
-        finite = solver.finite_volumes if isinstance(solver, (CircleAuto, CircleFVLagrangian)) else solver
-        width = min(sharpest_cluster_width(layer) for layer in np.reshape(state, (-1, state.shape[-1])))  # causal: per layer
-        if width < finite.min_cluster_cells:
-            raise ConfigError(f"initial: the initial density is not resolved by method.cells = {solver.cells}: "
-                              f"its sharpest peak spans {width:.3g} cells (< {finite.min_cluster_cells:g}); "
-                              "raise method.cells or widen the peak")
-        return state
-    tail = solver.spectral_tail(state)
-    if tail >= solver.tail_threshold:
-        key, value, what = ("method.cells", solver.cells, "modes") if circle else ("method.lmax", solver.lmax, "degrees")
-        raise ConfigError(f"initial: the initial density is not resolved by {key} = {value}: the top 10% of {what} "
-                          f"hold {tail:.2g} of its spectral energy (> {solver.tail_threshold:g}); raise {key} or "
-                          "widen the peaks")
-    return state
+
+
+def _check_initial_shape(solver, values: np.ndarray) -> None:
+    """An initial file's values must lie on the grid the run starts on (a hand-over's: its series')."""
+    if solver.geometry == CIRCLE:
+        shape, where = (solver.cells,), f"method.cells = {solver.cells} cell values"
+    else:
+        shape = getattr(solver, "spectral", solver).grid.shape
+        where = (f"values on the Gauss grid of method.lmax = {solver.lmax}: {shape[0]} colatitudes "
+                 f"(solver.grid.colatitude) x {shape[1]} longitudes")
+    if values.shape != shape:
+        raise ConfigError(f"initial.path holds shape {values.shape}; the run needs {where}, shape {shape}")
 
 
 def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None:
