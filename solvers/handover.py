@@ -17,7 +17,9 @@ built on it says only what differs:
 
 The optional hooks (:meth:`~HandOver._first_state`, :meth:`~HandOver._starts_on_second`,
 :meth:`~HandOver._first_outputs`, :meth:`~HandOver._annotate_first`,
-:meth:`~HandOver._second_first_step`) keep each solver's own start and records.
+:meth:`~HandOver._second_first_step`) keep each solver's own start and records;
+``_starting`` (the first, by default) is the solver whose grid and stability limit the up-front
+checks read (:meth:`~HandOver.resolved_start`, :meth:`~HandOver.cost_estimate`).
 """
 
 from __future__ import annotations
@@ -77,8 +79,13 @@ class HandOver:
         """The second solver's first step (``None``: its own choice)."""
         return None
 
+    @property
+    def _starting(self):
+        """The solver whose grid takes the initial density and whose stability limit bounds the run (the first)."""
+        return self._first
+
     def resolved_start(self, rho0, *, name: str = "rho0"):
-        """The first solver's initial state, refused where its grid does not resolve it (its ``resolved_start``).
+        """The starting solver's initial state, refused where its grid does not resolve it (its ``resolved_start``).
 
         Parameters
         ----------
@@ -95,26 +102,26 @@ class HandOver:
         Raises
         ------
         UnresolvedStart
-            As the first solver's.
+            As the starting solver's.
         """
-        return self._first.resolved_start(rho0, name=name)
+        return self._starting.resolved_start(rho0, name=name)
 
     def cost_estimate(self, state, span: float) -> CostEstimate | None:
-        """The first solver's estimate (``GridSolver.cost_estimate``): the second has no stability limit.
+        """The starting solver's estimate (``GridSolver.cost_estimate``): the second has no stability limit.
 
         Parameters
         ----------
         state : numpy.ndarray
-            The first solver's initial state.
+            The starting solver's initial state.
         span : float
             The run's duration.
 
         Returns
         -------
         CostEstimate or None
-            As the first solver's.
+            As the starting solver's.
         """
-        return self._first.cost_estimate(state, span)
+        return self._starting.cost_estimate(state, span)
 
     # ------------------------------------------------------------------ the run
     def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,

@@ -29,8 +29,7 @@ from meanfield.docstrings import fill_docstrings
 
 from .finite_volumes import CircleFV, StartsWithFiniteVolumes
 from .spectral import CircleSpectral, tail_fraction
-from ..grid_solver import (DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, CostEstimate, earliest_underresolution, joined_runs,
-                           joined_settings)
+from ..grid_solver import DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, joined_runs, joined_settings
 from ..handover import HandOver
 
 
@@ -121,49 +120,11 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
                     raise
         return None
 
-    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
-        """The finite volumes' (:meth:`CircleFV.resolved_start <solvers.CircleFV.resolved_start>`): a
-        density the spectral solver does not resolve starts on them.
-
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            The initial density.
-        name : str
-            The argument's name in error messages.
-
-        Returns
-        -------
-        numpy.ndarray, shape (cells,)
-            The cell averages.
-
-        Raises
-        ------
-        UnresolvedStart
-            If the finite volumes do not resolve it.
-        """
-        return self.finite_volumes.resolved_start(rho0, name=name)
-
-    def cost_estimate(self, averages: np.ndarray, span: float) -> CostEstimate | None:
-        r"""The finite volumes' estimate (:meth:`CircleFV.cost_estimate <solvers.CircleFV.cost_estimate>`).
-
-        Its spectral part, on at most ``cells`` modes, has the larger stable step
-        (:math:`8 y_I/N` against :math:`2\pi\,\mathrm{cfl}/N` over the speed), so the finite
-        volumes' count is the larger of the two whichever part runs.
-
-        Parameters
-        ----------
-        averages : numpy.ndarray, shape (cells,)
-            The initial cell averages.
-        span : float
-            The run's duration.
-
-        Returns
-        -------
-        CostEstimate or None
-            ``None`` with diffusion.
-        """
-        return self.finite_volumes.cost_estimate(averages, span)
+    @property
+    def _starting(self) -> CircleFV:
+        # A density the spectral solver does not resolve starts on the finite volumes, and their stable
+        # step, 2 pi cfl / N over the speed against the spectral part's 8 y_I / N, is the shorter.
+        return self.finite_volumes
 
     def _spectral_tableau(self) -> str | ExplicitTableau:
         if self.tableau != "auto":
