@@ -13,7 +13,8 @@ __all__ = ["solve", "solver_for", "CircleFV", "CircleSpectral", "CircleAuto", "C
            "ZonalSphereSpectral", "ZonalRings", "ZonalSpectralRings", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
            "FrequencyCircleFV", "LorentzianKuramoto", "GraphonCircleFV", "PairCorrelation", "LineFV",
            "LineLagrangian",
-           "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "check_pde_consistency"]
+           "CommonNoiseCircle", "CommonNoiseSphere", "UnderResolvedWarning", "UnresolvedStart",
+           "check_pde_consistency"]
 
 
 def __getattr__(name: str):
@@ -38,7 +39,7 @@ def __getattr__(name: str):
     from .methods import solve, solver_for  # noqa: F401
     from .noise.circle import CommonNoiseCircle  # noqa: F401
     from .noise.sphere import CommonNoiseSphere  # noqa: F401
-    from .resolution import UnderResolvedWarning  # noqa: F401
+    from .resolution import UnderResolvedWarning, UnresolvedStart  # noqa: F401
     from .sphere.particles import SphereSpectralParticles, SphereWeightedParticles  # noqa: F401
     from .sphere.spectral import SphereSpectral  # noqa: F401
     from .sphere.rings import ZonalRings, ZonalSpectralRings  # noqa: F401

@@ -82,24 +82,6 @@ class CostEstimate:
         return self.steps * self.seconds_per_step / 3600
 
 
-class UnresolvedStart(ValueError):
-    """The solver's grid does not resolve a run's initial density: the run would be under-resolved from its start.
-
-    Parameters
-    ----------
-    reason : str
-        What the solver's rule found (the sharpest peak's width, the spectral tail).
-    resolution : str
-        The setting that sets the grid (``"cells"``, ``"lmax"``): what a user raises.
-    value : int
-        Its value.
-    """
-
-    def __init__(self, reason: str, resolution: str, value: int):
-        super().__init__(f"the initial density is not resolved by {resolution} = {value}: {reason}")
-        self.reason, self.resolution, self.value = reason, resolution, value
-
-
 def attention_speed_bound(model) -> float:
     """``|v| <= sum_h ||V_h||`` for SA (``|c|`` when zonal): softmax averages of unit vectors; 0 for models
     whose velocity is linear in the density (no bound independent of it). Causal attention's is the sum of

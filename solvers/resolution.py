@@ -18,6 +18,25 @@ from meanfield.progress import time_progress
 #: Frames in these folders are the library's own (the warning points past them).
 LIBRARY_FOLDERS = tuple(os.path.dirname(path) + os.sep for path in (meanfield.__file__, __file__))
 
+
+class UnresolvedStart(ValueError):
+    """The solver's grid does not resolve a run's initial density: the run would be under-resolved from its start.
+
+    Parameters
+    ----------
+    reason : str
+        What the solver's rule found (the sharpest peak's width, the spectral tail).
+    resolution : str
+        The setting that sets the grid (``"cells"``, ``"lmax"``): what a user raises.
+    value : int
+        Its value.
+    """
+
+    def __init__(self, reason: str, resolution: str, value: int):
+        super().__init__(f"the initial density is not resolved by {resolution} = {value}: {reason}")
+        self.reason, self.resolution, self.value = reason, resolution, value
+
+
 class UnderResolvedWarning(RuntimeWarning):
     """The discrete solution no longer resolves the clusters; later values are untrustworthy."""
 

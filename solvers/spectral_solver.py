@@ -23,7 +23,8 @@ from meanfield.docstrings import fill_docstrings, parameters
 from meanfield.integration import ExplicitTableau
 from meanfield.records import CIRCLE
 
-from .grid_solver import CostEstimate, GridSolver, UnresolvedStart, attention_speed_bound
+from .grid_solver import CostEstimate, GridSolver, attention_speed_bound
+from .resolution import UnresolvedStart
 from .spectral_transport import transport_tableau
 from .tolerance import error_tolerance
 

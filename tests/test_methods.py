@@ -305,12 +305,12 @@ def test_a_start_the_grid_cannot_resolve_is_refused_by_the_solvers_own_rule():
 
     for solver in (solvers.CircleFV(model, cells=cells), solvers.CircleAuto(model, cells=cells),
                    solvers.CircleFVLagrangian(model, cells=cells)):
-        with pytest.raises(solvers.grid_solver.UnresolvedStart, match="cells = 128") as refused:
+        with pytest.raises(solvers.UnresolvedStart, match="cells = 128") as refused:
             solver.resolved_start(bump(3.0))
         assert (refused.value.resolution, refused.value.value) == ("cells", cells)
         assert solver.resolved_start(bump(6.0)).shape == (cells,)
     spectral = solvers.CircleSpectral(model, cells=cells)
-    with pytest.raises(solvers.grid_solver.UnresolvedStart, match="top 10% of modes"):
+    with pytest.raises(solvers.UnresolvedStart, match="top 10% of modes"):
         spectral.resolved_start(lambda theta: 1 + 0.1 * np.cos(60 * theta))
     np.testing.assert_allclose(spectral.resolved_start(lambda theta: 1 + 0.1 * np.cos(theta))[1],
                                0.05 / (2 * np.pi), rtol=1e-12)  # c_1 of (1 + 0.1 cos) / (2 pi)

@@ -56,10 +56,9 @@ from .operators import CircleOperators, gauss_cell_averages
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
-from ..grid_solver import (DATASET_PARAMETERS, CostEstimate, Diagnosis, GridSolver, UnresolvedStart,
-                           attention_speed_bound)
+from ..grid_solver import DATASET_PARAMETERS, CostEstimate, Diagnosis, GridSolver, attention_speed_bound
 from ..reference import circle_operators
-from ..resolution import sharpest_cluster_width
+from ..resolution import UnresolvedStart, sharpest_cluster_width
 from ..tolerance import error_tolerance
 
 #: Relative round-off slack of the Lyapunov check (sums of N terms in double precision).

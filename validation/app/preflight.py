@@ -22,9 +22,9 @@ from meanfield.integration.runs import fixed_step_count
 
 from meanfield.records import CIRCLE
 from solvers import (CircleLagrangian, CommonNoiseCircle, CommonNoiseSphere, LineFV, LineLagrangian,
-                     LorentzianKuramoto, PairCorrelation, PositionalQuantiles, SphereWeightedParticles, ZonalRings)
+                     LorentzianKuramoto, PairCorrelation, PositionalQuantiles, SphereWeightedParticles, UnresolvedStart,
+                     ZonalRings)
 from solvers.methods import METHODS_BY_NAME
-from solvers.grid_solver import UnresolvedStart
 from solvers.resolution import UnderResolvedWarning
 from solvers.sphere.grid import grid_shape
 
