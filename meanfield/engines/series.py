@@ -197,7 +197,9 @@ def _circle_pair_totals(x, a, out):
     for s in numba.prange(b):
         pr, pi = np.empty(block), np.empty(block)
         fr, fi = np.empty(a.size), np.empty(a.size)
-        _power_sums(x, s, fr, fi, pr, pi)
+        # np.int64: a prange index is typed int64 but lowered as uint64, and the inner kernels would
+        # compile for both (here and below)
+        _power_sums(x, np.int64(s), fr, fi, pr, pi)
         total = a[0] * n * n
         for m in range(1, a.size):
             total += 2.0 * a[m] * (fr[m] * fr[m] + fi[m] * fi[m])
@@ -222,7 +224,7 @@ def _circle_streamed(x, a, normalized, value, out):
         pr, pi = np.empty(block), np.empty(block)
         z, sr, si = np.empty(block), np.empty(block), np.empty(block)
         fr, fi = np.empty(modes + 2), np.empty(modes + 2)
-        _power_sums(x, s, fr, fi, pr, pi)
+        _power_sums(x, np.int64(s), fr, fi, pr, pi)
         for start in range(0, n, block):
             count = min(block, n - start)
             for i in range(count):
@@ -440,10 +442,10 @@ def _sphere_attention(x, weights, normalized, value, out):
         g_re = np.empty((degree + 1, degree + 1, 4))
         g_im = np.empty((degree + 1, degree + 1, 4))
         acc = np.empty((4, block))
-        _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc)
+        _sphere_analysis(x, np.int64(s), degree, coefficients, g_re, g_im, acc)
         for start in range(0, n, block):
             count = min(block, n - start)
-            _sphere_sweep(x, s, start, count, degree, coefficients, True, g_re, g_im, weights, acc)
+            _sphere_sweep(x, np.int64(s), start, count, degree, coefficients, True, g_re, g_im, weights, acc)
             for i in range(count):
                 scale = value / (acc[0, i] if normalized else n)
                 for c in range(3):
@@ -458,7 +460,7 @@ def _harmonic_sums(x, degree, out):
         g_re = np.empty((degree + 1, degree + 1, 4))
         g_im = np.empty((degree + 1, degree + 1, 4))
         acc = np.empty((4, min(n, POINT_BLOCK)))
-        _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc)
+        _sphere_analysis(x, np.int64(s), degree, coefficients, g_re, g_im, acc)
         for l in range(degree + 1):
             for m in range(l + 1):
                 sign = -1.0 if m % 2 else 1.0

@@ -346,8 +346,9 @@ class CircleOperators:
         rows = np.reshape(deviation, (-1, self.cells))
         if np.shape(velocity) != shape:  # one mixed density's velocity for every layer
             velocity = np.broadcast_to(velocity, shape)
-        return _upwind_flux_divergence(rows, np.reshape(velocity, rows.shape), self.uniform,
-                                       self.width).reshape(shape)
+        # contiguous (a broadcast velocity copied): one compiled signature, not one per memory layout
+        velocity = np.ascontiguousarray(np.reshape(velocity, rows.shape))
+        return _upwind_flux_divergence(rows, velocity, self.uniform, self.width).reshape(shape)
 
     def rhs(self, deviation: np.ndarray) -> np.ndarray:
         """Transport right-hand side :math:`-\\partial_\\theta(\\rho v[\\rho])` (no diffusion)."""
