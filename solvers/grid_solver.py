@@ -66,9 +66,9 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class CostEstimate:
-    """What a run costs at least, from its stability limit (:meth:`GridSolver.cost_estimate`)."""
+    """What a run costs, estimated from its stability limit alone (:meth:`GridSolver.cost_estimate`)."""
 
-    #: The fewest steps the stability limit allows over the run.
+    #: The steps the stability limit allows over the run (at the speed :meth:`GridSolver.cost_estimate` takes).
     steps: float
     #: One step's time here: a right-hand side per stage of its pair, timed.
     seconds_per_step: float
@@ -143,12 +143,13 @@ class GridSolver:
     default_max_steps: int
 
     def cost_estimate(self, state, span: float) -> CostEstimate | None:
-        r"""The fewest steps a run of ``span`` from ``state`` takes, and one step's time (timed here).
+        r"""The steps a run of ``span`` from ``state`` takes by its stability limit, and one step's time (timed here).
 
-        The steps are those its stability limit allows, at the larger of the speed at the start
-        and the model's bound (SA: :math:`|v| \le \sum_h \|V_h\|`, which clustering reaches): a lower
-        bound of the run's cost that needs no run. ``meanfield run`` refuses a config whose
-        estimate exceeds ``max_hours``.
+        The steps are those its stability limit allows at the larger of the speed at the start
+        and the model's bound (SA: :math:`|v| \le \sum_h \|V_h\|`, which clustering reaches): an
+        estimate that needs no run, not a bound (a run that never clusters takes fewer, one whose
+        steps the error controls more). ``meanfield run`` refuses a config whose estimate exceeds
+        ``max_hours``.
 
         Parameters
         ----------

@@ -165,9 +165,9 @@ class SpectralSolver(GridSolver):
         coefficients = self.initial_coefficients(rho0, name=name)
         tail = self.spectral_tail(coefficients)
         if tail >= self.tail_threshold:
-            resolution, terms = ("cells", "modes") if self.geometry == CIRCLE else ("lmax", "degrees")
+            terms, setting = "modes" if self.geometry == CIRCLE else "degrees", self._resolution_setting
             raise UnresolvedStart(f"the top 10% of {terms} hold {tail:.2g} of its spectral energy "
-                                  f"(> {self.tail_threshold:g})", resolution, getattr(self, resolution))
+                                  f"(> {self.tail_threshold:g})", setting, getattr(self, setting))
         return coefficients
 
     def cost_estimate(self, coefficients: np.ndarray, span: float) -> CostEstimate:
@@ -186,8 +186,13 @@ class SpectralSolver(GridSolver):
         _, speed = self._transport_and_speed(coefficients)
         per_step = self.tableau.stages * (time.perf_counter() - started)  # a right-hand side per stage
         steps = span / self._stable_step(max(speed, attention_speed_bound(self.model)))
-        resolution = "cells" if self.geometry == CIRCLE else "lmax"
-        return CostEstimate(steps, per_step, resolution, getattr(self, resolution))
+        setting = self._resolution_setting
+        return CostEstimate(steps, per_step, setting, getattr(self, setting))
+
+    @property
+    def _resolution_setting(self) -> str:
+        """The setting that sets the series' resolution: ``cells`` on the circle, ``lmax`` on spheres."""
+        return "cells" if self.geometry == CIRCLE else "lmax"
 
     def energy(self, coefficients: np.ndarray) -> float:
         r"""The interaction energy :math:`E = \frac12\int\rho\,(\Psi*\rho)`, plus :math:`\frac12\int w\rho` of a potential.

@@ -123,7 +123,8 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
     @property
     def _starting(self) -> CircleFV:
         # A density the spectral solver does not resolve starts on the finite volumes, and their stable
-        # step, 2 pi cfl / N over the speed against the spectral part's 8 y_I / N, is the shorter.
+        # step, 2 pi cfl / N over the speed, is the shorter with the default pair: the spectral part's is
+        # y_I / (N_s / 2) for its N_s <= N cells, with Dormand-Prince 8(5,3)'s y_I = 5.96.
         return self.finite_volumes
 
     def _spectral_tableau(self) -> str | ExplicitTableau:
