@@ -123,8 +123,10 @@ def check_times(times: object, name: str = "times") -> np.ndarray:
 
 
 def check_density(values: object, shape: tuple[int, ...], name: str = "rho0", *,
-                  evolved: bool = False) -> np.ndarray:
+                  evolved: bool = False, grid: str = "the grid") -> np.ndarray:
     """Return ``values`` as a finite, nonnegative float array of ``shape`` with positive total.
+
+    ``grid`` says, in the message on a wrong shape, which grid the values must lie on.
 
     ``evolved=True``: the values are a solver's own output (the last density of a run being
     continued), checked for shape and finiteness only; an undershoot below zero there is that
@@ -134,8 +136,7 @@ def check_density(values: object, shape: tuple[int, ...], name: str = "rho0", *,
         raise TypeError(f"{name} must be real; got complex values (a density has no imaginary part)")
     values = np.asarray(values, dtype=float)
     if values.shape != shape:
-        raise ValueError(f"{name} must be a callable or an array of the grid's shape {shape}, "
-                         f"got shape {values.shape}")
+        raise ValueError(f"{name} must be a callable or values on {grid}, shape {shape}, got shape {values.shape}")
     if not np.all(np.isfinite(values)):
         raise ValueError(f"{name} contains NaN or infinite values")
     if evolved:

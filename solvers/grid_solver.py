@@ -23,7 +23,7 @@ from meanfield.integration.driver import Attempt, Pace, StepCounts, integrate
 from meanfield.datasets import assembled_dataset
 from meanfield.records import PDE, dataset_settings, record_attrs
 
-from .resolution import ResolutionMonitor
+from .resolution import ResolutionMonitor, UpFrontChecks
 
 #: The Parameters section of the methods that read a dataset of the solver's (``{dataset_parameters}``).
 DATASET_PARAMETERS = """
@@ -66,9 +66,9 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class CostEstimate:
-    """What a run costs, estimated from its stability limit alone (:meth:`GridSolver.cost_estimate`)."""
+    """What a run costs, estimated from its stability limit alone (``UpFrontChecks.cost_estimate``)."""
 
-    #: The steps the stability limit allows over the run (at the speed :meth:`GridSolver.cost_estimate` takes).
+    #: The steps the stability limit allows over the run (at the speed ``cost_estimate`` takes).
     steps: float
     #: One step's time here: a right-hand side per stage of its pair, timed.
     seconds_per_step: float
@@ -107,7 +107,7 @@ class Interrupted:
 
 
 @fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
-class GridSolver:
+class GridSolver(UpFrontChecks):
     """The template of a PDE solver on a grid; subclasses are frozen dataclasses holding a ``model``.
 
     A subclass defines ``name``, ``geometry``, ``default_max_steps``, and
@@ -141,30 +141,6 @@ class GridSolver:
     name: str
     geometry: str
     default_max_steps: int
-
-    def cost_estimate(self, state, span: float) -> CostEstimate | None:
-        r"""The steps a run of ``span`` from ``state`` takes by its stability limit, and one step's time (timed here).
-
-        The steps are those its stability limit allows at the larger of the speed at the start
-        and the model's bound (SA: :math:`|v| \le \sum_h \|V_h\|`, which clustering reaches): an
-        estimate that needs no run, not a bound (a run that never clusters takes fewer, one whose
-        steps the error controls more). ``meanfield run`` refuses a config whose estimate exceeds
-        ``max_hours``.
-
-        Parameters
-        ----------
-        state : numpy.ndarray
-            The run's initial state (``initial_density``'s or ``initial_coefficients``' result).
-        span : float
-            The run's duration.
-
-        Returns
-        -------
-        CostEstimate or None
-            ``None`` where no stability limit bounds the steps (implicit steps, measures moved as
-            labels or atoms): the solver has no estimate.
-        """
-        return None
 
     def solve(self, rho0, times, *, progress: bool | None = None,
               observer: Callable[[float, np.ndarray], None] | None = None,

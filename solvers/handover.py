@@ -32,9 +32,10 @@ import xarray as xr
 from meanfield.checks import check_times
 
 from .grid_solver import CostEstimate, Interrupted
+from .resolution import UpFrontChecks
 
 
-class HandOver:
+class HandOver(UpFrontChecks):
     """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solvers."""
 
     _first: Any
@@ -107,7 +108,7 @@ class HandOver:
         return self._starting.resolved_start(rho0, name=name)
 
     def cost_estimate(self, state, span: float) -> CostEstimate | None:
-        """The starting solver's estimate (``GridSolver.cost_estimate``): the second has no stability limit.
+        """The starting solver's estimate (``UpFrontChecks.cost_estimate``): the second has no stability limit.
 
         Parameters
         ----------

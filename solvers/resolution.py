@@ -37,6 +37,68 @@ class UnresolvedStart(ValueError):
         self.reason, self.resolution, self.value = reason, resolution, value
 
 
+class UpFrontChecks:
+    """What ``meanfield run`` asks every solver before anything runs: its start, and its cost.
+
+    A solver refuses an initial density its grid does not resolve (:meth:`resolved_start`) and
+    estimates its steps where a stability limit bounds them (:meth:`cost_estimate`), so that a
+    config is refused up front with the setting to change instead of failing or grinding later.
+    """
+
+    def resolved_start(self, rho0, *, name: str = "rho0"):
+        """The run's initial state from ``rho0``, refused where the solver's grid does not resolve it.
+
+        By default the state a grid solver's ``solve`` starts from (its ``_initial_state``), with
+        no rule of resolution: labels and atoms take any density. Finite volumes and series
+        override it with their rule; a solver without ``_initial_state`` gives its own.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density, as the solver's ``solve`` takes it.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray
+            The state the run starts from: what :meth:`cost_estimate` takes.
+
+        Raises
+        ------
+        UnresolvedStart
+            Where the solver has a rule of resolution and its grid breaks it at the start.
+        ValueError
+            If the solver cannot take ``rho0`` (negative, not finite, of the wrong shape).
+        """
+        return self._initial_state(rho0, continued=False)
+
+    def cost_estimate(self, state, span: float):
+        r"""The steps a run of ``span`` from ``state`` takes by its stability limit, and one step's time (timed here).
+
+        The steps are those its stability limit allows at the larger of the speed at the start
+        and the model's bound (SA: :math:`|v| \le \sum_h \|V_h\|`, which clustering reaches): an
+        estimate that needs no run, not a bound (a run that never clusters takes fewer, one whose
+        steps the error controls more). ``meanfield run`` refuses a config whose estimate exceeds
+        ``max_hours``.
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The run's initial state (:meth:`resolved_start`'s result).
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        solvers.grid_solver.CostEstimate or None
+            ``None`` (the default) where no stability limit bounds the steps (implicit steps,
+            measures moved as labels or atoms, adaptive ODEs of moments or quantiles): the solver
+            has no estimate.
+        """
+        return None
+
+
 class UnderResolvedWarning(RuntimeWarning):
     """The discrete solution no longer resolves the clusters; later values are untrustworthy."""
 

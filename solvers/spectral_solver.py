@@ -171,7 +171,7 @@ class SpectralSolver(GridSolver):
         return coefficients
 
     def cost_estimate(self, coefficients: np.ndarray, span: float) -> CostEstimate:
-        """The stable step's count over ``span`` and one step's time (``GridSolver.cost_estimate``).
+        """The stable step's count over ``span`` and one step's time (``UpFrontChecks.cost_estimate``).
 
         {spectral_state_parameters}
         span : float

@@ -77,6 +77,11 @@ BAD_RUNS = {
     "text file named npy": (lambda p: (p / "text.npy").write_text("1 2 3") and
                             run_config(p, initial=f'kind = "file"\npath = "{p / "text.npy"}"'), "initial.path"),
     "sphere file shape": (lambda p: run_config(p, **{**SPHERE, "initial": npy(p, np.ones(64))}), "colatitudes"),
+    "atoms file shape": (lambda p: run_config(p, **{**SPHERE, "initial": npy(p, np.ones(64)),
+                                                    "method": 'kind = "SphereWeightedParticles"\nlmax = 24'}),
+                         "colatitudes"),
+    "labels file shape": (lambda p: run_config(p, method='kind = "CircleLagrangian"\ncells = 64',
+                                               initial=npy(p, np.ones(10))), "initial.path"),
     "years of work": (lambda p: run_config(p, **{**SPHERE, "stop": 1e7}), "max_hours"),
     "years of work circle": (lambda p: run_config(p, stop=1e9), "max_hours"),
 }

@@ -14,6 +14,7 @@ import xarray as xr
 import meanfield as mf
 import solvers
 from solvers.methods import DISCRETISATIONS, METHODS, METHODS_BY_NAME, choose_method, solver_for
+from solvers.resolution import UpFrontChecks
 from validation.app import ConfigError, check_config
 from validation.app.builders import build_run
 from validation.app.config import CIRCLE_SOLVERS, LINE_SOLVERS, SPHERE_SOLVERS, ZONAL_SOLVERS, MethodConfig
@@ -184,6 +185,12 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
         keys["layers"] = 4
     run = preflight(check_config(_config(kind, tmp_path, **keys)))  # what `meanfield run` checks, then runs
     assert type(run.solver).__name__ == kind
+    # the two questions the preflight asks every solver alike
+    assert isinstance(run.solver, UpFrontChecks)
+    state = run.solver.resolved_start(run.initial)
+    assert np.all(np.isfinite(state))
+    estimate = run.solver.cost_estimate(state, 0.5)
+    assert estimate is None or (estimate.steps > 0 and estimate.seconds_per_step > 0)
     for key, value in keys.items():
         assert getattr(run.solver, key) == value
 

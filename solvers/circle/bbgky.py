@@ -42,9 +42,10 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_int, check_rtol, check_times
+from meanfield.docstrings import inherit_docstrings
 from meanfield.records import CIRCLE, PDE, record_attrs
 
-from ..resolution import outputs_while_resolved
+from ..resolution import UpFrontChecks, outputs_while_resolved
 
 #: The closures of the hierarchy's first equation (module docstring).
 CLOSURES = ("chaos", "kirkwood")
@@ -73,7 +74,8 @@ def pair_kernel(model, s: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True, eq=False)
-class PairCorrelation:
+@inherit_docstrings
+class PairCorrelation(UpFrontChecks):
     r"""The pair correlation :math:`g(t, \varphi)` of ``n`` iid uniform tokens under a closure of the hierarchy (module docstring).
 
     Parameters
@@ -165,6 +167,9 @@ class PairCorrelation:
         if self.closure == "kirkwood":
             change -= ((self.n - 2) / self.n / np.pi) * self._derivative(g * self.three_body(g))
         return change
+
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        return self.initial_correlation(rho0)
 
     def initial_correlation(self, rho0) -> np.ndarray:
         r"""The pair correlation :math:`g_0` on :attr:`angles` that ``rho0`` describes, of mean one.

@@ -324,7 +324,7 @@ class CircleFV(GridSolver):
         return rho
 
     def cost_estimate(self, state: np.ndarray, span: float) -> CostEstimate | None:
-        """The CFL bound's steps over ``span`` and one step's time (``GridSolver.cost_estimate``).
+        """The CFL bound's steps over ``span`` and one step's time (``UpFrontChecks.cost_estimate``).
 
         Parameters
         ----------

@@ -242,7 +242,8 @@ class CircleLagrangian(GridSolver):
             return rho0.angles[index]
         if callable(rho0):
             return density_quantiles(rho0, self.labels, cells=max(self.cells, 16 * self.points), name=name)
-        return _invert_piecewise_constant(check_density(rho0, (self.cells,), name), self.labels)
+        values = check_density(rho0, (self.cells,), name, grid=f"{self.cells} equal cells")
+        return _invert_piecewise_constant(values, self.labels)
 
     def distribution(self, positions: np.ndarray, theta: np.ndarray) -> np.ndarray:
         r"""The lifted distribution function :math:`G(\theta)` (:math:`G(\theta + 2\pi) = G(\theta) + 1`).

@@ -37,9 +37,10 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_int, check_real, check_rtol, check_times
+from meanfield.docstrings import inherit_docstrings
 from meanfield.records import CIRCLE, PDE, record_attrs
 
-from ..resolution import outputs_while_resolved
+from ..resolution import UpFrontChecks, outputs_while_resolved
 from .bbgky import pair_kernel
 
 #: The kernel's other harmonics must be below this fraction of its first (one harmonic to round-off).
@@ -47,7 +48,8 @@ ONE_HARMONIC = 1e-12
 
 
 @dataclass(frozen=True, eq=False)
-class LorentzianKuramoto:
+@inherit_docstrings
+class LorentzianKuramoto(UpFrontChecks):
     r"""The mean field of Lorentzian oscillators, one population at :math:`\omega_0 + i\Delta` (module docstring).
 
     Parameters
@@ -113,6 +115,9 @@ class LorentzianKuramoto:
     def frequency(self) -> complex:
         r"""The complex frequency :math:`\omega_0 + i\Delta` whose population carries the marginal."""
         return complex(self.center, self.width)
+
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        return self.initial_moments(rho0)
 
     def initial_moments(self, rho0) -> np.ndarray:
         r"""The moments :math:`a_k = \int e^{ik\theta}\rho_0\,d\theta`, ``k = 1 .. modes``, of a density of the angle.

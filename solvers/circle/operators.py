@@ -153,7 +153,7 @@ def gauss_cell_averages(rho0, cells: int, name: str = "rho0") -> np.ndarray:
     ``rho0`` is a callable, or an array of ``cells`` values taken as they are.
     """
     if not callable(rho0):
-        return check_density(rho0, (cells,), name)
+        return check_density(rho0, (cells,), name, grid=f"{cells} equal cells")
     nodes, weights = GAUSS_4
     h = 2 * np.pi / cells
     left = np.arange(cells) * h

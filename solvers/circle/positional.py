@@ -33,14 +33,17 @@ import xarray as xr
 
 import meanfield as mf
 from meanfield.checks import check_int, check_times
+from meanfield.docstrings import inherit_docstrings
 from meanfield.records import CIRCLE, PDE, dataset_settings, record_attrs
 
 from ..grid_solver import DIAGNOSTIC_ATTRS
+from ..resolution import UpFrontChecks
 from .lagrangian import density_quantiles, labels_distribution
 
 
 @dataclass(frozen=True, eq=False)
-class PositionalQuantiles:
+@inherit_docstrings
+class PositionalQuantiles(UpFrontChecks):
     r"""The position-indexed mean-field equation on the circle (module docstring).
 
     Parameters
@@ -83,6 +86,9 @@ class PositionalQuantiles:
     def labels(self) -> np.ndarray:
         """The mass labels :math:`(i + 1/2)/M`, shape ``(points,)``."""
         return (np.arange(self.points) + 0.5) / self.points
+
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        return self.initial_angles(rho0)
 
     def initial_angles(self, rho0) -> np.ndarray:
         r"""The quantile particles of ``rho0(s, theta)`` per position, shape ``(layers, points)``.

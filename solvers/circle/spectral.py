@@ -509,7 +509,8 @@ class CircleSpectral(SpectralSolver):
             values = check_density(np.asarray(rho0(theta), dtype=float), theta.shape, name)
             coefficients = np.fft.rfft(values)[: self.cells // 2] / theta.size
         else:
-            coefficients = self.coefficients_of_averages(check_density(rho0, (self.record_cells,), name))
+            coefficients = self.coefficients_of_averages(check_density(rho0, (self.record_cells,), name,
+                                                                          grid=f"{self.record_cells} equal cells"))
         coefficients[0] = coefficients[0].real
         return coefficients / (2 * np.pi * coefficients[0].real)
 

@@ -32,12 +32,13 @@ import xarray as xr
 
 from meanfield.checks import check_density, check_int, check_real, check_times
 from meanfield.common_noise import NoisePath, WeightedAttention
+from meanfield.docstrings import inherit_docstrings
 from meanfield.homogenized import HomogenizedLimit, output_steps
 from meanfield.integration.runs import noise_grid_run
 from meanfield.records import PDE, record_attrs
 from meanfield.sampling import reproducible_seed
 
-from ..resolution import ResolutionMonitor
+from ..resolution import ResolutionMonitor, UpFrontChecks
 
 #: Standard deviations of the Brownian move that a substep must keep stable.
 SIGMAS = 6.0
@@ -46,7 +47,8 @@ SIGMAS = 6.0
 NEGATIVE_LEVEL = 1e-8
 
 
-class CommonNoiseTransport:
+@inherit_docstrings
+class CommonNoiseTransport(UpFrontChecks):
     """Heun's method for the common-noise transport equation on a grid of quadrature nodes.
 
     A subclass is a frozen dataclass with fields ``limit`` and ``tail_threshold`` and gives its
@@ -99,6 +101,9 @@ class CommonNoiseTransport:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- shared
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        return self.initial_density(rho0)
+
     def initial_density(self, rho0) -> np.ndarray:
         """Values of an initial density at the nodes, normalised to mass 1.
 

@@ -95,6 +95,12 @@ class SphereGrid:
         return (self.transform.nlat, self.transform.nphi)
 
     @property
+    def description(self) -> str:
+        """The grid in words, for messages: its axes and their lengths."""
+        return (f"the Gauss grid of lmax = {self.lmax}: {self.shape[0]} colatitudes (grid.colatitude) x "
+                f"{self.shape[1]} longitudes (grid.longitude)")
+
+    @property
     def colatitude(self) -> np.ndarray:
         return np.arccos(self.transform.cos_theta)
 

@@ -190,7 +190,7 @@ class SphereWeightedParticles(GridSolver):
             Unit vectors and masses; the lightest atoms, of total mass below ``dropped_mass``,
             are left out.
         """
-        values = check_density(values, self.quadrature.shape, name)
+        values = check_density(values, self.quadrature.shape, name, grid=self.quadrature.description)
         masses = (values * self.quadrature.area_weight).ravel()
         order = np.argsort(masses, kind="stable")
         kept = order[np.cumsum(masses[order]) > self.dropped_mass]
@@ -442,6 +442,11 @@ class ProductQuadrature:
     @property
     def shape(self) -> tuple[int]:
         return self.area_weight.shape
+
+    @property
+    def description(self) -> str:
+        """The rule in words, for messages."""
+        return f"the product Gauss rule of {self.nodes} nodes per angle on S^{self.d - 1} ({self.shape[0]} atoms)"
 
     def points(self) -> np.ndarray:
         return self._points

@@ -367,7 +367,7 @@ class SphereSpectral(SpectralSolver):
             If the density is negative, not finite, of zero mass or of the wrong shape.
         """
         values = rho0(self.grid.points()) if callable(rho0) else rho0
-        values = check_density(values, self.grid.shape, name)
+        values = check_density(values, self.grid.shape, name, grid=self.grid.description)
         coefficients = self.grid.analyse(values)
         return coefficients / self.grid.mass(coefficients)
 

@@ -20,10 +20,7 @@ from meanfield.checks import check_memory, check_step
 from meanfield.interaction import DEFAULT_BLOCK_ELEMENTS
 from meanfield.integration.runs import fixed_step_count
 
-from meanfield.records import CIRCLE
-from solvers import (CircleLagrangian, CommonNoiseCircle, CommonNoiseSphere, LineFV, LineLagrangian,
-                     LorentzianKuramoto, PairCorrelation, PositionalQuantiles, SphereWeightedParticles, UnresolvedStart,
-                     ZonalRings)
+from solvers import CommonNoiseSphere, LineFV, UnresolvedStart
 from solvers.methods import METHODS_BY_NAME
 from solvers.resolution import UnderResolvedWarning
 from solvers.sphere.grid import grid_shape
@@ -41,77 +38,55 @@ WORKING_FIELDS = {"CircleFV": 16, "FrequencyCircleFV": 16, "GraphonCircleFV": 16
                   # the nodes' fields, the basis matrices (about 3 lmax node-sized columns), the rings
                   "ZonalSphereSpectral": 16, "ZonalSpectralRings": 16, "ZonalRings": 16}
 
-#: The solvers that move a measure (labels, atoms) and have no stability limit nor grid to resolve.
-MEASURE_SOLVERS = (CircleLagrangian, SphereWeightedParticles, ZonalRings)
-
-
 def preflight(config: ExperimentConfig) -> RunObjects:
     """Refuse, with a :class:`ConfigError` naming the key, a checked config that cannot run well.
 
     Returns what the run uses (model, solver, initial density), built once and checked here.
+    Every solver is asked the same two questions (``solvers.resolution.UpFrontChecks``): its
+    start, refused where its grid does not resolve it, and its cost by its stability limit.
     """
     _check_memory(config)  # first: building a solver at an absurd resolution takes minutes
     run = build_run(config)
     if run.solver is None:
         _check_particle_initial(config, run.initial)
         _check_particle_steps(config)
-    elif isinstance(run.solver, MEASURE_SOLVERS):
-        _check_measure_initial(run.solver, run.initial)
-    elif isinstance(run.solver, (LineFV, LineLagrangian)):
-        _check_line(config, run.solver, run.initial)
-    elif isinstance(run.solver, (PositionalQuantiles, LorentzianKuramoto, PairCorrelation, CommonNoiseCircle,
-                                 CommonNoiseSphere)):
-        # no grid to resolve up front (the common-noise solvers' resolution is the noise's doing), no stability limit
+        return run
+    if config.initial.kind == "file":
+        _check_file(config)
+    state = _check_start(config, run.solver, run.initial)
+    if isinstance(run.solver, LineFV):
         try:
-            if isinstance(run.solver, PositionalQuantiles):
-                run.solver.initial_angles(run.initial)
-            elif isinstance(run.solver, LorentzianKuramoto):
-                run.solver.initial_moments(run.initial)
-            elif isinstance(run.solver, PairCorrelation):
-                run.solver.initial_correlation(run.initial)
-            else:
-                run.solver.initial_density(run.initial)
+            run.solver.check_logits(config.times.array())
         except ValueError as error:
-            raise ConfigError(f"initial: {error}") from None
-        if METHODS_BY_NAME[config.method.kind].noise:
-            _check_noise_duration(config, run.solver, run.initial)
+            raise ConfigError(str(error)) from None
+    if METHODS_BY_NAME[config.method.kind].noise:
+        _check_noise_duration(config, run.solver, run.initial)
     else:
-        state = _check_pde_initial(run.solver, run.initial)
         _check_duration(config, run.solver, state)
     return run
 
 
-def _check_measure_initial(solver, initial) -> None:
-    """The initial density turned into the solver's labels or atoms, refused as the config's if it cannot be."""
-    try:
-        if isinstance(solver, CircleLagrangian):
-            solver.initial_quantile(initial, name="the initial density")
-        elif isinstance(solver, ZonalRings):
-            solver.recording.initial_coefficients(initial, name="the initial density")
-        else:
-            values = initial(solver.quadrature.points()) if callable(initial) else initial
-            solver.quadrature_atoms(np.asarray(values, dtype=float), name="the initial density")
-    except ValueError as error:
-        raise ConfigError(f"initial: {error}") from None
+def _check_file(config: ExperimentConfig) -> None:
+    """An initial file holds a density's values; on the line, one per cell of ``method.interval`` (the labels'
+    quantiles read them as piecewise constant). Its shape on a grid is the solver's to check."""
+    values = load_initial_file(config.initial.path)
+    if config.method.kind in LINE_SOLVERS and values.shape != (config.method.cells,):
+        raise ConfigError(f"initial.path holds shape {values.shape}; the run needs method.cells = "
+                          f"{config.method.cells} density values on the cells of method.interval")
+    _check_values(values)
 
 
-def _check_line(config: ExperimentConfig, solver, initial) -> None:
-    """The line's initial file and density on the interval; ``LineFV``'s logits within double precision
-    by the last output time. Its duration is not estimated: the collapse sets its steps."""
-    if config.initial.kind == "file":
-        values = load_initial_file(config.initial.path)
-        if values.shape != (config.method.cells,):
-            raise ConfigError(f"initial.path holds shape {values.shape}; the run needs method.cells = "
-                              f"{config.method.cells} density values on the cells of method.interval")
-        _check_values(values)
+def _check_start(config: ExperimentConfig, solver, initial):
+    """The solver's initial state (its ``resolved_start``), refused as the config's initial density or file."""
     try:
-        if isinstance(solver, LineFV):
-            solver.initial_masses(initial)
-            solver.check_logits(config.times.array())
-        else:
-            solver.initial_positions(initial)
-    except ValueError as error:
-        raise ConfigError(f"initial: {error}" if "rho0" in str(error) else str(error)) from None
+        return solver.resolved_start(initial, name="the initial density")
+    except UnresolvedStart as unresolved:
+        key = f"method.{unresolved.resolution}"
+        raise ConfigError(f"initial: the initial density is not resolved by {key} = {unresolved.value}: "
+                          f"{unresolved.reason}; raise {key} or widen the peaks") from None
+    except ValueError as error:  # a density that vanishes or is negative on the grid, a file of the wrong shape
+        key = "initial.path" if config.initial.kind == "file" else "initial"
+        raise ConfigError(f"{key}: {error}") from None
 
 
 #: The sphere's common-noise probe runs on the smallest grid (of any lmax up to 21): a step at lmax 63 takes minutes.
@@ -158,33 +133,6 @@ def _check_particle_initial(config: ExperimentConfig, initial) -> None:
         raise ConfigError(f"initial.path must hold a 1-d array of cell values on the circle (any number "
                           f"of equal cells), got shape {initial.shape}")
     _check_values(initial)
-
-
-def _check_pde_initial(solver, initial) -> np.ndarray:
-    """The initial cell values (circle) or coefficients (sphere), checked by the solver's ``resolved_start``."""
-    if not callable(initial):
-        _check_initial_shape(solver, initial)
-        _check_values(initial)
-    try:
-        return solver.resolved_start(initial, name="the initial density")
-    except UnresolvedStart as unresolved:
-        key = f"method.{unresolved.resolution}"
-        raise ConfigError(f"initial: the initial density is not resolved by {key} = {unresolved.value}: "
-                          f"{unresolved.reason}; raise {key} or widen the peaks") from None
-    except ValueError as error:  # a density that vanishes or is negative on the grid
-        raise ConfigError(f"initial: {error}") from None
-
-
-def _check_initial_shape(solver, values: np.ndarray) -> None:
-    """An initial file's values must lie on the grid the run starts on (a hand-over's: its series')."""
-    if solver.geometry == CIRCLE:
-        shape, where = (solver.cells,), f"method.cells = {solver.cells} cell values"
-    else:
-        shape = getattr(solver, "spectral", solver).grid.shape
-        where = (f"values on the Gauss grid of method.lmax = {solver.lmax}: {shape[0]} colatitudes "
-                 f"(solver.grid.colatitude) x {shape[1]} longitudes")
-    if values.shape != shape:
-        raise ConfigError(f"initial.path holds shape {values.shape}; the run needs {where}, shape {shape}")
 
 
 def _check_duration(config: ExperimentConfig, solver, state: np.ndarray) -> None:
