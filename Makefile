@@ -5,6 +5,9 @@
 # Set-up (FFTW, the virtual environment, the package) happens once; a second call reuses it.
 
 VENV ?= .venv
+# Test processes: one per CPU this process may use (its affinity: what a scheduler grants), at most 8;
+# each runs its numerics on one thread (tests/conftest.py), so the processes share the cores evenly.
+TEST_WORKERS ?= $(shell python3 -c "import os; print(min(8, len(os.sched_getaffinity(0))))" 2>/dev/null || echo 1)
 
 .PHONY: run test test-all test-hf hf-references bench bench-sweep figures setup docs
 setup:
@@ -14,7 +17,7 @@ run: setup
 	$(VENV)/bin/meanfield validate
 
 test: setup
-	$(VENV)/bin/python -m pytest -m "not slow and not hf" -q
+	$(VENV)/bin/python -m pytest -m "not slow and not hf" -q -n $(TEST_WORKERS)
 
 # The checkpoint reader against Hugging Face transformers itself (installs CPU torch, about 5 GB).
 test-hf:
@@ -27,7 +30,7 @@ hf-references:
 	$(VENV)/bin/python scripts/hf_references.py
 
 test-all: setup
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS)
 
 # The site, nitpicky and with warnings as errors; the gallery runs every example at its quick size.
 docs:

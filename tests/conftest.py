@@ -1,5 +1,28 @@
+import os
+
+import numba
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
+
+
+def pytest_configure(config):
+    """One of several test processes sharing the cores (``make test`` runs one per CPU): its
+    numba kernels and BLAS run on one thread, so that the processes do not oversubscribe the
+    cores (tests that check the threaded paths ask for threads with ``two_numba_threads``)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        numba.set_num_threads(1)
+        config._blas_limit = threadpool_limits(limits=1, user_api="blas")
+
+
+@pytest.fixture
+def two_numba_threads():
+    """Numba's parallel loops on two threads (as many as numba has, if fewer) for the test: the
+    chunking of systems over threads is exercised even where the suite runs one thread per process."""
+    previous = numba.get_num_threads()
+    numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+    yield
+    numba.set_num_threads(previous)
 
 
 @pytest.fixture

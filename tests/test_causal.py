@@ -50,6 +50,7 @@ def test_direct_velocity_is_the_definition(spec, rng):
         assert np.all(v[:, 0] == 0)  # the first token sees nothing
 
 
+@pytest.mark.usefixtures("two_numba_threads")  # the scan's parallel loop over systems
 @pytest.mark.parametrize("spec", MODELS + [dict(beta=9.0, normalized=False, alibi=3.0)])
 @pytest.mark.parametrize("clustered", [False, True])
 def test_circle_scan_equals_the_direct_sum(spec, clustered, rng):
@@ -77,6 +78,7 @@ def test_paper_convention_on_the_circle(rng):
     np.testing.assert_allclose(angular, expected, rtol=0, atol=1e-13)
 
 
+@pytest.mark.usefixtures("two_numba_threads")  # the scan's parallel loop over systems
 @pytest.mark.parametrize("method,diffusion", [("rk4", 0.0), ("euler", 0.2), ("layer", 0.0)])
 def test_particle_runs_scan_vs_direct(method, diffusion, rng):
     model = mf.CausalAttention(1.0, normalized=method == "layer", alibi=2.0, prefactor=1.0, diffusion=diffusion)

@@ -18,6 +18,9 @@ from meanfield.records import dataset_settings
 from meanfield.engines import series
 from meanfield.engines.series import TAIL, SeriesAttention, circle_series_tabled, harmonic_sums, series_degree
 
+#: The engines' parallel loops chunk systems over threads: exercised on two.
+pytestmark = pytest.mark.usefixtures("two_numba_threads")
+
 BETAS = [0.0, 1.0, 9.0, 40.0]
 
 
