@@ -66,13 +66,22 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class CostEstimate:
-    """What a run costs, estimated from its stability limit alone (``UpFrontChecks.cost_estimate``)."""
+    """What a run costs, estimated from its stability limit alone (``UpFrontChecks.cost_estimate``).
 
-    #: The steps the stability limit allows over the run (at the speed ``cost_estimate`` takes).
+    Parameters
+    ----------
+    steps : float
+        The steps the stability limit allows over the run (at the speed ``cost_estimate`` takes).
+    seconds_per_step : float
+        One step's time here: a right-hand side per stage of its pair, timed.
+    resolution : str
+        The setting that sets the limit (``"cells"``, ``"lmax"``): what a user lowers.
+    value : int
+        Its value.
+    """
+
     steps: float
-    #: One step's time here: a right-hand side per stage of its pair, timed.
     seconds_per_step: float
-    #: The setting that sets the limit (``"cells"``, ``"lmax"``) and its value: what a user lowers.
     resolution: str
     value: int
 

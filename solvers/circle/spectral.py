@@ -259,22 +259,6 @@ class CircleSpectral(SpectralSolver):
             coefficients = self._derivative * coefficients
         return np.fft.irfft(coefficients, self.points) * self.points
 
-    def analyse(self, values: np.ndarray) -> np.ndarray:
-        r"""Coefficients of modes :math:`0 \le k < N/2` of values at the flux grid's points.
-
-        Parameters
-        ----------
-        values : numpy.ndarray, shape (points,)
-            Real values at :attr:`flux_grid`.
-
-        Returns
-        -------
-        numpy.ndarray, shape (cells // 2,)
-            Their discrete Fourier coefficients (the modes from ``N/2`` on are dropped: the
-            dealiasing of a product of two series of modes below ``N/2``, since ``M >= 3N/2``).
-        """
-        return np.fft.rfft(values)[..., : self.cells // 2] / self.points
-
     def cell_averages(self, coefficients: np.ndarray) -> np.ndarray:
         r"""The averages over the ``record_cells`` cells, exactly (the recorded density).
 
@@ -362,7 +346,7 @@ class CircleSpectral(SpectralSolver):
             velocity = self._with_external(self._log_velocity(convolution, slope))
         else:
             velocity, rho = self.velocity(coefficients), self.values(coefficients)
-        # -d/dth of the flux's coefficients: analyse's 1/M and the derivative in one product
+        # -d/dth of the flux's coefficients: the forward transform's 1/M and the derivative in one product
         flux = np.fft.rfft(rho * velocity)[..., : self.cells // 2]
         return self._divergence * flux, float(np.abs(velocity).max())
 
