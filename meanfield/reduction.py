@@ -49,7 +49,7 @@ from typing import NoReturn
 import numpy as np
 
 from .checks import check_int, check_real, check_rtol
-from .engines import select_kernel
+from .engines import WeightedVelocity, select_kernel
 from .errors import ReductionRefused, StepSizeCollapse
 from .integration import AdaptiveStep, ExplicitRungeKutta, StepCounts, integrate, tableau_named
 from .integration.tableaux import ExplicitTableau
@@ -405,7 +405,9 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
         ``n`` tokens placed at their atoms; the series engine (zonal SA on the circle and
         :math:`S^2`) computes it in :math:`O(nK)` instead of the reference's :math:`O(k^2)`
         while :math:`k > 8\sqrt n`, the fused one while :math:`k > n/2`. ``"numpy"``: the
-        model's reference sums over the atoms throughout.
+        model's reference sums over the atoms throughout. Atoms of unequal masses take the
+        kernel's series over the atoms where it costs less than the reference
+        (:class:`meanfield.engines.WeightedVelocity`), whatever ``kernel`` says.
     progress : bool, optional
         A progress bar over simulated time (default: when stderr is a terminal).
 
@@ -485,6 +487,8 @@ class _ReducedRun:
                  rtol: float, separation: float, min_mass: float, engine) -> None:
         self.model, self.atoms, self.reduction, self.tableau, self.rtol = model, atoms, reduction, tableau, rtol
         self.separation, self.min_mass, self.engine = separation, min_mass, engine
+        # atoms of unequal masses: the kernel's series where it pays, else the reference (WeightedVelocity)
+        self.weighted = WeightedVelocity(model, atoms.shape[1] - 1) if engine is None else None
         self.owner = np.arange(len(atoms))  # each token's atom
         self.representative = self.owner  # a token of each atom
         self.pending: tuple[np.ndarray, list[ReducedGroup]] | None = None
@@ -499,6 +503,8 @@ class _ReducedRun:
         x = atoms[:, :-1]
         if self._tokens_pay(len(atoms)):  # the tokens' particle velocity, each token at its atom (kernel's doc)
             change[:, :-1] = self.engine.velocity_unchecked(x[self.owner][None])[0][self.representative]
+        elif self.weighted is not None:
+            change[:, :-1] = self.weighted(x, atoms[:, -1])
         else:
             change[:, :-1] = self.model.velocity_field(x, x, atoms[:, -1])
         return change
@@ -549,7 +555,8 @@ class _ReducedRun:
         def settings() -> dict:
             errors = [merge.velocity_error for _, _, merge in self.merges]
             return {"method": "reduced clusters", "tableau": self.tableau.name, "rtol": self.rtol,
-                    "kernel": self.engine.name if self._tokens_pay(self.owner.size) else "reference",
+                    "kernel": (self.engine.name if self._tokens_pay(self.owner.size) else
+                               self.weighted.engine(self.owner.size) if self.weighted is not None else "reference"),
                     "width": self.reduction.width, "tolerance": self.reduction.tolerance,
                     "cluster_separation": self.separation, "min_cluster_mass": self.min_mass,
                     "largest_velocity_error": max(errors, default=0.0),

@@ -328,3 +328,22 @@ def test_linked_groups_on_the_sphere_are_the_threshold_graphs_components(crowded
         spread = 10 ** rng.uniform(-9, -1, size=(k, 1))
         x = normalize(centres[rng.integers(0, len(centres), k)] + rng.normal(size=(k, 3)) * spread)
         assert_threshold_components(x, 10 ** rng.uniform(-8, -0.5))
+
+
+def test_atoms_of_unequal_masses_take_the_series_and_move_as_the_reference_sums_move_them(monkeypatch):
+    """Weighted atoms (no tokens to stand for them): the kernel's series over the atoms while it costs less,
+    the same run as the reference sums' to their round-off (the merges as in the tokens' test above)."""
+    import meanfield.engines.kernels as kernels
+
+    rng = np.random.default_rng(8)
+    x0 = mf.sample_uniform(600, 3, rng)
+    masses = rng.uniform(0.5, 1.5, 600)
+    masses /= masses.sum()
+    times = np.concatenate([[0.0], np.geomspace(1.0, 1e2, 6)])
+    fast = mf.simulate_clusters(mf.SelfAttention(9.0), x0, times, masses=masses, progress=False)
+    monkeypatch.setattr(kernels, "series_is_cheaper", lambda *args, **kwargs: False)
+    reference = mf.simulate_clusters(mf.SelfAttention(9.0), x0, times, masses=masses, progress=False)
+    assert json.loads(fast.attrs["settings"])["kernel"] == "series"
+    assert json.loads(reference.attrs["settings"])["kernel"] == "reference"
+    np.testing.assert_array_equal(fast.atoms.values, reference.atoms.values)
+    np.testing.assert_allclose(fast.x.values, reference.x.values, rtol=0, atol=1e-9)

@@ -13,6 +13,7 @@ import pytest
 from scipy.special import eval_legendre, ive
 
 import meanfield as mf
+from meanfield.engines import WeightedVelocity, check_consistency
 from meanfield.engines.kernels import NumpyKernel, energy_pair_sum, select_kernel
 from meanfield.records import dataset_settings
 from meanfield.engines import series
@@ -170,3 +171,66 @@ def test_energy_through_the_series_equals_the_pair_sum(d, model):
     pairs = np.exp(model.beta * (x @ np.swapaxes(x, -1, -2) - (1.0 if model.time_rescaled else 0.0))).sum(axis=(-1, -2))
     through_series = model.log_energy(x, log_pair_sum=energy_pair_sum(model, x))
     np.testing.assert_allclose(through_series, np.log(pairs / (2 * model.beta * 2000 ** 2)), rtol=0, atol=1e-12)
+
+
+def _weighted_field_by_definition(beta: float, normalized: bool, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
+    r"""The velocity of :math:`\sum_j m_j \delta_{x_j}` at the atoms, written from its definition (one system):
+    :math:`a_i = \sum_j m_j e^{\beta\langle x_i, x_j\rangle} x_j`, over :math:`\sum_j m_j e^{\beta\langle x_i,
+    x_j\rangle}` for SA, and its tangent part :math:`a_i - \langle a_i, x_i\rangle x_i`."""
+    logits = beta * (x @ x.T)
+    shift = logits.max(axis=1, keepdims=True) if normalized else 0.0
+    weights = masses[None, :] * np.exp(logits - shift)
+    a = weights @ x
+    if normalized:
+        a /= weights.sum(axis=1, keepdims=True)
+    return a - np.sum(a * x, axis=1, keepdims=True) * x
+
+
+@pytest.mark.parametrize("d", [2, 3])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+@pytest.mark.parametrize("beta", [1.0, 9.0, 40.0])
+@pytest.mark.parametrize("clustered", [False, True], ids=["uniform", "clustered"])
+def test_the_series_of_a_weighted_measure_equals_its_definition(d, normalized, beta, clustered):
+    """Atoms of unequal masses (a density's quadrature, merged clusters): each point's harmonics enter the
+    analysis times its mass. Against the sums written above, to the tolerance of the tokens' test scaled
+    by ``1 / (n m_i)``: the argument that bounds the series' error relative to the denominator uses
+    the self term ``m_i k(1)`` in it, ``k(1) / n`` for tokens."""
+    model = _model(beta, normalized)
+    x = _tokens(d, 700, seed=int(10 * beta) + d, clustered=clustered)[0]
+    masses = np.random.default_rng(d).dirichlet(np.full(700, 2.0))
+    expected = _weighted_field_by_definition(beta, normalized, x, masses)
+    scale = (np.exp(beta) if not normalized else 1.0)  # the largest attention output: |a| <= 1 (SA), e^beta (USA)
+    tolerance = 1e-12 * scale * np.maximum(1.0, 1.0 / (700 * masses))[:, None]
+    error = np.abs(SeriesAttention(model, d).weighted_velocity(x, masses) - expected)
+    assert np.all(error <= tolerance), float((error / tolerance).max())
+
+
+def test_equal_masses_are_the_tokens_and_doubled_atoms_are_two_tokens():
+    """The weighted sum at masses 1/n is the particle velocity; an atom of mass 2/n is two tokens at one point."""
+    model = mf.SelfAttention(4.0)
+    series = SeriesAttention(model, 3)
+    x = _tokens(3, 300, seed=5)[0]
+    np.testing.assert_allclose(series.weighted_velocity(x, np.full(300, 1 / 300)),
+                               series.velocity_unchecked(x[None])[0], rtol=0, atol=1e-14)
+    doubled = np.concatenate([x, x[:50]])
+    atoms_masses = np.concatenate([np.full(50, 2.0), np.ones(250)]) / 350
+    np.testing.assert_allclose(series.weighted_velocity(x, atoms_masses),
+                               series.velocity_unchecked(doubled[None])[0][:300], rtol=0, atol=1e-14)
+
+
+def test_weighted_atoms_take_the_series_once_it_costs_less_and_the_reference_otherwise():
+    zonal = WeightedVelocity(mf.SelfAttention(4.0), 3)
+    assert (zonal.engine(4608), zonal.engine(20)) == ("series", "reference")
+    for model in (mf.SelfAttention(4.0, value=np.diag([1.0, 2.0, 3.0])), mf.SelfAttention(4.0, query=2 * np.eye(3))):
+        assert WeightedVelocity(model, 3).engine(4608) == "reference"  # not zonal: no series
+    assert WeightedVelocity(mf.SelfAttention(4.0), 5).engine(4608) == "reference"  # no series on S^4
+
+
+def test_the_consistency_check_catches_a_weighted_series_off_by_1e_9(monkeypatch):
+    model = mf.SelfAttention(9.0)
+    x = _tokens(3, 300, seed=2)
+    assert check_consistency(model, x)[-1].weighted_velocity < 1e-13
+    exact = SeriesAttention.weighted_velocity
+    monkeypatch.setattr(SeriesAttention, "weighted_velocity", lambda self, y, m: exact(self, y, m) * (1 + 1e-9))
+    with pytest.raises(AssertionError, match="weighted atoms"):
+        check_consistency(model, x)

@@ -10,7 +10,8 @@ Each engine computes what a model's own numpy methods define (the reference: the
 ``fused``
     numba passes around batched BLAS products (:class:`SelfAttention`, up to 256 tokens);
 ``series``
-    the kernel's Fourier or harmonic series (zonal models on the circle and :math:`S^2`);
+    the kernel's Fourier or harmonic series (zonal models on the circle and :math:`S^2`), for
+    tokens and for weighted measures (:class:`WeightedVelocity` chooses it for the latter);
 ``causal_series``
     the causal sum on the circle by a scan over positions;
 ``euclidean_array_api``
@@ -19,8 +20,8 @@ Each engine computes what a model's own numpy methods define (the reference: the
 
 from .consistency import check_consistency, engines_for
 from .euclidean_array_api import EuclideanArrayAPIKernel
-from .kernels import (ArrayAPIKernel, NumpyKernel, energy_pair_sum, is_numpy, select_kernel, series_is_cheaper,
-                      to_numpy)
+from .kernels import (ArrayAPIKernel, NumpyKernel, WeightedVelocity, energy_pair_sum, is_numpy, select_kernel,
+                      series_is_cheaper, to_numpy)
 
 __all__ = ["check_consistency", "engines_for", "select_kernel", "energy_pair_sum", "series_is_cheaper",
-           "NumpyKernel", "ArrayAPIKernel", "EuclideanArrayAPIKernel", "is_numpy", "to_numpy"]
+           "NumpyKernel", "ArrayAPIKernel", "EuclideanArrayAPIKernel", "WeightedVelocity", "is_numpy", "to_numpy"]

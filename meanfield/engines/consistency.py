@@ -16,6 +16,9 @@ NUMPY_ENGINES = ("fused", "series")
 #: Step size of the compared steps: large enough that the step differs from ``x`` in every digit.
 STEP = 0.1
 
+#: Seed of the unequal masses at which an engine's weighted velocity is compared.
+WEIGHTED_SEED = 20261129
+
 #: Time of the rescaling :math:`M(t) = e^{tHV}` at which rescaled tokens are compared (not the identity).
 RESCALING_TIME = 0.7
 
@@ -31,6 +34,8 @@ class Consistency:
     velocity: float
     attention_output: float | None
     step: float | None
+    #: The velocity of a weighted measure at its atoms, for the engines that sum one (``weighted_velocity``).
+    weighted_velocity: float | None = None
 
 
 def engines_for(model, x) -> dict:
@@ -61,7 +66,10 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
     tokens; relative to its bound :math:`H\max_h\|V_h\|_2\max_i|x_i|`); each engine's velocity and
     attention output must agree with it to ``rtol`` of the largest attention output (the
     velocity :math:`P_x a` cancels most of :math:`a`, not its round-off), and its steps (projected
-    and not) to ``rtol`` of the unit points: the round-off of sums of ``n`` terms.
+    and not) to ``rtol`` of the unit points: the round-off of sums of ``n`` terms. An engine that
+    also sums weighted measures (``weighted_velocity(x, masses)``, the series) is compared with
+    ``model.velocity_field(x, x, masses)`` at unequal masses (drawn from a fixed seed), to ``rtol``
+    of the largest attention output.
 
     Parameters
     ----------
@@ -102,8 +110,25 @@ def check_consistency(model, x, *, rtol: float = 1e-12, like=None) -> list[Consi
             if not error <= rtol:
                 raise AssertionError(f"engine {name!r} ({type(engine).__name__}) is {error:.3g} (relative) from "
                                      f"the reference {key} of {model!r} on x of shape {tuple(x.shape)} (rtol {rtol:g})")
-        records.append(Consistency(name, errors["velocity_unchecked"], errors["attention_output"], max(errors["step"], errors["layer"])))
+        weighted = _weighted_error(model, engine, x, output_scale)
+        if weighted is not None and not weighted <= rtol:
+            raise AssertionError(f"engine {name!r} ({type(engine).__name__}) is {weighted:.3g} (relative) from the "
+                                 f"reference velocity_field of {model!r} at weighted atoms of shape {tuple(x.shape)} "
+                                 f"(rtol {rtol:g})")
+        records.append(Consistency(name, errors["velocity_unchecked"], errors["attention_output"],
+                                   max(errors["step"], errors["layer"]), weighted))
     return records
+
+
+def _weighted_error(model, engine, x, scale: float) -> float | None:
+    """How far ``engine.weighted_velocity`` is from the model's field of the same weighted measure (relative to
+    ``scale``); ``None`` for an engine that sums tokens of equal mass only."""
+    if not hasattr(engine, "weighted_velocity") or not is_numpy(x):
+        return None
+    masses = np.random.default_rng(WEIGHTED_SEED).uniform(0.1, 1.0, x.shape[:-1])
+    masses /= masses.sum(axis=-1, keepdims=True)
+    expected = model.velocity_field(x, x, masses)
+    return float(np.abs(engine.weighted_velocity(x, masses) - expected).max()) / scale
 
 
 def _check_euclidean(model, x, rtol: float, like) -> list[Consistency]:

@@ -195,6 +195,53 @@ def _gram_log_pair_sum(flat: np.ndarray, beta: float) -> np.ndarray:
     return np.log(totals) + beta
 
 
+class WeightedVelocity:
+    r"""The velocity of a weighted measure :math:`\sum_j m_j\delta_{x_j}` at its atoms, by the cheapest engine.
+
+    The model's reference is its ``velocity_field(x, x, masses)`` (pair sums, :math:`n^2`
+    exponentials); for a zonal :class:`SelfAttention` on the circle or :math:`S^2`
+    the kernel's series (:meth:`meanfield.engines.series.SeriesAttention.weighted_velocity`,
+    ``O(n K)``) takes over where it costs less (:func:`series_is_cheaper`), checked against the
+    reference by :func:`~meanfield.engines.check_consistency`. Measures whose atom count changes
+    (merged clusters) are decided call by call.
+
+    Parameters
+    ----------
+    model : object
+        Any model of the ``Model`` protocol.
+    d : int
+        The dimension of the points.
+    """
+
+    def __init__(self, model, d: int) -> None:
+        from .series import SERIES_DIMENSIONS, SeriesAttention, series_harmonics
+        self.model = model
+        self.series = None
+        if (isinstance(model, SelfAttention) and model.is_zonal and d in SERIES_DIMENSIONS and model.external is None
+                and _numba_available()):
+            self.series, self.harmonics = SeriesAttention(model, d), series_harmonics(model, d)
+
+    def engine(self, n: int) -> str:
+        """The engine for ``n`` atoms: ``"series"`` or ``"reference"``.
+
+        Parameters
+        ----------
+        n : int
+            The atoms.
+
+        Returns
+        -------
+        str
+        """
+        return "series" if self.series is not None and series_is_cheaper(n, self.harmonics) else "reference"
+
+    def __call__(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
+        """The velocities at the atoms ``x`` ``(..., n, d)`` of masses ``masses`` ``(..., n)``, tangent at ``x/|x|``."""
+        if self.engine(x.shape[-2]) == "series":
+            return self.series.weighted_velocity(x, masses)
+        return self.model.velocity_field(x, x, masses)
+
+
 def _series_kernel(model, x):
     from .series import SERIES_DIMENSIONS, SeriesAttention
     d = x.shape[-1]

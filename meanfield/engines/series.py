@@ -60,6 +60,10 @@ TABLE_ELEMENTS = 2**16
 #: Dimensions with a series: the circle (Fourier) and S^2 (spherical harmonics).
 SERIES_DIMENSIONS = (2, 3)
 
+#: The masses of tokens of equal weight (the particle system): none, so that their sums are those of the
+#: points themselves (the analysis starts every recurrence at 1, or at a weighted measure's mass).
+NO_MASSES = np.empty((0, 0))
+
 
 def harmonic_dimension(degree: np.ndarray, d: int) -> np.ndarray:
     """Dimension of the degree-``l`` harmonics on :math:`S^{d-1}`: 1, 2, 2, ... (circle), ``2l + 1`` (S^2)."""
@@ -130,6 +134,34 @@ class SeriesAttention(OutputKernel):
             out = np.einsum("slm,l,m->s", np.abs(sums) ** 2, self.weights, fold)
         return out.reshape(x.shape[:-2])
 
+    def weighted_velocity(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
+        r"""The velocity of the measure :math:`\sum_j m_j \delta_{x_j}` at its atoms, by the series (``O(n K)``).
+
+        The engine of the model's reference :meth:`meanfield.SelfAttention.weighted_velocity`
+        (checked against it by :func:`meanfield.engines.check_consistency`): each point's
+        harmonics enter the analysis times its mass.
+
+        Parameters
+        ----------
+        x : numpy.ndarray, shape (..., n, d)
+            Nonzero points, used through ``x / |x|``.
+        masses : numpy.ndarray, shape (..., n)
+            Nonnegative masses of the atoms.
+
+        Returns
+        -------
+        numpy.ndarray, shape (..., n, d)
+            The velocities, tangent at ``x / |x|``.
+        """
+        unit = normalize(x)
+        flat = self._flat(unit)
+        weights = np.ascontiguousarray(masses, dtype=float).reshape(flat.shape[:2])
+        out = np.empty_like(flat)
+        summation = _circle_streamed if self.d == 2 else _sphere_attention
+        summation(flat, self.weights, self.normalized, self.value, out, weights)
+        finish_systems(flat, out, 1.0, 1.0, VELOCITY, 0.0, True, NO_NOISE, 0.0, out)
+        return out.reshape(unit.shape)
+
     def _flat(self, unit: np.ndarray) -> np.ndarray:
         if unit.shape[-1] != self.d:
             raise ValueError(f"this series is for points in R^{self.d}, got R^{unit.shape[-1]}")
@@ -156,7 +188,7 @@ class SeriesAttention(OutputKernel):
                            project, noise, noise_scale)
             return out.reshape(unit.shape)
         summation = _circle_streamed if self.d == 2 else _sphere_attention
-        summation(x, self.weights, self.normalized, self.value, out)
+        summation(x, self.weights, self.normalized, self.value, out, NO_MASSES)
         if mode != OUTPUT:
             finish_systems(x, out, 1.0, 1.0, mode, h, project, noise, noise_scale, out)
         return out.reshape(unit.shape)
@@ -164,16 +196,18 @@ class SeriesAttention(OutputKernel):
 
 # --------------------------------------------------------------------------- circle
 @numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
-def _power_sums(x, s, fr, fi, pr, pi):
-    """``fr + i fi = F_m = sum_j z_j^m``, ``m = 0 .. fr.size - 1``, for system ``s`` (``pr``, ``pi``: scratch)."""
+def _power_sums(x, s, fr, fi, pr, pi, masses):
+    """``fr + i fi = F_m = sum_j w_j z_j^m``, ``m = 0 .. fr.size - 1``, for system ``s`` (``pr``, ``pi``: scratch);
+    ``w_j = masses[s, j]``, or 1 where ``masses`` is :data:`NO_MASSES`."""
     n = x.shape[1]
     block = pr.size
+    weighted = masses.shape[1] > 0
     fr[:] = 0.0
     fi[:] = 0.0
     for start in range(0, n, block):
         count = min(block, n - start)
         for j in range(count):
-            pr[j] = 1.0
+            pr[j] = masses[s, start + j] if weighted else 1.0
             pi[j] = 0.0
         for m in range(fr.size):
             accr = 0.0
@@ -199,7 +233,7 @@ def _circle_pair_totals(x, a, out):
         fr, fi = np.empty(a.size), np.empty(a.size)
         # np.int64: a prange index is typed int64 but lowered as uint64, and the inner kernels would
         # compile for both (here and below)
-        _power_sums(x, np.int64(s), fr, fi, pr, pi)
+        _power_sums(x, np.int64(s), fr, fi, pr, pi, np.empty((0, 0)))  # no masses (a global would be read-only)
         total = a[0] * n * n
         for m in range(1, a.size):
             total += 2.0 * a[m] * (fr[m] * fr[m] + fi[m] * fi[m])
@@ -207,12 +241,14 @@ def _circle_pair_totals(x, a, out):
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH, parallel=True)
-def _circle_streamed(x, a, normalized, value, out):
+def _circle_streamed(x, a, normalized, value, out, masses):
     r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA), :math:`k_{ij} = \sum_{|m| \le M} a_m z_i^m \bar z_j^m`.
 
     With :math:`F_m = \sum_j z_j^m`: :math:`Z_i = a_0 n + 2\sum_{m \ge 1} a_m \mathrm{Re}(z_i^m \bar F_m)`
     and :math:`S_i = a_0 F_1 + \sum_{m\ge1} a_m (z_i^m \bar F_{m-1} + \bar z_i^m F_{m+1})`
-    (``S`` as a complex number: the two components of the weighted sum).
+    (``S`` as a complex number: the two components of the weighted sum). With ``masses``
+    :math:`w_j` (not :data:`NO_MASSES`) the sums are those of the measure :math:`\sum_j w_j\delta_{z_j}`:
+    :math:`F_m = \sum_j w_j z_j^m`, :math:`F_0` in place of ``n`` in ``Z``, and USA's ``c S_i``.
 
     The powers are formed twice (for the sums, then for the synthesis), the points in
     blocks of :data:`POINT_BLOCK`: systems too large for :func:`_circle_tabled`.
@@ -220,17 +256,19 @@ def _circle_streamed(x, a, normalized, value, out):
     b, n, _ = x.shape
     modes = a.size - 1
     block = min(n, POINT_BLOCK)
+    weighted = masses.shape[1] > 0
     for s in numba.prange(b):
         pr, pi = np.empty(block), np.empty(block)
         z, sr, si = np.empty(block), np.empty(block), np.empty(block)
         fr, fi = np.empty(modes + 2), np.empty(modes + 2)
-        _power_sums(x, np.int64(s), fr, fi, pr, pi)
+        _power_sums(x, np.int64(s), fr, fi, pr, pi, masses)
+        total = fr[0] if weighted else n
         for start in range(0, n, block):
             count = min(block, n - start)
             for i in range(count):
                 pr[i] = x[s, start + i, 0]
                 pi[i] = x[s, start + i, 1]
-                z[i] = a[0] * n
+                z[i] = a[0] * total
                 sr[i] = a[0] * fr[1]
                 si[i] = a[0] * fi[1]
             for m in range(1, modes + 1):
@@ -244,7 +282,7 @@ def _circle_streamed(x, a, normalized, value, out):
                     pi[i] = pr[i] * sn + pi[i] * c
                     pr[i] = r
             for i in range(count):
-                scale = value / (z[i] if normalized else n)
+                scale = value / (z[i] if normalized else (1.0 if weighted else n))
                 out[s, start + i, 0] = sr[i] * scale
                 out[s, start + i, 1] = si[i] * scale
 
@@ -342,11 +380,13 @@ def _recurrence_coefficients(degree):
 
 
 @numba.njit(cache=True, error_model="numpy", fastmath=FAST_MATH)
-def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_im, weights, acc):
+def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_im, weights, acc, masses):
     r"""One pass over the harmonics ``l <= degree`` for points ``start .. start + count`` of system ``s``.
 
     Analysis (``synthesis`` false): ``g_re + i g_im`` (shape ``(L+1, L+1, 4)``) accumulates
-    :math:`\overline{G_{lm}[f]} = \sum_j Y_{lm}(x_j) f(x_j)`, ``f = 1, x^1, x^2, x^3``.
+    :math:`\overline{G_{lm}[f]} = \sum_j w_j Y_{lm}(x_j) f(x_j)`, ``f = 1, x^1, x^2, x^3``, with
+    :math:`w_j` = ``masses[s, j]`` (1 for :data:`NO_MASSES`): the recurrences are linear, so each
+    point's starts at :math:`w_j Y_{00}` and carries its mass through every degree.
     Synthesis: ``acc[f, i] = sum_{l,m} w_m lambda_l Re(Y_lm(x_i) G_lm[f])`` with ``w_0 = 1``,
     ``w_m = 2`` (the orders ``-m`` folded in).
     """
@@ -358,8 +398,9 @@ def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_i
     ymr, ymi = np.empty(count), np.empty(count)
     p1r, p1i = np.empty(count), np.empty(count)
     p2r, p2i = np.empty(count), np.empty(count)
+    weighted = masses.shape[1] > 0
     for j in range(count):
-        ymr[j] = 1.0 / np.sqrt(4.0 * np.pi)
+        ymr[j] = masses[s, start + j] / np.sqrt(4.0 * np.pi) if weighted else 1.0 / np.sqrt(4.0 * np.pi)
         ymi[j] = 0.0
     if synthesis:
         acc[:, :count] = 0.0
@@ -419,8 +460,8 @@ def _sphere_sweep(x, s, start, count, degree, coefficients, synthesis, g_re, g_i
 
 
 @numba.njit(cache=True, error_model="numpy")
-def _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc):
-    """:math:`G_{lm}[f]` of system ``s`` (``f = 1, x^1, x^2, x^3``), point block by point block."""
+def _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc, masses):
+    """:math:`G_{lm}[f]` of system ``s`` (``f = 1, x^1, x^2, x^3``; times ``masses``), point block by point block."""
     n = x.shape[1]
     block = acc.shape[1]
     g_re[:] = 0.0
@@ -428,13 +469,16 @@ def _sphere_analysis(x, s, degree, coefficients, g_re, g_im, acc):
     unused_weights = g_re[:, 0, 0]  # the analysis never reads the spectrum
     for start in range(0, n, block):
         _sphere_sweep(x, s, start, min(block, n - start), degree, coefficients, False, g_re, g_im, unused_weights,
-                      acc)
+                      acc, masses)
 
 
 @numba.njit(cache=True, error_model="numpy", parallel=True)
-def _sphere_attention(x, weights, normalized, value, out):
-    """``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA) through the harmonic series on S^2."""
+def _sphere_attention(x, weights, normalized, value, out, masses):
+    r"""``out_i = c S_i / Z_i`` (SA) or ``c S_i / n`` (USA) through the harmonic series on S^2; with ``masses``
+    (not :data:`NO_MASSES`), of the measure :math:`\sum_j w_j \delta_{x_j}` (USA: ``c S_i``)."""
     b, n, _ = x.shape
+    denominator = 1.0 if masses.shape[1] > 0 else n
+    none = np.empty((0, 0))  # the synthesis's points carry no masses (a global array would be read-only in here)
     degree = weights.size - 1
     coefficients = _recurrence_coefficients(degree)
     block = min(n, POINT_BLOCK)
@@ -442,12 +486,13 @@ def _sphere_attention(x, weights, normalized, value, out):
         g_re = np.empty((degree + 1, degree + 1, 4))
         g_im = np.empty((degree + 1, degree + 1, 4))
         acc = np.empty((4, block))
-        _sphere_analysis(x, np.int64(s), degree, coefficients, g_re, g_im, acc)
+        _sphere_analysis(x, np.int64(s), degree, coefficients, g_re, g_im, acc, masses)
         for start in range(0, n, block):
             count = min(block, n - start)
-            _sphere_sweep(x, np.int64(s), start, count, degree, coefficients, True, g_re, g_im, weights, acc)
+            _sphere_sweep(x, np.int64(s), start, count, degree, coefficients, True, g_re, g_im, weights, acc,
+                          none)
             for i in range(count):
-                scale = value / (acc[0, i] if normalized else n)
+                scale = value / (acc[0, i] if normalized else denominator)
                 for c in range(3):
                     out[s, start + i, c] = acc[c + 1, i] * scale
 
@@ -460,7 +505,7 @@ def _harmonic_sums(x, degree, out):
         g_re = np.empty((degree + 1, degree + 1, 4))
         g_im = np.empty((degree + 1, degree + 1, 4))
         acc = np.empty((4, min(n, POINT_BLOCK)))
-        _sphere_analysis(x, np.int64(s), degree, coefficients, g_re, g_im, acc)
+        _sphere_analysis(x, np.int64(s), degree, coefficients, g_re, g_im, acc, np.empty((0, 0)))
         for l in range(degree + 1):
             for m in range(l + 1):
                 sign = -1.0 if m % 2 else 1.0

@@ -3,8 +3,9 @@ r"""The sphere through cluster formation: harmonics while they resolve the densi
 Without diffusion the mean-field equation transports a measure along the velocity it
 generates, so a weighted sum of Diracs :math:`\mu = \sum_j m_j\delta_{x_j}` is an exact
 solution when each atom follows :math:`\dot x_j = v[\mu](x_j)` with its mass fixed
-(:meth:`meanfield.SelfAttention.weighted_velocity`). :class:`SphereWeightedParticles`
-evolves such a measure; started from the Gauss-grid quadrature of a density (an atom at
+(the model's ``velocity_field`` of the measure at its atoms; for zonal attention the kernel's
+harmonic series once the atoms are many, :class:`meanfield.engines.WeightedVelocity`).
+:class:`SphereWeightedParticles` evolves such a measure; started from the Gauss-grid quadrature of a density (an atom at
 each grid point, of mass :math:`\rho(x_j)\,w_j`, :math:`w_j` the grid's area weight) it
 matches every moment of degree up to about :math:`2 l_{max}` of the density it starts from,
 and the velocity of the atoms is that of the density up to the kernel's own truncation.
@@ -32,6 +33,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import EXP_OVERFLOW, check_density, check_int, check_real, check_rtol
+from meanfield.engines import WeightedVelocity
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
@@ -134,6 +136,7 @@ class SphereWeightedParticles(GridSolver):
     quadrature: SphereGrid | ProductQuadrature = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
     reduction: ClusterReduction = field(init=False, repr=False)
+    _weighted_velocity: WeightedVelocity = field(init=False, repr=False)
 
     name = "SphereWeightedParticles"
     default_max_steps = 1_000_000
@@ -157,6 +160,7 @@ class SphereWeightedParticles(GridSolver):
                                                                energy_changes=False))
         check_int(self.d, "d", minimum=3)
         check_measure_model(model, self.name, self.d, "CausalSphereSpectral")
+        object.__setattr__(self, "_weighted_velocity", WeightedVelocity(model, self.d))
         if model.diffusion > 0:
             raise ValueError(f"weighted particles carry no diffusion (got diffusion={model.diffusion}): a density "
                              "with D > 0 stays smooth; solve it with SphereSpectral")
@@ -316,10 +320,11 @@ class SphereWeightedParticles(GridSolver):
         Returns
         -------
         numpy.ndarray, shape (atoms, d + 1)
-            The velocities (:meth:`meanfield.SelfAttention.weighted_velocity`), and zero for the masses.
+            The velocities (the model's ``velocity_field`` of the atoms at themselves, through
+            :class:`meanfield.engines.WeightedVelocity`), and zero for the masses.
         """
         change = np.zeros_like(atoms)
-        change[:, :-1] = self.model.weighted_velocity(atoms[:, :-1], atoms[:, -1])
+        change[:, :-1] = self._weighted_velocity(atoms[:, :-1], atoms[:, -1])
         return change
 
     # ------------------------------------------------------------------ GridSolver
@@ -408,7 +413,8 @@ class SphereWeightedParticles(GridSolver):
                 "tableau": self.tableau.name,
                 "cluster_separation": self.cluster_separation, "min_cluster_mass": self.min_cluster_mass,
                 "dropped_mass": self.dropped_mass, "merge_distance": self.merge_distance,
-                "velocity": "weighted_velocity (the model's reference sums)"}
+                "velocity": ("the kernel's series where it costs less than the pair sums, else the model's reference"
+                             if self._weighted_velocity.series is not None else "the model's reference sums")}
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``.
