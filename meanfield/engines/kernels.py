@@ -199,10 +199,10 @@ class WeightedVelocity:
     r"""The velocity of a weighted measure :math:`\sum_j m_j\delta_{x_j}` at its atoms, by the cheapest engine.
 
     The model's reference is its ``velocity_field(x, x, masses)`` (pair sums, :math:`n^2`
-    exponentials); for a zonal :class:`SelfAttention` on the circle or :math:`S^2`
-    the kernel's series (:meth:`meanfield.engines.series.SeriesAttention.weighted_velocity`,
-    ``O(n K)``) takes over where it costs less (:func:`series_is_cheaper`), checked against the
-    reference by :func:`~meanfield.engines.check_consistency`. Measures whose atom count changes
+    exponentials); for a zonal :class:`~meanfield.SelfAttention` on the circle or :math:`S^2`
+    the kernel's series (``meanfield.engines.series.SeriesAttention.weighted_velocity``,
+    ``O(n K)``) takes over where it costs less (``series_is_cheaper``), checked against the
+    reference by ``meanfield.engines.check_consistency``. Measures whose atom count changes
     (merged clusters) are decided call by call.
 
     Parameters
