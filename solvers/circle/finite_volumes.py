@@ -424,13 +424,19 @@ class _FiniteVolumes:
             self._functional = (deviation, self.operators.lyapunov(self.operators.uniform + deviation))
         return self._functional[1]
 
-    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
-        """Round-off negatives repaired; retried when the density is negative or the Lyapunov functional rises."""
+    def repaired(self, old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
+        """The deviation ``new`` with its round-off negatives zeroed and their mass restored (the round-off of
+        a step from ``old``); ``None`` where a negative is larger."""
         ops = self.operators
         repaired = _repair_roundoff(ops.uniform + new, ROUNDOFF_NEGATIVE * (ops.uniform + old.max()))
+        return None if repaired is None else repaired - ops.uniform
+
+    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
+        """Round-off negatives repaired; retried when the density is negative or the Lyapunov functional rises."""
+        repaired = self.repaired(old, new)
         if repaired is None:
             return None, "positivity"
-        before, new = self.functional(old), repaired - ops.uniform
+        before, new = self.functional(old), repaired
         after = self.functional(new)
         if np.isfinite(before) and after > before + LYAPUNOV_SLACK * (abs(before) + abs(after)):
             return None, "lyapunov"
@@ -490,7 +496,7 @@ class _RichardsonPair:
         fine, reason = self.fine.admit(old_fine, new_fine)
         if reason is not None:
             return None, reason
-        coarse, _ = self.coarse.admit(old_coarse, new_coarse)
+        coarse = self.coarse.repaired(old_coarse, new_coarse)  # the shadow never steers: no Lyapunov check
         coarse = new_coarse if coarse is None else coarse
         admitted = np.concatenate([fine, coarse])
         self._halves = [(admitted, fine, coarse)] + self._halves[:2]
