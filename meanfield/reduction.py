@@ -400,13 +400,14 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
         :class:`~meanfield.StepSizeCollapse`.
     kernel : str
         Tokens of equal mass only: the particle engine (``meanfield.engines.select_kernel``)
-        that gives the atoms' velocities while they are many. Every atom's mass is then a
-        multiple of ``1/n``, so the velocity of the atoms is the particle velocity of the
-        ``n`` tokens placed at their atoms; the series engine (zonal SA on the circle and
-        :math:`S^2`) computes it in :math:`O(nK)` instead of the reference's :math:`O(k^2)`
-        while :math:`k > 8\sqrt n`, the fused one while :math:`k > n/2`. ``"numpy"``: the
-        model's reference sums over the atoms throughout. Atoms of unequal masses take the
-        kernel's series over the atoms where it costs less than the reference
+        that gives the atoms' velocities. Every atom's mass is then a multiple of ``1/n``, so
+        the velocity of the atoms is the particle velocity of the ``n`` tokens placed at
+        their atoms. The series engine (zonal SA on the circle and :math:`S^2`) sums the
+        kernel's series over the ``k`` atoms weighted by their masses, :math:`O(kK)`, where it
+        costs less than the reference's :math:`O(k^2)` (and over the tokens while the circle's
+        tabled sums cost less still); the fused one sums over the tokens while :math:`k > n/2`.
+        ``"numpy"``: the model's reference sums over the atoms throughout. Atoms of unequal
+        masses take the series over the atoms where it costs less than the reference
         (:class:`meanfield.engines.WeightedVelocity`), whatever ``kernel`` says.
     progress : bool, optional
         A progress bar over simulated time (default: when stderr is a terminal).
@@ -446,17 +447,32 @@ def simulate_clusters(model, x0: np.ndarray, times, *, masses: np.ndarray | None
 
 
 def tokens_engine_pays(engine, atoms: int, tokens: int) -> bool:
-    r"""Whether a particle engine on the ``tokens`` (each at its atom) is cheaper than the reference sums over the atoms.
+    r"""Whether a particle engine on the ``tokens`` (each at its atom) is cheaper than what sums over the atoms.
 
-    The series engine costs :math:`O(nK)`, the reference :math:`O(k^2)`: it pays while
-    :math:`k > 8\sqrt n`; the fused engine's pair sums, a few times faster than the
-    reference's, while :math:`k > n/2`; the numpy engine never (it is the reference).
+    The series over the tokens costs :math:`O(nK)` and the same series over the ``k`` atoms,
+    weighted by their masses (:func:`atoms_velocity`), :math:`O(kK)`: the tokens pay only where
+    their sums keep the powers in a table (the circle's, several times cheaper per term) and
+    the atoms are nearly as many. The fused engine's pair sums, a few times faster than the
+    reference's, pay while :math:`k > n/2`; the numpy engine never (it is the reference).
     """
     if engine is None:
         return False
     if engine.name == "series":
-        return atoms > 8 * math.sqrt(tokens)
+        from .engines.kernels import SERIES_COST, TABLED_POINT_COST, TABLED_SERIES_COST
+        from .engines.series import circle_series_tabled
+        if engine.d != 2 or not circle_series_tabled(tokens, engine.harmonics):
+            return False
+        return tokens * (engine.harmonics * TABLED_SERIES_COST + TABLED_POINT_COST) < atoms * engine.harmonics * SERIES_COST
     return engine.name == "fused" and 2 * atoms > tokens
+
+
+def atoms_velocity(model, engine, d: int) -> WeightedVelocity | None:
+    """What moves atoms of unequal masses when no tokens' engine does: the kernel's series over them where it costs
+    less than the reference (:class:`~meanfield.engines.WeightedVelocity`), unless ``engine`` names the reference
+    (``"numpy"``) or the fused sums (their reference sums over the atoms); ``None``: the reference throughout."""
+    if engine is not None and engine.name != "series":
+        return None
+    return WeightedVelocity(model, d)
 
 
 def _initial_atoms(model, x0, masses, times) -> tuple[np.ndarray, np.ndarray]:
@@ -487,8 +503,7 @@ class _ReducedRun:
                  rtol: float, separation: float, min_mass: float, engine) -> None:
         self.model, self.atoms, self.reduction, self.tableau, self.rtol = model, atoms, reduction, tableau, rtol
         self.separation, self.min_mass, self.engine = separation, min_mass, engine
-        # atoms of unequal masses: the kernel's series where it pays, else the reference (WeightedVelocity)
-        self.weighted = WeightedVelocity(model, atoms.shape[1] - 1) if engine is None else None
+        self.weighted = atoms_velocity(model, engine, atoms.shape[1] - 1)
         self.owner = np.arange(len(atoms))  # each token's atom
         self.representative = self.owner  # a token of each atom
         self.pending: tuple[np.ndarray, list[ReducedGroup]] | None = None

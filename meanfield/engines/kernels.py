@@ -203,7 +203,9 @@ class WeightedVelocity:
     the kernel's series (``meanfield.engines.series.SeriesAttention.weighted_velocity``,
     ``O(n K)``) takes over where it costs less (``series_is_cheaper``), checked against the
     reference by ``meanfield.engines.check_consistency``. Measures whose atom count changes
-    (merged clusters) are decided call by call.
+    (merged clusters) are decided call by call, by the costs per term of the series and of the
+    reference's row-blocked sums (:data:`SERIES_COST`, :data:`NUMPY_PAIR_COST`; conservative on
+    :math:`S^2`, where the series costs less per term than on the circle).
 
     Parameters
     ----------
@@ -233,7 +235,8 @@ class WeightedVelocity:
         -------
         str
         """
-        return "series" if self.series is not None and series_is_cheaper(n, self.harmonics) else "reference"
+        pays = self.series is not None and n * self.harmonics * SERIES_COST < n * n * NUMPY_PAIR_COST
+        return "series" if pays else "reference"
 
     def __call__(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
         """The velocities at the atoms ``x`` ``(..., n, d)`` of masses ``masses`` ``(..., n)``, tangent at ``x/|x|``."""

@@ -111,6 +111,7 @@ class SeriesAttention(OutputKernel):
             raise ValueError(f"the series summation is implemented for d in {SERIES_DIMENSIONS}, got d={d}")
         self.d = d
         self.degree = series_degree(model, d)
+        self.harmonics = 2 * self.degree + 1 if d == 2 else (self.degree + 1) ** 2
         # lambda_l / |S^{d-1}| Y-normalisation folded in: Y_m = e^{im theta} / sqrt(2 pi) on the circle;
         # the sphere's recurrence produces orthonormal Y_lm itself.
         spectrum = model.kernel_spectrum(self.degree, d)
