@@ -458,11 +458,7 @@ def tokens_engine_pays(engine, atoms: int, tokens: int) -> bool:
     if engine is None:
         return False
     if engine.name == "series":
-        from .engines.kernels import SERIES_COST, TABLED_POINT_COST, TABLED_SERIES_COST
-        from .engines.series import circle_series_tabled
-        if engine.d != 2 or not circle_series_tabled(tokens, engine.harmonics):
-            return False
-        return tokens * (engine.harmonics * TABLED_SERIES_COST + TABLED_POINT_COST) < atoms * engine.harmonics * SERIES_COST
+        return engine.tokens_cheaper(tokens, atoms)
     return engine.name == "fused" and 2 * atoms > tokens
 
 
