@@ -463,8 +463,8 @@ def tokens_engine_pays(engine, atoms: int, tokens: int) -> bool:
 
 
 def atoms_velocity(model, engine, d: int) -> WeightedVelocity | None:
-    """What moves atoms of unequal masses when no tokens' engine does: the kernel's series over them where it costs
-    less than the reference (:class:`~meanfield.engines.WeightedVelocity`), unless ``engine`` names the reference
+    """What moves the atoms when no tokens' engine does: the kernel's series over them, weighted by their masses, where
+    it costs less than the reference (:class:`~meanfield.engines.WeightedVelocity`), unless ``engine`` names the reference
     (``"numpy"``) or the fused sums (their reference sums over the atoms); ``None``: the reference throughout."""
     if engine is not None and engine.name != "series":
         return None

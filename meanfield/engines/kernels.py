@@ -204,7 +204,7 @@ class WeightedVelocity:
     ``O(n K)``) takes over where it costs less (``series_is_cheaper``), checked against the
     reference by ``meanfield.engines.check_consistency``. Measures whose atom count changes
     (merged clusters) are decided call by call, by the costs per term of the series and of the
-    reference's row-blocked sums (:data:`SERIES_COST`, :data:`NUMPY_PAIR_COST`; conservative on
+    reference's row-blocked sums (``SERIES_COST``, ``NUMPY_PAIR_COST``; conservative on
     :math:`S^2`, where the series costs less per term than on the circle).
 
     Parameters

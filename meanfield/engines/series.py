@@ -158,9 +158,9 @@ class SeriesAttention(OutputKernel):
     def weighted_velocity(self, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
         r"""The velocity of the measure :math:`\sum_j m_j \delta_{x_j}` at its atoms, by the series (``O(n K)``).
 
-        The engine of the model's reference :meth:`meanfield.SelfAttention.weighted_velocity`
-        (checked against it by :func:`meanfield.engines.check_consistency`): each point's
-        harmonics enter the analysis times its mass.
+        An engine of the model's reference, ``model.velocity_field(x, x, masses)`` (checked
+        against it by :func:`meanfield.engines.check_consistency`): each point's harmonics enter
+        the analysis times its mass.
 
         Parameters
         ----------

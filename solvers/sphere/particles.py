@@ -5,10 +5,11 @@ generates, so a weighted sum of Diracs :math:`\mu = \sum_j m_j\delta_{x_j}` is a
 solution when each atom follows :math:`\dot x_j = v[\mu](x_j)` with its mass fixed
 (the model's ``velocity_field`` of the measure at its atoms; for zonal attention the kernel's
 harmonic series once the atoms are many, :class:`meanfield.engines.WeightedVelocity`).
-:class:`SphereWeightedParticles` evolves such a measure; started from the Gauss-grid quadrature of a density (an atom at
-each grid point, of mass :math:`\rho(x_j)\,w_j`, :math:`w_j` the grid's area weight) it
-matches every moment of degree up to about :math:`2 l_{max}` of the density it starts from,
-and the velocity of the atoms is that of the density up to the kernel's own truncation.
+:class:`SphereWeightedParticles` evolves such a measure; started from the Gauss-grid
+quadrature of a density (an atom at each grid point, of mass :math:`\rho(x_j)\,w_j`,
+:math:`w_j` the grid's area weight) it matches every moment of degree up to about
+:math:`2 l_{max}` of the density it starts from, and the velocity of the atoms is that of the
+density up to the kernel's own truncation.
 Clusters are then what they are, atoms coming together, with no grid to run out of.
 
 :class:`SphereSpectralParticles` runs :class:`~solvers.SphereSpectral` while it resolves the
