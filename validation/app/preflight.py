@@ -38,6 +38,7 @@ WORKING_FIELDS = {"CircleFV": 16, "FrequencyCircleFV": 16, "GraphonCircleFV": 16
                   # the nodes' fields, the basis matrices (about 3 lmax node-sized columns), the rings
                   "ZonalSphereSpectral": 16, "ZonalSpectralRings": 16, "ZonalRings": 16}
 
+
 def preflight(config: ExperimentConfig) -> RunObjects:
     """Refuse, with a :class:`ConfigError` naming the key, a checked config that cannot run well.
 
@@ -52,7 +53,7 @@ def preflight(config: ExperimentConfig) -> RunObjects:
         _check_particle_steps(config)
         return run
     if config.initial.kind == "file":
-        _check_file(config)
+        _check_file(config, run.initial)
     state = _check_start(config, run.solver, run.initial)
     if isinstance(run.solver, LineFV):
         try:
@@ -66,10 +67,11 @@ def preflight(config: ExperimentConfig) -> RunObjects:
     return run
 
 
-def _check_file(config: ExperimentConfig) -> None:
+def _check_file(config: ExperimentConfig, initial) -> None:
     """An initial file holds a density's values; on the line, one per cell of ``method.interval`` (the labels'
     quantiles read them as piecewise constant). Its shape on a grid is the solver's to check."""
-    values = load_initial_file(config.initial.path)
+    # the values as built, unless the run reads them through a function (the line's labels)
+    values = initial if isinstance(initial, np.ndarray) else load_initial_file(config.initial.path)
     if config.method.kind in LINE_SOLVERS and values.shape != (config.method.cells,):
         raise ConfigError(f"initial.path holds shape {values.shape}; the run needs method.cells = "
                           f"{config.method.cells} density values on the cells of method.interval")
