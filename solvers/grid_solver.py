@@ -420,7 +420,9 @@ def stacked_fields(frames: list[dict[str, tuple[tuple[str, ...], Any]]]) -> dict
 def joined_settings(parts: list[tuple[xr.Dataset, bool]]) -> dict:
     """What the settings of a run made of several solvers' parts add up to: each run's settings and the counts."""
     settings = [dataset_settings(part) for part, _ in parts]
-    runs = {run["solver"]: run for run in settings}
+    runs = {}
+    for run in settings:  # a part that is itself a run of several solvers (a chain's rest) gives their runs
+        runs.update(run.get("runs") or {run["solver"]: run})
     return {"runs": runs, "steps": sum(run["steps"] for run in runs.values()),
             "rejected_steps": sum(run["rejected_steps"] for run in runs.values()),
             "next_step": settings[-1]["next_step"]}

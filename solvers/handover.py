@@ -1,29 +1,35 @@
 r"""A run that one solver starts and another finishes: the hand-over, written once.
 
-:class:`HandOver` is the skeleton of :class:`~solvers.CircleAuto` (Fourier, then finite
-volumes), :class:`~solvers.CircleFVLagrangian` (finite volumes, then mass coordinates) and
-:class:`~solvers.SphereSpectralParticles` (harmonics, then weighted atoms). The first solver
-runs until the first accepted step after which ``stop(state)`` holds (it no longer resolves the
-density), its density there is turned into the second solver's state, and the second runs from
-that time; a continued run whose state is already the second's goes straight to it. A solver
-built on it says only what differs:
+A hand-over is a policy, not a class: a :class:`Transition` says, for one pair of solver
+classes, when the first stops resolving the density (``stop``) and how its density becomes
+the second's state (``handed``); :data:`TRANSITIONS` holds every pair the package has, and
+:class:`~solvers.Chain` runs any sequence of solvers whose consecutive pairs are in it.
+
+:class:`HandOver` is the skeleton of every run of two solvers: of :class:`~solvers.Chain` and of
+:class:`~solvers.CircleAuto` (Fourier, then finite volumes),
+:class:`~solvers.CircleFVLagrangian` (finite volumes, then mass coordinates),
+:class:`~solvers.SphereSpectralParticles` (harmonics, then weighted atoms) and
+:class:`~solvers.ZonalSpectralRings` (Gegenbauer series, then rings), which keep their own
+records of the same run. The first solver runs until the first accepted step after which
+``stop(state)`` holds, its density there is turned into the second solver's state, and the
+second runs from that time; a continued run whose state is already the second's goes straight
+to it. A solver built on it says only what differs:
 
 - ``_first`` and ``_second``: the two solvers (``_second`` may be ``None``: no hand-over);
-- :meth:`~HandOver._stop`: when the first hands over;
-- :meth:`~HandOver._handed`: the second's state from the first's density at the hand-over
-  (and the mass moved to make it one, recorded);
+  when and how the first hands over is their pair's :class:`Transition`;
 - :meth:`~HandOver._second_state`: a continued run's state as the second's, if it is one;
 - :meth:`~HandOver._annotated`: the joined dataset.
 
 The optional hooks (:meth:`~HandOver._first_state`, :meth:`~HandOver._starts_on_second`,
-:meth:`~HandOver._first_outputs`, :meth:`~HandOver._annotate_first`,
-:meth:`~HandOver._second_first_step`) keep each solver's own start and records;
-``_starting`` (the first, by default) is the solver whose grid and stability limit the up-front
-checks read (:meth:`~HandOver.resolved_start`, :meth:`~HandOver.cost_estimate`).
+:meth:`~HandOver._first_outputs`, :meth:`~HandOver._annotate_first`) keep each solver's own
+start and records; ``_starting`` (the first, by default) is the solver whose grid and stability
+limit the up-front checks read (:meth:`~HandOver.resolved_start`,
+:meth:`~HandOver.cost_estimate`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -35,6 +41,91 @@ from .grid_solver import CostEstimate, Interrupted
 from .resolution import UpFrontChecks
 
 
+@dataclass(frozen=True)
+class Transition:
+    """When one solver class hands a run over to another, and how its density becomes the other's state.
+
+    Parameters
+    ----------
+    source, target : str
+        The two solver classes' names (``name``).
+    stop : callable
+        ``stop(first, second) -> criterion``: the criterion ``criterion(state)`` the first solver
+        meets after the step at which it hands over (it no longer resolves the density).
+    handed : callable
+        ``handed(first, second, part) -> (state, moved)``: the second solver's state from the
+        first's run up to the hand-over (an :class:`~solvers.grid_solver.Interrupted`), and the
+        mass moved to make it one (negative density set to zero).
+    keeps_step : bool
+        Whether the second solver's first step is the one the first would have taken next (its
+        stability limit is no shorter); else the second chooses its own.
+    source_settings : dict
+        Settings the first solver is built with when a chain is built from settings
+        (:func:`~solvers.solve` with several ``then``), whatever the user gives: the criterion
+        ``stop`` reads.
+    """
+
+    source: str
+    target: str
+    stop: Callable[[Any, Any], Callable[[Any], bool]]
+    handed: Callable[[Any, Any, Interrupted], tuple[Any, float]]
+    keeps_step: bool = False
+    source_settings: dict = field(default_factory=dict)
+
+
+def _until_series_unresolved(first, second) -> Callable[[Any], bool]:
+    """A series' criterion: it hands over once it no longer resolves the density (its ``_resolves``)."""
+    return lambda coefficients: not first._resolves(coefficients)
+
+
+def _beyond_error_level(first, second) -> Callable[[Any], bool]:
+    """The finite volumes' criterion: their estimated error past ``error_level`` times ``max rho``."""
+    if first.error_level is None:
+        raise ValueError(f"{first.name} hands over to {second.name} on its error estimate: its error_level must be "
+                         f"a number, got None")
+    return first._beyond_error_level
+
+
+def clipped_averages(averages: np.ndarray, width: float) -> tuple[np.ndarray, float]:
+    """Cell averages with negatives set to zero and the mass restored, and the mass moved."""
+    if averages.min() >= 0:
+        return averages, 0.0
+    clipped = np.maximum(averages, 0.0)
+    moved = float(width * (clipped - averages).sum())
+    return clipped * (averages.sum() / clipped.sum()), moved
+
+
+#: Every hand-over of the package, by the pair of solver classes' names.
+TRANSITIONS: dict[tuple[str, str], Transition] = {
+    (transition.source, transition.target): transition for transition in (
+        # the spectral density's cell averages: negative ones (at most the spectral error, which the
+        # tail criterion bounds) set to zero
+        Transition("CircleSpectral", "CircleFV", _until_series_unresolved,
+                   lambda first, second, part: clipped_averages(part.density, second.operators.width),
+                   keeps_step=True, source_settings={"error_level": None}),
+        # the quantile of the piecewise constant density, exactly
+        Transition("CircleFV", "CircleLagrangian", _beyond_error_level,
+                   lambda first, second, part: (second.initial_quantile(np.maximum(part.density, 0.0)), 0.0)),
+        # the band-limited density's quadrature atoms
+        Transition("SphereSpectral", "SphereWeightedParticles", _until_series_unresolved,
+                   lambda first, second, part: second.band_limited_atoms(
+                       first.grid.analyse(part.density), first.grid, name="the density at the hand-over")),
+        # the series' density as rings of mass
+        Transition("ZonalSphereSpectral", "ZonalRings", _until_series_unresolved,
+                   lambda first, second, part: second.density_rings(first._initial_state(part.density, True))),
+    )
+}
+
+
+def transition(first, second) -> Transition:
+    """The hand-over from solver ``first`` to solver ``second``; a ``ValueError`` listing the pairs there are."""
+    try:
+        return TRANSITIONS[first.name, second.name]
+    except KeyError:
+        pairs = ", ".join(f"{source} -> {target}" for source, target in TRANSITIONS)
+        raise ValueError(f"no hand-over from {first.name} to {second.name}: the hand-overs are {pairs}") from None
+
+
 class HandOver(UpFrontChecks):
     """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solvers."""
 
@@ -42,14 +133,6 @@ class HandOver(UpFrontChecks):
     _second: Any
 
     # ------------------------------------------------------------------ what a hand-over says
-    def _stop(self) -> Callable[[Any], bool] | None:
-        """``stop(state)`` of the first solver's state after each accepted step; ``None``: never."""
-        raise NotImplementedError
-
-    def _handed(self, part: Interrupted) -> tuple[Any, float]:
-        """The second solver's state from the first's run up to the hand-over, and the mass moved to make it."""
-        raise NotImplementedError
-
     def _second_state(self, state) -> Any | None:
         """A continued run's state as the second solver takes it, if the run was handed over already; else ``None``."""
         raise NotImplementedError
@@ -58,6 +141,26 @@ class HandOver(UpFrontChecks):
                    moved: float) -> xr.Dataset:
         """The run's dataset from the two parts (either may be absent), the hand-over time and the mass moved."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------ the pair's transition
+    def _stop(self) -> Callable[[Any], bool] | None:
+        """``stop(state)`` of the first solver's state after each accepted step; ``None``: never (no second)."""
+        if self._second is None:
+            return None
+        return transition(self._first, self._handing_to).stop(self._first, self._handing_to)
+
+    def _handed(self, part: Interrupted) -> tuple[Any, float]:
+        """The second solver's state from the first's run up to the hand-over, and the mass moved to make it."""
+        return transition(self._first, self._handing_to).handed(self._first, self._handing_to, part)
+
+    def _second_first_step(self, part: Interrupted) -> float | None:
+        """The second solver's first step (``None``: its own choice)."""
+        return part.next_step if transition(self._first, self._handing_to).keeps_step else None
+
+    @property
+    def _handing_to(self):
+        """The solver the first hands its density to (the second; a chain's second is the rest of the chain)."""
+        return self._second
 
     # ------------------------------------------------------------------ optional
     def _first_state(self, rho0, continued: bool) -> tuple[Any, bool]:
@@ -74,10 +177,6 @@ class HandOver(UpFrontChecks):
 
     def _annotate_first(self) -> Callable[[int], tuple[dict, dict]] | None:
         """``annotate`` of the first solver's ``solve_until`` (what it records for the second's fields)."""
-        return None
-
-    def _second_first_step(self, part: Interrupted) -> float | None:
-        """The second solver's first step (``None``: its own choice)."""
         return None
 
     @property

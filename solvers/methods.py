@@ -89,6 +89,9 @@ class Method:
     resumable : bool
         Whether a run can go on from the end of its dataset (``continuation_state`` and ``solve``'s
         ``continued``, ``first_step``): a config may then checkpoint it.
+    hands_to : tuple of str
+        The solvers (entries' names) it can hand a run over to: its pairs in
+        ``solvers.handover.TRANSITIONS``, the links a :class:`~solvers.Chain` is made of.
     """
 
     name: str
@@ -102,6 +105,7 @@ class Method:
     family: str | None = None
     settings: tuple[str, ...] = ()
     resumable: bool = True
+    hands_to: tuple[str, ...] = ()
 
     @property
     def solver(self) -> type:
@@ -128,8 +132,8 @@ _GRID = ("rtol", "interaction", "underresolved")  # what the grid solvers of the
 METHODS: tuple[Method, ...] = (
     Method("CircleAuto", "circle", "fourier", then="finite_volumes",
            settings=("cells", *_GRID)),  # underresolved: of its finite volumes, after the hand-over
-    Method("CircleFV", "circle", "finite_volumes", settings=("cells", *_GRID)),
-    Method("CircleSpectral", "circle", "fourier", settings=("cells", *_GRID)),
+    Method("CircleFV", "circle", "finite_volumes", settings=("cells", *_GRID), hands_to=("CircleLagrangian",)),
+    Method("CircleSpectral", "circle", "fourier", settings=("cells", *_GRID), hands_to=("CircleFV",)),
     Method("CircleLagrangian", "circle", "mass_coordinates",
            settings=("points", "cells", "rtol")),  # exact for any measure: nothing to under-resolve
     Method("CircleFVLagrangian", "circle", "finite_volumes", then="mass_coordinates",
@@ -144,7 +148,8 @@ METHODS: tuple[Method, ...] = (
            settings=("cells", "layers", *_GRID)),
     Method("CausalCircleSpectral", "circle", "fourier", causal=True,
            settings=("cells", "layers", *_GRID)),
-    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", "threads", *_GRID)),
+    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", "threads", *_GRID),
+           hands_to=("SphereWeightedParticles",)),
     Method("SphereWeightedParticles", "sphere", "atoms",
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),  # as CircleLagrangian
     Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",
@@ -152,7 +157,8 @@ METHODS: tuple[Method, ...] = (
     Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
            settings=("lmax", "layers", "threads", *_GRID)),
     # S^{d-1} for any d >= 3 (the setting d), zonal models and densities of u = <x, e>
-    Method("ZonalSphereSpectral", "sphere", "gegenbauer", settings=("d", "lmax", "rtol", "underresolved")),
+    Method("ZonalSphereSpectral", "sphere", "gegenbauer", settings=("d", "lmax", "rtol", "underresolved"),
+           hands_to=("ZonalRings",)),
     Method("ZonalSpectralRings", "sphere", "gegenbauer", then="rings", settings=("d", "lmax", "rtol")),
     Method("ZonalRings", "sphere", "rings", settings=("d", "lmax", "rtol")),
     # one density per position s, by quantile particles (rotary attention; D = 0)
@@ -287,7 +293,7 @@ def solver_for(model, *, geometry: str = "circle", method: str = "auto", then: s
     model : object
         The model (any model protocol implementation).
     geometry, method, then
-        As for :func:`~solvers.solve`.
+        As for :func:`~solvers.solve` (a sequence ``then`` builds a :class:`~solvers.Chain`).
     **settings
         The solver's constructor arguments (resolution, ``rtol``, ...).
 
@@ -303,6 +309,8 @@ def solver_for(model, *, geometry: str = "circle", method: str = "auto", then: s
     ValueError
         If no solver matches, or the solver refuses the model or a setting.
     """
+    if isinstance(then, (tuple, list)):
+        return _chain(model, geometry, method, tuple(then), settings)
     chosen = choose_method(model, geometry, method, then)
     unknown = sorted(set(settings) - chosen.options)
     if unknown:
@@ -343,15 +351,18 @@ def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto",
         discretisation to start with (``"fourier"``, ``"finite_volumes"``,
         ``"mass_coordinates"``, ``"harmonics"``, ``"atoms"``; ``"gegenbauer"``, ``"rings"``: zonal
         densities on :math:`S^{d-1}`, with the setting ``d``), or a solver class's name.
-    then : str, optional
+    then : str or sequence of str, optional
         The discretisation to hand over to when the first stops resolving the density:
         ``"finite_volumes"`` after ``"fourier"``, ``"mass_coordinates"`` after
         ``"finite_volumes"`` on the circle, ``"atoms"`` after ``"harmonics"`` and ``"rings"`` after
-        ``"gegenbauer"`` on the sphere.
+        ``"gegenbauer"`` on the sphere. A sequence chains hand-overs (:class:`~solvers.Chain`):
+        ``method="fourier", then=("finite_volumes", "mass_coordinates")`` follows the circle from
+        smooth data to merged clusters; each solver is then built with the settings its
+        constructor takes (a Fourier stage on ``cells`` modes, with its tail criterion).
     **settings
         The chosen solver's constructor arguments (``cells``, ``lmax``, ``points``,
         ``layers``, ``rtol``, ``interaction``, ...) and its ``solve``'s (``progress``,
-        ``observer``, ``max_steps``, ``underresolved``, ...).
+        ``observer``, ``max_steps``, ``underresolved``, ...); with a chain, every solver's.
 
     Returns
     -------
@@ -374,6 +385,66 @@ def solve(model, rho0, times, *, geometry: str = "circle", method: str = "auto",
     >>> json.loads(ds.attrs["settings"])["solver"]
     'CircleFV'
     """
-    chosen = choose_method(model, geometry, method, then)
-    solve_settings = {key: settings.pop(key) for key in list(settings) if key in chosen.solve_options}
-    return solver_for(model, geometry=geometry, method=chosen.name, **settings).solve(rho0, times, **solve_settings)
+    if isinstance(then, (tuple, list)):
+        from .chain import Chain
+
+        solve_options = frozenset(inspect.signature(Chain.solve).parameters) - {"self", "rho0", "times"}
+    else:
+        chosen = choose_method(model, geometry, method, then)
+        solve_options, method, then = chosen.solve_options, chosen.name, None
+    solve_settings = {key: settings.pop(key) for key in list(settings) if key in solve_options}
+    return solver_for(model, geometry=geometry, method=method, then=then, **settings).solve(rho0, times,
+                                                                                            **solve_settings)
+
+
+def _chain(model, geometry: str, method: str, then: tuple, settings: dict):
+    """The :class:`~solvers.Chain` that starts with discretisation ``method`` and hands over to each of ``then``."""
+    names = (method, *then)
+    if not then or any(name not in DISCRETISATIONS for name in names):
+        raise ValueError(f"a chain is given by discretisations ({', '.join(DISCRETISATIONS)}): method and every "
+                         f"entry of then; got method={method!r}, then={then!r}")
+    return chained(model, [choose_method(model, geometry, name, None) for name in names], settings)
+
+
+def chained(model, entries, settings: dict):
+    """The :class:`~solvers.Chain` of the entries' solvers, each built with the settings its constructor takes.
+
+    Parameters
+    ----------
+    model : object
+        The model every solver solves.
+    entries : sequence of Method
+        The solvers in order; each must hand over to the next (``hands_to``).
+    settings : dict
+        Constructor arguments: each solver takes those it has (``cells`` goes to every solver of
+        the circle), besides what its hand-over fixes (``Transition.source_settings``).
+
+    Returns
+    -------
+    Chain
+
+    Raises
+    ------
+    ValueError
+        If an entry does not hand over to the next.
+    TypeError
+        If no solver takes a setting (the message lists theirs).
+    """
+    from .chain import Chain
+    from .handover import TRANSITIONS
+
+    for before, after in zip(entries, entries[1:]):
+        if after.name not in before.hands_to:
+            raise ValueError(f"{before.name} hands a run over to {' or '.join(before.hands_to) or 'no solver'}, "
+                             f"not to {after.name}")
+    offered = set().union(*(entry.options for entry in entries))
+    unknown = sorted(set(settings) - offered)
+    if unknown:
+        raise TypeError(f"no solver of the chain {' -> '.join(entry.name for entry in entries)} takes the setting "
+                        f"{unknown[0]!r}; their settings: {', '.join(sorted(offered))}")
+    stages = []
+    for entry, following in zip(entries, [*entries[1:], None]):
+        own = {key: value for key, value in settings.items() if key in entry.options}
+        fixed = TRANSITIONS[entry.name, following.name].source_settings if following is not None else {}
+        stages.append(entry.solver(model, **{**own, **fixed}))
+    return Chain(tuple(stages))

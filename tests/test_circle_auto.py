@@ -87,6 +87,9 @@ def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     # the segments' boundaries round-trip cell averages through coefficients: round-off only
     np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-12 * direct.rho.values.max())
     np.testing.assert_array_equal(ds.spectral.values, direct.spectral.values)
+    handover = json.loads(direct.attrs["settings"])["handover_time"]
+    assert handover < ds.time.values[8]  # before the last segment, which starts on the finite volumes
+    np.testing.assert_allclose(json.loads(ds.attrs["settings"])["handover_time"], handover, rtol=1e-12)
 
 
 def test_the_spectral_pair_is_named_through_circle_auto():

@@ -227,6 +227,10 @@ def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     np.testing.assert_array_equal(ds.lagrangian.values, direct.lagrangian.values)
     np.testing.assert_allclose(ds.rho.values, direct.rho.values, rtol=0, atol=1e-9 * direct.rho.values.max())
     np.testing.assert_array_equal(ds.cluster_count.values, direct.cluster_count.values)
+    # the hand-over where it happened, not where the last segment began with the labels
+    handover = json.loads(direct.attrs["settings"])["handover_time"]
+    assert handover < ds.time.values[6]
+    np.testing.assert_allclose(json.loads(ds.attrs["settings"])["handover_time"], handover, rtol=1e-12)
 
 
 def test_merges_of_particles_and_of_the_limit_are_listed_alike():

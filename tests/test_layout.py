@@ -157,7 +157,7 @@ LOCAL_IMPORTS = {
     "meanfield/random_weights.py": ({"xarray"}, "sweep workers never build a dataset"),
     "meanfield/frequencies.py": ({"scipy.integrate"}, "sweep workers never integrate the Ott-Antonsen equations"),
     "meanfield/graphs.py": ({"scipy", "scipy.sparse.csgraph"}, "sweep workers never build a graph"),
-    "solvers/__init__.py": ({".causal", ".circle.auto", ".circle.bbgky", ".circle.collapse", ".circle.finite_volumes",
+    "solvers/__init__.py": ({".causal", ".chain", ".circle.auto", ".circle.bbgky", ".circle.collapse", ".circle.finite_volumes",
                              ".circle.frequencies", ".circle.graphon", ".circle.lagrangian", ".circle.lorentzian", ".circle.positional",
                              ".circle.spectral",
                              ".consistency",
@@ -165,7 +165,7 @@ LOCAL_IMPORTS = {
                              ".line.lagrangian", ".methods", ".noise.circle", ".noise.sphere", ".resolution",
                              ".sphere.particles", ".sphere.spectral", ".sphere.zonal", ".sphere.rings"}, "lazy public names (module __getattr__): the table of solvers.methods is read "
                                    "without them"),
-    "solvers/methods.py": ({"solvers"}, "the table is data; a solver's module loads when it is built"),
+    "solvers/methods.py": ({"solvers", ".chain", ".handover"}, "the table is data; a solver's module loads when it is built"),
     "solvers/sphere/grid.py": ({"shtns"}, "its C library prints on import: stdout is redirected around it"),
     "validation/__init__.py": ({"."}, "lazy public names (module __getattr__)"),
     "validation/app/__init__.py": ({"."}, "lazy public names (module __getattr__)"),

@@ -169,10 +169,11 @@ def test_every_solver_of_the_table_is_a_config_kind():
 
 
 def test_every_solver_class_of_the_package_is_in_the_table():
-    """What ``solvers`` exports with a ``solve`` is a solver, so an entry of the table, so a config kind."""
+    """What ``solvers`` exports with a ``solve`` is a solver, so an entry of the table, so a config kind; or the
+    chain of such solvers (``method.then``, tests/test_chain.py)."""
     classes = {name for name in solvers.__all__ if inspect.isclass(getattr(solvers, name))
                and callable(getattr(getattr(solvers, name), "solve", None))}
-    assert classes == set(METHODS_BY_NAME)
+    assert classes == set(METHODS_BY_NAME) | {"Chain"}
 
 
 @pytest.mark.parametrize("kind", CIRCLE_SOLVERS + SPHERE_SOLVERS)
@@ -193,6 +194,20 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
     assert estimate is None or (estimate.steps > 0 and estimate.seconds_per_step > 0)
     for key, value in keys.items():
         assert getattr(run.solver, key) == value
+
+
+@pytest.mark.parametrize("kind", [method.name for method in METHODS if method.resumable and method.geometry != "line"])
+def test_every_resumable_kind_runs_in_checkpointed_segments_as_in_one_call(kind, tmp_path):
+    """Each segment goes on from the solver's ``continuation_state`` of the one before: the run is the one-call
+    run, to the round-off of a state recorded as densities and read back (a series' coefficients from its grid
+    values)."""
+    config = _config(kind, tmp_path)
+    config["times"] = {"stop": 1.0, "count": 4}
+    whole = run_experiment(config, progress=False)
+    parts = run_experiment({**config, "output": str(tmp_path / "parts"), "checkpoint_every": 1}, progress=False)
+    assert parts.attrs["segments"] == 3
+    np.testing.assert_allclose(parts.rho.values, whole.rho.values, rtol=0,
+                               atol=1e-12 * np.nanmax(np.abs(whole.rho.values)))
 
 
 @pytest.mark.parametrize("kind", ["CircleLagrangian", "CausalCircleSpectral", "SphereWeightedParticles",

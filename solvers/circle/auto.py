@@ -159,18 +159,8 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
     def _starts_on_second(self, averages: np.ndarray) -> bool:
         return not self._spectrally_smooth(averages)
 
-    def _stop(self):
-        spectral = self.spectral
-        return lambda coefficients: not spectral._resolves(coefficients)
-
     def _annotate_first(self):
         return self._finite_volume_fields
-
-    def _handed(self, part) -> tuple[np.ndarray, float]:
-        return _clip_negative(part.density, self.finite_volumes.operators.width)
-
-    def _second_first_step(self, part) -> float:
-        return part.next_step
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
@@ -220,12 +210,3 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
         ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
         ds.attrs["underresolved_since"] = since
         return ds
-
-
-def _clip_negative(averages: np.ndarray, width: float) -> tuple[np.ndarray, float]:
-    """Cell averages with negatives set to zero and the mass restored, and the mass moved."""
-    if averages.min() >= 0:
-        return averages, 0.0
-    clipped = np.maximum(averages, 0.0)
-    moved = float(width * (clipped - averages).sum())
-    return clipped * (averages.sum() / clipped.sum()), moved

@@ -108,14 +108,8 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
     def _first_state(self, rho0, continued: bool) -> tuple[np.ndarray, bool]:
         return (rho0 if continued else self.initial_density(rho0)), True
 
-    def _stop(self):
-        return self.finite_volumes._beyond_error_level
-
     def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
         return self._with_labels(ds)
-
-    def _handed(self, part) -> tuple[np.ndarray, float]:
-        return self.lagrangian.initial_quantile(np.maximum(part.density, 0.0)), 0.0
 
     def continuation_state(self, ds: xr.Dataset):
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
@@ -128,7 +122,7 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
             The finite volumes' state before the hand-over; the labels' positions after.
         """
         if ds.lagrangian.values[-1]:
-            return LabelPositions(ds.position.values[-1])
+            return LabelPositions(self.lagrangian.continuation_state(ds))
         return self.finite_volumes.continuation_state(ds)
 
     def _with_labels(self, ds: xr.Dataset) -> xr.Dataset:

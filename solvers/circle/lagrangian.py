@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import xarray as xr
 from scipy.special import roots_legendre
 
 from meanfield.checks import check_density, check_int, check_real, check_rtol
@@ -59,7 +60,7 @@ from meanfield.records import CIRCLE
 from meanfield.sphere import circle_points
 
 from .operators import gauss_cell_averages, solve_cyclic_tridiagonal
-from ..grid_solver import Diagnosis, GridSolver, UnboundedTransport, check_measure_model
+from ..grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model
 from ..tolerance import ROUNDOFF
 
 TWO_PI = 2.0 * np.pi
@@ -119,7 +120,7 @@ def mass_labels(points: int) -> np.ndarray:
     return (np.arange(points) + 0.5) / points
 
 
-@fill_docstrings(positions_parameters=POSITIONS_PARAMETERS)
+@fill_docstrings(positions_parameters=POSITIONS_PARAMETERS, dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
 class CircleLagrangian(GridSolver):
     r"""The mean-field equation on the circle for measures, in mass coordinates (module docstring).
@@ -407,6 +408,19 @@ class CircleLagrangian(GridSolver):
             raise ValueError("with diffusion the initial measure must have a density: labels at one position "
                              "(Dirac masses, or cells of zero density) have no finite entropy")
         return positions
+
+    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
+        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
+
+        {dataset_parameters}
+
+        Returns
+        -------
+        numpy.ndarray
+            The labels' last positions (the state; the density alone does not fix them where it
+            has atoms).
+        """
+        return ds.position.values[-1]
 
     def _stepper(self, positions: np.ndarray, times: np.ndarray):
         discretisation = _MassTransport(self)

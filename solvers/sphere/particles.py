@@ -585,16 +585,8 @@ class SphereSpectralParticles(HandOver):
     def _second_state(self, state) -> np.ndarray | None:
         return state if np.ndim(state) == 2 and np.shape(state)[1] == 4 else None  # atoms: (n, 4)
 
-    def _stop(self):
-        spectral = self.spectral
-        return None if self.particles is None else (lambda coefficients: not spectral._resolves(coefficients))
-
     def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
         return self._with_clusters(ds)
-
-    def _handed(self, part) -> tuple[np.ndarray, float]:
-        grid = self.spectral.grid
-        return self.particles.band_limited_atoms(grid.analyse(part.density), grid, name="the density at the hand-over")
 
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.

@@ -463,13 +463,6 @@ class ZonalSpectralRings(HandOver):
     def _second_state(self, state) -> np.ndarray | None:
         return state if np.ndim(state) == 2 and np.shape(state)[1] == 2 else None
 
-    def _stop(self):
-        spectral = self.spectral
-        return None if self.measure is None else (lambda coefficients: not spectral._resolves(coefficients))
-
-    def _handed(self, part) -> tuple[np.ndarray, float]:
-        return self.measure.density_rings(self.spectral._initial_state(part.density, True))
-
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
 

@@ -14,7 +14,7 @@ from scipy.special import eval_legendre
 
 import meanfield as mf
 from meanfield.protocols import Model
-from solvers.methods import METHODS_BY_NAME  # the table only: the solvers' modules load when one is built
+from solvers.methods import METHODS_BY_NAME, chained  # the table only: the solvers' modules load when one is built
 
 from .config import GRAPHON, ExperimentConfig, graphon_function, homogenized_limit
 from .errors import ConfigError
@@ -234,15 +234,16 @@ def build_solver(config: ExperimentConfig, model):
     method = config.method
     if method.kind == "particles":
         return None
-    chosen = METHODS_BY_NAME[method.kind]
-    # the constructor's settings (underresolved and the others of solve are the run's: solve_keywords); an unset key
+    entries = [METHODS_BY_NAME[kind] for kind in (method.kind, *(method.then or ()))]
+    # the constructors' settings (underresolved and the others of solve are the run's: solve_keywords); an unset key
     # keeps the default
-    settings = {key: getattr(method, key) for key in chosen.settings if key in chosen.options}
+    settings = {key: getattr(method, key) for entry in entries for key in entry.settings if key in entry.options}
     settings = {key: value for key, value in settings.items() if value is not None}
+    chosen = entries[0]
     if chosen.family is not None:
         settings.update(family_labels(config))
     try:
-        return chosen.solver(model, **settings)
+        return chained(model, entries, settings) if method.then else chosen.solver(model, **settings)
     except (ValueError, NotImplementedError, TypeError) as error:
         raise ConfigError(f"method: {error}") from None
 
@@ -296,6 +297,6 @@ def solve_keywords(config: ExperimentConfig) -> dict:
     """The keywords of the solver's ``solve`` the config sets: the solver's settings that are its ``solve``'s, such
     as ``underresolved`` (the solvers that end on weighted atoms or mass labels are never under-resolved: they have
     none) and the common-noise solvers' ``dt``, ``systems`` and ``seed``."""
-    chosen = METHODS_BY_NAME[config.method.kind]
+    chosen = METHODS_BY_NAME[(config.method.kind, *(config.method.then or ()))[-1]]  # a chain's last solver takes them
     keywords = {key: getattr(config.method, key) for key in chosen.settings if key in chosen.solve_options}
     return {key: value for key, value in keywords.items() if value is not None}

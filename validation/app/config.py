@@ -337,13 +337,20 @@ class MethodConfig(ConfigSection):
 
     PREFIX: ClassVar[str] = "method."
     #: The keys each kind takes: a solver's settings in the table of ``solvers.methods``.
-    KEYS: ClassVar[dict] = {**{method.name: {"kind", *method.settings, *FAMILY_KEYS.get(method.family, ())}
+    KEYS: ClassVar[dict] = {**{method.name: {"kind", *method.settings, *FAMILY_KEYS.get(method.family, ()),
+                                             *(("then",) if method.hands_to else ())}
                                for method in METHODS if method.name in CIRCLE_SOLVERS + SPHERE_SOLVERS},
                             **{name: {"kind", "d", *METHODS_BY_NAME[name].settings} for name in LINE_SOLVERS},
                             "particles": {"kind", "n", "seed", "dt", "scheme", "d"}}
     kind: str = option(types=str, choices=CIRCLE_SOLVERS + SPHERE_SOLVERS + LINE_SOLVERS + ("particles",),
                        help="a PDE solver of the geometry (solvers.solve's table; geometry = 'euclidean': LineFV "
                             "or LineLagrangian, d = 1), or the particle system")
+    then: Any = option(None, types=(list, tuple),
+                       help="the solvers a run hands over to, in order, each where the one before stops resolving "
+                            "the density (solvers.Chain): method.kind values, each a hand-over of the one before "
+                            "(CircleSpectral -> CircleFV -> CircleLagrangian, SphereSpectral -> "
+                            "SphereWeightedParticles, ZonalSphereSpectral -> ZonalRings); every solver takes the "
+                            "keys it has")
     cells: int = option(1024, types=int, minimum=8,
                         help="the circle's and the line's solvers: cells (CircleSpectral: modes |k| < cells/2; "
                              "CircleAuto: those of its finite volumes; CircleLagrangian, LineLagrangian: those of "
@@ -630,11 +637,13 @@ def _checked_combination(config: ExperimentConfig, base: Path) -> ExperimentConf
     if method.kind not in (*expected, "particles"):
         raise ConfigError(f"method.kind {method.kind!r} does not solve on the {geometry}; "
                           f"use {' or '.join(map(repr, expected))} or 'particles'")
-    _no_foreign_keys(method, MethodConfig.KEYS[method.kind])
+    chain = _checked_chain(method, expected)
+    _no_foreign_keys(method, set().union(*(MethodConfig.KEYS[kind] for kind in chain)))
     _no_foreign_keys(initial, InitialConfig.KEYS[initial.kind])
-    if config.checkpoint_every and method.kind in METHODS_BY_NAME and not METHODS_BY_NAME[method.kind].resumable:
-        raise ConfigError(f"method.kind = {method.kind!r} runs in one piece: it cannot go on from a checkpoint "
-                          f"(checkpoint_every must be 0, got {config.checkpoint_every})")
+    for kind in chain:
+        if config.checkpoint_every and kind in METHODS_BY_NAME and not METHODS_BY_NAME[kind].resumable:
+            raise ConfigError(f"method.kind = {kind!r} runs in one piece: it cannot go on from a checkpoint "
+                              f"(checkpoint_every must be 0, got {config.checkpoint_every})")
     d, native = method.d, 2 if geometry == "circle" else 3
     if d is not None and (d < native or (geometry == "circle" and d != 2)):
         raise ConfigError(f"method.d = {d} does not fit geometry = {geometry!r} (use 'circle' for d = 2, "
@@ -1048,6 +1057,20 @@ def _check_mode_resolved(config: ExperimentConfig) -> None:
 
 def _default(cls: type, key: str) -> Any:
     return next(spec.default for spec in dataclasses.fields(cls) if spec.name == key)
+
+
+def _checked_chain(method: MethodConfig, kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """``method.kind`` and the solvers of ``method.then`` it hands over to, each a hand-over of the one before."""
+    chain = (method.kind, *(method.then or ()))
+    for before, after in zip(chain, chain[1:]):
+        if not isinstance(after, str) or after not in kinds:
+            raise ConfigError(f"method.then must list solvers of the geometry ({', '.join(map(repr, kinds))}), "
+                              f"got {after!r}")
+        hands_to = METHODS_BY_NAME[before].hands_to if before in METHODS_BY_NAME else ()
+        if after not in hands_to:
+            raise ConfigError(f"method.then: {before} hands a run over to "
+                              f"{' or '.join(map(repr, hands_to)) or 'no solver'}, not to {after!r}")
+    return chain
 
 
 def _no_foreign_keys(section: MethodConfig | InitialConfig, allowed: set) -> None:

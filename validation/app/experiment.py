@@ -195,12 +195,32 @@ def _combine(parts: list[xr.Dataset], config: ExperimentConfig, wall_time: float
     ds = xr.concat(padded_to_longest(parts), dim="time", data_vars="minimal", coords="minimal", compat="override",
                    combine_attrs="override")
     ds.attrs = dict(parts[-1].attrs)
+    handovers = _handovers_of(parts)
+    if handovers:
+        ds.attrs["settings"] = json.dumps({**dataset_settings(parts[-1]), **handovers})
     since = [p.attrs.get("underresolved_since", np.nan) for p in parts]
     since = [s for s in since if np.isfinite(s)]
     ds.attrs.update(config=json.dumps(config.to_dict()), version=package_version(), wall_time=wall_time,
                     underresolved_since=min(since) if since else np.nan,
                     trustworthy=int(not since and not stopped), segments=len(parts), stopped=stopped or "")
     return ds
+
+
+def _handovers_of(parts: list[xr.Dataset]) -> dict:
+    """The run's hand-over times from its segments' settings (``handover_time``, a chain's ``handover_times``).
+
+    A segment records NaN for a hand-over it did not reach and its own start for one made before
+    it (it began with the later solver): the first finite time of the segments, in order, is when
+    the run handed over."""
+    settings = [dataset_settings(part) for part in parts]
+    merged = {}
+    for key in ("handover_time", "handover_times"):
+        recorded = [np.atleast_1d(np.asarray(run[key], dtype=float)) for run in settings if key in run]
+        if not recorded:
+            continue
+        first = [next((float(value) for value in column if np.isfinite(value)), np.nan) for column in zip(*recorded)]
+        merged[key] = first if key == "handover_times" else first[0]
+    return merged
 
 
 def _write_checkpoint(output: Path, config: ExperimentConfig, part: xr.Dataset, next_step, generator, segment, elapsed) -> None:

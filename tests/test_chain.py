@@ -1,0 +1,135 @@
+"""Hand-overs as policies: solvers.Chain composes the transitions of solvers.handover, from code and from a config."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import meanfield as mf
+import solvers
+from solvers import Chain, CircleFV, CircleFVLagrangian, CircleLagrangian, CircleSpectral
+from solvers.handover import TRANSITIONS
+from solvers.methods import METHODS, METHODS_BY_NAME
+from validation.app import ConfigError, check_config
+from validation.app.experiment import run_experiment
+
+
+def three_clusters(theta):
+    """A smooth start that forms three clusters of unequal mass at beta = 9 (no symmetry fixes them)."""
+    return 1 + 0.1 * np.cos(2 * theta) + 0.05 * np.sin(3 * theta) + 0.03 * np.cos(5 * theta)
+
+
+def by_position(masses, positions):
+    order = np.argsort(positions)
+    return masses[order], positions[order]
+
+
+def test_the_table_and_the_transitions_name_the_same_hand_overs():
+    """Config checks read the table's ``hands_to`` without importing a solver; the runs use TRANSITIONS."""
+    declared = {(method.name, target) for method in METHODS for target in method.hands_to}
+    assert declared == set(TRANSITIONS)
+    for source, target in TRANSITIONS:  # a hand-over joins two solvers of one geometry
+        assert METHODS_BY_NAME[source].geometry == METHODS_BY_NAME[target].geometry
+
+
+def test_the_circle_from_smooth_data_to_merged_clusters_in_one_chain():
+    """Fourier -> finite volumes -> mass coordinates (no class of the package runs all three) against the
+    measure in mass coordinates from t = 0 (exact for D = 0: the reference). The clusters are those of the
+    reference to the error handed over: the Fourier stage hands over within its tail criterion, the finite
+    volumes at 1e-3 of max rho, times a cluster's basin (2e-3 in mass, 1e-2 in angle, as for
+    CircleFVLagrangian); mass is exact at every output."""
+    model, times = mf.SelfAttention(9.0), np.array([0.0, 2.0, 40.0])
+    ds = solvers.solve(model, three_clusters, times, method="fourier", then=("finite_volumes", "mass_coordinates"),
+                       cells=256, points=1024, progress=False)
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["stages"] == ["CircleSpectral", "CircleFV", "CircleLagrangian"]
+    spectral_end, volumes_end = settings["handover_times"]
+    assert 2.0 < spectral_end <= volumes_end < 40.0
+    assert list(ds.stage.values) == ["CircleSpectral", "CircleSpectral", "CircleLagrangian"]
+    assert set(settings["runs"]) == {"CircleSpectral", "CircleFV", "CircleLagrangian"}
+    assert settings["runs"]["CircleSpectral"]["error_level"] is None  # the hand-over's own criterion
+    np.testing.assert_allclose(ds.rho.values.sum(axis=1) * 2 * np.pi / 256, 1.0, rtol=1e-12)  # a probability
+
+    reference = CircleLagrangian(model, points=1024, cells=256, rtol=1e-10).solve(three_clusters, times,
+                                                                                   progress=False)
+    assert ds.cluster_count.values[-1] == reference.cluster_count.values[-1] == 3
+    masses, positions = by_position(ds.cluster_mass.values[-1], ds.cluster_position.values[-1])
+    exact_masses, exact_positions = by_position(reference.cluster_mass.values[-1],
+                                                reference.cluster_position.values[-1])
+    np.testing.assert_allclose(masses, exact_masses, atol=2e-3)
+    np.testing.assert_allclose(positions, exact_positions, atol=1e-2)
+    early = CircleSpectral(model, cells=256).solve(three_clusters, times[:2], progress=False)
+    np.testing.assert_array_equal(ds.rho.values[:2], early.rho.values)  # the same steps until the hand-over
+
+
+def test_a_chain_of_two_runs_as_the_class_of_that_hand_over():
+    """The classes keep their records, but the run is the transition's: same hand-over, same densities."""
+    model, times = mf.SelfAttention(9.0), np.array([0.0, 4.0, 12.0])
+    chain = Chain((CircleFV(model, cells=128), CircleLagrangian(model, cells=128, points=256)))
+    ds = chain.solve(three_clusters, times, progress=False)
+    direct = CircleFVLagrangian(model, cells=128, points=256).solve(three_clusters, times, progress=False)
+    assert json.loads(ds.attrs["settings"])["handover_times"] == [json.loads(direct.attrs["settings"])["handover_time"]]
+    np.testing.assert_array_equal(ds.stage.values == "CircleLagrangian", direct.lagrangian.values)
+    np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+
+
+@pytest.mark.parametrize("every", [1, 2])
+def test_a_config_chain_runs_in_checkpointed_segments_as_in_one_call(every, tmp_path):
+    """``method.then``: the chain from a TOML config; segments continue from the chain's state (the stage that
+    ran last), and the run records the hand-overs where they happened, not where a segment began."""
+    config = {"geometry": "circle", "times": {"stop": 12.0, "count": 5}, "model": {"beta": 9.0},
+              "method": {"kind": "CircleSpectral", "then": ["CircleFV", "CircleLagrangian"], "cells": 128,
+                         "points": 256},
+              "initial": {"kind": "perturbed_uniform", "amplitude": 0.1, "mode": 2}}
+    whole = run_experiment({**config, "output": str(tmp_path / "whole")}, progress=False)
+    parts = run_experiment({**config, "output": str(tmp_path / "parts"), "checkpoint_every": every}, progress=False)
+    assert parts.attrs["segments"] > 1
+    np.testing.assert_array_equal(parts.stage.values, whole.stage.values)
+    # the Fourier stage's segments round-trip cell averages through coefficients: round-off only
+    np.testing.assert_allclose(parts.rho.values, whole.rho.values, rtol=0, atol=1e-12 * whole.rho.values.max())
+    handovers = json.loads(whole.attrs["settings"])["handover_times"]
+    assert np.all(np.isfinite(handovers))
+    np.testing.assert_allclose(json.loads(parts.attrs["settings"])["handover_times"], handovers, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method, message", [
+    ({"kind": "CircleSpectral", "then": ["CircleLagrangian"]},
+     "method.then: CircleSpectral hands a run over to 'CircleFV', not to 'CircleLagrangian'"),
+    ({"kind": "CircleSpectral", "then": ["SphereSpectral"]}, "method.then must list solvers of the geometry"),
+    ({"kind": "CircleAuto", "then": ["CircleLagrangian"]}, "method.then: CircleAuto hands a run over to no solver"),
+    ({"kind": "CircleSpectral", "then": ["CircleFV"], "lmax": 11}, "method.lmax does not apply"),
+])
+def test_a_config_chain_that_cannot_run_is_refused_in_one_line(method, message, tmp_path):
+    config = {"geometry": "circle", "output": str(tmp_path / "out"), "times": {"stop": 1.0, "count": 2},
+              "model": {"beta": 9.0}, "method": {"cells": 64, **method},
+              "initial": {"kind": "perturbed_uniform", "amplitude": 0.1, "mode": 2}}
+    with pytest.raises(ConfigError, match=message):
+        check_config(config)
+
+
+def test_the_front_door_refuses_chains_it_cannot_build():
+    model = mf.SelfAttention(9.0)
+    with pytest.raises(ValueError, match="CircleSpectral hands a run over to CircleFV, not to CircleLagrangian"):
+        solvers.solver_for(model, method="fourier", then=("mass_coordinates",))
+    with pytest.raises(ValueError, match="a chain is given by discretisations"):
+        solvers.solver_for(model, method="fourier", then=("CircleFV",))
+    with pytest.raises(TypeError, match="no solver of the chain CircleSpectral -> CircleFV takes the setting 'lmax'"):
+        solvers.solver_for(model, method="fourier", then=("finite_volumes",), lmax=3)
+
+
+def test_a_chain_refuses_solvers_that_do_not_join():
+    model = mf.SelfAttention(9.0)
+    with pytest.raises(ValueError, match="no hand-over from CircleLagrangian to CircleFV"):
+        Chain((CircleLagrangian(model, cells=64), CircleFV(model, cells=64)))
+    with pytest.raises(ValueError, match="CircleFV records its density on \\(theta: 64\\) and CircleLagrangian on "
+                                         "\\(theta: 128\\)"):
+        Chain((CircleFV(model, cells=64), CircleLagrangian(model, cells=128)))
+    with pytest.raises(ValueError, match="every solver of a chain solves one model"):
+        Chain((CircleFV(model, cells=64), CircleLagrangian(mf.SelfAttention(9.0), cells=64)))
+    with pytest.raises(ValueError, match="its error_level must be a number"):
+        Chain((CircleFV(model, cells=64, error_level=None), CircleLagrangian(model, cells=64))).solve(
+            three_clusters, [0.0, 1.0], progress=False)
+    with pytest.raises(ValueError, match="at least two solvers"):
+        Chain((CircleFV(model, cells=64),))
