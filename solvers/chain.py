@@ -1,4 +1,4 @@
-r"""Any solvers run one after another: the hand-overs of :data:`~solvers.handover.TRANSITIONS` composed.
+r"""Any solvers run one after another: the hand-overs of ``solvers.handover.TRANSITIONS`` composed.
 
 :class:`Chain` takes solvers already built (each with its own settings) and runs the first
 until it stops resolving the density, hands its density to the second by their pair's
@@ -52,7 +52,7 @@ class Chain(HandOver):
     ----------
     stages : sequence of solvers
         At least two solvers of one model, built; each consecutive pair must be a hand-over of
-        :data:`~solvers.handover.TRANSITIONS` (the message of a pair that is not lists them),
+        ``solvers.handover.TRANSITIONS`` (the message of a pair that is not lists them),
         and every solver must record its density on the same grid (for example the same
         ``cells``: :class:`~solvers.CircleSpectral` records on ``record_cells``,
         :class:`~solvers.CircleLagrangian` on ``cells``).

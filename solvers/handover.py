@@ -54,8 +54,8 @@ class Transition:
         meets after the step at which it hands over (it no longer resolves the density).
     handed : callable
         ``handed(first, second, part) -> (state, moved)``: the second solver's state from the
-        first's run up to the hand-over (an :class:`~solvers.grid_solver.Interrupted`), and the
-        mass moved to make it one (negative density set to zero).
+        first's run up to the hand-over (an ``Interrupted``: the outputs so far, the time and the
+        density reached), and the mass moved to make it one (negative density set to zero).
     keeps_step : bool
         Whether the second solver's first step is the one the first would have taken next (its
         stability limit is no shorter); else the second chooses its own.
