@@ -133,3 +133,40 @@ def test_a_chain_refuses_solvers_that_do_not_join():
             three_clusters, [0.0, 1.0], progress=False)
     with pytest.raises(ValueError, match="at least two solvers"):
         Chain((CircleFV(model, cells=64),))
+
+
+def test_a_sweep_runs_a_chain_at_every_point(tmp_path):
+    """A PDE sweep keeps the numeric series of each point's chain (its ``stage`` names are not numbers)."""
+    import xarray as xr
+
+    from validation.app.cli import main
+
+    config = tmp_path / "sweep.toml"
+    config.write_text(f"""
+output = "{tmp_path / 'sweep'}"
+geometry = "circle"
+times = {{ stop = 12.0, count = 4 }}
+[model]
+beta = 9.0
+[method]
+kind = "CircleFV"
+then = ["CircleLagrangian"]
+cells = 64
+points = 128
+[initial]
+kind = "perturbed_uniform"
+amplitude = 0.1
+mode = 2
+[sweep]
+file = "sweep.zarr"
+[sweep.grid]
+beta = [6.0, 9.0]
+""")
+    assert main(["sweep", str(config), "--quiet", "--workers", "1"]) == 0
+    ds = xr.open_zarr(tmp_path / "sweep" / "sweep.zarr").load()
+    assert "stage" not in ds and ds.cluster_count.dims == ("beta", "time")
+    model = mf.SelfAttention(6.0)
+    direct = Chain((CircleFV(model, cells=64), CircleLagrangian(model, cells=64, points=128))).solve(
+        lambda t: 1 + 0.1 * np.cos(2 * t), ds.time.values, progress=False)
+    assert direct.stage.values[-1] == "CircleLagrangian"
+    np.testing.assert_array_equal(ds.energy.sel(beta=6.0).values, direct.energy.values)

@@ -402,8 +402,9 @@ def _pde_point(config: ExperimentConfig) -> dict[str, np.ndarray]:
         ds = run.solver.solve(run.initial, run.times, progress=False, **solve_keywords(config))
     # a run that stopped at its first under-resolved output has no values past it: NaN there
     missing = run.times.size - ds.sizes["time"]
+    # numeric series and flags (a chain's `stage`, the name of each output's solver, is not a number)
     series = {name: np.concatenate([var.values, np.full(missing, np.nan)]) for name, var in ds.data_vars.items()
-              if var.dims == ("time",)}
+              if var.dims == ("time",) and (np.issubdtype(var.dtype, np.number) or var.dtype == bool)}
     series["trustworthy"] = np.array(float(not np.isfinite(ds.attrs.get("underresolved_since", np.nan))))
     return series
 
