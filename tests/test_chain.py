@@ -170,3 +170,18 @@ beta = [6.0, 9.0]
         lambda t: 1 + 0.1 * np.cos(2 * t), ds.time.values, progress=False)
     assert direct.stage.values[-1] == "CircleLagrangian"
     np.testing.assert_array_equal(ds.energy.sel(beta=6.0).values, direct.energy.values)
+
+
+def test_the_figures_mark_the_hand_overs_of_a_class_and_of_a_chain():
+    """validation.app.experiment_figures.handover_times reads both records: a class's ``handover_time`` and a
+    chain's ``handover_times``, those within the outputs' span."""
+    from validation.app.experiment_figures import handover_times
+
+    model, times = mf.SelfAttention(9.0), np.array([0.0, 4.0, 12.0])
+    pair = CircleFVLagrangian(model, cells=128, points=256).solve(three_clusters, times, progress=False)
+    assert handover_times(pair) == [json.loads(pair.attrs["settings"])["handover_time"]]
+    chain = Chain((CircleSpectral(model, cells=128, error_level=None), CircleFV(model, cells=128),
+                   CircleLagrangian(model, cells=128, points=256))).solve(three_clusters, times, progress=False)
+    recorded = json.loads(chain.attrs["settings"])["handover_times"]
+    assert handover_times(chain) == recorded and len(recorded) == 2
+    assert handover_times(chain.isel(time=slice(0, 2))) == []  # the outputs before them

@@ -251,7 +251,8 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         if animation:
             paths.append(_animation(ds, output, geometry, progress))
         return paths
-    names = [name for name in DIAGNOSTIC_LABELS if name in ds]
+    # a diagnostic no output has (a hand-over's placeholder for the solver that never ran) gets no panel
+    names = [name for name in DIAGNOSTIC_LABELS if name in ds and np.isfinite(ds[name].values).any()]
     if not names:  # nothing to watch (LineLagrangian's measure is exact)
         return paths + ([_animation(ds, output, geometry, progress)] if animation else [])
     fig, axes = subplots(1, len(names), figsize=(3.6 * len(names), 3.2), squeeze=False)
@@ -263,15 +264,35 @@ def experiment_figures(ds: xr.Dataset, output: Path, geometry: str, *, animation
         if logarithmic and finite.size and np.all(finite > 0):
             ax.set_yscale("log")
         ax.set(xlabel="time", ylabel=DIAGNOSTIC_LABELS[name])
+        if ds.time.size > 1:  # every panel over the whole run, whichever solver computed its points
+            ax.set_xlim(float(ds.time[0]), float(ds.time[-1]))
+    titles = []
+    handovers = handover_times(ds)
+    for when in handovers:
+        for ax in axes[0]:
+            ax.axvline(when, color="0.5", ls=":", lw=1)
+    if handovers:
+        titles.append(f"hand-over at t = {', '.join(f'{when:.4g}' for when in handovers)} (dotted)")
     since = ds.attrs.get("underresolved_since", np.nan)
     if np.isfinite(since):
         for ax in axes[0]:
             ax.axvline(since, color="C3", ls="--", lw=1)
-        fig.suptitle(f"under-resolved from t = {since:g} (dashed)")
+        titles.append(f"under-resolved from t = {since:g} (dashed)")
+    if titles:
+        fig.suptitle("; ".join(titles))
     paths.append(_save(fig, output / "diagnostics.png"))
     if animation:
         paths.append(_animation(ds, output, geometry, progress))
     return paths
+
+
+def handover_times(ds: xr.Dataset) -> list[float]:
+    """The times at which the run passed from one solver to the next, within its outputs' span (a hand-over
+    records ``handover_time``, a chain ``handover_times``; NaN: not reached)."""
+    settings = dataset_settings(ds)
+    recorded = np.atleast_1d(np.asarray(settings.get("handover_times", settings.get("handover_time", [])), float))
+    start, end = float(ds.time[0]), float(ds.time[-1])
+    return [float(when) for when in recorded if np.isfinite(when) and start < when <= end]
 
 
 def _positions(ds: xr.Dataset, output: Path) -> Path:
