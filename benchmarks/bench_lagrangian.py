@@ -10,9 +10,11 @@ SA, beta = 9, D = 0, from 1 + 0.1 cos 4t + 0.05 sin(3t + 0.3):
 - the same run at equal error (issue 72's collapse target): the clusters' masses and positions at
   t = 100 and 1000 against a reference (``CircleFVLagrangian`` at 4096 cells and 16384 labels),
   for tokens at the initial density's quantiles (``n`` of them: the particles that give the same
-  answer, the faster of ``simulate_particles`` and ``simulate_clusters``) and for the collapse
-  path at several resolutions; each particle run is timed against the cheapest resolution whose
-  errors are at most its own (``collapse_rows``).
+  answer, the faster of ``simulate_particles`` and ``simulate_clusters``) and for two collapse
+  paths at several resolutions, ``CircleFVLagrangian`` and the chain that starts with Fourier
+  (``solvers.solve(method="fourier", then=("finite_volumes", "mass_coordinates"))``); each particle
+  run is timed against the cheapest path and resolution whose errors are at most its own
+  (``collapse_rows``).
 
 On S^2, SA beta = 4 from 1 + 0.2 x + 0.8 yz + 0.3 z^2 (two clusters):
 
@@ -31,6 +33,7 @@ import warnings
 import numpy as np
 
 import meanfield as mf
+import solvers
 from common import compare
 from solvers import (CircleFV, CircleFVLagrangian, CircleLagrangian, SphereSpectral, SphereSpectralParticles,
                      SphereWeightedParticles, UnderResolvedWarning)
@@ -88,6 +91,18 @@ def _collapse_path(model, cells: int, points: int, width: float = 1e-6):
                                                                                         progress=False)
 
 
+def _collapse_chain(model, cells: int, points: int, width: float = 1e-6):
+    """The path from the front door with Fourier first: ``solvers.Chain`` of CircleSpectral, CircleFV, CircleLagrangian."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnderResolvedWarning)
+        return solvers.solve(model, start, COLLAPSE_TIMES, method="fourier", then=("finite_volumes", "mass_coordinates"),
+                             cells=cells, points=points, width=width, progress=False)
+
+
+#: The collapse paths tried at equal error, by the name a row gives them.
+COLLAPSE_PATHS = {"CircleFVLagrangian": _collapse_path, "Fourier -> finite volumes -> labels (Chain)": _collapse_chain}
+
+
 def _timed(function) -> tuple[float, object]:
     function()  # warm: compiled kernels, caches
     clock = time.perf_counter()
@@ -108,9 +123,10 @@ def collapse_rows() -> list[tuple[str, float, float, float]]:
                        for i, k in enumerate(outputs)], axis=0)
 
     paths = []
-    for cells, points in COLLAPSE_RESOLUTIONS:
-        wall, ds = _timed(lambda: _collapse_path(model, cells, points))
-        paths.append((cells, points, wall, pde_errors(ds)))
+    for name, path in COLLAPSE_PATHS.items():
+        for cells, points in COLLAPSE_RESOLUTIONS:
+            wall, ds = _timed(lambda: path(model, cells, points))
+            paths.append((name, cells, points, wall, pde_errors(ds)))
     rows = []
     for n in (1024, 2048, 4096):
         angles = CircleLagrangian(model, points=n).initial_quantile(start)
@@ -125,14 +141,14 @@ def collapse_rows() -> list[tuple[str, float, float, float]]:
             errors.append(_cluster_errors(summary.masses, angles_k, truth[i]))
         errors = np.max(errors, axis=0)
         fastest = min(walls, key=walls.get)
-        matching = [path for path in paths if np.all(path[3] <= errors)]
+        matching = [path for path in paths if np.all(path[4] <= errors)]
         if not matching:
             rows.append((f"collapse path at the error of {n} quantile tokens ({fastest}; mass {errors[0]:.1e}, "
                          f"position {errors[1]:.1e}): no resolution tried is as accurate", float("nan"),
                          walls[fastest], float("nan")))
             continue
-        cells, points, wall, own = min(matching, key=lambda path: path[2])
-        rows.append((f"CircleFVLagrangian {cells} cells, {points} labels, width 1e-6 (mass {own[0]:.1e}, position "
+        name, cells, points, wall, own = min(matching, key=lambda path: path[3])
+        rows.append((f"{name} {cells} cells, {points} labels, width 1e-6 (mass {own[0]:.1e}, position "
                      f"{own[1]:.1e}) vs {n} quantile tokens, {fastest} (mass {errors[0]:.1e}, position "
                      f"{errors[1]:.1e}), SA beta = 9 to t = 1000", wall, walls[fastest], wall / walls[fastest]))
     return rows
