@@ -77,7 +77,7 @@ class Chain(HandOver):
     >>> chain = solvers.Chain((solvers.CircleFV(model, cells=128),
     ...                        solvers.CircleLagrangian(model, cells=128, points=256)))
     >>> ds = chain.solve(lambda t: 1 + 0.2 * np.cos(2 * t), [0, 40], progress=False)
-    >>> sorted(set(ds.stage.values))
+    >>> sorted(set(ds.stage.values.tolist()))
     ['CircleFV', 'CircleLagrangian']
     """
 

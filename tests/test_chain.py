@@ -64,14 +64,31 @@ def test_the_circle_from_smooth_data_to_merged_clusters_in_one_chain():
     np.testing.assert_array_equal(ds.rho.values[:2], early.rho.values)  # the same steps until the hand-over
 
 
-def test_a_chain_of_two_runs_as_the_class_of_that_hand_over():
-    """The classes keep their records, but the run is the transition's: same hand-over, same densities."""
-    model, times = mf.SelfAttention(9.0), np.array([0.0, 4.0, 12.0])
-    chain = Chain((CircleFV(model, cells=128), CircleLagrangian(model, cells=128, points=256)))
-    ds = chain.solve(three_clusters, times, progress=False)
-    direct = CircleFVLagrangian(model, cells=128, points=256).solve(three_clusters, times, progress=False)
-    assert json.loads(ds.attrs["settings"])["handover_times"] == [json.loads(direct.attrs["settings"])["handover_time"]]
-    np.testing.assert_array_equal(ds.stage.values == "CircleLagrangian", direct.lagrangian.values)
+def sphere_start(x):
+    return 1 + 0.2 * x[..., 0] + 0.8 * x[..., 1] * x[..., 2] + 0.3 * x[..., 2] ** 2
+
+
+def zonal_start(x):
+    return np.exp(x[..., -1])  # a density of u = <x, e>, e the last axis
+
+
+@pytest.mark.parametrize("geometry, method, then, settings, flag, times, start", [
+    ("circle", "finite_volumes", "mass_coordinates", {"cells": 128, "points": 256}, "lagrangian", [0.0, 4.0, 12.0],
+     three_clusters),
+    ("sphere", "harmonics", "atoms", {"lmax": 15}, "particles", [0.0, 2.0, 6.0], sphere_start),
+    ("sphere", "gegenbauer", "rings", {"d": 5, "lmax": 24}, "rings", [0.0, 3.0, 10.0], zonal_start),
+])
+def test_a_chain_of_two_runs_as_the_class_of_that_hand_over(geometry, method, then, settings, flag, times, start):
+    """The classes keep their records, but the run is the transition's: same hand-over, same densities (each
+    class is tested against an independent reference in its own test file)."""
+    model = mf.SelfAttention(4.0 if geometry == "sphere" else 9.0)
+    chain = solvers.solver_for(model, geometry=geometry, method=method, then=(then,), **settings)
+    ds = chain.solve(start, times, progress=False)
+    direct = solvers.solve(model, start, times, geometry=geometry, method=method, then=then, progress=False, **settings)
+    handover = json.loads(direct.attrs["settings"])["handover_time"]
+    assert times[0] < handover < times[-1]
+    assert json.loads(ds.attrs["settings"])["handover_times"] == [handover]
+    np.testing.assert_array_equal(ds.stage.values == chain.stages[1].name, direct[flag].values)
     np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
 
 
