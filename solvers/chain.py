@@ -65,7 +65,9 @@ class Chain(HandOver):
     Notes
     -----
     :meth:`solve` records, at each output, what the solver that computed it records, every
-    other solver's fields NaN there, and ``stage`` (that solver's name). ``attrs["settings"]``
+    other solver's fields NaN there, and ``stage`` (that solver's name); where the last
+    solver's hand-over says so, the earlier outputs also carry what the last solver records of
+    their densities (the mass labels and their clusters, the clusters of the quadrature atoms). ``attrs["settings"]``
     holds ``stages`` (the names), ``handover_times`` (one per hand-over; NaN: the run ended
     before it; the start time: a continued run began past it), ``handover_moved`` (the mass
     each hand-over moved) and ``runs`` (each solver's own settings and step counts).
@@ -121,6 +123,12 @@ class Chain(HandOver):
     @property
     def _handing_to(self):
         return self.stages[1]
+
+    def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
+        # what the last solver records of a density (the labels, the atoms' clusters), at the outputs before it
+        before, last = self.stages[-2], self.stages[-1]
+        observed = transition(before, last).observed
+        return ds if observed is None else observed(before, last, ds)
 
     def _first_state(self, rho0, continued: bool) -> tuple[Any, bool]:
         return (rho0.state if isinstance(rho0, ChainState) else rho0), continued

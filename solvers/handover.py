@@ -21,8 +21,9 @@ to it. A solver built on it says only what differs:
 - :meth:`~HandOver._annotated`: the joined dataset.
 
 The optional hooks (:meth:`~HandOver._first_state`, :meth:`~HandOver._starts_on_second`,
-:meth:`~HandOver._first_outputs`, :meth:`~HandOver._annotate_first`) keep each solver's own
-start and records; ``_starting`` (the first, by default) is the solver whose grid and stability
+:meth:`~HandOver._annotate_first`) keep each solver's own start and records (the first solver's
+outputs carry what the second records of their densities where the transition says,
+:meth:`~HandOver._first_outputs`); ``_starting`` (the first, by default) is the solver whose grid and stability
 limit the up-front checks read (:meth:`~HandOver.resolved_start`,
 :meth:`~HandOver.cost_estimate`).
 """
@@ -37,7 +38,7 @@ import xarray as xr
 
 from meanfield.checks import check_times
 
-from .grid_solver import CostEstimate, Interrupted
+from .grid_solver import CostEstimate, Interrupted, stacked_fields
 from .resolution import UpFrontChecks
 
 
@@ -63,6 +64,10 @@ class Transition:
         Settings the first solver is built with when a chain is built from settings
         (:func:`~solvers.solve` with several ``then``), whatever the user gives: the criterion
         ``stop`` reads.
+    observed : callable, optional
+        ``observed(first, second, ds) -> ds``: outputs of densities on the second solver's
+        grid with what the second records of them (the labels and their clusters, the clusters
+        of the quadrature atoms), so that a run handed over records those at every output.
     """
 
     source: str
@@ -71,6 +76,7 @@ class Transition:
     handed: Callable[[Any, Any, Interrupted], tuple[Any, float]]
     keeps_step: bool = False
     source_settings: dict = field(default_factory=dict)
+    observed: Callable[[Any, Any, xr.Dataset], xr.Dataset] | None = None
 
 
 def _until_series_unresolved(first, second) -> Callable[[Any], bool]:
@@ -95,6 +101,26 @@ def clipped_averages(averages: np.ndarray, width: float) -> tuple[np.ndarray, fl
     return clipped * (averages.sum() / clipped.sum()), moved
 
 
+def _observed_labels(first, second, ds: xr.Dataset) -> xr.Dataset:
+    """The outputs with the positions of the mass labels of their densities and those labels' clusters."""
+    frames = [second._recorded_fields(second.initial_quantile(np.maximum(rho, 0.0))) for rho in ds.rho.values]
+    return ds.assign_coords(second._recorded_coordinates()).assign(stacked_fields(frames))
+
+
+def _observed_atom_clusters(first, second, ds: xr.Dataset) -> xr.Dataset:
+    """The outputs with the clusters of their densities' quadrature atoms (the atoms' rule)."""
+    grid = first.grid
+    frames = [second.clusters(second.band_limited_atoms(grid.analyse(rho), grid, name="rho")[0]) for rho in ds.rho.values]
+    width = max(1, max(masses.size for masses, _ in frames))
+    masses = np.full((len(frames), width), np.nan)
+    where = np.full((len(frames), width, 3), np.nan)
+    for index, (mass, position) in enumerate(frames):
+        masses[index, : mass.size], where[index, : mass.size] = mass, position
+    counts = np.array([float(mass.size) for mass, _ in frames])
+    return ds.assign(cluster_mass=(("time", "cluster"), masses), cluster_position=(("time", "cluster", "xyz"), where),
+                     cluster_count=("time", counts))
+
+
 #: Every hand-over of the package, by the pair of solver classes' names.
 TRANSITIONS: dict[tuple[str, str], Transition] = {
     (transition.source, transition.target): transition for transition in (
@@ -105,11 +131,13 @@ TRANSITIONS: dict[tuple[str, str], Transition] = {
                    keeps_step=True, source_settings={"error_level": None}),
         # the quantile of the piecewise constant density, exactly
         Transition("CircleFV", "CircleLagrangian", _beyond_error_level,
-                   lambda first, second, part: (second.initial_quantile(np.maximum(part.density, 0.0)), 0.0)),
+                   lambda first, second, part: (second.initial_quantile(np.maximum(part.density, 0.0)), 0.0),
+                   observed=_observed_labels),
         # the band-limited density's quadrature atoms
         Transition("SphereSpectral", "SphereWeightedParticles", _until_series_unresolved,
                    lambda first, second, part: second.band_limited_atoms(
-                       first.grid.analyse(part.density), first.grid, name="the density at the hand-over")),
+                       first.grid.analyse(part.density), first.grid, name="the density at the hand-over"),
+                   observed=_observed_atom_clusters),
         # the series' density as rings of mass
         Transition("ZonalSphereSpectral", "ZonalRings", _until_series_unresolved,
                    lambda first, second, part: second.density_rings(first._initial_state(part.density, True))),
@@ -172,8 +200,12 @@ class HandOver(UpFrontChecks):
         return False
 
     def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
-        """The first solver's outputs as the run records them."""
-        return ds
+        """The first solver's outputs as the run records them: with what the second records of their densities,
+        where their transition says (``Transition.observed``)."""
+        if self._second is None:
+            return ds
+        observed = transition(self._first, self._handing_to).observed
+        return ds if observed is None else observed(self._first, self._handing_to, ds)
 
     def _annotate_first(self) -> Callable[[int], tuple[dict, dict]] | None:
         """``annotate`` of the first solver's ``solve_until`` (what it records for the second's fields)."""

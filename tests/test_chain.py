@@ -48,6 +48,7 @@ def test_the_circle_from_smooth_data_to_merged_clusters_in_one_chain():
     spectral_end, volumes_end = settings["handover_times"]
     assert 2.0 < spectral_end <= volumes_end < 40.0
     assert list(ds.stage.values) == ["CircleSpectral", "CircleSpectral", "CircleLagrangian"]
+    assert ds.cluster_count.values[0] == 1 and np.all(np.isfinite(ds.position.values))  # labels at every output
     assert set(settings["runs"]) == {"CircleSpectral", "CircleFV", "CircleLagrangian"}
     assert settings["runs"]["CircleSpectral"]["error_level"] is None  # the hand-over's own criterion
     np.testing.assert_allclose(ds.rho.values.sum(axis=1) * 2 * np.pi / 256, 1.0, rtol=1e-12)  # a probability
@@ -90,6 +91,9 @@ def test_a_chain_of_two_runs_as_the_class_of_that_hand_over(geometry, method, th
     assert json.loads(ds.attrs["settings"])["handover_times"] == [handover]
     np.testing.assert_array_equal(ds.stage.values == chain.stages[1].name, direct[flag].values)
     np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
+    for name in ("position", "cluster_count", "cluster_mass"):  # recorded at every output, as the class does
+        if name in direct:
+            np.testing.assert_array_equal(ds[name].values, direct[name].values)
 
 
 @pytest.mark.parametrize("every", [1, 2])

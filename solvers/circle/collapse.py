@@ -24,7 +24,7 @@ from meanfield.docstrings import fill_docstrings
 
 from .finite_volumes import CircleFV, StartsWithFiniteVolumes
 from .lagrangian import CircleLagrangian
-from ..grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings, stacked_fields
+from ..grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings
 from ..handover import HandOver
 
 
@@ -108,9 +108,6 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
     def _first_state(self, rho0, continued: bool) -> tuple[np.ndarray, bool]:
         return (rho0 if continued else self.initial_density(rho0)), True
 
-    def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
-        return self._with_labels(ds)
-
     def continuation_state(self, ds: xr.Dataset):
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
 
@@ -124,12 +121,6 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
         if ds.lagrangian.values[-1]:
             return LabelPositions(self.lagrangian.continuation_state(ds))
         return self.finite_volumes.continuation_state(ds)
-
-    def _with_labels(self, ds: xr.Dataset) -> xr.Dataset:
-        """The finite volumes' outputs with the positions of the mass labels and the clusters of their density."""
-        lagrangian = self.lagrangian
-        frames = [lagrangian._recorded_fields(lagrangian.initial_quantile(np.maximum(rho, 0.0))) for rho in ds.rho.values]
-        return ds.assign_coords(lagrangian._recorded_coordinates()).assign(stacked_fields(frames))
 
     def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
                    moved: float) -> xr.Dataset:

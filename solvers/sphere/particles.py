@@ -585,9 +585,6 @@ class SphereSpectralParticles(HandOver):
     def _second_state(self, state) -> np.ndarray | None:
         return state if np.ndim(state) == 2 and np.shape(state)[1] == 4 else None  # atoms: (n, 4)
 
-    def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
-        return self._with_clusters(ds)
-
     def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
         """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
 
@@ -601,22 +598,6 @@ class SphereSpectralParticles(HandOver):
         if ds.particles.values[-1]:
             return atoms_of(ds)
         return ds.rho.values[-1]
-
-    def _with_clusters(self, ds: xr.Dataset) -> xr.Dataset:
-        """The spectral outputs with the clusters of their densities' quadrature atoms (the particles' rule)."""
-        if self.particles is None:
-            return ds
-        particles, grid = self.particles, self.spectral.grid
-        frames = [particles.clusters(particles.band_limited_atoms(grid.analyse(rho), grid, name="rho")[0])
-                  for rho in ds.rho.values]
-        width = max(1, max(masses.size for masses, _ in frames))
-        masses = np.full((len(frames), width), np.nan)
-        where = np.full((len(frames), width, 3), np.nan)
-        for index, (mass, position) in enumerate(frames):
-            masses[index, : mass.size], where[index, : mass.size] = mass, position
-        counts = np.array([float(mass.size) for mass, _ in frames])
-        return ds.assign(cluster_mass=(("time", "cluster"), masses), cluster_position=(("time", "cluster", "xyz"), where),
-                         cluster_count=("time", counts))
 
     def _annotated(self, harmonics: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
