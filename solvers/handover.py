@@ -93,12 +93,13 @@ def _beyond_error_level(first, second) -> Callable[[Any], bool]:
 
 
 def clipped_averages(averages: np.ndarray, width: float) -> tuple[np.ndarray, float]:
-    """Cell averages with negatives set to zero and the mass restored, and the mass moved."""
+    """Cell averages with negatives set to zero and each density's mass restored (rows: causal layers), and the
+    mass moved."""
     if averages.min() >= 0:
         return averages, 0.0
     clipped = np.maximum(averages, 0.0)
     moved = float(width * (clipped - averages).sum())
-    return clipped * (averages.sum() / clipped.sum()), moved
+    return clipped * (averages.sum(axis=-1, keepdims=True) / clipped.sum(axis=-1, keepdims=True)), moved
 
 
 def _observed_labels(first, second, ds: xr.Dataset) -> xr.Dataset:
@@ -127,6 +128,10 @@ TRANSITIONS: dict[tuple[str, str], Transition] = {
         # the spectral density's cell averages: negative ones (at most the spectral error, which the
         # tail criterion bounds) set to zero
         Transition("CircleSpectral", "CircleFV", _until_series_unresolved,
+                   lambda first, second, part: clipped_averages(part.density, second.operators.width),
+                   keeps_step=True, source_settings={"error_level": None}),
+        # the same, layer by layer: causal attention's layered equation
+        Transition("CausalCircleSpectral", "CausalCircleFV", _until_series_unresolved,
                    lambda first, second, part: clipped_averages(part.density, second.operators.width),
                    keeps_step=True, source_settings={"error_level": None}),
         # the quantile of the piecewise constant density, exactly

@@ -147,7 +147,7 @@ METHODS: tuple[Method, ...] = (
     Method("CausalCircleFV", "circle", "finite_volumes", causal=True,
            settings=("cells", "layers", *_GRID)),
     Method("CausalCircleSpectral", "circle", "fourier", causal=True,
-           settings=("cells", "layers", *_GRID)),
+           settings=("cells", "layers", *_GRID), hands_to=("CausalCircleFV",)),
     Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", "threads", *_GRID),
            hands_to=("SphereWeightedParticles",)),
     Method("SphereWeightedParticles", "sphere", "atoms",

@@ -206,3 +206,40 @@ def test_the_figures_mark_the_hand_overs_of_a_class_and_of_a_chain():
     recorded = json.loads(chain.attrs["settings"])["handover_times"]
     assert handover_times(chain) == recorded and len(recorded) == 2
     assert handover_times(chain.isel(time=slice(0, 2))) == []  # the outputs before them
+
+
+def test_causal_attention_hands_over_from_fourier_to_finite_volumes_layer_by_layer():
+    """The layered equation composes with a hand-over: CausalCircleSpectral while it resolves every layer, then
+    CausalCircleFV (no class does this). Against CausalCircleFV on four times the cells (the reference, as
+    averages over the coarse cells): before the hand-over the chain is the Fourier run, bit for bit, and after
+    it no farther from the reference than the finite volumes alone on the same cells (the handed density's
+    error, the tail criterion's, is far below theirs); each layer keeps mass one."""
+    model, times, layers = mf.CausalAttention(9.0, True), np.linspace(0.0, 6.0, 4), 8
+    start = lambda s, t: 1 + 0.1 * np.cos(2 * t) + 0.05 * np.sin(3 * t)  # noqa: E731
+    ds = solvers.solve(model, start, times, method="fourier", then=("finite_volumes",), cells=128, layers=layers,
+                       progress=False)
+    handover = json.loads(ds.attrs["settings"])["handover_times"][0]
+    assert times[1] < handover < times[-1]
+    before = times < handover
+    spectral = solvers.CausalCircleSpectral(model, cells=128, layers=layers, error_level=None).solve(
+        start, times[before], progress=False)
+    np.testing.assert_array_equal(ds.rho.values[before], spectral.rho.values)
+    np.testing.assert_allclose(ds.rho.values.sum(axis=-1) * 2 * np.pi / 128, 1.0, rtol=1e-12)
+
+    fine = solvers.CausalCircleFV(model, cells=512, layers=layers).solve(start, times, progress=False)
+    reference = fine.rho.values.reshape(times.size, layers, 128, 4).mean(axis=-1)
+    alone = solvers.CausalCircleFV(model, cells=128, layers=layers).solve(start, times, progress=False)
+    chain_error = np.abs(ds.rho.values - reference).max(axis=(1, 2))
+    volumes_error = np.abs(alone.rho.values - reference).max(axis=(1, 2))
+    assert np.all(chain_error[~before] <= volumes_error[~before]), (chain_error, volumes_error)
+    assert chain_error[-1] > 1e-4  # the clusters are sharp by then: the comparison is not of round-off
+
+
+def test_a_config_runs_the_causal_chain(tmp_path):
+    config = {"geometry": "circle", "output": str(tmp_path / "causal"), "times": {"stop": 9.0, "count": 3},
+              "model": {"beta": 9.0, "causal": True},
+              "method": {"kind": "CausalCircleSpectral", "then": ["CausalCircleFV"], "cells": 128, "layers": 8},
+              "initial": {"kind": "perturbed_uniform", "amplitude": 0.1, "mode": 2}}
+    ds = run_experiment(config, progress=False)
+    assert list(ds.stage.values) == ["CausalCircleSpectral", "CausalCircleSpectral", "CausalCircleFV"]
+    assert ds.rho.dims == ("time", "position", "theta")

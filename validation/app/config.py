@@ -348,9 +348,9 @@ class MethodConfig(ConfigSection):
     then: Any = option(None, types=(list, tuple),
                        help="the solvers a run hands over to, in order, each where the one before stops resolving "
                             "the density (solvers.Chain): method.kind values, each a hand-over of the one before "
-                            "(CircleSpectral -> CircleFV -> CircleLagrangian, SphereSpectral -> "
-                            "SphereWeightedParticles, ZonalSphereSpectral -> ZonalRings); every solver takes the "
-                            "keys it has")
+                            "(CircleSpectral -> CircleFV -> CircleLagrangian, CausalCircleSpectral -> "
+                            "CausalCircleFV, SphereSpectral -> SphereWeightedParticles, ZonalSphereSpectral -> "
+                            "ZonalRings); every solver takes the keys it has")
     cells: int = option(1024, types=int, minimum=8,
                         help="the circle's and the line's solvers: cells (CircleSpectral: modes |k| < cells/2; "
                              "CircleAuto: those of its finite volumes; CircleLagrangian, LineLagrangian: those of "
