@@ -406,6 +406,10 @@ def _chain(model, geometry: str, method: str, then: tuple, settings: dict):
     return chained(model, [choose_method(model, geometry, name, None) for name in names], settings)
 
 
+#: The settings that fix the grid a solver records on: a chain's solvers share them.
+GRID_SETTINGS = ("cells", "lmax")
+
+
 def chained(model, entries, settings: dict):
     """The :class:`~solvers.Chain` of the entries' solvers, each built with the settings its constructor takes.
 
@@ -417,7 +421,9 @@ def chained(model, entries, settings: dict):
         The solvers in order; each must hand over to the next (``hands_to``).
     settings : dict
         Constructor arguments: each solver takes those it has (``cells`` goes to every solver of
-        the circle), besides what its hand-over fixes (``Transition.source_settings``).
+        the circle), besides what its hand-over fixes (``Transition.source_settings``). A
+        setting of the recorded grid (``GRID_SETTINGS``) not given is the smallest of the
+        solvers' defaults, for every solver (they record on one grid; their own defaults differ).
 
     Returns
     -------
@@ -442,6 +448,12 @@ def chained(model, entries, settings: dict):
     if unknown:
         raise TypeError(f"no solver of the chain {' -> '.join(entry.name for entry in entries)} takes the setting "
                         f"{unknown[0]!r}; their settings: {', '.join(sorted(offered))}")
+    defaults = {}
+    for entry in entries:
+        for key, parameter in inspect.signature(entry.solver).parameters.items():
+            if key in GRID_SETTINGS and parameter.default not in (inspect.Parameter.empty, None):
+                defaults[key] = min(defaults.get(key, parameter.default), parameter.default)
+    settings = {**defaults, **settings}
     stages = []
     for entry, following in zip(entries, [*entries[1:], None]):
         own = {key: value for key, value in settings.items() if key in entry.options}

@@ -243,3 +243,16 @@ def test_a_config_runs_the_causal_chain(tmp_path):
     ds = run_experiment(config, progress=False)
     assert list(ds.stage.values) == ["CausalCircleSpectral", "CausalCircleSpectral", "CausalCircleFV"]
     assert ds.rho.dims == ("time", "position", "theta")
+
+
+@pytest.mark.parametrize("geometry, method, then, settings, key, expected", [
+    ("circle", "fourier", ("finite_volumes", "mass_coordinates"), {}, "cells", 256),
+    ("circle", "finite_volumes", ("mass_coordinates",), {}, "cells", 1024),
+    ("sphere", "harmonics", ("atoms",), {}, "lmax", 31),
+    ("sphere", "gegenbauer", ("rings",), {"d": 5}, "lmax", 64),
+])
+def test_a_chain_from_the_front_door_at_its_defaults_records_on_one_grid(geometry, method, then, settings, key,
+                                                                        expected):
+    """The solvers' own defaults differ (CircleSpectral 256 cells, CircleFV 1024): the chain takes the smallest."""
+    chain = solvers.solver_for(mf.SelfAttention(9.0), geometry=geometry, method=method, then=then, **settings)
+    assert [getattr(stage, key) for stage in chain.stages] == [expected] * len(chain.stages)
