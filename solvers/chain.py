@@ -30,6 +30,7 @@ from meanfield.docstrings import fill_docstrings
 
 from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings
 from .handover import HandOver, transition
+from .resolution import UnresolvedStart
 
 #: What a chain's dataset's ``stage`` holds.
 STAGE = "the solver that computed this output"
@@ -132,6 +133,18 @@ class Chain(HandOver):
 
     def _first_state(self, rho0, continued: bool) -> tuple[Any, bool]:
         return (rho0.state if isinstance(rho0, ChainState) else rho0), continued
+
+    def _starts_on_second(self, start, continued: bool) -> bool:
+        # an initial density the first solver does not resolve goes to the next one (as CircleAuto's): the
+        # first's rule of resolution, then its hand-over criterion, on its initial state
+        if continued:
+            return False
+        first = self.stages[0]
+        try:
+            first.resolved_start(start)
+        except UnresolvedStart:
+            return True
+        return bool(self._stop()(first._initial_state(start, False)))
 
     def _second_state(self, state) -> Any | None:
         if not isinstance(state, ChainState) or state.stage == 0:

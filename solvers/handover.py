@@ -200,8 +200,9 @@ class HandOver(UpFrontChecks):
         """What the first solver starts from, and whether it takes it as its own state (``continued``)."""
         return rho0, continued
 
-    def _starts_on_second(self, state) -> bool:
-        """Whether the first solver cannot take even the initial state (the second runs from the start)."""
+    def _starts_on_second(self, state, continued: bool) -> bool:
+        """Whether the first solver cannot take even the initial state (the second runs from the start, from it,
+        as its own state if ``_first_state`` said so: ``continued``)."""
         return False
 
     def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
@@ -305,8 +306,8 @@ class HandOver(UpFrontChecks):
                                       **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         start, own = self._first_state(rho0, continued)
-        if self._starts_on_second(start):
-            rest = self._second.solve(start, times, continued=True, first_step=first_step, underresolved=underresolved,
+        if self._starts_on_second(start, own):
+            rest = self._second.solve(start, times, continued=own, first_step=first_step, underresolved=underresolved,
                                       **common)
             return self._annotated(None, rest, float(times[0]), 0.0)
         part = self._first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,

@@ -256,3 +256,26 @@ def test_a_chain_from_the_front_door_at_its_defaults_records_on_one_grid(geometr
     """The solvers' own defaults differ (CircleSpectral 256 cells, CircleFV 1024): the chain takes the smallest."""
     chain = solvers.solver_for(mf.SelfAttention(9.0), geometry=geometry, method=method, then=then, **settings)
     assert [getattr(stage, key) for stage in chain.stages] == [expected] * len(chain.stages)
+
+
+def test_a_start_the_fourier_stage_does_not_resolve_goes_to_the_next_solver():
+    """A discontinuous density: the Fourier solver's rule refuses it, so the run starts on the finite volumes
+    (as CircleAuto's does), which hand over to the labels once their estimate passes error_level; the clusters
+    at the end are those of the labels from t = 0 (the reference)."""
+    model, times = mf.SelfAttention(9.0), np.array([0.0, 1.0, 20.0])
+    step = lambda t: 1.0 + (np.abs(t - np.pi) < 0.5)  # noqa: E731
+    ds = solvers.solve(model, step, times, method="fourier", then=("finite_volumes", "mass_coordinates"), cells=256,
+                       points=512, progress=False)
+    settings = json.loads(ds.attrs["settings"])
+    assert ds.stage.values[0] == "CircleFV" and settings["handover_times"][0] == times[0]
+    assert "CircleSpectral" not in settings["runs"]
+    reference = CircleLagrangian(model, points=512, cells=256, rtol=1e-10).solve(step, times, progress=False)
+    found = [values[np.isfinite(values)] for values in (ds.cluster_mass.values[-1], ds.cluster_position.values[-1])]
+    exact = [values[np.isfinite(values)] for values in (reference.cluster_mass.values[-1],
+                                                         reference.cluster_position.values[-1])]
+    assert found[0].size == exact[0].size
+    gaps = np.abs(np.angle(np.exp(1j * (found[1][:, None] - exact[1][None, :]))))  # across the turn
+    nearest = gaps.argmin(axis=1)
+    assert sorted(nearest) == list(range(exact[0].size))
+    np.testing.assert_allclose(found[0], exact[0][nearest], atol=2e-3)
+    assert gaps[np.arange(nearest.size), nearest].max() <= 1e-2

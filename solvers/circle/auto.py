@@ -156,7 +156,7 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
         averages = check_density(rho0, (self.cells,), "rho0", evolved=True) if continued else self.initial_density(rho0)
         return averages, True
 
-    def _starts_on_second(self, averages: np.ndarray) -> bool:
+    def _starts_on_second(self, averages: np.ndarray, continued: bool) -> bool:
         return not self._spectrally_smooth(averages)
 
     def _annotate_first(self):
