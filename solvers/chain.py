@@ -135,16 +135,59 @@ class Chain(HandOver):
         return (rho0.state if isinstance(rho0, ChainState) else rho0), continued
 
     def _starts_on_second(self, start, continued: bool) -> bool:
-        # an initial density the first solver does not resolve goes to the next one (as CircleAuto's): the
-        # first's rule of resolution, then its hand-over criterion, on its initial state
-        if continued:
-            return False
+        return not continued and not self._first_takes(start)
+
+    def _first_takes(self, rho0, name: str = "rho0") -> bool:
+        """Whether the first solver takes the initial density: its rule of resolution accepts it and its
+        hand-over criterion does not hold there (else the run starts on the next one, as CircleAuto's)."""
         first = self.stages[0]
         try:
-            first.resolved_start(start)
+            first.resolved_start(rho0, name=name)
         except UnresolvedStart:
-            return True
-        return bool(self._stop()(first._initial_state(start, False)))
+            return False
+        return not self._stop()(first._initial_state(rho0, False))
+
+    def resolved_start(self, rho0, *, name: str = "rho0") -> ChainState:
+        """The initial state of the solver that :meth:`solve` starts on: the first that takes the density.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        ChainState
+            That solver's index and its initial state (what :meth:`cost_estimate` takes).
+
+        Raises
+        ------
+        UnresolvedStart
+            If the last solver does not resolve it either.
+        """
+        if self._first_takes(rho0, name):
+            return ChainState(0, self.stages[0].resolved_start(rho0, name=name))
+        later = self._rest.resolved_start(rho0, name=name)
+        return ChainState(later.stage + 1, later.state) if isinstance(later, ChainState) else ChainState(1, later)
+
+    def cost_estimate(self, state: ChainState, span: float):
+        """The estimate of the solver the run starts on (``UpFrontChecks.cost_estimate``).
+
+        Parameters
+        ----------
+        state : ChainState
+            What :meth:`resolved_start` returned.
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate or None
+            That solver's.
+        """
+        return self.stages[state.stage].cost_estimate(state.state, span)
 
     def _second_state(self, state) -> Any | None:
         if not isinstance(state, ChainState) or state.stage == 0:

@@ -279,3 +279,17 @@ def test_a_start_the_fourier_stage_does_not_resolve_goes_to_the_next_solver():
     assert sorted(nearest) == list(range(exact[0].size))
     np.testing.assert_allclose(found[0], exact[0][nearest], atol=2e-3)
     assert gaps[np.arange(nearest.size), nearest].max() <= 1e-2
+
+
+def test_the_up_front_checks_read_the_solver_a_chain_starts_on():
+    """``meanfield run`` asks resolved_start and cost_estimate before anything runs: of the first solver that
+    takes the density, the one solve starts on."""
+    model = mf.SelfAttention(9.0)
+    chain = solvers.solver_for(model, method="fourier", then=("finite_volumes", "mass_coordinates"), cells=256,
+                               points=512)
+    smooth = chain.resolved_start(three_clusters)
+    assert smooth.stage == 0 and smooth.state.shape == (128,)  # the Fourier coefficients
+    assert chain.cost_estimate(smooth, 10.0) is not None
+    step = chain.resolved_start(lambda t: 1.0 + (np.abs(t - np.pi) < 0.5))
+    assert step.stage == 1 and step.state.shape == (256,)  # the finite volumes' averages
+    assert chain.cost_estimate(step, 10.0).steps > 0
