@@ -29,12 +29,8 @@ from meanfield.records import PDE, dataset_settings, record_attrs
 from meanfield.docstrings import fill_docstrings
 
 from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings
-from .handover import HandOver, transition
+from .handover import STAGE, HandOver, transition
 from .resolution import UnresolvedStart
-
-#: What a chain's dataset's ``stage`` holds.
-STAGE = "the solver that computed this output"
-
 
 @dataclass(frozen=True)
 class ChainState:

@@ -18,7 +18,8 @@ to it. A solver built on it says only what differs:
 - ``_first`` and ``_second``: the two solvers (``_second`` may be ``None``: no hand-over);
   when and how the first hands over is their pair's :class:`Transition`;
 - :meth:`~HandOver._second_state`: a continued run's state as the second's, if it is one;
-- :meth:`~HandOver._annotated`: the joined dataset.
+- :meth:`~HandOver._annotated`: the joined dataset (to which every run adds ``stage`` and the
+  settings ``stages``, ``handover_times``, ``handover_moved``, as a chain's).
 
 The optional hooks (:meth:`~HandOver._first_state`, :meth:`~HandOver._starts_on_second`,
 :meth:`~HandOver._annotate_first`) keep each solver's own start and records (the first solver's
@@ -30,6 +31,7 @@ limit the up-front checks read (:meth:`~HandOver.resolved_start`,
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -37,6 +39,7 @@ import numpy as np
 import xarray as xr
 
 from meanfield.checks import check_times
+from meanfield.records import dataset_settings
 
 from .grid_solver import CostEstimate, Interrupted, stacked_fields
 from .resolution import UpFrontChecks
@@ -159,6 +162,10 @@ def transition(first, second) -> Transition:
         raise ValueError(f"no hand-over from {first.name} to {second.name}: the hand-overs are {pairs}") from None
 
 
+#: What the ``stage`` of a run of several solvers holds.
+STAGE = "the solver that computed this output"
+
+
 class HandOver(UpFrontChecks):
     """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solvers."""
 
@@ -269,7 +276,9 @@ class HandOver(UpFrontChecks):
 
         ``attrs["settings"]`` records ``handover_time`` (NaN: the first solver covered every
         output; ``times[0]``: the second from the start) and both solvers' settings and step
-        counts; each output's solver is flagged (the class docstring lists the fields).
+        counts; each output's solver is flagged (the class docstring lists the fields). As every
+        run of several solvers (:class:`~solvers.Chain`), ``stage`` names each output's solver
+        and the settings hold ``stages``, ``handover_times`` and ``handover_moved``.
 
         Parameters
         ----------
@@ -304,21 +313,39 @@ class HandOver(UpFrontChecks):
                 raise ValueError(f"{self.name}: this run has no second solver to continue (it never hands over)")
             rest = self._second.solve(handed, times, continued=True, first_step=first_step, underresolved=underresolved,
                                       **common)
-            return self._annotated(None, rest, float(times[0]), 0.0)
+            return self._joined(None, rest, float(times[0]), 0.0)
         start, own = self._first_state(rho0, continued)
         if self._starts_on_second(start, own):
             rest = self._second.solve(start, times, continued=own, first_step=first_step, underresolved=underresolved,
                                       **common)
-            return self._annotated(None, rest, float(times[0]), 0.0)
+            return self._joined(None, rest, float(times[0]), 0.0)
         part = self._first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,
                                        annotate=self._annotate_first(), **common)
         outputs = self._first_outputs(part.dataset)
         if outputs.sizes["time"] == times.size:
-            return self._annotated(outputs, None, np.nan, 0.0)
+            return self._joined(outputs, None, np.nan, 0.0)
         state, moved = self._handed(part)
         later = times[times > part.time]
         rest = self._second.solve(state, np.concatenate([[part.time], later]), continued=True,
                                   first_step=self._second_first_step(part), underresolved=underresolved, **common)
         if part.time not in times:
             rest = rest.isel(time=slice(1, None))
-        return self._annotated(outputs, rest, part.time, moved)
+        return self._joined(outputs, rest, part.time, moved)
+
+    def _joined(self, first: xr.Dataset | None, rest: xr.Dataset | None, handover: float, moved: float) -> xr.Dataset:
+        """:meth:`_annotated`, with what every run of several solvers records alike (as :class:`~solvers.Chain`):
+        ``stage``, each output's solver, and the settings ``stages``, ``handover_times``, ``handover_moved``."""
+        ds = self._annotated(first, rest, handover, moved)
+        if "stage" in ds:  # a chain's own
+            return ds
+        names = [solver.name for solver in (self._first, self._handing_to) if solver is not None]
+        counts = [0 if part is None else part.sizes["time"] for part in (first, rest)]
+        if self._first is None:  # CircleAuto without a spectral part: the second's outputs only
+            counts = [0, counts[1]]
+            names = ["", *names]
+        stage = np.array([names[0]] * counts[0] + [names[-1]] * counts[1])
+        ds["stage"] = ("time", stage, {"long_name": STAGE})
+        settings = dataset_settings(ds)
+        settings.update(stages=[name for name in names if name], handover_times=[handover], handover_moved=[moved])
+        ds.attrs["settings"] = json.dumps(settings)
+        return ds

@@ -90,6 +90,9 @@ def test_a_chain_of_two_runs_as_the_class_of_that_hand_over(geometry, method, th
     assert times[0] < handover < times[-1]
     assert json.loads(ds.attrs["settings"])["handover_times"] == [handover]
     np.testing.assert_array_equal(ds.stage.values == chain.stages[1].name, direct[flag].values)
+    np.testing.assert_array_equal(ds.stage.values, direct.stage.values)  # the class records a chain's fields too
+    for key in ("stages", "handover_times", "handover_moved"):
+        assert json.loads(ds.attrs["settings"])[key] == json.loads(direct.attrs["settings"])[key], key
     np.testing.assert_array_equal(ds.rho.values, direct.rho.values)
     for name in ("position", "cluster_count", "cluster_mass"):  # recorded at every output, as the class does
         if name in direct:
