@@ -90,6 +90,8 @@ def test_a_config_runs_it_in_checkpointed_segments_as_in_one_call(tmp_path):
     handover = json.loads(direct.attrs["settings"])["handover_time"]
     assert handover < ds.time.values[8]  # before the last segment, which starts on the finite volumes
     np.testing.assert_allclose(json.loads(ds.attrs["settings"])["handover_time"], handover, rtol=1e-12)
+    np.testing.assert_allclose(json.loads(ds.attrs["settings"])["handover_clipped"],
+                               json.loads(direct.attrs["settings"])["handover_clipped"], rtol=1e-9, atol=1e-18)
 
 
 def test_the_spectral_pair_is_named_through_circle_auto():

@@ -207,19 +207,28 @@ def _combine(parts: list[xr.Dataset], config: ExperimentConfig, wall_time: float
 
 
 def _handovers_of(parts: list[xr.Dataset]) -> dict:
-    """The run's hand-over times from its segments' settings (``handover_time``, a chain's ``handover_times``).
+    """The run's hand-over times and the mass each moved, from its segments' settings (``handover_time`` and
+    ``handover_clipped``; as a chain, ``handover_times`` and ``handover_moved``).
 
     A segment records NaN for a hand-over it did not reach and its own start for one made before
-    it (it began with the later solver): the first finite time of the segments, in order, is when
-    the run handed over."""
+    it (it began with the later solver, and moved nothing): the first segment, in order, with a
+    finite time is where the run handed over."""
     settings = [dataset_settings(part) for part in parts]
     merged = {}
-    for key in ("handover_time", "handover_times"):
-        recorded = [np.atleast_1d(np.asarray(run[key], dtype=float)) for run in settings if key in run]
-        if not recorded:
+    for time_key, mass_key, scalar in (("handover_time", "handover_clipped", True),
+                                       ("handover_times", "handover_moved", False)):
+        segments = [run for run in settings if time_key in run]
+        if not segments:
             continue
-        first = [next((float(value) for value in column if np.isfinite(value)), np.nan) for column in zip(*recorded)]
-        merged[key] = first if key == "handover_times" else first[0]
+        times = [np.atleast_1d(np.asarray(run[time_key], dtype=float)) for run in segments]
+        found = [next((k for k, column in enumerate(times) if np.isfinite(column[index])), None)
+                 for index in range(times[0].size)]
+        when = [np.nan if k is None else float(times[k][index]) for index, k in enumerate(found)]
+        merged[time_key] = when[0] if scalar else when
+        if all(mass_key in run for run in segments):
+            masses = [np.atleast_1d(np.asarray(run[mass_key], dtype=float)) for run in segments]
+            moved = [0.0 if k is None else float(masses[k][index]) for index, k in enumerate(found)]
+            merged[mass_key] = moved[0] if scalar else moved
     return merged
 
 
