@@ -302,3 +302,25 @@ def test_the_up_front_checks_read_the_solver_a_chain_starts_on():
     step = chain.resolved_start(lambda t: 1.0 + (np.abs(t - np.pi) < 0.5))
     assert step.stage == 1 and step.state.shape == (256,)  # the finite volumes' averages
     assert chain.cost_estimate(step, 10.0).steps > 0
+
+
+def test_a_model_written_outside_the_library_runs_through_the_chain():
+    """The seam: a model that provides only its velocity_field (tests/test_reduction.py's kernel
+    e^{beta u} + 0.3 u^2) hands over from Fourier to finite volumes to labels through the reference paths, and
+    ends with the clusters of its labels from t = 0 (the reference; the error handed over, as above)."""
+    from test_reduction import UserKernel
+
+    model, times = UserKernel(1.0), np.array([0.0, 2.0, 20.0])
+    ds = solvers.solve(model, three_clusters, times, method="fourier", then=("finite_volumes", "mass_coordinates"),
+                       cells=128, points=512, progress=False)
+    assert json.loads(ds.attrs["settings"])["stages"] == ["CircleSpectral", "CircleFV", "CircleLagrangian"]
+    assert ds.stage.values[-1] == "CircleLagrangian"
+    reference = CircleLagrangian(model, points=512, cells=128, rtol=1e-10).solve(three_clusters, times,
+                                                                                progress=False)
+    assert ds.cluster_count.values[-1] == reference.cluster_count.values[-1]
+    masses, positions = by_position(ds.cluster_mass.values[-1], ds.cluster_position.values[-1])
+    exact_masses, exact_positions = by_position(reference.cluster_mass.values[-1],
+                                                reference.cluster_position.values[-1])
+    kept = np.isfinite(exact_masses)
+    np.testing.assert_allclose(masses[kept], exact_masses[kept], atol=2e-3)
+    np.testing.assert_allclose(positions[kept], exact_positions[kept], atol=1e-2)
