@@ -92,11 +92,12 @@ def _collapse_path(model, cells: int, points: int, width: float = 1e-6):
 
 
 def _collapse_chain(model, cells: int, points: int, width: float = 1e-6):
-    """The path from the front door with Fourier first: ``solvers.Chain`` of CircleSpectral, CircleFV, CircleLagrangian."""
+    """The path from the front door with Fourier first: the Chain of CircleSpectral, CircleFV, CircleLagrangian."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnderResolvedWarning)
-        return solvers.solve(model, start, COLLAPSE_TIMES, method="fourier", then=("finite_volumes", "mass_coordinates"),
-                             cells=cells, points=points, width=width, progress=False)
+        return solvers.solve(model, start, COLLAPSE_TIMES, method="fourier",
+                             then=("finite_volumes", "mass_coordinates"), cells=cells, points=points, width=width,
+                             progress=False)
 
 
 #: The collapse paths tried at equal error, by the name a row gives them.

@@ -32,6 +32,7 @@ from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_ru
 from .handover import STAGE, HandOver, transition
 from .resolution import UnresolvedStart
 
+
 @dataclass(frozen=True)
 class ChainState:
     """Where a chain's run goes on from: the index of the solver that ran last, and that solver's state."""
@@ -64,8 +65,8 @@ class Chain(HandOver):
     :meth:`solve` records, at each output, what the solver that computed it records, every
     other solver's fields NaN there, and ``stage`` (that solver's name); where the last
     solver's hand-over says so, the earlier outputs also carry what the last solver records of
-    their densities (the mass labels and their clusters, the clusters of the quadrature atoms). ``attrs["settings"]``
-    holds ``stages`` (the names), ``handover_times`` (one per hand-over; NaN: the run ended
+    their densities (the mass labels and their clusters, the clusters of the quadrature atoms).
+    ``attrs["settings"]`` holds ``stages`` (the names), ``handover_times`` (one per hand-over; NaN: the run ended
     before it; the start time: a continued run began past it), ``handover_moved`` (the mass
     each hand-over moved) and ``runs`` (each solver's own settings and step counts).
 
@@ -131,17 +132,18 @@ class Chain(HandOver):
         return (rho0.state if isinstance(rho0, ChainState) else rho0), continued
 
     def _starts_on_second(self, start, continued: bool) -> bool:
-        return not continued and not self._first_takes(start)
+        return not continued and self._first_start(start) is None
 
-    def _first_takes(self, rho0, name: str = "rho0") -> bool:
-        """Whether the first solver takes the initial density: its rule of resolution accepts it and its
-        hand-over criterion does not hold there (else the run starts on the next one, as CircleAuto's)."""
+    def _first_start(self, rho0, name: str = "rho0"):
+        """The first solver's ``resolved_start`` of the initial density if it takes it: its rule of resolution
+        accepts it and its hand-over criterion does not hold there; else ``None`` (the run starts on the next
+        one, as CircleAuto's)."""
         first = self.stages[0]
         try:
-            first.resolved_start(rho0, name=name)
+            start = first.resolved_start(rho0, name=name)
         except UnresolvedStart:
-            return False
-        return not self._stop()(first._initial_state(rho0, False))
+            return None
+        return None if self._stop()(first._initial_state(rho0, False)) else start
 
     def resolved_start(self, rho0, *, name: str = "rho0") -> ChainState:
         """The initial state of the solver that :meth:`solve` starts on: the first that takes the density.
@@ -163,8 +165,9 @@ class Chain(HandOver):
         UnresolvedStart
             If the last solver does not resolve it either.
         """
-        if self._first_takes(rho0, name):
-            return ChainState(0, self.stages[0].resolved_start(rho0, name=name))
+        start = self._first_start(rho0, name)
+        if start is not None:
+            return ChainState(0, start)
         later = self._rest.resolved_start(rho0, name=name)
         return ChainState(later.stage + 1, later.state) if isinstance(later, ChainState) else ChainState(1, later)
 

@@ -114,7 +114,8 @@ def _observed_labels(first, second, ds: xr.Dataset) -> xr.Dataset:
 def _observed_atom_clusters(first, second, ds: xr.Dataset) -> xr.Dataset:
     """The outputs with the clusters of their densities' quadrature atoms (the atoms' rule)."""
     grid = first.grid
-    frames = [second.clusters(second.band_limited_atoms(grid.analyse(rho), grid, name="rho")[0]) for rho in ds.rho.values]
+    frames = [second.clusters(second.band_limited_atoms(grid.analyse(rho), grid, name="rho")[0])
+              for rho in ds.rho.values]
     width = max(1, max(masses.size for masses, _ in frames))
     masses = np.full((len(frames), width), np.nan)
     where = np.full((len(frames), width, 3), np.nan)
@@ -338,13 +339,10 @@ class HandOver(UpFrontChecks):
         ds = self._annotated(first, rest, handover, moved)
         if "stage" in ds:  # a chain's own
             return ds
-        names = [solver.name for solver in (self._first, self._handing_to) if solver is not None]
+        # a solver that is None (CircleAuto without a spectral part, a run never handed over) computed no output
+        names = [getattr(solver, "name", "") for solver in (self._first, self._handing_to)]
         counts = [0 if part is None else part.sizes["time"] for part in (first, rest)]
-        if self._first is None:  # CircleAuto without a spectral part: the second's outputs only
-            counts = [0, counts[1]]
-            names = ["", *names]
-        stage = np.array([names[0]] * counts[0] + [names[-1]] * counts[1])
-        ds["stage"] = ("time", stage, {"long_name": STAGE})
+        ds["stage"] = ("time", np.repeat(names, counts), {"long_name": STAGE})
         settings = dataset_settings(ds)
         settings.update(stages=[name for name in names if name], handover_times=[handover], handover_moved=[moved])
         ds.attrs["settings"] = json.dumps(settings)
