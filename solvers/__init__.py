@@ -8,7 +8,7 @@ pure attention on the line (d = 1, rescaled tokens).
 start with and the one to hand over to (the table :data:`~solvers.methods.METHODS`).
 """
 
-__all__ = ["solve", "solver_for", "Chain", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
+__all__ = ["solve", "solver_for", "Chain", "ChainState", "CircleFV", "CircleSpectral", "CircleAuto", "CircleLagrangian", "PointMasses",
            "CircleFVLagrangian", "SphereSpectral", "SphereWeightedParticles", "SphereSpectralParticles",
            "ZonalSphereSpectral", "ZonalRings", "ZonalSpectralRings", "CausalCircleFV", "CausalCircleSpectral", "CausalSphereSpectral", "PositionalQuantiles",
            "FrequencyCircleFV", "LorentzianKuramoto", "GraphonCircleFV", "PairCorrelation", "LineFV",
@@ -23,7 +23,7 @@ def __getattr__(name: str):
     if name not in __all__:
         raise AttributeError(f"module 'solvers' has no attribute {name!r}")
     from .causal import CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral  # noqa: F401 (locals())
-    from .chain import Chain  # noqa: F401
+    from .chain import Chain, ChainState  # noqa: F401
     from .circle.auto import CircleAuto  # noqa: F401
     from .circle.bbgky import PairCorrelation  # noqa: F401
     from .circle.collapse import CircleFVLagrangian  # noqa: F401

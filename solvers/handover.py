@@ -1,48 +1,26 @@
-r"""A run that one solver starts and another finishes: the hand-over, written once.
+r"""A run that one solver starts and another finishes: the hand-over, written once, as data.
 
 A hand-over is a policy, not a class: a :class:`Transition` says, for one pair of solver
-classes, when the first stops resolving the density (``stop``) and how its density becomes
-the second's state (``handed``); :data:`TRANSITIONS` holds every pair the package has, and
-:class:`~solvers.Chain` runs any sequence of solvers whose consecutive pairs are in it.
-
-:class:`HandOver` is the skeleton of every run of two solvers: of :class:`~solvers.Chain` and of
-:class:`~solvers.CircleAuto` (Fourier, then finite volumes),
-:class:`~solvers.CircleFVLagrangian` (finite volumes, then mass coordinates),
-:class:`~solvers.SphereSpectralParticles` (harmonics, then weighted atoms) and
-:class:`~solvers.ZonalSpectralRings` (Gegenbauer series, then rings), which keep their own
-records of the same run. The first solver runs until the first accepted step after which
-``stop(state)`` holds, its density there is turned into the second solver's state, and the
-second runs from that time; a continued run whose state is already the second's goes straight
-to it. A solver built on it says only what differs:
-
-- ``_first`` and ``_second``: the two solvers (``_second`` may be ``None``: no hand-over);
-  when and how the first hands over is their pair's :class:`Transition`;
-- :meth:`~HandOver._second_state`: a continued run's state as the second's, if it is one;
-- :meth:`~HandOver._annotated`: the joined dataset (to which every run adds ``stage`` and the
-  settings ``stages``, ``handover_times``, ``handover_moved``, as a chain's).
-
-The optional hooks (:meth:`~HandOver._first_state`, :meth:`~HandOver._starts_on_second`,
-:meth:`~HandOver._annotate_first`) keep each solver's own start and records (the first solver's
-outputs carry what the second records of their densities where the transition says,
-:meth:`~HandOver._first_outputs`); ``_starting`` (the first, by default) is the solver whose grid and stability
-limit the up-front checks read (:meth:`~HandOver.resolved_start`,
-:meth:`~HandOver.cost_estimate`).
+classes, when the first stops resolving the density (``stop``), how its density becomes the
+second's state (``handed``) and what the second records of the first's outputs
+(``observed``); :data:`TRANSITIONS` holds every pair the package has, and
+:class:`~solvers.Chain` runs any sequence of solvers whose consecutive pairs are in it (the
+first runs until the first accepted step after which ``stop(state)`` holds, its density there
+becomes the second's state, and the second runs from that time). The classes of one
+hand-over (:class:`~solvers.CircleAuto`, :class:`~solvers.CircleFVLagrangian`,
+:class:`~solvers.SphereSpectralParticles`, :class:`~solvers.ZonalSpectralRings`) are chains of
+their two solvers (:class:`~solvers.chain.SolverPair`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import xarray as xr
 
-from meanfield.checks import check_times
-from meanfield.records import dataset_settings
-
-from .grid_solver import CostEstimate, Interrupted, stacked_fields
-from .resolution import UpFrontChecks
+from .grid_solver import Interrupted, stacked_fields
 
 
 @dataclass(frozen=True)
@@ -165,185 +143,3 @@ def transition(first, second) -> Transition:
 
 #: What the ``stage`` of a run of several solvers holds.
 STAGE = "the solver that computed this output"
-
-
-class HandOver(UpFrontChecks):
-    """The ``solve`` of a run handed from ``_first`` to ``_second`` (module docstring); a mixin of the solvers."""
-
-    _first: Any
-    _second: Any
-
-    # ------------------------------------------------------------------ what a hand-over says
-    def _second_state(self, state) -> Any | None:
-        """A continued run's state as the second solver takes it, if the run was handed over already; else ``None``."""
-        raise NotImplementedError
-
-    def _annotated(self, first: xr.Dataset | None, second: xr.Dataset | None, handover: float,
-                   moved: float) -> xr.Dataset:
-        """The run's dataset from the two parts (either may be absent), the hand-over time and the mass moved."""
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ the pair's transition
-    def _stop(self) -> Callable[[Any], bool] | None:
-        """``stop(state)`` of the first solver's state after each accepted step; ``None``: never (no second)."""
-        if self._second is None:
-            return None
-        return transition(self._first, self._handing_to).stop(self._first, self._handing_to)
-
-    def _handed(self, part: Interrupted) -> tuple[Any, float]:
-        """The second solver's state from the first's run up to the hand-over, and the mass moved to make it."""
-        return transition(self._first, self._handing_to).handed(self._first, self._handing_to, part)
-
-    def _second_first_step(self, part: Interrupted) -> float | None:
-        """The second solver's first step (``None``: its own choice)."""
-        return part.next_step if transition(self._first, self._handing_to).keeps_step else None
-
-    @property
-    def _handing_to(self):
-        """The solver the first hands its density to (the second; a chain's second is the rest of the chain)."""
-        return self._second
-
-    # ------------------------------------------------------------------ optional
-    def _first_state(self, rho0, continued: bool) -> tuple[Any, bool]:
-        """What the first solver starts from, and whether it takes it as its own state (``continued``)."""
-        return rho0, continued
-
-    def _starts_on_second(self, state, continued: bool) -> bool:
-        """Whether the first solver cannot take even the initial state (the second runs from the start, from it,
-        as its own state if ``_first_state`` said so: ``continued``)."""
-        return False
-
-    def _first_outputs(self, ds: xr.Dataset) -> xr.Dataset:
-        """The first solver's outputs as the run records them: with what the second records of their densities,
-        where their transition says (``Transition.observed``)."""
-        if self._second is None:
-            return ds
-        observed = transition(self._first, self._handing_to).observed
-        return ds if observed is None else observed(self._first, self._handing_to, ds)
-
-    def _annotate_first(self) -> Callable[[int], tuple[dict, dict]] | None:
-        """``annotate`` of the first solver's ``solve_until`` (what it records for the second's fields)."""
-        return None
-
-    @property
-    def _starting(self):
-        """The solver whose grid takes the initial density and whose stability limit bounds the run (the first)."""
-        return self._first
-
-    def resolved_start(self, rho0, *, name: str = "rho0"):
-        """The starting solver's initial state, refused where its grid does not resolve it (its ``resolved_start``).
-
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            The initial density.
-        name : str
-            The argument's name in error messages.
-
-        Returns
-        -------
-        numpy.ndarray
-            What :meth:`cost_estimate` takes.
-
-        Raises
-        ------
-        UnresolvedStart
-            As the starting solver's.
-        """
-        return self._starting.resolved_start(rho0, name=name)
-
-    def cost_estimate(self, state, span: float) -> CostEstimate | None:
-        """The starting solver's estimate (``UpFrontChecks.cost_estimate``): the second has no stability limit.
-
-        Parameters
-        ----------
-        state : numpy.ndarray
-            The starting solver's initial state.
-        span : float
-            The run's duration.
-
-        Returns
-        -------
-        CostEstimate or None
-            As the starting solver's.
-        """
-        return self._starting.cost_estimate(state, span)
-
-    # ------------------------------------------------------------------ the run
-    def solve(self, rho0, times, *, progress: bool | None = None, observer=None, max_steps: int | None = None,
-              first_step: float | None = None, continued: bool = False, pace=None,
-              underresolved: str = "stop") -> xr.Dataset:
-        """Run the first solver until it hands over, then the second; one dataset on one grid.
-
-        ``attrs["settings"]`` records ``handover_time`` (NaN: the first solver covered every
-        output; ``times[0]``: the second from the start) and both solvers' settings and step
-        counts; each output's solver is flagged (the class docstring lists the fields). As every
-        run of several solvers (:class:`~solvers.Chain`), ``stage`` names each output's solver
-        and the settings hold ``stages``, ``handover_times`` and ``handover_moved``.
-
-        Parameters
-        ----------
-        rho0 : callable or numpy.ndarray
-            The initial density, as the first solver takes it; with ``continued``, what
-            :meth:`continuation_state` returned.
-        times : array_like
-            Increasing output times.
-        progress, observer, max_steps, first_step, pace
-            As for the first solver's ``solve`` (both solvers take them).
-        continued : bool
-            ``rho0`` is a state this solver recorded (resuming a run in segments).
-        underresolved : {"stop", "continue"}
-            What the second solver does once one of its outputs is under-resolved (its
-            ``solve``'s setting; the first one hands over instead).
-
-        Returns
-        -------
-        xarray.Dataset
-            The outputs of both solvers, joined in time.
-
-        Raises
-        ------
-        StepSizeCollapse
-            As for either solver's ``solve``.
-        """
-        times = check_times(times)
-        common = dict(progress=progress, observer=observer, max_steps=max_steps, pace=pace)
-        handed = self._second_state(rho0) if continued else None
-        if handed is not None:
-            if self._second is None:
-                raise ValueError(f"{self.name}: this run has no second solver to continue (it never hands over)")
-            rest = self._second.solve(handed, times, continued=True, first_step=first_step, underresolved=underresolved,
-                                      **common)
-            return self._joined(None, rest, float(times[0]), 0.0)
-        start, own = self._first_state(rho0, continued)
-        if self._starts_on_second(start, own):
-            rest = self._second.solve(start, times, continued=own, first_step=first_step, underresolved=underresolved,
-                                      **common)
-            return self._joined(None, rest, float(times[0]), 0.0)
-        part = self._first.solve_until(start, times, self._stop(), first_step=first_step, continued=own,
-                                       annotate=self._annotate_first(), **common)
-        outputs = self._first_outputs(part.dataset)
-        if outputs.sizes["time"] == times.size:
-            return self._joined(outputs, None, np.nan, 0.0)
-        state, moved = self._handed(part)
-        later = times[times > part.time]
-        rest = self._second.solve(state, np.concatenate([[part.time], later]), continued=True,
-                                  first_step=self._second_first_step(part), underresolved=underresolved, **common)
-        if part.time not in times:
-            rest = rest.isel(time=slice(1, None))
-        return self._joined(outputs, rest, part.time, moved)
-
-    def _joined(self, first: xr.Dataset | None, rest: xr.Dataset | None, handover: float, moved: float) -> xr.Dataset:
-        """:meth:`_annotated`, with what every run of several solvers records alike (as :class:`~solvers.Chain`):
-        ``stage``, each output's solver, and the settings ``stages``, ``handover_times``, ``handover_moved``."""
-        ds = self._annotated(first, rest, handover, moved)
-        if "stage" in ds:  # a chain's own
-            return ds
-        # a solver that is None (CircleAuto without a spectral part, a run never handed over) computed no output
-        names = [getattr(solver, "name", "") for solver in (self._first, self._handing_to)]
-        counts = [0 if part is None else part.sizes["time"] for part in (first, rest)]
-        ds["stage"] = ("time", np.repeat(names, counts), {"long_name": STAGE})
-        settings = dataset_settings(ds)
-        settings.update(stages=[name for name in names if name], handover_times=[handover], handover_moved=[moved])
-        ds.attrs["settings"] = json.dumps(settings)
-        return ds

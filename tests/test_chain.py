@@ -324,3 +324,29 @@ def test_a_model_written_outside_the_library_runs_through_the_chain():
     kept = np.isfinite(exact_masses)
     np.testing.assert_allclose(masses[kept], exact_masses[kept], atol=2e-3)
     np.testing.assert_allclose(positions[kept], exact_positions[kept], atol=1e-2)
+
+
+def test_the_classes_of_one_hand_over_are_chains_of_their_two_solvers():
+    """CircleAuto, CircleFVLagrangian, SphereSpectralParticles and ZonalSpectralRings are thin constructors over
+    Chain: their stages are the two solvers they build. Where one does not apply (diffusion stops the sphere's
+    hand-over to atoms) the other runs alone: it records no hand-over, and ends at its first under-resolved
+    output as the solver alone does (``underresolved="stop"``), flagging it."""
+    model = mf.SelfAttention(9.0)
+    built = {solvers.CircleAuto(model, cells=256): ["CircleSpectral", "CircleFV"],
+             CircleFVLagrangian(model, cells=128, points=256): ["CircleFV", "CircleLagrangian"],
+             solvers.SphereSpectralParticles(mf.SelfAttention(4.0), lmax=15): ["SphereSpectral",
+                                                                               "SphereWeightedParticles"],
+             solvers.ZonalSpectralRings(model, d=4, lmax=24): ["ZonalSphereSpectral", "ZonalRings"]}
+    for solver, names in built.items():
+        assert isinstance(solver, Chain) and [stage.name for stage in solver.stages] == names
+    noisy = solvers.SphereSpectralParticles(mf.SelfAttention(4.0, diffusion=0.002), lmax=15)
+    assert [stage.name for stage in noisy.stages] == ["SphereSpectral"]
+    times, start = [0.0, 1.0, 2.0, 3.0, 4.0], lambda x: np.exp(2.5 * x[..., 2])
+    with pytest.warns(solvers.UnderResolvedWarning, match="negative"):
+        ds = noisy.solve(start, times, progress=False)
+    with pytest.warns(solvers.UnderResolvedWarning, match="negative"):
+        alone = noisy.stages[0].solve(start, times, progress=False)
+    assert ds.sizes["time"] == alone.sizes["time"] < len(times) and not ds.resolved.values[-1]
+    np.testing.assert_array_equal(ds.rho.values, alone.rho.values)
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["handover_times"] == [] and np.isnan(settings["handover_time"]) and not ds.particles.values.any()

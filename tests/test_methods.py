@@ -189,7 +189,7 @@ def test_each_config_kind_passes_the_checks_and_builds_its_solver_with_the_keys_
     # the two questions the preflight asks every solver alike
     assert isinstance(run.solver, UpFrontChecks)
     state = run.solver.resolved_start(run.initial)
-    assert np.all(np.isfinite(state))
+    assert np.all(np.isfinite(state.state if isinstance(state, solvers.ChainState) else state))
     estimate = run.solver.cost_estimate(state, 0.5)
     assert estimate is None or (estimate.steps > 0 and estimate.seconds_per_step > 0)
     for key, value in keys.items():
@@ -325,12 +325,16 @@ def test_a_start_the_grid_cannot_resolve_is_refused_by_the_solvers_own_rule():
         kappa = np.log(0.5) / (np.cos(half_width) - 1)
         return lambda theta: np.exp(kappa * (np.cos(theta - 1.0) - 1))
 
-    for solver in (solvers.CircleFV(model, cells=cells), solvers.CircleAuto(model, cells=cells),
-                   solvers.CircleFVLagrangian(model, cells=cells)):
+    for solver in (solvers.CircleFV(model, cells=cells), solvers.CircleAuto(model, cells=cells)):
         with pytest.raises(solvers.UnresolvedStart, match="cells = 128") as refused:
             solver.resolved_start(bump(3.0))
         assert (refused.value.resolution, refused.value.value) == ("cells", cells)
         assert solver.resolved_start(bump(6.0)).shape == (cells,)
+    # a chain starts on the first solver that takes the density: the mass labels take what the cells refuse
+    collapse = solvers.CircleFVLagrangian(model, cells=cells, points=256)
+    sharp, taken = collapse.resolved_start(bump(3.0)), collapse.resolved_start(bump(6.0))
+    assert sharp.stage == 1 and sharp.state.shape == (256,)
+    assert taken.stage == 0 and taken.state.shape == (cells,)
     spectral = solvers.CircleSpectral(model, cells=cells)
     with pytest.raises(solvers.UnresolvedStart, match="top 10% of modes"):
         spectral.resolved_start(lambda theta: 1 + 0.1 * np.cos(60 * theta))

@@ -20,26 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import xarray as xr
 
 from meanfield.checks import check_density, check_int
 from meanfield.integration import ExplicitTableau
-from meanfield.records import CIRCLE, PDE, record_attrs
-from meanfield.docstrings import fill_docstrings
+from meanfield.records import CIRCLE
 
 from .finite_volumes import CircleFV, StartsWithFiniteVolumes
 from .spectral import CircleSpectral, tail_fraction
-from ..grid_solver import DATASET_PARAMETERS, DIAGNOSTIC_ATTRS, earliest_underresolution, joined_runs, joined_settings
-from ..handover import HandOver
+from ..chain import ChainState, SolverPair
 
 
-#: The meaning of a CircleAuto dataset's ``spectral``.
-SPECTRAL_FLAG = "whether CircleSpectral computed this output (else CircleFV)"
-
-
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class CircleAuto(StartsWithFiniteVolumes, HandOver):
+class CircleAuto(StartsWithFiniteVolumes, SolverPair):
     r"""Fourier pseudo-spectral on the circle while it resolves the density, then finite volumes.
 
     Parameters
@@ -91,6 +83,9 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
 
     name = "CircleAuto"
     geometry = CIRCLE
+    _pair = ("CircleSpectral", "CircleFV")
+    _flag = ("spectral", 0)
+    _recorded = ("cells", "rtol")
 
     def __post_init__(self) -> None:
         check_int(self.cells, "cells", minimum=8)
@@ -98,6 +93,7 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
                           error_level=self.error_level)
         object.__setattr__(self, "finite_volumes", finite)
         object.__setattr__(self, "spectral", self._spectral_solver())
+        self._chained(self.spectral, finite)
 
     def _spectral_solver(self) -> CircleSpectral | None:
         # The tail criterion (error_level=None): the finite volumes carry on whatever error the
@@ -120,12 +116,52 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
                     raise
         return None
 
-    @property
-    def _starting(self) -> CircleFV:
-        # A density the spectral solver does not resolve starts on the finite volumes, and their stable
-        # step, 2 pi cfl / N over the speed, is the shorter with the default pair: the spectral part's is
-        # y_I / (N_s / 2) for its N_s <= N cells, with Dormand-Prince 8(5,3)'s y_I = 5.96.
-        return self.finite_volumes
+    def resolved_start(self, rho0, *, name: str = "rho0") -> np.ndarray:
+        """The finite volumes' initial state, refused where their grid does not resolve it.
+
+        A density the Fourier modes do not resolve starts on the finite volumes, so theirs is
+        the rule; their state is what :meth:`cost_estimate` reads.
+
+        Parameters
+        ----------
+        rho0 : callable or numpy.ndarray
+            The initial density.
+        name : str
+            The argument's name in error messages.
+
+        Returns
+        -------
+        numpy.ndarray, shape (cells,)
+            The cell averages.
+
+        Raises
+        ------
+        UnresolvedStart
+            As :meth:`CircleFV.resolved_start <solvers.CircleFV.resolved_start>`.
+        """
+        return self.finite_volumes.resolved_start(rho0, name=name)
+
+    def cost_estimate(self, state: np.ndarray, span: float):
+        r"""The finite volumes' estimate (``UpFrontChecks.cost_estimate``), the larger of the two.
+
+        Their stable step, :math:`2\pi\,\mathrm{cfl}/N` over the speed, is the shorter with the
+        default pair: the Fourier part's is :math:`y_I / (N_s/2)` for its :math:`N_s \le N`
+        cells, with Dormand-Prince 8(5,3)'s :math:`y_I = 5.96`; and a run that hands over
+        early spends its span on them.
+
+        Parameters
+        ----------
+        state : numpy.ndarray
+            The cell averages (:meth:`resolved_start`).
+        span : float
+            The run's duration.
+
+        Returns
+        -------
+        CostEstimate or None
+            The finite volumes'.
+        """
+        return self.finite_volumes.cost_estimate(state, span)
 
     def _spectral_tableau(self) -> str | ExplicitTableau:
         if self.tableau != "auto":
@@ -140,73 +176,22 @@ class CircleAuto(StartsWithFiniteVolumes, HandOver):
         coefficients = spectral.coefficients_of_averages(averages, self.cells // 2)
         return tail_fraction(coefficients, spectral.cells // 2 - 1) < spectral.tail_threshold
 
-    # ------------------------------------------------------------------ the hand-over (solvers.handover)
-    @property
-    def _first(self) -> CircleSpectral | None:
-        return self.spectral
-
-    @property
-    def _second(self) -> CircleFV:
-        return self.finite_volumes
-
-    def _second_state(self, state) -> np.ndarray | None:
-        return state if np.shape(state) != (self.cells,) else None  # the finite volumes', their shadow included
-
+    # ------------------------------------------------------------------ where it starts (solvers.Chain)
     def _first_state(self, rho0, continued: bool) -> tuple[np.ndarray, bool]:
-        averages = check_density(rho0, (self.cells,), "rho0", evolved=True) if continued else self.initial_density(rho0)
-        return averages, True
+        # the cell averages (the spectral solver's continued state), which say whether the Fourier modes resolve it
+        if continued:
+            state = rho0.state if isinstance(rho0, ChainState) else rho0
+            if self.spectral is None:  # the finite volumes' own state, their shadow included
+                return state, True
+            return check_density(state, (self.cells,), "rho0", evolved=True), True
+        return self.initial_density(rho0), True
 
     def _starts_on_second(self, averages: np.ndarray, continued: bool) -> bool:
-        return not self._spectrally_smooth(averages)
+        return self.spectral is not None and not self._spectrally_smooth(averages)
 
-    def _annotate_first(self):
-        return self._finite_volume_fields
-
-    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
-        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
-
-        {dataset_parameters}
-
-        Returns
-        -------
-        numpy.ndarray
-            The last density while the spectral solver ran; the finite volumes' state (their
-            shadow included) once they have taken over.
-        """
-        if ds.spectral.values[-1]:
-            return ds.rho.values[-1]
-        return self.finite_volumes.continuation_state(ds)
-
-    def _finite_volume_dims(self) -> dict[str, tuple[str, ...]]:
-        """What the finite volumes record and the spectral solver does not, with its dimensions."""
-        dims = {"cluster_width": ("time",)}
+    def _placeholders(self) -> tuple[dict[str, tuple[str, ...]], dict[str, np.ndarray]]:
+        # both solvers' diagnostics in every dataset (NaN where the other ran): segments of one run concatenate
+        dims = {"spectral_tail": ("time",), "cluster_width": ("time",)}
         if self.finite_volumes.shadow is not None:
             dims["shadow_rho"] = ("time", "shadow_theta")
-        return dims
-
-    def _finite_volume_fields(self, outputs: int) -> tuple[dict, dict[str, np.ndarray]]:
-        """The spectral part's flag and what the finite volumes record, NaN, with its coordinates
-        (``solve_until``'s ``annotate``)."""
-        coordinates = self.finite_volumes._recorded_coordinates()
-        sizes = {"time": outputs, **{name: values.size for name, values in coordinates.items()}}
-        fields = {name: (dims, np.full([sizes[d] for d in dims], np.nan), DIAGNOSTIC_ATTRS.get(name, {}))
-                  for name, dims in self._finite_volume_dims().items()}
-        fields["spectral"] = ("time", np.ones(outputs, bool), {"long_name": SPECTRAL_FLAG})
-        return fields, coordinates
-
-    def _annotated(self, spectral: xr.Dataset | None, finite: xr.Dataset | None, handover: float,
-                   clipped: float) -> xr.Dataset:
-        parts = [(part, flag) for part, flag in ((spectral, True), (finite, False)) if part is not None]
-        if finite is None:  # the spectral part carries the finite volumes' fields already (one dataset built)
-            ds = spectral
-        else:
-            # both solvers' diagnostics in every dataset (NaN where the other ran): segments of one run concatenate
-            expected = {"spectral_tail": ("time",), **self._finite_volume_dims()}
-            ds = joined_runs(parts, "spectral", SPECTRAL_FLAG, expected=expected,
-                             coordinates=self.finite_volumes._recorded_coordinates())
-        settings = {"solver": self.name, "cells": self.cells, "rtol": self.rtol, "handover_time": handover,
-                    "handover_clipped": clipped, **joined_settings(parts)}
-        since = earliest_underresolution(parts)
-        ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
-        ds.attrs["underresolved_since"] = since
-        return ds
+        return dims, self.finite_volumes._recorded_coordinates()

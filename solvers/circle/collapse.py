@@ -16,28 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-import xarray as xr
-
-from meanfield.records import CIRCLE, PDE, record_attrs
-from meanfield.docstrings import fill_docstrings
+from meanfield.records import CIRCLE
 
 from .finite_volumes import CircleFV, StartsWithFiniteVolumes
 from .lagrangian import CircleLagrangian
-from ..grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings
-from ..handover import HandOver
+from ..chain import SolverPair
 
 
-@dataclass(frozen=True)
-class LabelPositions:
-    """The state a run continues from once the Lagrangian solver has taken over: the labels' positions."""
-
-    positions: np.ndarray
-
-
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
+class CircleFVLagrangian(StartsWithFiniteVolumes, SolverPair):
     r"""Finite volumes until their estimated error passes ``error_level``, then :class:`CircleLagrangian`.
 
     Parameters
@@ -81,6 +68,9 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
 
     name = "CircleFVLagrangian"
     geometry = CIRCLE
+    _pair = ("CircleFV", "CircleLagrangian")
+    _flag = ("lagrangian", 1)
+    _recorded = ("cells", "points", "rtol", "error_level")
 
     def __post_init__(self) -> None:
         if self.error_level is None:
@@ -92,44 +82,9 @@ class CircleFVLagrangian(StartsWithFiniteVolumes, HandOver):
                                                                 rtol=self.rtol,
                                                                 cluster_separation=self.cluster_separation,
                                                                 width=self.width))
+        self._chained(self.finite_volumes, self.lagrangian)
 
-    # ------------------------------------------------------------------ the hand-over (solvers.handover)
-    @property
-    def _first(self) -> CircleFV:
-        return self.finite_volumes
-
-    @property
-    def _second(self) -> CircleLagrangian:
-        return self.lagrangian
-
-    def _second_state(self, state) -> np.ndarray | None:
-        return state.positions if isinstance(state, LabelPositions) else None
-
-    def _first_state(self, rho0, continued: bool) -> tuple[np.ndarray, bool]:
-        return (rho0 if continued else self.initial_density(rho0)), True
-
-    def continuation_state(self, ds: xr.Dataset):
-        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
-
-        {dataset_parameters}
-
-        Returns
-        -------
-        numpy.ndarray or LabelPositions
-            The finite volumes' state before the hand-over; the labels' positions after.
-        """
-        if ds.lagrangian.values[-1]:
-            return LabelPositions(self.lagrangian.continuation_state(ds))
-        return self.finite_volumes.continuation_state(ds)
-
-    def _annotated(self, grid: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
-                   moved: float) -> xr.Dataset:
-        parts = [(part, flag) for part, flag in ((grid, False), (measure, True)) if part is not None]
-        expected = {"error_estimate": ("time",), "cluster_width": ("time",), "shadow_rho": ("time", "shadow_theta")}
-        ds = joined_runs(parts, "lagrangian", "whether CircleLagrangian computed this output (else CircleFV)",
-                         expected=expected, coordinates=self.finite_volumes._recorded_coordinates())
-        settings = {"solver": self.name, "cells": self.cells, "points": self.points, "rtol": self.rtol,
-                    "error_level": self.error_level, "handover_time": handover, **joined_settings(parts)}
-        ds.attrs = record_attrs(PDE, CIRCLE, self.model, settings)
-        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
-        return ds
+    def _placeholders(self) -> tuple[dict[str, tuple[str, ...]], dict]:
+        # the finite volumes' diagnostics in every dataset (NaN where the labels ran): segments concatenate
+        dims = {"error_estimate": ("time",), "cluster_width": ("time",), "shadow_rho": ("time", "shadow_theta")}
+        return dims, self.finite_volumes._recorded_coordinates()

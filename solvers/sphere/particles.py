@@ -39,13 +39,12 @@ from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention
 from meanfield.reduction import ClusterReduction, cluster_masses
-from meanfield.records import PDE, SPHERE, geometry_name, record_attrs
+from meanfield.records import SPHERE, geometry_name
 from meanfield.sphere import log_sphere_area, normalize
 from meanfield.docstrings import fill_docstrings
 
-from ..grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model,
-                          earliest_underresolution, joined_runs, joined_settings)
-from ..handover import HandOver
+from ..grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, check_measure_model
+from ..chain import SolverPair
 from .spectral import SphereSpectral, energy_is_scaled
 from .gegenbauer import cell_masses, gauss_rule, law_cells, sphere_product_rule
 from .grid import SphereGrid
@@ -510,9 +509,8 @@ class _AtomTransport(UnboundedTransport):
         return reduced, None
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class SphereSpectralParticles(HandOver):
+class SphereSpectralParticles(SolverPair):
     r""":class:`~solvers.SphereSpectral` while it resolves the density, then :class:`SphereWeightedParticles` (module docstring).
 
     Parameters
@@ -556,6 +554,9 @@ class SphereSpectralParticles(HandOver):
 
     name = "SphereSpectralParticles"
     geometry = SPHERE
+    _pair = ("SphereSpectral", "SphereWeightedParticles")
+    _flag = ("particles", 1)
+    _recorded = ("lmax", "rtol")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spectral", SphereSpectral(self.model, lmax=self.lmax, rtol=self.rtol,
@@ -572,40 +573,7 @@ class SphereSpectralParticles(HandOver):
                                                 dropped_mass=self.dropped_mass,
                                                 merge_distance=self.merge_distance, interaction=self.interaction)
         object.__setattr__(self, "particles", particles)
+        self._chained(self.spectral, particles)
 
-    # ------------------------------------------------------------------ the hand-over (solvers.handover)
-    @property
-    def _first(self) -> SphereSpectral:
-        return self.spectral
-
-    @property
-    def _second(self) -> SphereWeightedParticles | None:
-        return self.particles
-
-    def _second_state(self, state) -> np.ndarray | None:
-        return state if np.ndim(state) == 2 and np.shape(state)[1] == 4 else None  # atoms: (n, 4)
-
-    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
-        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
-
-        {dataset_parameters}
-
-        Returns
-        -------
-        numpy.ndarray
-            The last density on the grid while the harmonics ran; the atoms ``(n, 4)`` after.
-        """
-        if ds.particles.values[-1]:
-            return atoms_of(ds)
-        return ds.rho.values[-1]
-
-    def _annotated(self, harmonics: xr.Dataset | None, measure: xr.Dataset | None, handover: float,
-                   clipped: float) -> xr.Dataset:
-        parts = [(part, flag) for part, flag in ((harmonics, False), (measure, True)) if part is not None]
-        ds = joined_runs(parts, "particles", "whether SphereWeightedParticles computed this output "
-                         "(else SphereSpectral)", expected={"spectral_tail": ("time",)})
-        settings = {"solver": self.name, "lmax": self.lmax, "rtol": self.rtol, "handover_time": handover,
-                    "handover_clipped": clipped, **joined_settings(parts)}
-        ds.attrs = record_attrs(PDE, SPHERE, self.model, settings)
-        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
-        return ds
+    def _placeholders(self) -> tuple[dict[str, tuple[str, ...]], None]:
+        return {"spectral_tail": ("time",)}, None

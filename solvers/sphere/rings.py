@@ -38,11 +38,10 @@ from meanfield.docstrings import fill_docstrings, inherit_docstrings
 from meanfield.integration import explicit_adaptive_step, tableau_named
 from meanfield.integration.tableaux import ExplicitTableau
 from meanfield.models import SelfAttention, ZonalAggregation
-from meanfield.records import PDE, geometry_name, record_attrs
+from meanfield.records import geometry_name
 
-from ..grid_solver import (DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport, earliest_underresolution,
-                           joined_runs, joined_settings)
-from ..handover import HandOver
+from ..grid_solver import DATASET_PARAMETERS, Diagnosis, GridSolver, UnboundedTransport
+from ..chain import SolverPair
 from ..tolerance import ROUNDOFF
 from .gegenbauer import cell_masses, gauss_rule, law_cells, orthonormal_gegenbauer
 from .zonal import ZonalSphereSpectral, with_angle
@@ -394,9 +393,8 @@ class _RingTransport(UnboundedTransport):
         return self.solver.merged(new[np.argsort(new[:, 0], kind="stable")]), None
 
 
-@fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
 @dataclass(frozen=True, eq=False)
-class ZonalSpectralRings(HandOver):
+class ZonalSpectralRings(SolverPair):
     r""":class:`~solvers.ZonalSphereSpectral` while it resolves the density, then :class:`ZonalRings` (module docstring).
 
     Parameters
@@ -434,6 +432,9 @@ class ZonalSpectralRings(HandOver):
     measure: ZonalRings | None = field(init=False, repr=False)
 
     name = "ZonalSpectralRings"
+    _pair = ("ZonalSphereSpectral", "ZonalRings")
+    _flag = ("rings", 1)
+    _recorded = ("lmax", "d", "rtol")
 
     def __post_init__(self) -> None:
         spectral = ZonalSphereSpectral(self.model, d=self.d, lmax=self.lmax, rtol=self.rtol,
@@ -447,42 +448,16 @@ class ZonalSpectralRings(HandOver):
                                  cluster_separation=self.cluster_separation, min_cluster_mass=self.min_cluster_mass,
                                  merge_distance=self.merge_distance)
         object.__setattr__(self, "measure", measure)
+        self._chained(spectral, measure)
 
     @property
     def geometry(self) -> str:
+        """Where the density lives: the sphere of dimension ``d - 1``."""
         return geometry_name(self.d)
 
-    @property
-    def _first(self) -> ZonalSphereSpectral:
-        return self.spectral
-
-    @property
-    def _second(self) -> ZonalRings | None:
-        return self.measure
-
-    def _second_state(self, state) -> np.ndarray | None:
-        return state if np.ndim(state) == 2 and np.shape(state)[1] == 2 else None
-
-    def continuation_state(self, ds: xr.Dataset) -> np.ndarray:
-        """What :meth:`solve` takes with ``continued=True`` to go on from the end of ``ds``.
-
-        {dataset_parameters}
-
-        Returns
-        -------
-        numpy.ndarray
-            The last density at the nodes while the series ran; the rings ``(n, 2)`` after.
-        """
-        return rings_of(ds) if ds.rings.values[-1] else ds.rho.values[-1]
+    def _placeholders(self) -> tuple[dict[str, tuple[str, ...]], None]:
+        return {"spectral_tail": ("time",)}, None
 
     def _annotated(self, series: xr.Dataset | None, rings: xr.Dataset | None, handover: float,
                    clipped: float) -> xr.Dataset:
-        parts = [(part, flag) for part, flag in ((series, False), (rings, True)) if part is not None]
-        # the rings' fields where rings ran (a run the series covered has no ring to record)
-        ds = joined_runs(parts, "rings", "whether ZonalRings computed this output (else ZonalSphereSpectral)",
-                         expected={"spectral_tail": ("time",)})
-        settings = {"solver": self.name, "lmax": self.lmax, "d": self.d, "rtol": self.rtol,
-                    "handover_time": handover, "handover_clipped": clipped, **joined_settings(parts)}
-        ds.attrs = record_attrs(PDE, self.geometry, self.model, settings)
-        ds.attrs["underresolved_since"] = earliest_underresolution(parts)
-        return with_angle(ds, self.spectral.nodes)
+        return with_angle(super()._annotated(series, rings, handover, clipped), self.spectral.nodes)
