@@ -59,6 +59,16 @@ WORKLOADS = {
     "CircleLagrangian 1024 labels, smooth start, t=30": (
         "pde = solvers.CircleLagrangian(mf.SelfAttention(6.0), points=1024)",
         "pde.solve(lambda t: 1 + 0.3 * np.cos(3 * t), [0.0, 10.0, 30.0], progress=False)"),
+    "CircleFVLagrangian 256 cells, 1024 labels, SA beta=9, t=30 (hand-over)": (
+        "pde = solvers.CircleFVLagrangian(mf.SelfAttention(9.0), cells=256, points=1024)",
+        "pde.solve(lambda t: 1 + 0.1 * np.cos(2 * t) + 0.05 * np.sin(3 * t), [0.0, 5.0, 30.0], progress=False)"),
+    "CausalCircleSpectral 128 cells x 8 layers, t=1": (
+        "pde = solvers.CausalCircleSpectral(mf.CausalAttention(4.0, True, alibi=0.5), cells=128, layers=8)",
+        "pde.solve(lambda s, t: 1 + 0.3 * np.cos(t - s), [0.0, 0.5, 1.0], progress=False)"),
+    "FrequencyCircleFV 128 cells x 8 nodes, t=2": (
+        "pde = solvers.FrequencyCircleFV(mf.SelfAttention(3.0), frequencies=np.linspace(-0.5, 0.5, 8), "
+        "weights=np.full(8, 0.125), cells=128)",
+        "pde.solve(lambda w, t: 1 + 0.3 * np.cos(t), [0.0, 1.0, 2.0], progress=False)"),
     "SphereSpectral lmax=63, SA beta=4, t=2": (
         "pde = solvers.SphereSpectral(mf.SelfAttention(4.0), lmax=63, rtol=1e-8)",
         "pde.solve(lambda p: 1 + 0.3 * p[..., 2] * p[..., 0], np.linspace(0, 2, 3), progress=False)"),

@@ -37,33 +37,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from meanfield.causal import CausalAttention, positional_cell_weights
-from meanfield.checks import check_density, check_int
+from meanfield.checks import check_density
 from meanfield.docstrings import fill_docstrings
 
-from .circle.layered import LayeredCircleFV, LayeredCircleOperators, layer_values
+from .circle.layered import LayeredCircleFV
 from .circle.spectral import CircleSpectral
 from .grid_solver import Diagnosis
-from .reference import circle_operators
+from .layering import Layering
 from .sphere.spectral import SphereSpectral
 from .threads import single_threaded_blas
-
-
-def layer_positions(layers: int) -> np.ndarray:
-    """The layers' relative positions :math:`s_l = (l - 1/2)/L`, ``l = 1..L``."""
-    return (np.arange(layers) + 0.5) / layers
-
-
-def _require_causal(model, solver: str) -> None:
-    if not isinstance(model, CausalAttention):
-        raise TypeError(f"{solver} solves the layered equation of a CausalAttention model, got {model!r}")
-
-
-def causal_operators(model, cells: int, layers: int, interaction: str = "auto") -> LayeredCircleOperators:
-    """The operators of a causal model's layered equation on the circle (one group per slope and ``beta``)."""
-    return LayeredCircleOperators([(positional_cell_weights(alibi, layers),
-                                    circle_operators(mixed, cells, interaction, "CausalCircleFV"))
-                                   for alibi, mixed in model.mixed_groups], layers)
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,50 +67,46 @@ class CausalCircleFV(LayeredCircleFV):
     layers: int = 32
 
     def __post_init__(self) -> None:
-        _require_causal(self.model, "CausalCircleFV")
-        check_int(self.layers, "layers", minimum=1)
-        self._check_time_settings()
-        object.__setattr__(self, "operators", causal_operators(self.model, self.cells, self.layers, self.interaction))
+        self._layered(Layering.causal(self.model, self.layers, self.name))
 
     name = "CausalCircleFV"
-    label = "position"
 
     @property
     def positions(self) -> np.ndarray:
         """Relative positions ``s`` of the layers, shape ``(layers,)``."""
-        return layer_positions(self.layers)
-
-    labels = positions
+        return self.layering.labels
 
     def _recorded_settings(self) -> dict:
         return {**super()._recorded_settings(), "layers": self.layers}
 
 
 class _LayeredSpectral:
-    """What a layered spectral solver adds to its geometry's solver: the layers in ``s`` and their mixing.
+    """What a spectral solver of causal attention's layers adds to its geometry's: the family (its ``layering``).
 
-    Mixed in before the solver's dataclass, whose ``layers`` and ``weights`` fields it fills.
+    Mixed in before the solver's dataclass, whose ``layers`` and ``layering`` fields it fills.
+    A spectral solver moves a family of one group (one mixing ``weights``, one model).
     """
 
     def __post_init__(self) -> None:
-        _require_causal(self.model, self.name)
-        check_int(self.layers, "layers", minimum=1)
-        if len(self.model.mixed_groups) > 1:
-            raise ValueError(f"{self.name} moves every layer with one mixed model: the heads' beta "
-                             f"{np.asarray(self.model.beta).tolist()} or alibi {np.asarray(self.model.alibi).tolist()} "
-                             "differ (a mixture of slopes); use CausalCircleFV, which adds the groups' velocities")
+        layering = Layering.causal(self.model, self.layers, self.name)
+        layering.one_group(self.name, "CausalCircleFV")
+        object.__setattr__(self, "layering", layering)
         super().__post_init__()
-        object.__setattr__(self, "weights", positional_cell_weights(self.model.mixed_groups[0][0], self.layers))
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The mixing ``W`` of the layers, shape ``(layers, layers)``."""
+        return self.layering.groups[0][0]
 
     @property
     def _kernel_model(self):
         """The non-causal model whose velocity at a layer's mixed density is that layer's velocity."""
-        return self.model.mixed_model
+        return self.layering.groups[0][1]
 
     @property
     def positions(self) -> np.ndarray:
         """Relative positions ``s`` of the layers, shape ``(layers,)``."""
-        return layer_positions(self.layers)
+        return self.layering.labels
 
     def _recorded_settings(self) -> dict:
         return {**super()._recorded_settings(), "layers": self.layers}
@@ -164,7 +142,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     """
 
     layers: int = 32
-    weights: np.ndarray = field(init=False, repr=False)
+    layering: Layering = field(init=False, repr=False)
 
     name = "CausalCircleSpectral"
 
@@ -222,11 +200,11 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
         """
         if callable(rho0):
             theta = self._sample_angles
-            values = layer_values(rho0, self.positions, lambda f, s: f(s, theta), theta.shape, name)
+            values = self.layering.values(rho0, lambda f, s: f(s, theta), theta.shape, name)
             coefficients = np.fft.rfft(values)[:, : self.cells // 2] / theta.size
         else:
             coefficients = self.coefficients_of_averages(
-                layer_values(rho0, self.positions, None, (self.record_cells,), name))
+                self.layering.values(rho0, None, (self.record_cells,), name))
         coefficients[:, 0] = coefficients[:, 0].real
         return coefficients / (2 * np.pi * coefficients[:, :1].real)
 
@@ -238,12 +216,11 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
 
     def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray) -> Diagnosis:
         resolution = self._resolution(coefficients)
-        mass = 2 * np.pi * coefficients[:, 0].real
-        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), **resolution.values}
+        values = {**Layering.mass_values(2 * np.pi * coefficients[:, 0].real), **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
     def _grid_coordinates(self) -> dict[str, np.ndarray]:
-        return {"position": self.positions, "theta": self.theta}
+        return {**self.layering.coordinates(), "theta": self.theta}
 
 
 #: The Parameters section of the methods that read the layers' harmonics (``{layer_harmonics_parameters}``).
@@ -272,7 +249,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     """
 
     layers: int = 16
-    weights: np.ndarray = field(init=False, repr=False)
+    layering: Layering = field(init=False, repr=False)
 
     name = "CausalSphereSpectral"
 
@@ -342,7 +319,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
             If a layer's density is negative, not finite, of zero mass or of the wrong shape.
         """
         points = self.grid.points()
-        values = layer_values(rho0, self.positions, lambda f, s: f(s, points), self.grid.shape, name)
+        values = self.layering.values(rho0, lambda f, s: f(s, points), self.grid.shape, name)
         coefficients = np.stack([self.grid.analyse(layer) for layer in values])
         return coefficients / (np.sqrt(4 * np.pi) * coefficients[:, :1].real)
 
@@ -360,10 +337,9 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
 
     def _diagnose(self, coefficients: np.ndarray, rho: np.ndarray):
         resolution = self._resolution(coefficients, rho)  # over all layers: the largest tail and estimate
-        mass = np.sqrt(4 * np.pi) * coefficients[:, 0].real
-        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
+        values = {**Layering.mass_values(np.sqrt(4 * np.pi) * coefficients[:, 0].real), "min_density": rho.min(),
                   **resolution.values}
         return Diagnosis(values, resolution.resolved, resolution.reason)
 
     def _grid_coordinates(self) -> dict[str, np.ndarray]:
-        return {"position": self.positions, **super()._grid_coordinates()}
+        return {**self.layering.coordinates(), **super()._grid_coordinates()}

@@ -25,8 +25,8 @@ import numpy as np
 
 import meanfield as mf
 
-from ..reference import circle_operators
-from .layered import LayeredCircleOperators, WeightedFamilyFV
+from ..layering import Layering
+from .layered import WeightedFamilyFV
 
 
 @dataclass(frozen=True, eq=False)
@@ -49,7 +49,6 @@ class FrequencyCircleFV(WeightedFamilyFV):
     weights: np.ndarray = None
 
     name = "FrequencyCircleFV"
-    label = "frequency"
 
     def __post_init__(self) -> None:
         frequencies, weights = _law(self.frequencies, self.weights)
@@ -58,16 +57,9 @@ class FrequencyCircleFV(WeightedFamilyFV):
         if getattr(self.model, "frequencies", None) is not None:
             raise TypeError("model is the interaction alone: pass its frequency law as frequencies and weights "
                             "(a NaturalFrequencies model holds the frequencies of particular tokens)")
-        self._check_time_settings()
         mixing = weights[None, :]  # one marginal for every node: its velocity is computed once and broadcast
-        operators = circle_operators(self.model, self.cells, self.interaction, self.name)
-        object.__setattr__(self, "operators", LayeredCircleOperators([(mixing, operators)], frequencies.size,
-                                                                     drift=_node_drift(self.model, frequencies)))
-
-    @property
-    def labels(self) -> np.ndarray:
-        """The frequency nodes, shape ``(M,)``."""
-        return self.frequencies
+        self._layered(Layering("frequency", frequencies, ((mixing, self.model),),
+                               drift=_node_drift(self.model, frequencies)))
 
     def _recorded_settings(self) -> dict:
         return {**super()._recorded_settings(), "nodes": int(self.frequencies.size), "weights": self.weights.tolist()}

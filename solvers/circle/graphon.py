@@ -26,8 +26,8 @@ import numpy as np
 
 from meanfield.checks import check_int
 
-from ..reference import circle_operators
-from .layered import LayeredCircleOperators, WeightedFamilyFV
+from ..layering import Layering
+from .layered import WeightedFamilyFV
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,13 +51,12 @@ class GraphonCircleFV(WeightedFamilyFV):
     vertices: int = 32
 
     name = "GraphonCircleFV"
-    label = "vertex"
 
     def __post_init__(self) -> None:
         if not callable(self.graphon):
             raise TypeError(f"graphon must be a callable W(x, y) on [0, 1]^2, got {self.graphon!r}")
         count = check_int(self.vertices, "vertices", minimum=1)
-        x = (np.arange(count) + 0.5) / count
+        x = (np.arange(count) + 0.5) / count  # the vertex labels
         values = np.asarray(self.graphon(x[:, None], x[None, :]), dtype=float)
         if values.shape != (count, count) or not np.all(np.isfinite(values)) or np.any(values < 0):
             raise ValueError("graphon must map label arrays (x, y) to finite nonnegative values of their broadcast "
@@ -70,14 +69,7 @@ class GraphonCircleFV(WeightedFamilyFV):
             if np.any(degree <= 0):
                 raise ValueError("graphon: a label with no neighbours (W(x, .) = 0) has no softmax")
             mixing = mixing / degree
-        self._check_time_settings()
-        operators = circle_operators(self.model, self.cells, self.interaction, self.name)
-        object.__setattr__(self, "operators", LayeredCircleOperators([(mixing, operators)], count))
-
-    @property
-    def labels(self) -> np.ndarray:
-        """The vertex labels :math:`x_m = (m + \\frac12)/M`."""
-        return (np.arange(self.vertices) + 0.5) / self.vertices
+        self._layered(Layering("vertex", x, ((mixing, self.model),)))
 
     @property
     def weights(self) -> np.ndarray:

@@ -1,9 +1,11 @@
 r"""Families of densities on the circle moved together: one density per label, velocities of mixed densities.
 
-The layered equation of causal attention (a label per position, :mod:`solvers.causal`) and the
-family of natural frequencies (a label per frequency, :mod:`solvers.circle.frequencies`) share
-this structure: layer ``l`` moves with :math:`\sum_g v_g[(W_g\rho)_l] + \omega_l`, each group ``g``
-of the interaction at its mixed density, plus a constant angular drift of its own.
+The layered equation of causal attention (a label per position, :mod:`solvers.causal`), the
+family of natural frequencies (a label per frequency, :mod:`solvers.circle.frequencies`) and the
+graphon's (a label per vertex, :mod:`solvers.circle.graphon`) are each a
+:class:`~solvers.layering.Layering`: layer ``l`` moves with :math:`\sum_g v_g[(W_g\rho)_l] + \omega_l`,
+each group ``g`` of the interaction at its mixed density, plus a constant angular drift of its
+own. Their finite volumes are one solver, :class:`LayeredCircleFV`, given the family.
 """
 
 from __future__ import annotations
@@ -13,39 +15,33 @@ import numpy as np
 from meanfield.checks import check_density
 
 from ..grid_solver import Diagnosis
+from ..layering import Layering
+from ..reference import circle_operators
 from ..resolution import sharpest_cluster_width
 from .finite_volumes import CircleFV
-from .operators import GAUSS_4, CircleOperators
-
-
-def layer_values(rho0, labels: np.ndarray, evaluate, shape: tuple[int, ...], name: str) -> np.ndarray:
-    """Initial values per layer: ``rho0(label, points)`` (the labels broadcast as ``(L, 1, ...)``) or an array."""
-    layers = labels.size
-    if callable(rho0):
-        s = labels.reshape((layers,) + (1,) * len(shape))
-        values = np.broadcast_to(np.asarray(evaluate(rho0, s), dtype=float), (layers,) + shape)
-    else:
-        values = np.asarray(rho0, dtype=float)
-        if values.shape == shape:
-            values = np.broadcast_to(values, (layers,) + shape)
-    return check_density(values, (layers,) + shape, name)
+from .operators import GAUSS_4
 
 
 class LayeredCircleOperators:
-    """:class:`CircleOperators` of mixed models, applied to ``(layers, cells)`` arrays with mixed velocities.
+    """The circle's operators of a family's groups, applied to ``(layers, cells)`` arrays with mixed velocities.
 
-    One group per mixing: a layer moves with the sum over groups of the group's velocity at its
-    mixed density ``W_g rho`` (a ``W_g`` of one row: the same mixed density for every layer) (causal attention: one group per ALiBi slope and ``beta``,
-    :attr:`~meanfield.CausalAttention.mixed_groups`), plus a constant angular ``drift`` of its own
-    (natural frequencies).
+    A layer moves with the sum over the family's groups of the group's velocity at its mixed
+    density ``W_g rho`` (a ``W_g`` of one row: the same mixed density for every layer; causal
+    attention: one group per ALiBi slope and ``beta``,
+    :attr:`~meanfield.CausalAttention.mixed_groups`), plus the family's constant angular
+    ``drift`` of its own (natural frequencies). Each group's velocity is its model's circle
+    operators' (``solvers.reference.circle_operators``: fast path or reference, by ``interaction``).
     """
 
-    def __init__(self, groups: list, layers: int, drift: np.ndarray | None = None) -> None:
-        self.groups = groups
+    def __init__(self, layering: Layering, cells: int, interaction: str, solver: str) -> None:
+        self.layering = layering
+        self.groups = [(weights, circle_operators(model, cells, interaction, solver))
+                       for weights, model in layering.groups]
+        drift = layering.drift
         self.drift = None if drift is None else np.asarray(drift, dtype=float)[:, None]
         self.base = self.groups[0][1]  # the grid, fluxes and implicit step are every group's
         self.width, self.uniform, self.theta = self.base.width, self.base.uniform, self.base.theta
-        self.uniform_norm = self.base.uniform_norm * np.sqrt(layers)
+        self.uniform_norm = self.base.uniform_norm * np.sqrt(layering.count)
         self.flux_divergence = self.base.flux_divergence
 
     def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
@@ -92,19 +88,33 @@ class LayeredCircleOperators:
 class LayeredCircleFV(CircleFV):
     """:class:`CircleFV` for a family of densities on the circle, one per label, moved together.
 
-    A subclass builds ``operators`` (a :class:`LayeredCircleOperators`) and says what labels its
-    layers: ``label`` (the coordinate's name) and :attr:`labels`.
+    A subclass builds its family (a :class:`~solvers.layering.Layering`) and passes it to
+    :meth:`_layered`, which builds the operators; the labels and their coordinate are the family's.
     """
 
-    label = "layer"
+    def _layered(self, layering: Layering) -> None:
+        """Move the family ``layering`` (the operators of its groups, on this solver's cells)."""
+        self._check_time_settings()
+        object.__setattr__(self, "operators", LayeredCircleOperators(layering, self.cells, self.interaction, self.name))
+
+    @property
+    def layering(self) -> Layering:
+        """The family the solver moves."""
+        return self.operators.layering
+
+    @property
+    def label(self) -> str:
+        """The labels' coordinate name."""
+        return self.layering.label
 
     @property
     def labels(self) -> np.ndarray:
-        raise NotImplementedError
+        """The layers' labels, shape ``(layers,)``."""
+        return self.layering.labels
 
     @property
     def layer_count(self) -> int:
-        return self.labels.size
+        return self.layering.count
 
     def initial_density(self, rho0, *, name: str = "rho0") -> np.ndarray:
         """Cell averages per layer, shape ``(layers, cells)``, each of mass one.
@@ -136,7 +146,7 @@ class LayeredCircleFV(CircleFV):
             samples = np.asarray(f(s[..., None], left[:, None] + 0.5 * h * (nodes + 1)), dtype=float)
             return 0.5 * samples @ weights
 
-        values = layer_values(rho0, self.labels, cell_averages, (self.cells,), name)
+        values = self.layering.values(rho0, cell_averages, (self.cells,), name)
         return values / self.operators.layer_masses(values)[:, None]
 
     def _initial_state(self, rho0, continued: bool):
@@ -145,15 +155,14 @@ class LayeredCircleFV(CircleFV):
         return rho - self.operators.uniform
 
     def _diagnose(self, state, rho: np.ndarray):
-        mass = self.operators.layer_masses(rho)
         width = min(sharpest_cluster_width(layer) for layer in rho)
         resolved = bool(width >= self.min_cluster_cells and rho.min() >= 0)
-        values = {"mass": mass.min(), "mass_error": np.abs(mass - 1.0).max(), "min_density": rho.min(),
+        values = {**Layering.mass_values(self.operators.layer_masses(rho)), "min_density": rho.min(),
                   "cluster_width": width}
         return Diagnosis(values, resolved, f"the sharpest cluster spans {width:.3g} cells (< {self.min_cluster_cells:g})")
 
     def _grid_coordinates(self) -> dict[str, np.ndarray]:
-        return {self.label: self.labels, "theta": self.theta}
+        return {**self.layering.coordinates(), "theta": self.theta}
 
 
 class WeightedFamilyFV(LayeredCircleFV):
