@@ -2,27 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
 import meanfield as mf
 import solvers
-from solvers.circle.layered import LayeredCircleFV
+from solvers.circle.layered import FamilyCircleFV
 from solvers.layering import Layering
-
-
-@dataclass(frozen=True, eq=False)
-class GivenFamily(LayeredCircleFV):
-    """The circle's finite volumes of a family built outside the library (a test's own layering)."""
-
-    family: Layering | None = None
-
-    name = "GivenFamily"
-
-    def __post_init__(self) -> None:
-        self._layered(self.family)
 
 
 def test_a_family_of_uncoupled_layers_moves_each_as_the_solver_alone():
@@ -32,7 +18,7 @@ def test_a_family_of_uncoupled_layers_moves_each_as_the_solver_alone():
     model, cells, times = mf.SelfAttention(3.0), 64, [0.0, 1.0, 3.0]
     starts = [lambda t: 1 + 0.4 * np.cos(t), lambda t: 1 + 0.3 * np.sin(2 * t)]
     family = Layering("copy", np.array([0.0, 1.0]), ((np.eye(2), model),))
-    ds = GivenFamily(model, cells=cells, rtol=1e-7, error_level=None, family=family).solve(
+    ds = FamilyCircleFV(model, cells=cells, rtol=1e-7, error_level=None, family=family).solve(
         lambda label, t: np.where(label == 0.0, starts[0](t), starts[1](t)), times, progress=False)
     assert ds.rho.dims == ("time", "copy", "theta")
     for layer, start in enumerate(starts):
@@ -48,7 +34,7 @@ def test_a_family_of_one_mixed_density_moves_its_average_as_the_solver_alone():
     model, cells, times = mf.SelfAttention(3.0), 64, [0.0, 2.0]
     first, second = (lambda t: 1 + 0.4 * np.cos(t)), (lambda t: 1 + 0.3 * np.sin(2 * t))
     family = Layering("copy", np.array([0.0, 1.0]), ((np.full((1, 2), 0.5), model),))
-    ds = GivenFamily(model, cells=cells, rtol=1e-7, error_level=None, family=family).solve(
+    ds = FamilyCircleFV(model, cells=cells, rtol=1e-7, error_level=None, family=family).solve(
         lambda label, t: np.where(label == 0.0, first(t), second(t)), times, progress=False)
 
     def alone(start):
@@ -73,3 +59,5 @@ def test_a_layering_refuses_what_is_not_a_family_naming_it():
     np.testing.assert_allclose(causal.labels, [0.125, 0.375, 0.625, 0.875], rtol=0, atol=1e-15)
     with pytest.raises(ValueError, match="one mixed model: this family has 2 groups .* use CausalCircleFV"):
         causal.one_group("CausalCircleSpectral", "CausalCircleFV")
+    with pytest.raises(TypeError, match="family must be a solvers.layering.Layering, got None"):
+        FamilyCircleFV(model, cells=64)

@@ -10,6 +10,8 @@ own. Their finite volumes are one solver, :class:`LayeredCircleFV`, given the fa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from meanfield.checks import check_density
@@ -163,6 +165,42 @@ class LayeredCircleFV(CircleFV):
 
     def _grid_coordinates(self) -> dict[str, np.ndarray]:
         return {**self.layering.coordinates(), "theta": self.theta}
+
+
+@dataclass(frozen=True, eq=False)
+class FamilyCircleFV(LayeredCircleFV):
+    r"""The circle's finite volumes of any family of densities: a :class:`~solvers.layering.Layering` given.
+
+    The family written as data runs without a class of its own: its labels, one mixing
+    :math:`W_g` and model per group, a drift per label (``docs/guide/own_model.md``).
+
+    Parameters
+    ----------
+    model : object
+        The model whose diffusion the layers share (its interaction enters through the
+        family's groups, which may hold it).
+    family : Layering
+        The family.
+    cells, rtol, cfl, min_cluster_cells, error_level, tableau, implicit_substeps, interaction
+        As for :class:`~solvers.CircleFV` (the error is measured over all layers together).
+
+    Raises
+    ------
+    TypeError
+        If ``family`` is not a :class:`~solvers.layering.Layering`.
+    """
+
+    family: Layering | None = None
+
+    name = "FamilyCircleFV"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.family, Layering):
+            raise TypeError(f"family must be a solvers.layering.Layering, got {self.family!r}")
+        self._layered(self.family)
+
+    def _recorded_settings(self) -> dict:
+        return {**super()._recorded_settings(), "family": self.family.label, "layers": self.family.count}
 
 
 class WeightedFamilyFV(LayeredCircleFV):
