@@ -25,7 +25,13 @@ from meanfield.checks import check_density, check_int
 
 @dataclass(frozen=True, eq=False)
 class Layering:
-    r"""One density per label, layer ``l`` moved by :math:`\sum_g v_g[(W_g\rho)_l] + \omega_l` (module docstring).
+    r"""One density per label, layer ``l`` moved by :math:`\sum_g v_g[(W_g\rho)_l] + \omega_l`.
+
+    The family solves, for :math:`l = 1, \dots, L`,
+    :math:`\partial_t\rho_l + \mathrm{div}\big(\rho_l\,(\sum_g v_g[(W_g\rho)_l] + \omega_l)\big) = D\,\Delta\rho_l`,
+    with :math:`v_g[\mu]` the velocity that model ``g`` induces from the measure :math:`\mu`
+    (its ``velocity_field``). The layered solvers take it as it is
+    (:class:`~solvers.circle.layered.FamilyCircleFV` runs any family on the circle).
 
     Parameters
     ----------
