@@ -172,7 +172,7 @@ class FamilyCircleFV(LayeredCircleFV):
     r"""The circle's finite volumes of any family of densities: a :class:`~solvers.layering.Layering` given.
 
     The family written as data runs without a class of its own: its labels, one mixing
-    :math:`W_g` and model per group, a drift per label (``docs/guide/own_model.md``).
+    :math:`W_g` and model per group, a drift per label (guide: :doc:`/guide/own_model`).
 
     Parameters
     ----------
