@@ -36,8 +36,12 @@ from meanfield.records import PDE, dataset_settings, record_attrs
 from meanfield.docstrings import fill_docstrings
 
 from .grid_solver import DATASET_PARAMETERS, earliest_underresolution, joined_runs, joined_settings
-from .handover import STAGE, transition
+from .handover import transition
 from .resolution import UnresolvedStart, UpFrontChecks
+
+
+#: What the ``stage`` of a run of several solvers holds.
+STAGE = "the solver that computed this output"
 
 
 @dataclass(frozen=True)
@@ -154,8 +158,6 @@ class Chain(UpFrontChecks):
             start = first.resolved_start(rho0, name=name)
         except UnresolvedStart:
             return None
-        if self._rest is None:
-            return start
         return None if self._stop()(first._initial_state(rho0, False)) else start
 
     def _second_state(self, state) -> Any | None:
@@ -185,8 +187,9 @@ class Chain(UpFrontChecks):
         UnresolvedStart
             If the last solver does not resolve it either.
         """
-        start = self._first_start(rho0, name) if self._rest is not None else self.stages[0].resolved_start(
-            rho0, name=name)
+        if self._rest is None:  # one solver: its own rule, its refusal raised
+            return ChainState(0, self.stages[0].resolved_start(rho0, name=name))
+        start = self._first_start(rho0, name)
         if start is not None:
             return ChainState(0, start)
         later = self._rest.resolved_start(rho0, name=name)

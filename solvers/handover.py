@@ -140,6 +140,3 @@ def transition(first, second) -> Transition:
         pairs = ", ".join(f"{source} -> {target}" for source, target in TRANSITIONS)
         raise ValueError(f"no hand-over from {first.name} to {second.name}: the hand-overs are {pairs}") from None
 
-
-#: What the ``stage`` of a run of several solvers holds.
-STAGE = "the solver that computed this output"
