@@ -27,8 +27,16 @@ with the step always adapted:
     energy would rise beyond round-off is retried with half the step, so the free energy is
     checked at every step rather than guaranteed.
 
-Resolution: the run carries a shadow solution on ``cells/2`` cells, stepped with the same
-steps, and records an estimate of the max-norm error of each output,
+Resolution: the run carries a shadow solution on ``cells/2`` cells. Without diffusion it is
+the same scheme at half the resolution in space and in time: after every ``SHADOW_PERIOD``
+(two) accepted steps of the run, and at each output, the shadow takes one step of their total
+length (the steps one by one where that would pass the shadow's own CFL bound), so that it
+costs about a quarter of the run. Heun's error is second order in time as the scheme's is in
+space, so the difference of the two solutions carries the run's time-stepping error with the
+same factor as its spatial error. With diffusion the implicit steps are of order
+``implicit_substeps`` and set by accuracy, not stability: the shadow takes the run's steps.
+The shadow observes and never steers: the run's solution is bitwise that of a run without it.
+The run records an estimate of the max-norm error of each output,
 ``error_estimate`` :math:`= \max_j |R\rho_N - \rho_{N/2}|_j / 2` (``R`` averages pairs of cells).
 Richardson's factor for a second-order scheme would be :math:`1/3`; the calibrated
 :math:`1/2` keeps the estimate above the error where clusters lower the effective order.
@@ -42,9 +50,10 @@ the estimate exceeds ``error_level`` times ``max rho``.
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -53,6 +62,7 @@ from meanfield.docstrings import fill_docstrings
 from meanfield.records import CIRCLE
 
 from .operators import CircleOperators, gauss_cell_averages
+from .transport import CompiledHeunTransport, transport_of
 from meanfield.integration import (AdaptiveStep, ExplicitTableau, ExtrapolatedImplicitEuler,
                                    explicit_adaptive_step, tableau_named)
 
@@ -61,25 +71,8 @@ from ..reference import circle_operators
 from ..resolution import UnresolvedStart, sharpest_cluster_width
 from ..tolerance import error_tolerance
 
-#: Relative round-off slack of the Lyapunov check (sums of N terms in double precision).
-LYAPUNOV_SLACK = 1e-12
-
-#: Negative values down to this fraction of max(rho) are round-off (FFT, cancelling fluxes in
-#: a cell that empties), not a loss of positivity.
-ROUNDOFF_NEGATIVE = 64 * np.finfo(float).eps
-
-
-def _repair_roundoff(rho: np.ndarray, roundoff: float) -> np.ndarray | None:
-    """Zero the round-off negatives and restore the mass they carried; ``None`` if any is larger."""
-    low = rho.min()
-    if low >= 0:
-        return rho
-    if low < -roundoff:
-        return None
-    # Along the cells only: each layer of a layered density keeps its own mass.
-    total = rho.sum(axis=-1, keepdims=True)
-    repaired = np.maximum(rho, 0.0)
-    return repaired * (total / repaired.sum(axis=-1, keepdims=True))
+#: The error estimate's shadow takes one step per this many of the run's (module docstring).
+SHADOW_PERIOD = 2
 
 
 @fill_docstrings(dataset_parameters=DATASET_PARAMETERS)
@@ -197,14 +190,15 @@ class CircleFV(GridSolver):
         """Whether ``energy`` is :math:`e^{-\\beta} E` (where :math:`E` would overflow)."""
         return self.operators.energy_scaled
 
-    # The state is the deviation from the uniform density (followed by the shadow's, when there is one).
-    def _initial_state(self, rho0, continued: bool) -> np.ndarray:
+    # The state is the deviation from the uniform density (with the shadow's, when there is one: ShadowedState).
+    def _initial_state(self, rho0, continued: bool) -> np.ndarray | ShadowedState:
         if continued and self.shadow is not None and np.shape(rho0) == (self.cells + self.cells // 2,):
             # an earlier run's continuation_state: the shadow goes on with its own history
-            return check_density(rho0, np.shape(rho0), "rho0", evolved=True) - self.operators.uniform
+            joined = check_density(rho0, np.shape(rho0), "rho0", evolved=True) - self.operators.uniform
+            return ShadowedState(joined[:self.cells], joined[self.cells:])
         rho = check_density(rho0, (self.cells,), "rho0", evolved=True) if continued else self.initial_density(rho0)
         deviation = rho - self.operators.uniform
-        return deviation if self.shadow is None else np.concatenate([deviation, _restricted(deviation)])
+        return deviation if self.shadow is None else ShadowedState(deviation, _restricted(deviation))
 
     def continuation_state(self, ds) -> np.ndarray:
         """What ``solve(..., continued=True)`` takes to go on from the end of ``ds``, the shadow included.
@@ -224,10 +218,10 @@ class CircleFV(GridSolver):
             return last
         return np.concatenate([last, ds.shadow_rho.values[-1]])
 
-    def _recorded_fields(self, state: np.ndarray) -> dict:
+    def _recorded_fields(self, state: np.ndarray | ShadowedState) -> dict:
         if self.shadow is None:
             return {}
-        return {"shadow_rho": (("shadow_theta",), self.operators.uniform + state[self.cells:])}
+        return {"shadow_rho": (("shadow_theta",), self.operators.uniform + _shadowed(state, self.cells).shadow)}
 
     def _recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {} if self.shadow is None else {"shadow_theta": self.shadow.theta}
@@ -237,60 +231,67 @@ class CircleFV(GridSolver):
 
         Parameters
         ----------
-        deviation : numpy.ndarray
-            The state: the deviation from the uniform density (followed by the shadow's).
+        deviation : numpy.ndarray or ShadowedState
+            The state: the deviation from the uniform density (followed by the shadow's, or with it).
 
         Returns
         -------
         numpy.ndarray, shape (cells,)
             The density's cell averages.
         """
+        if isinstance(deviation, ShadowedState):
+            return self.operators.uniform + deviation.solution
         return self.operators.uniform + deviation[..., :self.cells]
 
-    def _stepper(self, deviation: np.ndarray, times: np.ndarray):
-        discretisation = _FiniteVolumes(self) if self.shadow is None else _RichardsonPair(self)
+    def _stepper(self, state: np.ndarray | ShadowedState, times: np.ndarray):
+        discretisation = transport_of(self)
         if self.model.diffusion > 0:
-            uniform = self.operators.uniform
-            floor = -uniform if self.shadow is None else discretisation.lower_bound(uniform)
             stepper = ExtrapolatedImplicitEuler(discretisation.linearly_implicit_step, self.implicit_substeps,
                                                 norm=discretisation.norm, tolerance=discretisation.tolerance,
-                                                lower_bound=floor)
+                                                lower_bound=-self.operators.uniform)
             attempt = AdaptiveStep(stepper, admit=discretisation.admit)
+        elif isinstance(discretisation, CompiledHeunTransport):  # the engine is the pair's stepper too
+            attempt = AdaptiveStep(discretisation, stable_step=discretisation.stable_step,
+                                   bound_after=self.tableau.first_same_as_last, admit=discretisation.admit)
         else:
             attempt = explicit_adaptive_step(discretisation, self.tableau)
-        first = self._initial_step(discretisation.stable_step(deviation), times)
-        return attempt, first, dict
+        if self.shadow is not None:
+            state, attempt = state.solution, _ShadowedStep(self, attempt, times)
+        return attempt, self._initial_step(discretisation.stable_step(state), times), dict
 
     def error_estimate(self, state: np.ndarray) -> float:
         """The Richardson estimate of the max-norm error of the density (module docstring).
 
         Parameters
         ----------
-        state : numpy.ndarray
-            The solver's state (the density's deviation and the shadow's).
+        state : numpy.ndarray or ShadowedState
+            The solver's state (the density's deviation followed by the shadow's, or with it).
 
         Returns
         -------
         float
             Half the largest difference between the density restricted to the shadow's grid and
-            the shadow; NaN without a shadow.
+            the shadow; NaN without a shadow, or while the shadow lags behind (between outputs).
         """
         if self.shadow is None:
             return np.nan
-        return float(np.abs(_restricted(state[:self.cells]) - state[self.cells:]).max() / 2.0)
+        state = _shadowed(state, self.cells)
+        if state.pending:
+            return np.nan
+        return float(np.abs(_restricted(state.solution) - state.shadow).max() / 2.0)
 
     def _beyond_error_level(self, state: np.ndarray) -> bool:
         """Whether the estimated error exceeds ``error_level`` times ``max rho``.
 
         Parameters
         ----------
-        state : numpy.ndarray
+        state : numpy.ndarray or ShadowedState
             The solver's state.
 
         Returns
         -------
         bool
-            Never true without a shadow.
+            Never true without a shadow, nor while the shadow lags behind the run.
         """
         return self.shadow is not None and self.error_estimate(state) > self.error_level * self.density(state).max()
 
@@ -379,128 +380,71 @@ class CircleFV(GridSolver):
         return error_tolerance(self.rtol, self.operators.deviation_norm(deviation), self.operators.uniform_norm)
 
 
+def _shadowed(state: np.ndarray | ShadowedState, cells: int) -> ShadowedState:
+    """The state with its shadow, from either form (a continuation state joins them)."""
+    return state if isinstance(state, ShadowedState) else ShadowedState(state[:cells], state[cells:])
+
+
 def _restricted(values: np.ndarray) -> np.ndarray:
     """Averages of pairs of cells: the values on the grid of half as many cells."""
     return values.reshape(values.shape[:-1] + (-1, 2)).mean(axis=-1)
 
 
-class _FiniteVolumes:
-    """The solver as a :class:`~meanfield.integration.protocols.Discretisation` of the transport.
+class ShadowedState(NamedTuple):
+    """A run's state with its shadow (``CircleFV`` with an error estimate): each a deviation from
+    the uniform density, and the steps of the run the shadow has yet to take (none at outputs)."""
 
-    Remembers the face velocities of the state it last saw (the CFL bound and the first stage
-    share them) and the Lyapunov functional of the state it last admitted.
+    solution: np.ndarray
+    shadow: np.ndarray
+    pending: tuple[float, ...] = ()
+
+
+class _ShadowedStep:
+    """``attempt(state, dt, t)`` of the run with its shadow, on :class:`ShadowedState`.
+
+    The run's own adaptive step decides everything (step, acceptance, admission), so its
+    solution is bitwise that of a run without the shadow. The shadow observes: after every
+    ``period`` accepted steps (``SHADOW_PERIOD`` for the explicit scheme, one for the implicit
+    one), or one that lands on an output, it takes one step of their total length
+    (``advance``), its round-off negatives repaired, whatever else it does (a negative value
+    once it has lost the clusters) showing in the estimate.
     """
 
-    def __init__(self, solver: CircleFV):
-        self.solver, self.operators = solver, solver.operators
-        self.decay = None
-        self._velocity: tuple[np.ndarray, np.ndarray] | None = None
-        self._functional: tuple[np.ndarray, float] | None = None
+    def __init__(self, solver: CircleFV, run: Callable, outputs: np.ndarray):
+        self.run, self.outputs = run, [float(t) for t in outputs]
+        self.coarse = coarse = transport_of(solver.shadow)
+        if solver.model.diffusion > 0:
+            implicit = ExtrapolatedImplicitEuler(coarse.linearly_implicit_step, solver.implicit_substeps,
+                                                 norm=coarse.norm, tolerance=coarse.tolerance)
+            self._step = lambda shadow, h: implicit.step(shadow, h)[0]
+            self.period, self.cfl_bound = 1, None
+        else:
+            self._step, self.period, self.cfl_bound = coarse.advance, SHADOW_PERIOD, coarse.stable_step
 
-    def linearly_implicit_step(self, deviation: np.ndarray, dt: float) -> np.ndarray:
-        return self.operators.linearly_implicit_step(deviation, dt)
-
-    def velocity(self, deviation: np.ndarray) -> np.ndarray:
-        if self._velocity is None or self._velocity[0] is not deviation:
-            self._velocity = (deviation, self.operators.face_velocity(deviation))
-        return self._velocity[1]
-
-    def rhs(self, deviation: np.ndarray) -> np.ndarray:
-        return -self.operators.flux_divergence(deviation, self.velocity(deviation))
-
-    def stable_step(self, deviation: np.ndarray) -> float:
-        """The CFL bound: the upwind reconstruction stays positive for ``dt max|v| <= cfl h``."""
-        speed = np.abs(self.velocity(deviation)).max()
-        return self.solver.cfl * self.operators.width / max(speed, 1e-300)
-
-    def norm(self, deviation: np.ndarray) -> float:
-        return self.operators.deviation_norm(deviation)
-
-    def tolerance(self, deviation: np.ndarray) -> float:
-        return self.solver._tolerance(deviation)
-
-    def functional(self, deviation: np.ndarray) -> float:
-        if self._functional is None or self._functional[0] is not deviation:
-            self._functional = (deviation, self.operators.lyapunov(self.operators.uniform + deviation))
-        return self._functional[1]
-
-    def repaired(self, old: np.ndarray, new: np.ndarray) -> np.ndarray | None:
-        """The deviation ``new`` with its round-off negatives zeroed and their mass restored (the round-off of
-        a step from ``old``); ``None`` where a negative is larger."""
-        ops = self.operators
-        repaired = _repair_roundoff(ops.uniform + new, ROUNDOFF_NEGATIVE * (ops.uniform + old.max()))
-        return None if repaired is None else repaired - ops.uniform
-
-    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
-        """Round-off negatives repaired; retried when the density is negative or the Lyapunov functional rises."""
-        repaired = self.repaired(old, new)
-        if repaired is None:
-            return None, "positivity"
-        before, new = self.functional(old), repaired
-        after = self.functional(new)
-        if np.isfinite(before) and after > before + LYAPUNOV_SLACK * (abs(before) + abs(after)):
-            return None, "lyapunov"
-        return new, None
-
-
-class _RichardsonPair:
-    """The solver and its shadow on half the cells as one discretisation of the concatenated states.
-
-    The shadow observes and never steers: step sizes, acceptance and the solution's own
-    admission come from the solver alone, so its solution is bitwise that of a run without
-    the shadow; the shadow takes the same steps, its round-off repaired, and whatever else
-    it does (a negative value once it has lost the clusters) shows in the estimate. The
-    halves of a state are cached so that each solver's own caches (face velocities,
-    Lyapunov functional) recognise the arrays they saw.
-    """
-
-    decay = None
-
-    def __init__(self, solver: CircleFV):
-        self.size = solver.cells
-        self.fine, self.coarse = _FiniteVolumes(solver), _FiniteVolumes(solver.shadow)
-        self._halves: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def halves(self, state: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        for whole, fine, coarse in self._halves:
-            if whole is state:
-                return fine, coarse
-        fine, coarse = state[:self.size], state[self.size:]
-        self._halves = [(state, fine, coarse)] + self._halves[:2]
-        return fine, coarse
-
-    def rhs(self, state: np.ndarray) -> np.ndarray:
-        fine, coarse = self.halves(state)
-        return np.concatenate([self.fine.rhs(fine), self.coarse.rhs(coarse)])
-
-    def linearly_implicit_step(self, state: np.ndarray, dt: float) -> np.ndarray:
-        fine, coarse = self.halves(state)
-        return np.concatenate([self.fine.linearly_implicit_step(fine, dt),
-                               self.coarse.linearly_implicit_step(coarse, dt)])
-
-    def lower_bound(self, uniform: float) -> np.ndarray:
-        """The implicit extrapolation's floor: the density's for the solver, none for the shadow."""
-        return np.concatenate([np.full(self.size, -uniform), np.full(self.size // 2, -np.inf)])
-
-    def stable_step(self, state: np.ndarray) -> float:
-        return self.fine.stable_step(self.halves(state)[0])
-
-    def norm(self, error: np.ndarray) -> float:
-        return self.fine.norm(error[:self.size])
-
-    def tolerance(self, state: np.ndarray) -> float:
-        return self.fine.tolerance(self.halves(state)[0])
-
-    def admit(self, old: np.ndarray, new: np.ndarray) -> tuple[np.ndarray | None, str | None]:
-        (old_fine, old_coarse), (new_fine, new_coarse) = self.halves(old), self.halves(new)
-        fine, reason = self.fine.admit(old_fine, new_fine)
+    def __call__(self, state: ShadowedState, dt: float, t: float):
+        new, proposal, reason = self.run(state.solution, dt, t)
         if reason is not None:
-            return None, reason
-        coarse = self.coarse.repaired(old_coarse, new_coarse)  # the shadow never steers: no Lyapunov check
-        coarse = new_coarse if coarse is None else coarse
-        admitted = np.concatenate([fine, coarse])
-        self._halves = [(admitted, fine, coarse)] + self._halves[:2]
-        return admitted, None
+            return None, proposal, reason
+        pending = state.pending + (dt,)
+        if len(pending) < self.period and not self._lands_on_output(t, dt):
+            return ShadowedState(new, state.shadow, pending), proposal, None
+        return ShadowedState(new, self.advance(state.shadow, pending)), proposal, None
+
+    def _lands_on_output(self, t: float, dt: float) -> bool:
+        """Whether the step ends on an output time (as the driver decides it: ``dt == output - t``)."""
+        following = bisect.bisect_right(self.outputs, t)
+        return following < len(self.outputs) and dt == self.outputs[following] - t
+
+    def advance(self, shadow: np.ndarray, steps: tuple[float, ...]) -> np.ndarray:
+        """The shadow after ``steps``: in one step of their sum, or one by one past its CFL bound."""
+        total = sum(steps)
+        if self.cfl_bound is None or total <= self.cfl_bound(shadow):
+            steps = (total,)
+        for h in steps:
+            new = self._step(shadow, h)
+            repaired = self.coarse.repaired(shadow, new)
+            shadow = new if repaired is None else repaired
+        return shadow
 
 
 class StartsWithFiniteVolumes:

@@ -163,45 +163,58 @@ def gauss_cell_averages(rho0, cells: int, name: str = "rho0") -> np.ndarray:
 
 @numba.njit(cache=True, error_model="numpy")
 def _upwind_flux_divergence(deviation: np.ndarray, velocity: np.ndarray, uniform: float, width: float) -> np.ndarray:
-    """:meth:`CircleOperators.flux_divergence` of rows ``(rows, cells)``, in one pass (the step's hot loop).
+    """:meth:`CircleOperators.flux_divergence` of rows ``(rows, cells)``, in one pass (the step's hot loop)."""
+    rows, n = deviation.shape
+    result = np.empty((rows, n))
+    flux = np.empty(n)
+    for r in range(rows):
+        row_flux_divergence(deviation[r], velocity[r], uniform, width, flux, result[r])
+    return result
+
+
+@numba.njit(cache=True, error_model="numpy")
+def row_flux_divergence(d: np.ndarray, v: np.ndarray, uniform: float, width: float, flux: np.ndarray,
+                        out: np.ndarray) -> None:
+    """The flux divergence of one density's deviation ``d`` at face velocities ``v`` into ``out`` (``flux``: scratch).
 
     Without fast-math and in the order of the documented whole-array form (face values
     ``rho +- clip(s, -rho, rho)``, clip as ``min(max(s, -rho), rho)``, the upwind choice
     ``v > 0``), so its values are that form's bit for bit (tests/test_circle_fv.py writes it).
     """
-    rows, n = deviation.shape
-    result = np.empty((rows, n))
-    flux = np.empty(n)
-    for r in range(rows):
-        d, v = deviation[r], velocity[r]
-        for j in range(n):
-            rho, after = uniform + d[j], (j + 1) % n
-            slope = 0.25 * (d[after] - d[j - 1])  # d[-1] wraps
-            slope = min(max(slope, -rho), rho)
-            if v[j] > 0:
-                flux[j] = v[j] * (rho + slope)
-            else:
-                rho_after = uniform + d[after]
-                slope_after = min(max(0.25 * (d[(j + 2) % n] - d[j]), -rho_after), rho_after)
-                flux[j] = v[j] * (rho_after - slope_after)
-        for j in range(n):
-            result[r, j] = (flux[j] - flux[j - 1]) / width
-    return result
+    n = d.size
+    for j in range(n):
+        rho, after = uniform + d[j], (j + 1) % n
+        slope = 0.25 * (d[after] - d[j - 1])  # d[-1] wraps
+        slope = min(max(slope, -rho), rho)
+        if v[j] > 0:
+            flux[j] = v[j] * (rho + slope)
+        else:
+            rho_after = uniform + d[after]
+            slope_after = min(max(0.25 * (d[(j + 2) % n] - d[j]), -rho_after), rho_after)
+            flux[j] = v[j] * (rho_after - slope_after)
+    for j in range(n):
+        out[j] = (flux[j] - flux[j - 1]) / width
 
 
 @numba.njit(cache=True, error_model="numpy")
 def _clipped_jumps(values: np.ndarray, factor: float, bound: float) -> np.ndarray:
-    """``clip(factor * (values[j + 1] - values[j]), -bound, bound)`` along periodic rows ``(rows, cells)``.
-
-    The array form's operations in its order (clip as ``min(max(x, -bound), bound)``, which
-    keeps a NaN), so the values are bitwise the same.
-    """
+    """``clip(factor * (values[j + 1] - values[j]), -bound, bound)`` along periodic rows ``(rows, cells)``."""
     rows, n = values.shape
     result = np.empty((rows, n))
     for r in range(rows):
         for j in range(n):
-            result[r, j] = min(max(factor * (values[r, (j + 1) % n] - values[r, j]), -bound), bound)
+            result[r, j] = clipped_jump(values[r], j, factor, bound)
     return result
+
+
+@numba.njit(cache=True, error_model="numpy")
+def clipped_jump(values: np.ndarray, j: int, factor: float, bound: float) -> float:
+    """``clip(factor * (values[j + 1] - values[j]), -bound, bound)`` on the periodic grid.
+
+    The array form's operations in its order (clip as ``min(max(x, -bound), bound)``, which
+    keeps a NaN), so the values are bitwise the same.
+    """
+    return min(max(factor * (values[(j + 1) % values.size] - values[j]), -bound), bound)
 
 
 def _next(a: np.ndarray) -> np.ndarray:
@@ -318,19 +331,35 @@ class CircleOperators:
         the second term by ``log1p``, so that the velocity of a tiny perturbation is not lost in
         the round-off of :math:`\log K*\rho`.
         """
+        potential = self.centre_potential(deviation)
         if self.linear:
-            phi = self.convolve(deviation, self.gradient_symbol)
-            return self._with_external(_next(phi) - phi)
-        c, beta = self._attention_scale
+            return self._with_external(_next(potential) - potential)
+        jumps = _clipped_jumps(potential.reshape(-1, self.cells), *self.jump_clip)
+        return self._with_external(jumps.reshape(potential.shape))
+
+    def centre_potential(self, deviation: np.ndarray) -> np.ndarray:
+        r"""What the jumps of :meth:`potential_jumps` are taken of: :math:`\Phi*\delta` for linear models,
+        :math:`\log(1 + K*\delta / K*\bar\rho)` for SA (:attr:`jump_clip` scales and clips its jumps)."""
+        if self.linear:
+            return self.convolve(deviation, self.gradient_symbol)
         ratio = self.convolve(deviation, self.gradient_symbol) / (self.potential_symbol[0] * self.uniform)
+        if ratio.min() >= _LOG1P_RANGE:  # the common case; a NaN takes the branch below and stays NaN
+            return np.log1p(ratio)
         log_relative = np.log1p(np.maximum(ratio, _LOG1P_RANGE))
         far = ratio < _LOG1P_RANGE
-        if far.any():
-            log_relative[far] = np.log(np.maximum(1.0 + ratio[far], np.finfo(float).tiny))
-        # |d/dth log K*rho| <= beta for the exact kernel, so |jump| <= |c| h: the bound removes the
-        # round-off noise of log(K*rho) where K*rho is below machine precision of its maximum.
-        jumps = _clipped_jumps(log_relative.reshape(-1, self.cells), c / beta, abs(c) * self.width)
-        return self._with_external(jumps.reshape(log_relative.shape))
+        log_relative[far] = np.log(np.maximum(1.0 + ratio[far], np.finfo(float).tiny))
+        return log_relative
+
+    @property
+    def jump_clip(self) -> tuple[float, float]:
+        r"""SA's ``(c / beta, |c| h)``: the jumps of :meth:`centre_potential` times the first, clipped to the second.
+
+        :math:`|\partial_\theta \log K*\rho| \le \beta` for the exact kernel, so a jump is at
+        most :math:`|c| h`: the bound removes the round-off noise of :math:`\log K*\rho` where
+        :math:`K*\rho` is below machine precision of its maximum.
+        """
+        c, beta = self._attention_scale
+        return c / beta, abs(c) * self.width
 
     def face_velocity(self, deviation: np.ndarray) -> np.ndarray:
         """Velocity at the faces ``j + 1/2`` (east face of cell ``j``)."""

@@ -41,7 +41,7 @@ from scipy.sparse.linalg import LinearOperator
 from meanfield.checks import check_int, check_real
 from meanfield.docstrings import fill_docstrings
 
-from ..circle.finite_volumes import ROUNDOFF_NEGATIVE
+from ..circle.transport import ROUNDOFF_NEGATIVE
 from ..circle.operators import CircleOperators, CyclicTridiagonal, _next, _previous
 from ..heads import head_matrices
 from ..reference import circle_operators, interaction_path
