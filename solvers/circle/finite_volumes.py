@@ -30,8 +30,8 @@ with the step always adapted:
 Resolution: the run carries a shadow solution on ``cells/2`` cells. Without diffusion it is
 the same scheme at half the resolution in space and in time: after every ``SHADOW_PERIOD``
 (two) accepted steps of the run, and at each output, the shadow takes one step of their total
-length (the steps one by one where that would pass the shadow's own CFL bound), so that it
-costs about a quarter of the run. Heun's error is second order in time as the scheme's is in
+length (the steps one by one where that would pass the shadow's own CFL bound): it adds a
+quarter to a third to the run's cost. Heun's error is second order in time as the scheme's is in
 space, so the difference of the two solutions carries the run's time-stepping error with the
 same factor as its spatial error. With diffusion the implicit steps are of order
 ``implicit_substeps`` and set by accuracy, not stability: the shadow takes the run's steps.
@@ -259,7 +259,7 @@ class CircleFV(GridSolver):
             state, attempt = state.solution, _ShadowedStep(self, attempt, times)
         return attempt, self._initial_step(discretisation.stable_step(state), times), dict
 
-    def error_estimate(self, state: np.ndarray) -> float:
+    def error_estimate(self, state: np.ndarray | ShadowedState) -> float:
         """The Richardson estimate of the max-norm error of the density (module docstring).
 
         Parameters
@@ -280,7 +280,7 @@ class CircleFV(GridSolver):
             return np.nan
         return float(np.abs(_restricted(state.solution) - state.shadow).max() / 2.0)
 
-    def _beyond_error_level(self, state: np.ndarray) -> bool:
+    def _beyond_error_level(self, state: np.ndarray | ShadowedState) -> bool:
         """Whether the estimated error exceeds ``error_level`` times ``max rho``.
 
         Parameters
