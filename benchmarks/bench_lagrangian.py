@@ -41,8 +41,10 @@ from validation import cluster_statistics
 
 #: The outputs of the collapse comparison: the clusters are compared at the last two.
 COLLAPSE_TIMES = np.array([0.0, 5.0, 10.0, 100.0, 1000.0])
-#: (cells, labels) of the collapse path tried at equal error, cheapest first.
-COLLAPSE_RESOLUTIONS = ((128, 1024), (256, 1024), (128, 4096), (256, 4096), (1024, 4096))
+#: (cells, labels) of the collapse path tried at equal error, cheapest first: a label carries mass 1/M as a token
+#: 1/n, so the labels that match n tokens' error may be fewer than n.
+COLLAPSE_RESOLUTIONS = ((128, 512), (128, 768), (128, 1024), (256, 1024), (128, 2048), (256, 2048), (128, 4096),
+                        (256, 4096), (1024, 4096))
 
 
 def start(theta):
