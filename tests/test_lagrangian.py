@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 
 import meanfield as mf
 from solvers import CircleFV
-from solvers.circle.lagrangian import CircleLagrangian, PointMasses
+from solvers.circle.lagrangian import TIED, TWO_PI, CircleLagrangian, PointMasses, tied_atoms
 from validation import Merge, merge_times
 
 
@@ -244,3 +244,34 @@ def test_merges_of_particles_and_of_the_limit_are_listed_alike():
     particles = mf.simulate_particles(model, tokens, times, method="dop853", rtol=1e-10)
     merges = merge_times(measure)
     assert merges and merges == merge_times(particles)
+
+
+def _tied_atoms_array_form(positions):
+    """The whole-array form of ``tied_atoms``: sorted angles, a new atom at each gap above TIED, the last one
+    joined to the first across the turn."""
+    angles = np.mod(positions, TWO_PI)
+    order = np.argsort(angles, kind="stable")
+    ordered = angles[order]
+    starts = np.concatenate([[True], np.diff(ordered) > TIED])
+    sorted_atom = np.cumsum(starts) - 1
+    if sorted_atom[-1] > 0 and ordered[0] + TWO_PI - ordered[-1] <= TIED:
+        sorted_atom[sorted_atom == sorted_atom[-1]] = 0
+    atom = np.empty_like(sorted_atom)
+    atom[order] = sorted_atom
+    counts = np.bincount(atom)
+    return atom, ordered[starts][: counts.size], counts
+
+
+def test_the_compiled_tied_atoms_are_the_array_form_bit_for_bit():
+    """Labels in a few tight groups (ties within TIED, gaps just above it), on both sides of the turn, negative
+    and beyond one turn, zeros of both signs: the same atoms, angles and counts, of the same types."""
+    rng = np.random.default_rng(4)
+    for _ in range(2000):
+        n = int(rng.integers(1, 60))
+        centres = rng.choice([0.0, -0.0, 1e-13, TWO_PI - 1e-13, TWO_PI, 1.0, 3.0, -0.5, 7.0],
+                             size=int(rng.integers(1, 5)))
+        positions = rng.choice(centres, n) + rng.choice([0.0, 1e-13, 3e-12, 0.1], n) * rng.random(n)
+        for ours, theirs in zip(tied_atoms(positions), _tied_atoms_array_form(positions)):
+            assert ours.dtype == theirs.dtype
+            np.testing.assert_array_equal(ours, theirs)
+            assert np.array_equal(np.signbit(ours), np.signbit(theirs))

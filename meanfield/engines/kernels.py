@@ -199,10 +199,12 @@ class WeightedVelocity:
     r"""The velocity of a weighted measure :math:`\sum_j m_j\delta_{x_j}` at its atoms, by the cheapest engine.
 
     The model's reference is its ``velocity_field(x, x, masses)`` (pair sums, :math:`n^2`
-    exponentials); for a zonal :class:`~meanfield.SelfAttention` on the circle or :math:`S^2`
-    the kernel's series (``meanfield.engines.series.SeriesAttention.weighted_velocity``,
-    ``O(n K)``) takes over where it costs less (``series_is_cheaper``), checked against the
-    reference by ``meanfield.engines.check_consistency``. Measures whose atom count changes
+    exponentials), taken through the model's ``weighted_velocity`` where it has one (the same
+    field at the atoms themselves, without the input checks); for a zonal
+    :class:`~meanfield.SelfAttention` on the circle or :math:`S^2` the kernel's series
+    (``meanfield.engines.series.SeriesAttention.weighted_velocity``, ``O(n K)``) takes over
+    where it costs less (``series_is_cheaper``), checked against the reference by
+    ``meanfield.engines.check_consistency``. Measures whose atom count changes
     (merged clusters) are decided call by call, by the costs per term of the series and of the
     reference's row-blocked sums (``SERIES_COST``, ``NUMPY_PAIR_COST``; conservative on
     :math:`S^2`, where the series costs less per term than on the circle).
@@ -218,6 +220,9 @@ class WeightedVelocity:
     def __init__(self, model, d: int) -> None:
         from .series import SERIES_DIMENSIONS, SeriesAttention, series_harmonics
         self.model = model
+        # The input checks cost more than the sums over a few atoms (FieldModel and the library's models skip them).
+        self.reference = (getattr(model, "weighted_velocity", None)
+                          or (lambda x, masses: model.velocity_field(x, x, masses)))
         self.series = None
         if (isinstance(model, SelfAttention) and model.is_zonal and d in SERIES_DIMENSIONS and model.external is None
                 and _numba_available()):
@@ -242,7 +247,7 @@ class WeightedVelocity:
         """The velocities at the atoms ``x`` ``(..., n, d)`` of masses ``masses`` ``(..., n)``, tangent at ``x/|x|``."""
         if self.engine(x.shape[-2]) == "series":
             return self.series.weighted_velocity(x, masses)
-        return self.model.velocity_field(x, x, masses)
+        return self.reference(x, masses)
 
 
 def _series_kernel(model, x):

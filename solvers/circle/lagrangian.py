@@ -45,6 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numba
 import numpy as np
 import xarray as xr
 from scipy.special import roots_legendre
@@ -648,18 +649,46 @@ def tied_atoms(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     """The distinct atoms of the labels: each label's atom, the atoms' angles in ``[0, 2 pi)`` and label counts.
 
     Labels within :data:`TIED` of one another on the circle (across the turn too) are one atom.
+    Atoms are numbered by angle (a stable sort, so ties keep the labels' order), the one that
+    wraps across the turn first.
     """
-    angles = np.mod(positions, TWO_PI)
-    order = np.argsort(angles, kind="stable")
+    angles = _turn_angles(positions)
+    return _tied_atoms(angles, np.argsort(angles, kind="stable"), TIED)
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _turn_angles(positions: np.ndarray) -> np.ndarray:
+    """``np.mod(positions, 2 pi)``, bit for bit (Python's float modulo is NumPy's), without its ``fmod`` where the
+    position is already inside the turn (most labels, most of the time)."""
+    angles = np.empty(positions.size)
+    for i in range(positions.size):
+        x = positions[i]
+        angles[i] = x if 0.0 < x < TWO_PI else x % TWO_PI  # zero goes through the modulo: -0.0 becomes 0.0
+    return angles
+
+
+@numba.njit(cache=True, error_model="numpy")
+def _tied_atoms(angles: np.ndarray, order: np.ndarray, tied: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`tied_atoms` of angles in ``[0, 2 pi)`` and their stable sort, in two passes (it runs at every stage;
+    NumPy sorts the labels' nearly sorted angles faster than a compiled merge sort)."""
+    n = angles.size
     ordered = angles[order]
-    starts = np.concatenate([[True], np.diff(ordered) > TIED])
-    sorted_atom = np.cumsum(starts) - 1
-    if sorted_atom[-1] > 0 and ordered[0] + TWO_PI - ordered[-1] <= TIED:  # the last atom wraps onto the first
-        sorted_atom[sorted_atom == sorted_atom[-1]] = 0
-    atom = np.empty_like(sorted_atom)
-    atom[order] = sorted_atom
-    counts = np.bincount(atom)
-    return atom, ordered[starts][: counts.size], counts
+    sorted_atom = np.zeros(n, dtype=np.int64)
+    for i in range(1, n):
+        sorted_atom[i] = sorted_atom[i - 1] + (ordered[i] - ordered[i - 1] > tied)
+    last = sorted_atom[n - 1]
+    wraps = last > 0 and ordered[0] + TWO_PI - ordered[n - 1] <= tied  # the last atom is the first one's
+    count = last if wraps else last + 1
+    atom = np.empty(n, dtype=np.int64)
+    counts = np.zeros(count, dtype=np.int64)
+    first_angles = np.empty(count)
+    for i in range(n):
+        number = 0 if wraps and sorted_atom[i] == last else sorted_atom[i]
+        atom[order[i]] = number
+        counts[number] += 1
+        if i == 0 or (sorted_atom[i] != sorted_atom[i - 1] and number == sorted_atom[i]):
+            first_angles[number] = ordered[i]
+    return atom, first_angles, counts
 
 
 def _angular(unit: np.ndarray, tangent: np.ndarray) -> np.ndarray:
