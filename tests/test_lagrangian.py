@@ -14,7 +14,7 @@ from scipy.optimize import brentq
 
 import meanfield as mf
 from solvers import CircleFV
-from solvers.circle.lagrangian import TIED, TWO_PI, CircleLagrangian, PointMasses, tied_atoms
+from solvers.circle.lagrangian import TIED, TWO_PI, CircleLagrangian, PointMasses, _turn_angles, tied_atoms
 from validation import Merge, merge_times
 
 
@@ -275,3 +275,10 @@ def test_the_compiled_tied_atoms_are_the_array_form_bit_for_bit():
             assert ours.dtype == theirs.dtype
             np.testing.assert_array_equal(ours, theirs)
             assert np.array_equal(np.signbit(ours), np.signbit(theirs))
+    # the angles of every label, across several turns and at the edges of the shortcuts
+    edges = [-0.0, 0.0, TWO_PI, -TWO_PI, 2 * TWO_PI, -2 * TWO_PI, np.nextafter(TWO_PI, 0), np.nextafter(2 * TWO_PI, 0),
+             np.nextafter(-TWO_PI, 0), 5e-324, -5e-324]
+    positions = np.concatenate([edges, (rng.random(100_000) - 0.5) * 8 * TWO_PI])
+    angles, expected = _turn_angles(positions), np.mod(positions, TWO_PI)
+    np.testing.assert_array_equal(angles, expected)
+    assert np.array_equal(np.signbit(angles), np.signbit(expected))

@@ -658,12 +658,24 @@ def tied_atoms(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 @numba.njit(cache=True, error_model="numpy")
 def _turn_angles(positions: np.ndarray) -> np.ndarray:
-    """``np.mod(positions, 2 pi)``, bit for bit (Python's float modulo is NumPy's), without its ``fmod`` where the
-    position is already inside the turn (most labels, most of the time)."""
+    """``np.mod(positions, 2 pi)`` bit for bit, without its ``fmod`` within a turn of ``[0, 2 pi)`` (every label).
+
+    NumPy's (and Python's) float modulo is ``fmod``, plus ``2 pi`` where that is negative, and
+    ``+0.0`` for a zero. Within ``(0, 2 pi)`` it is the position; on ``[2 pi, 4 pi)`` ``fmod`` is
+    the exact ``x - 2 pi``, which the subtraction gives exactly (Sterbenz); on ``(-2 pi, 0)``
+    ``fmod`` is ``x`` itself and the modulo adds ``2 pi`` as done here.
+    """
     angles = np.empty(positions.size)
     for i in range(positions.size):
         x = positions[i]
-        angles[i] = x if 0.0 < x < TWO_PI else x % TWO_PI  # zero goes through the modulo: -0.0 becomes 0.0
+        if 0.0 < x < TWO_PI:
+            angles[i] = x
+        elif TWO_PI <= x < 2.0 * TWO_PI:
+            angles[i] = x - TWO_PI
+        elif -TWO_PI < x < 0.0:
+            angles[i] = x + TWO_PI
+        else:  # zeros of either sign (to +0.0), and beyond
+            angles[i] = x % TWO_PI
     return angles
 
 
