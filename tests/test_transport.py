@@ -95,7 +95,11 @@ def test_the_engine_repairs_round_off_negatives_as_the_reference_does():
 
 def test_the_engine_is_the_operators_velocity_and_right_hand_side_bit_for_bit():
     """Random deviations of every scale, densities whose K*rho nearly vanishes (SA's log away from log1p),
-    a NaN, an external field, linear and SA models, both convolutions."""
+    a NaN, an external field, linear and SA models, both convolutions.
+
+    Both sides share the compiled per-face loops (``clipped_jump``, ``row_flux_divergence``), which
+    tests/test_circle_fv.py checks against their whole-array forms; this checks how the engine puts
+    them together (the external field, the division by h, the sign, the largest speed)."""
     rng = np.random.default_rng(3)
     models = [mf.SelfAttention(4.0), mf.SelfAttention(2.0, normalized=False), mf.SelfAttention(30.0),
               mf.SelfAttention(3.0, external=TILT), mf.SelfAttention(1.0, normalized=False, external=BLOCK)]

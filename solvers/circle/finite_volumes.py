@@ -30,8 +30,8 @@ with the step always adapted:
 Resolution: the run carries a shadow solution on ``cells/2`` cells. Without diffusion it is
 the same scheme at half the resolution in space and in time: after every ``SHADOW_PERIOD``
 (two) accepted steps of the run, and at each output, the shadow takes one step of their total
-length (the steps one by one where that would pass the shadow's own CFL bound): it adds a
-quarter to a third to the run's cost. Heun's error is second order in time as the scheme's is in
+length (the steps one by one where that would pass the shadow's own CFL bound): half the
+cells and half the steps. Heun's error is second order in time as the scheme's is in
 space, so the difference of the two solutions carries the run's time-stepping error with the
 same factor as its spatial error. With diffusion the implicit steps are of order
 ``implicit_substeps`` and set by accuracy, not stability: the shadow takes the run's steps.

@@ -12,8 +12,8 @@ convolution operators of one density without diffusion. It implements
 <solvers.circle.operators.CircleOperators.rhs>`) with the same floating-point operations in
 the same order, so its states, errors and step sizes are the reference's bit for bit
 (``tests/test_transport.py`` runs both). What it saves is calls: a step of the reference is
-some forty NumPy calls of a few microseconds each whatever the grid, which is most of a step
-below a few hundred cells. The engine forms the face velocities, the upwind fluxes, the
+dozens of NumPy calls, each a fixed cost whatever the grid, and on small grids they are most
+of the step (``docs/performance.md``). The engine forms the face velocities, the upwind fluxes, the
 stages and the positivity check in compiled passes (the loops of
 :mod:`solvers.circle.operators`), and leaves to NumPy what must be NumPy's arithmetic: the
 convolutions (FFT or circulant product), the logarithm of SA's potential, and the dot
