@@ -15,6 +15,7 @@ from scipy.special import ive
 import meanfield as mf
 from solvers import CircleFV
 from solvers.stationary.bifurcation import bifurcation_diagram
+import solvers.stationary.continuation as continuation
 from solvers.stationary.continuation import branch_from_uniform, stationary_state, uniform_bifurcations
 import solvers.stationary.circle as circle
 from solvers.stationary.circle import CircleStationary
@@ -255,6 +256,53 @@ def test_the_preconditioner_inverts_the_jacobian_up_to_its_shift():
     assert preconditioner.potential is not None and error < 1e-4 * np.abs(direction).max()
     preconditioner.potential = None
     assert np.abs(preconditioner.matvec(image) - direction).max() > 0.1 * np.abs(direction).max()
+
+
+def test_the_bordered_preconditioner_inverts_the_augmented_jacobian():
+    """At a state of the mode-1 branch, the continuation's system (residual and a pseudo-arclength constraint in
+    the state and the diffusion): the bordered preconditioner times its Jacobian (central differences of the
+    augmented residual, the parameter included) is the identity to 1e-4 on a direction that moves both; the
+    block-diagonal one (the state's preconditioner, identity on the parameter) is off by more than 0.1."""
+    problem = CircleStationary(mf.SelfAttention(4.0, diffusion=0.1), 128)
+    start = uniform_bifurcations(problem, (0.05, 0.4), [1])[0][1]
+    points = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=5, progress=False,
+                                 stability=False).points
+    current = np.append(points[-1].unknowns, points[-1].value)
+    tangent = current - np.append(points[-2].unknowns, points[-2].value)
+    metric = continuation._Metric(problem, 0.4)
+    gradient = metric.gradient(tangent)
+    constraint = continuation._Constraint(gradient, gradient @ current)
+
+    def augmented(z):
+        return np.append(problem.residual(z[:-1], z[-1]), constraint(z))
+    step = 1e-6
+    parameter_derivative = (augmented(current + step * np.eye(current.size)[-1])
+                            - augmented(current - step * np.eye(current.size)[-1]))[:-1] / (2 * step)
+    direction = np.append(problem.reduce(np.cos(2 * problem.theta) + 0.5 * np.cos(3 * problem.theta)), 0.3)
+    image = (augmented(current + step * direction) - augmented(current - step * direction)) / (2 * step)
+    bordered = continuation._Bordered(problem, current, constraint, parameter_derivative)
+    assert bordered.schur is not None
+    error = np.abs(bordered.matvec(image) - direction).max()
+    # what the state's preconditioner leaves out (test above), now on the state and the parameter
+    assert error < 1e-4 * np.abs(direction).max()
+    bordered.schur = None  # the block-diagonal preconditioner
+    assert np.abs(bordered.matvec(image) - direction).max() > 0.1 * np.abs(direction).max()
+
+
+def test_a_points_cost_counts_every_residual_it_took(monkeypatch):
+    """The right-hand sides recorded per point are the residuals the solve evaluated (the parameter derivative's
+    included; a start evaluated again by scipy is not evaluated, so not counted, twice)."""
+    problem = CircleStationary(mf.SelfAttention(4.0, diffusion=0.1), 128)
+    start = uniform_bifurcations(problem, (0.05, 0.4), [1])[0][1]
+    calls = []
+    residual = problem.residual
+    monkeypatch.setattr(problem, "residual", lambda *args: calls.append(1) or residual(*args))
+    branch = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=2, progress=False, stability=False)
+    assert sum(point.residual_evaluations for point in branch.points) == len(calls)
+    calls.clear()
+    guess = branch.points[-1].unknowns * 1.01
+    point = stationary_state(problem, guess, branch.points[-1].value, stability=False)
+    assert point.residual_evaluations == len(calls) > 2
 
 
 def test_the_stationary_command_can_leave_out_the_eigenvalues(tmp_path):

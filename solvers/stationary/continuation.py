@@ -47,8 +47,12 @@ from meanfield.progress import count_progress
 #: Largest Newton iteration count per continuation step; more means the step was too long.
 NEWTON_ITERATIONS = 12
 
-#: The relative residual each Krylov solve of a Newton step stops at.
-INNER_RTOL = 1e-6
+#: The relative residual each Krylov solve of a Newton step stops at (inexact Newton's forcing term).
+#: A Newton step then leaves at most this fraction of the residual besides its quadratic error, and
+#: from a continuation step's prediction reaches the tolerance in the same three or so steps as an
+#: exact solve; each further decade costs GMRES about one Krylov step per Newton step (its
+#: preconditioner, frozen at the prediction, leaves a fixed fraction of the residual per step).
+INNER_RTOL = 1e-4
 
 #: Largest Newton iteration count of a solve from a user's guess (line search from afar).
 GUESS_ITERATIONS = 60
@@ -130,20 +134,29 @@ class Branch:
 
 
 class _Counted:
-    """A residual that counts its evaluations (a Newton solve's cost, in right-hand sides)."""
+    """A residual that counts its evaluations (a Newton solve's cost, in right-hand sides).
+
+    The last evaluation is kept: scipy's Newton-Krylov evaluates its start again, which the
+    tolerance check and the preconditioner's parameter derivative have already done.
+    """
 
     def __init__(self, function):
         self.function, self.calls = function, 0
+        self.last: tuple[np.ndarray, np.ndarray] | None = None
 
     def __call__(self, z):
+        z = np.asarray(z, dtype=float)
+        if self.last is not None and np.array_equal(z, self.last[0]):
+            return self.last[1].copy()
         self.calls += 1
-        return self.function(z)
+        value = self.function(z)
+        self.last = (z.copy(), np.array(value, dtype=float))
+        return value
 
 
-def _newton(residual, start: np.ndarray, tolerance: float, preconditioner,
+def _newton(counted: _Counted, start: np.ndarray, tolerance: float, preconditioner,
             iterations: int = NEWTON_ITERATIONS) -> tuple[np.ndarray, int, int]:
     """``(solution, residual evaluations, iterations)``; raises :class:`scipy.optimize.NoConvergence`."""
-    counted = _Counted(residual)
     if np.abs(counted(start)).max() <= tolerance:
         return np.asarray(start, dtype=float), counted.calls, 0
     taken = [0]
@@ -194,7 +207,7 @@ def stationary_state(problem, guess: np.ndarray, value: float | None = None, *, 
     preconditioner = problem.preconditioner(value)
     preconditioner.update(guess)
     try:
-        unknowns, evaluations, _ = _newton(lambda y: problem.residual(y, value), guess,
+        unknowns, evaluations, _ = _newton(_Counted(lambda y: problem.residual(y, value)), guess,
                                            problem.residual_tolerance, preconditioner, GUESS_ITERATIONS)
     except NoConvergence as failure:
         raise RuntimeError(f"Newton-Krylov did not find a stationary state at {problem.parameter}={value:.6g} "
@@ -262,37 +275,80 @@ class _Metric:
         self.state_weight = 1.0 / (problem.size * problem.uniform**2)
         self.parameter_weight = 1.0 / scale**2
 
+    def gradient(self, a: np.ndarray) -> np.ndarray:
+        """The vector ``g`` with ``g @ b = dot(a, b)`` for every ``b``."""
+        weighted = self.state_weight * a
+        weighted[-1] = self.parameter_weight * a[-1]
+        return weighted
+
     def dot(self, a: np.ndarray, b: np.ndarray) -> float:
-        return float(self.state_weight * np.dot(a[:-1], b[:-1]) + self.parameter_weight * a[-1] * b[-1])
+        return float(self.gradient(a) @ b)
 
     def norm(self, a: np.ndarray) -> float:
         return math.sqrt(self.dot(a, a))
 
 
-class _Augmented(LinearOperator):
-    """The problem's preconditioner on the state, identity on the parameter.
+@dataclass(frozen=True)
+class _Constraint:
+    """The equation a continuation step adds to the residual, linear in the unknowns and the parameter:
+    ``gradient @ z = target`` (an amplitude, a parameter value, a distance along a tangent)."""
 
-    Built at the step's prediction and kept through its Newton solve: it has no ``update`` for
-    Newton-Krylov to refresh it with at each iterate. The prediction is near the solution, and a
-    preconditioner refreshed at a poor intermediate iterate lost more than it gained: the
-    benchmark's branches are cheaper and followed further kept (``bench_stationary.py``).
+    gradient: np.ndarray
+    target: float
+
+    def __call__(self, z: np.ndarray) -> float:
+        return float(self.gradient @ z) - self.target
+
+
+#: The parameter step of the difference that gives the residual's parameter derivative, relative to
+#: ``max(|value|, 1)`` (square root of the machine epsilon: the preconditioner needs no more).
+PARAMETER_DIFFERENCE = math.sqrt(np.finfo(float).eps)
+
+
+class _Bordered(LinearOperator):
+    r"""Approximate inverse of the augmented Jacobian :math:`\begin{pmatrix} J & f \\ c^T & d\end{pmatrix}`.
+
+    :math:`J` is the residual's Jacobian in the state, :math:`f` its derivative in the parameter
+    (one difference of residuals at the step's start) and :math:`(c, d)` the constraint's
+    gradient. With the problem's preconditioner :math:`M \approx J^{-1}`, block elimination
+    through the Schur complement :math:`s = d - c^T M f` gives
+    :math:`\mu = (r_p - c^T M r_x) / s`, :math:`x = M r_x - \mu\, M f`: one application of
+    :math:`M` per product, and GMRES sees the identity up to what :math:`M` leaves out, not
+    also the rank-two border. Built at the step's prediction and kept through its Newton solve:
+    it has no ``update`` for Newton-Krylov to refresh it with at each iterate. The prediction is
+    near the solution, and a preconditioner refreshed at a poor intermediate iterate lost more
+    than it gained (``bench_stationary.py``). Where the Schur complement vanishes (a border
+    :math:`M` cannot see) the parameter is left to GMRES: identity on it.
     """
 
-    def __init__(self, problem, start: np.ndarray):
+    def __init__(self, problem, start: np.ndarray, constraint: _Constraint, derivative: np.ndarray):
         super().__init__(float, (problem.size + 1, problem.size + 1))
         self.inner = problem.preconditioner(start[-1])
         self.inner.update(start[:-1], value=start[-1])
+        self.border, self.corner = constraint.gradient[:-1], constraint.gradient[-1]
+        self.response = self.inner.matvec(derivative)  # M f
+        schur = self.corner - self.border @ self.response
+        scale = abs(self.corner) + np.abs(self.border) @ np.abs(self.response)
+        self.schur = schur if np.isfinite(schur) and abs(schur) > 1e-12 * scale else None
 
     def _matvec(self, values):
         values = np.ravel(values)
-        return np.append(self.inner.matvec(values[:-1]), values[-1])
+        state = self.inner.matvec(values[:-1])
+        if self.schur is None:
+            return np.append(state, values[-1])
+        parameter = (values[-1] - self.border @ state) / self.schur
+        return np.append(state - parameter * self.response, parameter)
 
 
-def _solve_augmented(problem, start: np.ndarray, constraint) -> tuple[np.ndarray, int, int]:
+def _solve_augmented(problem, start: np.ndarray, constraint: _Constraint) -> tuple[np.ndarray, int, int]:
     def residual(z):
         problem.check_value(z[-1])
         return np.append(problem.residual(z[:-1], z[-1]), constraint(z))
-    return _newton(residual, start, problem.residual_tolerance, _Augmented(problem, start))
+    counted = _Counted(residual)
+    shifted = start.copy()
+    shifted[-1] += PARAMETER_DIFFERENCE * max(abs(start[-1]), 1.0)  # up: no parameter refuses a larger value
+    derivative = (counted(shifted)[:-1] - counted(start)[:-1]) / (shifted[-1] - start[-1])
+    return _newton(counted, start, problem.residual_tolerance, _Bordered(problem, start, constraint, derivative))
 
 
 def _accept(problem, z: np.ndarray, evaluations: int, stability: bool) -> Point:
@@ -300,6 +356,13 @@ def _accept(problem, z: np.ndarray, evaluations: int, stability: bool) -> Point:
     if stability:
         point.eigenvalues = _padded(problem.leading_eigenvalues(point.unknowns, point.value, EIGENVALUES)[0])
     return point
+
+
+def _unit_parameter(size: int) -> np.ndarray:
+    """The gradient of the constraint that fixes the parameter (the last of ``size`` entries)."""
+    unit = np.zeros(size)
+    unit[-1] = 1.0
+    return unit
 
 
 def _vector(point: Point) -> np.ndarray:
@@ -312,7 +375,7 @@ def _point_at_value(problem, current: np.ndarray, beyond: np.ndarray, value: flo
     weight = (value - current[-1]) / (beyond[-1] - current[-1])
     start = current + weight * (beyond - current)
     try:
-        z, evaluations, _ = _solve_augmented(problem, start, lambda z: z[-1] - value)
+        z, evaluations, _ = _solve_augmented(problem, start, _Constraint(_unit_parameter(start.size), value))
     except (NoConvergence, ValueError):
         return None
     return _accept(problem, z, evaluations, stability)
@@ -333,11 +396,12 @@ def _locate_fold(problem, metric, previous: np.ndarray, current: np.ndarray, aft
     # the hyperplanes meet the uniform branch too: a state much nearer to it is not on this branch
     nearest = 0.5 * min(problem.norm(z[:-1]) for z in (previous, current, after))
     solved: dict[float, tuple[np.ndarray, int]] = {}
+    gradient = metric.gradient(tangent)
 
     def turned(a: float) -> float:
         try:
             z, evaluations, _ = _solve_augmented(problem, current + a * tangent,
-                                                 lambda z: metric.dot(z - current, tangent) - a)
+                                                 _Constraint(gradient, gradient @ current + a))
         except (NoConvergence, ValueError):
             return np.inf
         if problem.norm(z[:-1]) < nearest:
@@ -380,14 +444,15 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
     """
     amplitude = problem.uniform * (0.02 if first_amplitude is None else first_amplitude)
     direction = problem.mode(mode)
+    # the amplitude is a linear functional of the unknowns: its gradient, over the uniform density
+    gradient = np.append([problem.amplitude(unit, mode) for unit in np.eye(problem.size)], 0.0) / problem.uniform
     branch = Branch([], mode, value)
     points = []
     for multiple in (1, 2):
         target = multiple * amplitude
         start = np.append(target * direction, value)
         try:
-            z, evaluations, _ = _solve_augmented(
-                problem, start, lambda z, a=target: (problem.amplitude(z[:-1], mode) - a) / problem.uniform)
+            z, evaluations, _ = _solve_augmented(problem, start, _Constraint(gradient, target / problem.uniform))
         except NoConvergence:
             branch.end = (f"the branch could not be entered: Newton-Krylov did not converge at amplitude "
                           f"{target:.3g} (another mode bifurcating at the same value?)")
@@ -441,8 +506,9 @@ def continue_branch(problem, branch: Branch, interval: tuple[float, float], *, m
             prediction = current + step * tangent
             refused = None
             try:
-                z, evaluations, iterations = _solve_augmented(
-                    problem, prediction, lambda z, p=prediction, t=tangent: metric.dot(z - p, t))
+                gradient = metric.gradient(tangent)
+                z, evaluations, iterations = _solve_augmented(problem, prediction,
+                                                              _Constraint(gradient, gradient @ prediction))
             except NoConvergence:
                 z = None
             except ValueError as error:  # an iterate strayed to a refused value: a shorter step may not
