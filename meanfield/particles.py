@@ -213,13 +213,13 @@ class _RecordedFrames:
         self.frames = np.empty(shape[:-2] + (count,) + shape[-2:])
         self.drift = np.empty(count)
         self.count = 0
+        from .engines.frames import copy_with_norm_range
+        self._copy = copy_with_norm_range
 
     def keep(self, x) -> np.ndarray:
         """Record the frame ``x`` (any namespace), and return the recorded host copy."""
-        host = to_numpy(x)
-        self.drift[self.count] = _largest_drift(squared_norms(host))
         frame = self.frames[..., self.count, :, :]
-        frame[...] = host
+        self.drift[self.count] = _drift_of_extremes(*self._copy(to_numpy(x), frame))
         self.count += 1
         return frame
 
@@ -457,12 +457,17 @@ def _norm_drift(x: np.ndarray) -> np.ndarray:
 
 
 def _largest_drift(squares: np.ndarray) -> float:
-    """Largest ``| |x_i| - 1 |`` of tokens with squared norms ``squares``.
+    """Largest ``| |x_i| - 1 |`` of tokens with squared norms ``squares``."""
+    return _drift_of_extremes(float(squares.min()), float(squares.max()))
+
+
+def _drift_of_extremes(smallest: float, largest: float) -> float:
+    """Largest ``| |x_i| - 1 |`` of tokens whose squared norms range from ``smallest`` to ``largest``.
 
     The square root is monotone, so the largest drift is that of the largest or the smallest
     squared norm: two square roots instead of one per token (the same numbers).
     """
-    return max(float(np.sqrt(squares.max())) - 1.0, 1.0 - float(np.sqrt(squares.min())))
+    return max(math.sqrt(largest) - 1.0, 1.0 - math.sqrt(smallest))
 
 
 def _project(frames: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import meanfield as mf
+from meanfield.engines.frames import copy_with_norm_range
 from validation import orthogonal_token_inner_product, wendel_probability
 
 
@@ -218,3 +219,32 @@ def test_one_layer_step_is_the_papers_residual_plus_layer_norm(normalized, rng):
     np.testing.assert_allclose(euler.x.values[-1], projected / np.linalg.norm(projected, axis=1, keepdims=True),
                                rtol=1e-14, atol=1e-15)
     assert np.abs(euler.x.values[-1] - expected).max() > 1e-3
+
+
+@pytest.mark.parametrize("d", [2, 3, 5])
+def test_a_frame_is_copied_with_its_squared_norms_extremes(d, rng):
+    """The compiled pass (d = 2, 3) and numpy's (d = 5) against the squares written out, into a strided target."""
+    x = rng.normal(size=(7, 33, d)) * rng.uniform(0.5, 2.0, size=(7, 33, 1))
+    frames = np.zeros((7, 4, 33, d))
+    smallest, largest = copy_with_norm_range(x, frames[:, 2])
+    squares = x[..., 0] ** 2
+    for component in range(1, d):
+        squares = squares + x[..., component] ** 2
+    assert (smallest, largest) == (squares.min(), squares.max())
+    np.testing.assert_array_equal(frames[:, 2], x)
+    assert not frames[:, [0, 1, 3]].any()
+    single = np.empty((33, d))
+    assert copy_with_norm_range(x[3], single) == (squares[3].min(), squares[3].max())
+    x[2, 5, 0] = np.nan
+    assert np.isnan(copy_with_norm_range(x, frames[:, 1])).all()
+
+
+@pytest.mark.parametrize("d", [2, 3])
+def test_the_recorded_norm_drift_is_the_frames_own(d):
+    """A fixed-step run's drift off the sphere, measured as each frame is kept, against the frames' norms after."""
+    x0 = mf.sample_uniform(16, d, 0, batch=3)
+    ds = mf.simulate_particles(mf.SelfAttention(2.0), x0, np.linspace(0.0, 1.0, 6), method="rk4", dt=0.05,
+                               progress=False)
+    after = np.abs(np.linalg.norm(ds.x.values, axis=-1) - 1.0).max(axis=(0, 2))
+    assert after.max() > 0  # RK4 leaves the sphere: the drift is not all zeros
+    np.testing.assert_array_equal(ds.norm_error.values, after)
