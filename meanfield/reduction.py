@@ -43,7 +43,7 @@ which it reaches ``width`` by :math:`\delta / (\mathrm{width}\cdot\mathrm{rate})
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NoReturn
 
 import numpy as np
@@ -265,6 +265,8 @@ class ClusterReduction:
     width: float
     tolerance: float
     energy_changes: bool = True
+    #: The velocity engines of the check, by dimension (built at the first reduction).
+    _velocities: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         check_real(self.width, "width", minimum=0.0)
@@ -324,10 +326,15 @@ class ClusterReduction:
         return atoms, labels, merges
 
     def _velocity_error(self, before: np.ndarray, after: np.ndarray) -> float:
-        """:math:`\\max_k |v[\\mu](y_k) - v[\\mu'](y_k)|` at the reduced atoms ``y_k``."""
+        """:math:`\\max_k |v[\\mu](y_k) - v[\\mu'](y_k)|` at the reduced atoms ``y_k``: the model's
+        ``velocity_field``, through the kernel's series where that costs less (each ``y_k`` lies within
+        ``width`` of the atoms it replaces: :meth:`WeightedVelocity.field_near_atoms`)."""
         at = after[:, :-1]
-        field_before = self.model.velocity_field(at, before[:, :-1], before[:, -1])
-        field_after = self.model.velocity_field(at, at, after[:, -1])
+        velocity = self._velocities.get(at.shape[-1])
+        if velocity is None:
+            velocity = self._velocities[at.shape[-1]] = WeightedVelocity(self.model, at.shape[-1])
+        field_before = velocity.field_near_atoms(at, before[:, :-1], before[:, -1])
+        field_after = velocity(at, after[:, -1])
         return float(np.max(np.linalg.norm(field_before - field_after, axis=1)))
 
 

@@ -8,7 +8,7 @@ from scipy.integrate import solve_ivp
 from scipy.spatial.distance import pdist
 
 import meanfield as mf
-from meanfield.reduction import group_diameter, linked_groups
+from meanfield.reduction import ClusterReduction, group_diameter, linked_groups
 from meanfield.sphere import normalize
 
 
@@ -347,3 +347,27 @@ def test_atoms_of_unequal_masses_take_the_series_and_move_as_the_reference_sums_
     assert json.loads(reference.attrs["settings"])["kernel"] == "reference"
     np.testing.assert_array_equal(fast.atoms.values, reference.atoms.values)
     np.testing.assert_allclose(fast.x.values, reference.x.values, rtol=0, atol=1e-9)
+
+
+def test_a_large_reductions_velocity_error_is_the_reference_fields(monkeypatch):
+    """2048 atoms of unequal masses on the circle in pairs 1e-3 apart, most pairs merged: the check of the
+    reduction (the field before it at the reduced atoms through the series, which pays at this size) against
+    the reference's velocity_field; the reference is not called."""
+    model = mf.SelfAttention(9.0)
+    rng = np.random.default_rng(4)
+    angles = np.repeat(rng.uniform(0.0, 2 * np.pi, 1024), 2) + np.tile([0.0, 1e-3], 1024)
+    x = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    masses = rng.dirichlet(np.full(2048, 2.0))
+    atoms = ClusterReduction(model, width=2e-3, tolerance=1.0, energy_changes=False)(
+        np.column_stack([x, masses]), np.column_stack([x, masses]))[0]
+    at = atoms[:, :-1]
+    expected = np.max(np.linalg.norm(model.velocity_field(at, x, masses)
+                                     - model.velocity_field(at, at, atoms[:, -1]), axis=1))
+
+    def refused(*_):
+        raise AssertionError("the reference was called where the series pays")
+    monkeypatch.setattr(mf.SelfAttention, "velocity_field", refused)
+    reduced, _, merges = ClusterReduction(model, width=2e-3, tolerance=1.0, energy_changes=False)(
+        np.column_stack([x, masses]), np.column_stack([x, masses]))
+    assert len(merges) > 400 and len(reduced) == 2048 - sum(merge.atoms - 1 for merge in merges) and expected > 1e-9
+    assert merges[0].velocity_error == pytest.approx(expected, rel=0, abs=1e-13)

@@ -173,17 +173,20 @@ def test_energy_through_the_series_equals_the_pair_sum(d, model):
     np.testing.assert_allclose(through_series, np.log(pairs / (2 * model.beta * 2000 ** 2)), rtol=0, atol=1e-12)
 
 
-def _weighted_field_by_definition(beta: float, normalized: bool, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
-    r"""The velocity of :math:`\sum_j m_j \delta_{x_j}` at the atoms, written from its definition (one system):
-    :math:`a_i = \sum_j m_j e^{\beta\langle x_i, x_j\rangle} x_j`, over :math:`\sum_j m_j e^{\beta\langle x_i,
-    x_j\rangle}` for SA, and its tangent part :math:`a_i - \langle a_i, x_i\rangle x_i`."""
-    logits = beta * (x @ x.T)
+def _weighted_field_by_definition(beta: float, normalized: bool, x: np.ndarray, masses: np.ndarray,
+                                  at: np.ndarray | None = None) -> np.ndarray:
+    r"""The velocity of :math:`\sum_j m_j \delta_{x_j}` at the atoms (or at the points ``at``), written from its
+    definition (one system): :math:`a_i = \sum_j m_j e^{\beta\langle y_i, x_j\rangle} x_j`, over
+    :math:`\sum_j m_j e^{\beta\langle y_i, x_j\rangle}` for SA, and its tangent part
+    :math:`a_i - \langle a_i, y_i\rangle y_i`, :math:`y = x` by default."""
+    y = x if at is None else at
+    logits = beta * (y @ x.T)
     shift = logits.max(axis=1, keepdims=True) if normalized else 0.0
     weights = masses[None, :] * np.exp(logits - shift)
     a = weights @ x
     if normalized:
         a /= weights.sum(axis=1, keepdims=True)
-    return a - np.sum(a * x, axis=1, keepdims=True) * x
+    return a - np.sum(a * y, axis=1, keepdims=True) * y
 
 
 @pytest.mark.parametrize("d", [2, 3])
@@ -202,6 +205,32 @@ def test_the_series_of_a_weighted_measure_equals_its_definition(d, normalized, b
     scale = (np.exp(beta) if not normalized else 1.0)  # the largest attention output: |a| <= 1 (SA), e^beta (USA)
     tolerance = 1e-12 * scale * np.maximum(1.0, 1.0 / (700 * masses))[:, None]
     error = np.abs(SeriesAttention(model, d).weighted_velocity(x, masses) - expected)
+    assert np.all(error <= tolerance), float((error / tolerance).max())
+
+
+@pytest.mark.parametrize("d, beta, atoms, points", [(2, 9.0, 700, 200), (2, 40.0, 700, 200), (3, 4.0, 3000, 1500)])
+@pytest.mark.parametrize("normalized", [True, False], ids=["SA", "USA"])
+def test_the_field_near_the_atoms_equals_its_definition(d, beta, atoms, points, normalized, monkeypatch):
+    """A cluster reduction's check: the field of atoms of unequal masses at points within about 1e-3 of some of them
+    (the reduced atoms), through the series with the points as atoms of no mass (sizes where it pays: the reference is
+    not called), against the sums written above; to the weighted test's tolerance with the mass of the atom near
+    each point in place of its own (it holds SA's denominator up as the self term does)."""
+    model = _model(beta, normalized)
+    rng = np.random.default_rng(int(beta) + d)
+    x = _tokens(d, atoms, seed=d, clustered=True)[0]
+    masses = rng.dirichlet(np.full(atoms, 2.0))
+    near = rng.choice(atoms, points, replace=False)
+    at = x[near] + 1e-3 * rng.normal(size=(points, d))
+    at /= np.linalg.norm(at, axis=1, keepdims=True)
+    expected = _weighted_field_by_definition(beta, normalized, x, masses, at)
+    velocity = WeightedVelocity(model, d)
+
+    def refused(*_):
+        raise AssertionError("the reference was called where the series pays")
+    monkeypatch.setattr(mf.SelfAttention, "velocity_field", refused)
+    error = np.abs(velocity.field_near_atoms(at, x, masses) - expected)
+    scale = np.exp(beta) if not normalized else 1.0
+    tolerance = 1e-12 * scale * np.maximum(1.0, 1.0 / (atoms * masses[near]))[:, None]
     assert np.all(error <= tolerance), float((error / tolerance).max())
 
 

@@ -249,6 +249,40 @@ class WeightedVelocity:
             return self.series.weighted_velocity(x, masses)
         return self.reference(x, masses)
 
+    def field_near_atoms(self, at: np.ndarray, x: np.ndarray, masses: np.ndarray) -> np.ndarray:
+        r"""The model's ``velocity_field(at, x, masses)`` at points that each lie near atoms of the measure.
+
+        What a cluster reduction checks: the field of the measure before it at the reduced
+        atoms, each within the reduction's width of the atoms it replaces. The series evaluates
+        it as the field at the atoms of :math:`\sum_j m_j\delta_{x_j} + \sum_k 0\,\delta_{y_k}`
+        (an atom of no mass moves nothing), ``O((n + k) K)`` against the reference's ``n k``
+        pairs, where that costs less. Its truncation error is relative to the kernel's largest
+        value times the mass, so SA's softmax denominator at :math:`y_k` must hold mass near
+        :math:`y_k` (as the self term holds it at an atom): far from all mass the quotient of
+        the series is not accurate, and the reference is the one to call.
+
+        Parameters
+        ----------
+        at : numpy.ndarray, shape (k, d)
+            The points :math:`y_k`, nonzero, each near atoms of ``x``.
+        x : numpy.ndarray, shape (n, d)
+            The atoms.
+        masses : numpy.ndarray, shape (n,)
+            Their masses, nonnegative.
+
+        Returns
+        -------
+        numpy.ndarray, shape (k, d)
+            The velocities, tangent at ``at / |at|``.
+        """
+        points, queries = x.shape[-2], at.shape[-2]
+        pays = self.series is not None and (points + queries) * self.harmonics * SERIES_COST < (
+            points * queries * NUMPY_PAIR_COST)
+        if not pays:
+            return self.model.velocity_field(at, x, masses)
+        weights = np.concatenate([masses, np.zeros(queries)])
+        return self.series.weighted_velocity(np.concatenate([x, at]), weights)[points:]
+
 
 def _series_kernel(model, x):
     from .series import SERIES_DIMENSIONS, SeriesAttention
