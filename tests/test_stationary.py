@@ -364,3 +364,18 @@ def test_the_dense_eigenvalues_are_arpacks(monkeypatch):
     arpack, _ = problem.leading_eigenvalues(state.unknowns, state.value, 4)
     np.testing.assert_allclose(dense, arpack, rtol=0, atol=1e-8)
     assert dense.real[0] < 0 < abs(dense.real[0]) * 1e6  # the rotation's zero eigenvalue is left out
+
+
+def test_the_entry_constraint_is_the_modes_amplitude():
+    """The branch is entered at the amplitudes asked for: the constraint's gradient (the amplitude's values on the
+    unit vectors) is the amplitude on any state, and the first two states carry 0.02 and 0.04 of the uniform density."""
+    problem = CircleStationary(mf.SelfAttention(4.0, diffusion=0.1), 64)
+    gradient = continuation._amplitude_gradient(problem, 2)
+    state = np.random.default_rng(7).normal(size=problem.size)
+    assert gradient[-1] == 0.0
+    np.testing.assert_allclose(gradient[:-1] @ state, problem.amplitude(state, 2) / problem.uniform, rtol=1e-13)
+    start = uniform_bifurcations(problem, (0.05, 0.4), [1])[0][1]
+    points = branch_from_uniform(problem, 1, start, (0.05, 0.4), max_points=2, progress=False, stability=False).points
+    amplitudes = [problem.amplitude(point.unknowns, 1) / problem.uniform for point in points]
+    # Newton stops once every entry of the residual, the constraint (amplitude / uniform - target) included, is below
+    np.testing.assert_allclose(amplitudes, [0.02, 0.04], rtol=0, atol=problem.residual_tolerance)

@@ -358,6 +358,17 @@ def _accept(problem, z: np.ndarray, evaluations: int, stability: bool) -> Point:
     return point
 
 
+def _amplitude_gradient(problem, mode: int) -> np.ndarray:
+    """The gradient of the mode's amplitude over the uniform density, a linear functional of the unknowns
+    (zero on the parameter): its values on the unit vectors, one at a time."""
+    gradient, unit = np.zeros(problem.size + 1), np.zeros(problem.size)
+    for index in range(problem.size):
+        unit[index] = 1.0
+        gradient[index] = problem.amplitude(unit, mode) / problem.uniform
+        unit[index] = 0.0
+    return gradient
+
+
 def _unit_parameter(size: int) -> np.ndarray:
     """The gradient of the constraint that fixes the parameter (the last of ``size`` entries)."""
     unit = np.zeros(size)
@@ -444,8 +455,7 @@ def branch_from_uniform(problem, mode: int, value: float, interval: tuple[float,
     """
     amplitude = problem.uniform * (0.02 if first_amplitude is None else first_amplitude)
     direction = problem.mode(mode)
-    # the amplitude is a linear functional of the unknowns: its gradient, over the uniform density
-    gradient = np.append([problem.amplitude(unit, mode) for unit in np.eye(problem.size)], 0.0) / problem.uniform
+    gradient = _amplitude_gradient(problem, mode)
     branch = Branch([], mode, value)
     points = []
     for multiple in (1, 2):
