@@ -1,4 +1,5 @@
-"""A particle run's frames, recorded as they come: one compiled pass per frame (numba, imported with the run)."""
+"""A particle run's frames, recorded as they come: the copy and the squared norms in one compiled pass (numba,
+imported with the run, not with the package)."""
 
 from __future__ import annotations
 
@@ -28,11 +29,13 @@ def copy_with_norm_range(source: np.ndarray, target: np.ndarray) -> tuple[float,
     tuple of float
         The smallest and the largest squared norm.
     """
-    if source.shape[-1] in (2, 3) and source.dtype == target.dtype == np.float64:
-        n, d = source.shape[-2:]
+    if source.shape[-1] in (2, 3) and target.ndim in (2, 3) and source.dtype == target.dtype == np.float64:
+        source = np.ascontiguousarray(source)
         squares = np.empty(source.shape[:-1])
-        _copy_with_squares(np.ascontiguousarray(source).reshape(-1, n, d), target.reshape(-1, n, d),
-                           squares.reshape(-1, n))
+        if target.ndim == 2:  # one system
+            _copy_with_squares(source[None], target[None], squares[None])
+        else:  # a batch: the frame is a strided view of the run's array, written in place
+            _copy_with_squares(source, target, squares)
     else:
         target[...] = source
         squares = squared_norms(source)
