@@ -235,6 +235,9 @@ def test_a_frame_is_copied_with_its_squared_norms_extremes(d, rng):
     assert not frames[:, [0, 1, 3]].any()
     single = np.empty((33, d))
     assert copy_with_norm_range(x[3], single) == (squares[3].min(), squares[3].max())
+    nested = np.zeros((7, 1, 4, 33, d))  # batches of batches: numpy's pass
+    assert copy_with_norm_range(x[:, None], nested[:, :, 3]) == (smallest, largest)
+    np.testing.assert_array_equal(nested[:, 0, 3], x)
     x[2, 5, 0] = np.nan
     assert np.isnan(copy_with_norm_range(x, frames[:, 1])).all()
 
