@@ -17,6 +17,7 @@ from test_growth_rates import CIRCLE_MODES, cases, circle_model
 
 import meanfield as mf
 from solvers import CircleFV, UnderResolvedWarning
+from solvers.circle import finite_volumes
 from solvers.resolution import fourier_tail_error
 
 #: The range of true errors (relative to max rho) in which the factor is claimed.
@@ -110,6 +111,33 @@ def test_the_shadow_observes_and_never_steers(diffusion):
     restarted = solver.solve(first.rho.values[-1], times[2:], continued=True, progress=False,
                              first_step=json.loads(first.attrs["settings"])["next_step"])
     assert restarted.error_estimate.values[-1] < whole.error_estimate.values[-1]  # only the error since the restart
+
+
+@pytest.mark.parametrize("diffusion", [0.0, 0.05])
+def test_a_shadow_that_loses_the_solution_says_the_error_is_unknown_and_the_run_goes_on(diffusion, monkeypatch):
+    """The shadow's values stop being finite at its fifth step (its step patched): the run's own solution goes on,
+    bitwise the one without the estimate; from the next output on the estimate is infinite and the shadow NaN, and
+    the run says it is under-resolved because the error is unknown (not that its state is not finite)."""
+    model = mf.SelfAttention(9.0, diffusion=diffusion)
+    rho0, times = CLUSTERING["SA-beta9"][1], np.linspace(0.0, 3.0, 4)
+    plain = CircleFV(model, cells=512, error_level=None).solve(rho0, times, progress=False)
+    built = finite_volumes._ShadowedStep.__init__
+
+    def failing_at_the_fifth_step(self, *arguments):
+        built(self, *arguments)
+        honest, taken = self._step, []
+
+        def step(shadow, h):
+            taken.append(h)
+            new = honest(shadow, h)
+            return new if len(taken) < 5 else np.full_like(new, np.nan)
+        self._step = step
+    monkeypatch.setattr(finite_volumes._ShadowedStep, "__init__", failing_at_the_fifth_step)
+    with pytest.warns(UnderResolvedWarning, match="lost the solution"):
+        ds = CircleFV(model, cells=512).solve(rho0, times, progress=False, underresolved="continue")
+    np.testing.assert_array_equal(ds.rho.values, plain.rho.values)
+    assert ds.error_estimate.values[0] == 0.0 and np.isinf(ds.error_estimate.values[1:]).all()
+    assert np.isnan(ds.shadow_rho.values[1:]).all() and not ds.resolved.values[1:].any()
 
 
 def test_the_missing_modes_of_an_exact_geometric_series():

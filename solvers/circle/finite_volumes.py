@@ -50,6 +50,7 @@ the estimate exceeds ``error_level`` times ``max rho``.
 
 from __future__ import annotations
 
+import math
 import bisect
 import time
 from dataclasses import dataclass, field, replace
@@ -221,7 +222,9 @@ class CircleFV(GridSolver):
     def _recorded_fields(self, state: np.ndarray | ShadowedState) -> dict:
         if self.shadow is None:
             return {}
-        return {"shadow_rho": (("shadow_theta",), self.operators.uniform + _shadowed(state, self.cells).shadow)}
+        shadow = _shadowed(state, self.cells).shadow
+        shadow = np.full(self.cells // 2, np.nan) if shadow is None else self.operators.uniform + shadow
+        return {"shadow_rho": (("shadow_theta",), shadow)}
 
     def _recorded_coordinates(self) -> dict[str, np.ndarray]:
         return {} if self.shadow is None else {"shadow_theta": self.shadow.theta}
@@ -271,11 +274,14 @@ class CircleFV(GridSolver):
         -------
         float
             Half the largest difference between the density restricted to the shadow's grid and
-            the shadow; NaN without a shadow, or while the shadow lags behind (between outputs).
+            the shadow; NaN without a shadow, or while the shadow lags behind (between outputs);
+            infinite once the shadow has lost the solution (the error is unknown).
         """
         if self.shadow is None:
             return np.nan
         state = _shadowed(state, self.cells)
+        if state.shadow is None:
+            return np.inf
         if state.pending:
             return np.nan
         return float(np.abs(_restricted(state.solution) - state.shadow).max() / 2.0)
@@ -358,6 +364,9 @@ class CircleFV(GridSolver):
         estimate = self.error_estimate(state)
         values = {"mass": ops.mass(rho), "energy": ops.energy(rho), "lyapunov": ops.lyapunov(rho),
                   "min_density": rho.min(), "cluster_width": width, "error_estimate": estimate}
+        if estimate == np.inf:
+            return Diagnosis(values, False, f"the error estimate's shadow grid ({self.cells // 2} cells) lost the "
+                                            "solution (its values are not finite): the error is unknown")
         if self._beyond_error_level(state):
             return Diagnosis(values, False, f"the estimated error {estimate:.3g} exceeds error_level x max rho = "
                                             f"{self.error_level:g} x {rho.max():.4g}")
@@ -392,10 +401,12 @@ def _restricted(values: np.ndarray) -> np.ndarray:
 
 class ShadowedState(NamedTuple):
     """A run's state with its shadow (``CircleFV`` with an error estimate): each a deviation from
-    the uniform density, and the steps of the run the shadow has yet to take (none at outputs)."""
+    the uniform density, and the steps of the run the shadow has yet to take (none at outputs).
+    ``shadow`` is ``None`` once it has lost the solution (values that are not finite): the error
+    is then unknown, and the run's own solution goes on."""
 
     solution: np.ndarray
-    shadow: np.ndarray
+    shadow: np.ndarray | None
     pending: tuple[float, ...] = ()
 
 
@@ -425,6 +436,8 @@ class _ShadowedStep:
         new, proposal, reason = self.run(state.solution, dt, t)
         if reason is not None:
             return None, proposal, reason
+        if state.shadow is None:
+            return ShadowedState(new, None), proposal, None
         pending = state.pending + (dt,)
         if len(pending) < self.period and not self._lands_on_output(t, dt):
             return ShadowedState(new, state.shadow, pending), proposal, None
@@ -435,13 +448,16 @@ class _ShadowedStep:
         following = bisect.bisect_right(self.outputs, t)
         return following < len(self.outputs) and dt == self.outputs[following] - t
 
-    def advance(self, shadow: np.ndarray, steps: tuple[float, ...]) -> np.ndarray:
-        """The shadow after ``steps``: in one step of their sum, or one by one past its CFL bound."""
+    def advance(self, shadow: np.ndarray, steps: tuple[float, ...]) -> np.ndarray | None:
+        """The shadow after ``steps``: in one step of their sum, or one by one past its CFL bound;
+        ``None`` once its values are not finite (it has lost the solution: the run's own goes on)."""
         total = sum(steps)
         if self.cfl_bound is None or total <= self.cfl_bound(shadow):
             steps = (total,)
         for h in steps:
             new = self._step(shadow, h)
+            if not math.isfinite(np.dot(new, new)):  # one BLAS call, into which NaN and infinities propagate
+                return None
             repaired = self.coarse.repaired(shadow, new)
             shadow = new if repaired is None else repaired
         return shadow
