@@ -318,9 +318,10 @@ class ClusterReduction:
             merges.append(ReducedGroup(diameter_before=before, diameter_after=diameters[tuple(members)],
                                        mass=float(totals[group]), atoms=len(members), velocity_error=velocity_error,
                                        moved=moved, energy_change=energy_change))
-        if velocity_error > self.tolerance:
-            raise ReductionRefused(f"a reduction would change the velocity by {velocity_error:.3g}, above tolerance="
-                                   f"{self.tolerance:.3g} (groups of mass up to "
+        if not velocity_error <= self.tolerance:  # a NaN error (a field that is not finite) is refused too
+            change = (f"change the velocity by {velocity_error:.3g}, above tolerance={self.tolerance:.3g}"
+                      if np.isfinite(velocity_error) else "leave a velocity field that is not finite")
+            raise ReductionRefused(f"a reduction would {change} (groups of mass up to "
                                    f"{max(merge.mass for merge in merges):.3g}, width={self.width:.3g}): give a "
                                    "smaller width", time=np.nan)
         return atoms, labels, merges

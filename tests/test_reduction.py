@@ -371,3 +371,12 @@ def test_a_large_reductions_velocity_error_is_the_reference_fields(monkeypatch):
         np.column_stack([x, masses]), np.column_stack([x, masses]))
     assert len(merges) > 400 and len(reduced) == 2048 - sum(merge.atoms - 1 for merge in merges) and expected > 1e-9
     assert merges[0].velocity_error == pytest.approx(expected, rel=0, abs=1e-13)
+
+
+def test_a_reduction_whose_velocity_check_is_not_finite_is_refused(monkeypatch):
+    """A NaN velocity error passes no tolerance: the reduction is refused, not taken."""
+    x = np.array([[1.0, 0.0], [np.cos(1e-4), np.sin(1e-4)], [0.0, 1.0]])
+    atoms = np.column_stack([x, np.full(3, 1 / 3)])
+    monkeypatch.setattr(ClusterReduction, "_velocity_error", lambda self, before, after: np.nan)
+    with pytest.raises(mf.ReductionRefused, match="not finite"):
+        ClusterReduction(mf.SelfAttention(4.0), width=1e-3, tolerance=1.0)(atoms, atoms)
