@@ -14,7 +14,7 @@ SA, beta = 9, D = 0, from 1 + 0.1 cos 4t + 0.05 sin(3t + 0.3):
   paths at several resolutions, ``CircleFVLagrangian`` and the chain that starts with Fourier
   (``solvers.solve(method="fourier", then=("finite_volumes", "mass_coordinates"))``); each particle
   run is timed against the cheapest path and resolution whose errors are at most its own
-  (``collapse_rows``: single runs shortlist the three fastest, the median of three runs each
+  (``collapse_rows``: single runs shortlist the three fastest, the best of three runs each
   chooses among them, then the two are timed side by side, the median ratio of three pairs).
 
 On S^2, SA beta = 4 from 1 + 0.2 x + 0.8 yz + 0.3 z^2 (two clusters):
@@ -35,7 +35,7 @@ import numpy as np
 
 import meanfield as mf
 import solvers
-from common import compare
+from common import best_time, compare
 from solvers import (CircleFV, CircleFVLagrangian, CircleLagrangian, SphereSpectral, SphereSpectralParticles,
                      SphereWeightedParticles, UnderResolvedWarning)
 from validation import cluster_statistics
@@ -114,15 +114,6 @@ def _timed(function) -> tuple[float, object]:
     return time.perf_counter() - clock, result
 
 
-def _median_wall(function, runs: int = 3) -> float:
-    walls = []
-    for _ in range(runs):
-        clock = time.perf_counter()
-        function()
-        walls.append(time.perf_counter() - clock)
-    return float(np.median(walls))
-
-
 def collapse_rows() -> list[tuple[str, float, float, float]]:
     """The collapse path against the particles that give the same clusters, at equal error (module docstring)."""
     model = mf.SelfAttention(9.0)
@@ -160,10 +151,10 @@ def collapse_rows() -> list[tuple[str, float, float, float]]:
                          f"position {errors[1]:.1e}): no resolution tried is as accurate", float("nan"),
                          walls[fastest], float("nan")))
             continue
-        # the single runs that found the errors only shortlist: the three fastest are timed again, three runs each
+        # the single runs that found the errors only shortlist: the three fastest are timed again, best of three
         shortlist = sorted(matching, key=lambda path: path[3])[:3]
-        name, cells, points, _, own = min(shortlist, key=lambda path: _median_wall(
-            lambda: COLLAPSE_PATHS[path[0]](model, path[1], path[2])))
+        name, cells, points, _, own = min(shortlist, key=lambda path: best_time(
+            lambda: COLLAPSE_PATHS[path[0]](model, path[1], path[2]), 3))
         particles = {"simulate_particles": mf.simulate_particles, "simulate_clusters": mf.simulate_clusters}[fastest]
         # the pair timed side by side (the runs above only choose): the median ratio of three pairs
         ours, base, ratio = compare(lambda: COLLAPSE_PATHS[name](model, cells, points),
