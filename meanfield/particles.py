@@ -116,8 +116,8 @@ def simulate_particles(model, x0: np.ndarray, times, *, method: str | None = Non
         adaptive methods are the embedded pairs of ``meanfield.integration`` (``"dop853"``,
         ``"dormand_prince"``, ``"dormand_prince_853"``, ``"bogacki_shampine"``, ``"merson"``,
         or an ``meanfield.integration.ExplicitTableau``) on the solvers' controller and
-        driver: output times are interpolated where the pair has a dense output (DOP853),
-        hit exactly by the steps otherwise.
+        driver: output times are interpolated where the pair has a dense output (DOP853 and
+        Dormand-Prince 5(4) and 8(5,3)), hit exactly by the steps otherwise.
     rtol, atol : float
         Tolerances of the adaptive methods: each step's local error in every coordinate is
         below ``atol + rtol |x_k|`` (RMS over coordinates; ``atol`` defaults to ``rtol / 100``).

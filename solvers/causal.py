@@ -134,7 +134,7 @@ class CausalCircleSpectral(_LayeredSpectral, CircleSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    cells, rtol, tail_threshold, interaction, tableau, record_cells, error_level
+    cells, rtol, tail_threshold, interaction, tableau, outputs, record_cells, error_level
         As for :class:`~solvers.CircleSpectral` (the error is measured over all layers
         together; the spectral tail and the error estimate are the largest over layers).
     layers : int
@@ -241,7 +241,7 @@ class CausalSphereSpectral(_LayeredSpectral, SphereSpectral):
     ----------
     model : CausalAttention
         Causal SA or USA, any ALiBi slope, prefactor and diffusion.
-    lmax, rtol, tail_threshold, tableau, interaction, error_level, threads
+    lmax, rtol, tail_threshold, tableau, outputs, interaction, error_level, threads
         As for :class:`SphereSpectral` (the steps' error is measured over all layers together;
         the spectral tail and the error estimate are the largest over layers).
     layers : int

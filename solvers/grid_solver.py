@@ -129,7 +129,9 @@ class GridSolver(UpFrontChecks):
     ``_stepper(state, times)``
         ``(attempt, first_step, extra_settings)``: one adaptive step
         ``attempt(state, dt, t) -> (new_state, proposed_dt, rejection_reason)``, the first step,
-        and a callable returning per-run counters for the settings;
+        and a callable returning per-run counters for the settings; an attempt with a
+        ``dense_output`` (:class:`~meanfield.integration.controller.AdaptiveStep`) steps past
+        the output times and interpolates them;
     ``density(state)``
         the density on the grid (what observers and the record receive);
     ``_diagnose(state, rho)``
@@ -260,7 +262,7 @@ class GridSolver(UpFrontChecks):
                 state, times, attempt, first_step=first_step or first, record=record.record,
                 collapse=record.collapse, observer=watch, progress=progress, name=self.name,
                 max_steps=self.default_max_steps if max_steps is None else max_steps, counts=record.counts,
-                pace=pace, stop=until)
+                pace=pace, stop=until, interpolate=getattr(attempt, "dense_output", None))
         return Interrupted(record.dataset(annotate), float(reached), self.density(state), record.counts.next_step)
 
     def _threads(self) -> AbstractContextManager:

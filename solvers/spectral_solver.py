@@ -20,12 +20,12 @@ import numpy as np
 
 from meanfield.checks import check_real, check_rtol
 from meanfield.docstrings import fill_docstrings, parameters
-from meanfield.integration import ExplicitTableau
+from meanfield.integration import ExplicitTableau, explicit_adaptive_step
 from meanfield.records import CIRCLE
 
 from .grid_solver import CostEstimate, GridSolver, attention_speed_bound
 from .resolution import UnresolvedStart
-from .spectral_transport import transport_tableau
+from .spectral_transport import SpectralTransport, transport_tableau
 from .tolerance import error_tolerance
 
 #: The Parameters section of a member that reads a spectral solver's state (``{spectral_state_parameters}``).
@@ -37,6 +37,19 @@ coefficients : numpy.ndarray
     spherical-harmonic coefficients in the grid's (shtns) layout. A layered (causal) solver's
     state holds one series per layer along a leading axis.
 """)
+
+#: The entry of the ``outputs`` setting in a spectral solver's Parameters (``{outputs_parameter}``).
+OUTPUTS_PARAMETER = r"""
+outputs : {"stepped", "interpolated"}
+    How the state at an output time is obtained. ``"stepped"`` (the default): a step ends
+    there, so a run continued from any output (or run in checkpointed segments) takes the
+    steps of the run in one call, but each output interval takes at least one step.
+    ``"interpolated"``: the steps pass the output times and the pair's continuous extension
+    gives the state there (order 4 for Dormand-Prince 5(4), 7 for 8(5,3)), so outputs more
+    frequent than the steps cost no right-hand sides (a film, a fine time series); the last
+    output is still stepped to. It needs a pair with an extension and no diffusion (the
+    integrating-factor form has none).
+"""
 
 #: The Parameters section of a stable step (``{speed_parameters}``).
 SPEED_PARAMETERS = parameters(r"""
@@ -63,6 +76,7 @@ class SpectralSolver(GridSolver):
     interaction: str = "auto"
     tableau: str | ExplicitTableau = "dormand_prince"
     error_level: float | None = 1e-3
+    outputs: str = "stepped"
 
     def _check_settings(self) -> None:
         """Check the shared settings, and replace ``tableau`` by the pair it names."""
@@ -71,6 +85,7 @@ class SpectralSolver(GridSolver):
         if self.error_level is not None:
             check_real(self.error_level, "error_level", minimum=0.0, strictly=True)
         object.__setattr__(self, "tableau", transport_tableau(self.tableau, self.model.diffusion))
+        check_outputs(self.outputs, self.tableau, self.model.diffusion)
 
     def _transport_and_speed(self, coefficients: np.ndarray) -> tuple[np.ndarray, float]:
         r"""The transport term of the equation and the largest speed.
@@ -126,6 +141,35 @@ class SpectralSolver(GridSolver):
     def _uniform_norm(self, coefficients: np.ndarray) -> float:
         """The :math:`L^2` norm of the series' constant part (of every layer)."""
         raise NotImplementedError
+
+    def _transport_stepper(self, decay: np.ndarray | None, norm, times: np.ndarray,
+                           first_bound) -> tuple:
+        """The solver's ``_stepper``: its pair on :class:`~solvers.spectral_transport.SpectralTransport`.
+
+        With ``outputs="interpolated"`` (checked: a pair with a continuous extension and no
+        diffusion) the steps pass the output times, which the extension interpolates.
+
+        Parameters
+        ----------
+        decay : numpy.ndarray or None
+            The diffusion's symbol per coefficient (``None`` without diffusion).
+        norm : callable
+            The :math:`L^2` norm of a coefficient array.
+        times : numpy.ndarray
+            The output times.
+        first_bound : callable
+            ``first_bound(discretisation)``: the stable step the first step is a tenth of.
+
+        Returns
+        -------
+        tuple
+            ``(attempt, first_step, extra_settings)``, as ``GridSolver._stepper``; the settings
+            record the right-hand sides evaluated.
+        """
+        discretisation = SpectralTransport(self, decay, norm)
+        attempt = explicit_adaptive_step(discretisation, self.tableau, dense_output=self.outputs == "interpolated")
+        first = min(times[-1] - times[0], 0.1 * first_bound(discretisation)) or 1.0
+        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
 
     def _local_tolerance(self, coefficients: np.ndarray) -> float:
         """The largest accepted local error of a step from these coefficients (``solvers.tolerance``).
@@ -238,3 +282,25 @@ class SpectralSolver(GridSolver):
     def _series_of(coefficients: np.ndarray) -> np.ndarray:
         """Each density's series, one per row: the state's one, or a layered state's layers."""
         return coefficients.reshape(-1, coefficients.shape[-1])
+
+
+def check_outputs(outputs: str, tableau: ExplicitTableau, diffusion: float) -> None:
+    """Refuse an ``outputs`` setting that is unknown, or ``"interpolated"`` where the steps have no dense output.
+
+    Raises
+    ------
+    ValueError
+        Naming the setting and why: an unknown value, a pair without a continuous extension,
+        or diffusion (its integrating-factor form has no dense output).
+    """
+    if outputs not in ("stepped", "interpolated"):
+        raise ValueError(f"outputs must be 'stepped' or 'interpolated', got {outputs!r}")
+    if outputs == "stepped":
+        return
+    if tableau.continuous_extension is None:
+        raise ValueError(f"outputs='interpolated' needs a pair with a continuous extension, and tableau "
+                         f"{tableau.name!r} has none: use 'dormand_prince' or 'dormand_prince_853', "
+                         "or outputs='stepped'")
+    if diffusion > 0:
+        raise ValueError(f"outputs='interpolated' has no dense output with diffusion={diffusion} (its "
+                         "integrating-factor form would need growing exponentials): use outputs='stepped'")

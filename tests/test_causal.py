@@ -1,5 +1,7 @@
 """Causal attention (docs/theory/causal.md): the particle velocity, its O(nK) scan, the closed forms, the layered PDE."""
 
+import json
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize_scalar
@@ -464,6 +466,19 @@ def test_layered_spectral_solver_against_lagrangian_quantiles(normalized):
                         for k in (1, 2)])
     assert np.abs(moments - particle_moments).max() < 2e-7
 
+
+def test_layered_spectral_solver_interpolates_its_outputs_within_its_steps_error():
+    """``outputs="interpolated"`` on a state of many layers: 20 outputs from the continuous extension,
+    against a run that steps to each at rtol 1e-11, within the steps' local errors (rtol times the
+    deviation each) and one more for the interpolant, in fewer right-hand sides than stepping to each."""
+    model, times, rtol = mf.CausalAttention(1.0, normalized=True, alibi=2.0), np.linspace(0.0, 2.0, 21), 1e-8
+    reference = CausalCircleSpectral(model, cells=64, layers=8, rtol=1e-11).solve(tilted, times)
+    run = CausalCircleSpectral(model, cells=64, layers=8, rtol=rtol, outputs="interpolated").solve(tilted, times)
+    settings = json.loads(run.attrs["settings"])
+    deviation = np.abs(reference.rho.values - 1 / (2 * np.pi)).max()
+    assert np.abs(run.rho.values - reference.rho.values).max() <= (settings["steps"] + 1) * rtol * deviation
+    stepped = CausalCircleSpectral(model, cells=64, layers=8, rtol=rtol).solve(tilted, times)
+    assert settings["rhs_evaluations"] < json.loads(stepped.attrs["settings"])["rhs_evaluations"]
 
 def test_layered_spectral_solver_meets_the_finite_volumes_within_their_error_estimate():
     """Two discretisations of the same layered equation in theta: the spectral run (far more accurate)

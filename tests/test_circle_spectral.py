@@ -104,6 +104,48 @@ def test_order_in_time(model, cells, sizes, tableau):
     assert order >= solver.tableau.order - 0.3, (errors, order)
 
 
+
+@pytest.mark.parametrize("tableau", ["dormand_prince", "dormand_prince_853"])
+def test_interpolated_outputs_meet_the_exact_kuramoto_solution_and_cost_no_steps(tableau):
+    """``outputs="interpolated"``: 60 outputs inside the steps of a run asked for its end only.
+
+    Against the Poisson family (exact): at every output the error is within the steps' local
+    errors (rtol times the deviation each) plus one more for the interpolant, whose error is
+    of the embedded solution's order. The steps are those of the run with two output times,
+    so its right-hand sides and final state are the same, to the bit.
+    """
+    r0, phase, cells, rtol = 0.3, 1.0, 128, 1e-6
+    model = mf.SelfAttention(0.0)
+    start = poisson_cell_averages(r0, phase, cells)
+    times = np.linspace(0.0, 1.5, 61)
+    solver = CircleSpectral(model, cells=cells, rtol=rtol, tableau=tableau, outputs="interpolated")
+    ds = solver.solve(start, times, progress=False)
+    settings = json.loads(ds.attrs["settings"])
+    assert settings["outputs"] == "interpolated"
+    exact = np.array([poisson_cell_averages(kuramoto_radius(r0, t), phase, cells) for t in times])
+    deviation = np.abs(exact - 1 / (2 * np.pi)).max(axis=1)
+    errors = np.abs(ds.rho.values - exact).max(axis=1) / deviation
+    assert errors.max() <= (settings["steps"] + 1) * rtol, (errors.max(), settings["steps"])
+    ends_run = solver.solve(start, times[[0, -1]], progress=False)
+    ends = json.loads(ends_run.attrs["settings"])
+    assert (ends["steps"], ends["rejected_steps"]) == (settings["steps"], settings["rejected_steps"])
+    if tableau == "dormand_prince":  # its interpolant needs no more stages
+        assert ends["rhs_evaluations"] == settings["rhs_evaluations"]
+    else:  # 8(5,3)'s needs three in each step that holds an output
+        assert ends["rhs_evaluations"] < settings["rhs_evaluations"] <= ends["rhs_evaluations"] + 3 * settings["steps"]
+    np.testing.assert_array_equal(ends_run.rho.values[-1], ds.rho.values[-1])
+    stepped = CircleSpectral(model, cells=cells, rtol=rtol, tableau=tableau).solve(start, times, progress=False)
+    assert json.loads(stepped.attrs["settings"])["steps"] >= 60 > settings["steps"]
+
+
+def test_interpolated_outputs_are_refused_where_there_is_no_dense_output():
+    with pytest.raises(ValueError, match="outputs must be 'stepped' or 'interpolated', got 'dense'"):
+        CircleSpectral(mf.SelfAttention(1.0), cells=32, outputs="dense")
+    with pytest.raises(ValueError, match="tableau 'merson' has none"):
+        CircleSpectral(mf.SelfAttention(1.0), cells=32, tableau="merson", outputs="interpolated")
+    with pytest.raises(ValueError, match="no dense output with diffusion=0.1"):
+        CircleSpectral(mf.SelfAttention(1.0, diffusion=0.1), cells=32, outputs="interpolated")
+
 #: A smooth external field with a potential: P_x (1/2, 0) = (1/2) grad_S x_1.
 TILT = UserField(lambda x: np.broadcast_to(np.array([0.5, 0.0]), x.shape).copy(), lambda x: x[..., 0], name="tilt")
 

@@ -370,34 +370,39 @@ def linear_solution(t, y0):
     return (vectors @ (np.exp(values * t) * np.linalg.solve(vectors, y0))).real
 
 
-def test_dop853_dense_output_has_order_seven_against_the_exact_solution():
-    """The interpolant inside one step from y0: its error at theta = 0.37 falls like h^8."""
+@pytest.mark.parametrize("name, local_order", [("dop853", 8), ("dormand_prince_853", 8), ("dormand_prince", 5)])
+def test_a_dense_output_has_its_order_against_the_exact_solution(name, local_order):
+    """The interpolant inside one step from y0: its error at theta = 0.37 falls like h^(p+1) for an
+    extension of order p (DOP853's 7, Dormand-Prince 5(4)'s quartic 4)."""
     y0 = np.array([1.0, 0.5, -0.25])
-    stepper = ExplicitRungeKutta(TABLEAUX["dop853"], lambda q: LINEAR @ q, norm=rms, tolerance=lambda q: 1.0)
+    stepper = ExplicitRungeKutta(TABLEAUX[name], lambda q: LINEAR @ q, norm=rms, tolerance=lambda q: 1.0)
     sizes = np.array([0.8, 0.4, 0.2])
     errors = []
     for h in sizes:
         stepper.step(y0, h)
         errors.append(np.abs(stepper.interpolate(0.37) - linear_solution(0.37 * h, y0)).max())
     slope = np.polyfit(np.log(sizes), np.log(errors), 1)[0]
-    assert slope >= 8 - 0.2, (errors, slope)
-    assert TABLEAUX["dop853"].continuous_extension.order == 7
+    assert slope >= local_order - 0.2, (errors, slope)
+    assert TABLEAUX[name].continuous_extension.order == local_order - 1
 
 
-def test_dop853_dense_output_is_scipys_and_ends_at_the_step():
-    """The continuous extension, written as stage weights b_i(theta), against scipy's own DOP853 interpolant."""
-    from scipy.integrate import DOP853
+@pytest.mark.parametrize("name, scipy_method, evaluations", [
+    ("dop853", "DOP853", 12 + 1 + 3),  # twelve stages, f at the new solution, the extension's three
+    ("dormand_prince", "RK45", 6 + 1)])  # six stages and f at the new solution: the extension needs no more
+def test_a_dense_output_is_scipys_and_ends_at_the_step(name, scipy_method, evaluations):
+    """The continuous extension, written as stage weights b_i(theta), against scipy's own interpolant."""
+    import scipy.integrate
 
     rhs = lambda q: LINEAR @ q + 0.3 * np.sin(q)  # noqa: E731
     y0 = np.array([1.0, 0.5, -0.25])
-    solver = DOP853(lambda t, y: rhs(y), 0.0, y0, 10.0, first_step=0.3)
+    solver = getattr(scipy.integrate, scipy_method)(lambda t, y: rhs(y), 0.0, y0, 10.0, first_step=0.3)
     solver.step()
-    stepper = ExplicitRungeKutta(TABLEAUX["dop853"], rhs, norm=rms, tolerance=lambda q: 1.0)
+    tableau = TABLEAUX[name]
+    stepper = ExplicitRungeKutta(tableau, rhs, norm=rms, tolerance=lambda q: 1.0)
     new, _ = stepper.step(y0, solver.t - solver.t_old)
     # Round-off: both sum the same stage terms in their own order (BLAS kernels differ by CPU);
-    # the stage coefficients sum to ~330 in absolute value, with cancellation.
+    # DOP853's stage coefficients sum to ~330 in absolute value, with cancellation.
     eps, scale = np.finfo(float).eps, 2 * np.abs(rhs(y0)).max()
-    tableau = TABLEAUX["dop853"]
     terms = sum(abs(x) for row in tableau.a for x in row) + sum(abs(x) for x in tableau.b)
     np.testing.assert_allclose(new, solver.y, rtol=0, atol=eps * (np.abs(y0).max() + solver.t * terms * scale))
     dense = solver.dense_output()
@@ -406,15 +411,20 @@ def test_dop853_dense_output_is_scipys_and_ends_at_the_step():
     roundoff = solver.t * eps * weights * scale
     for theta in (0.0, 0.2, 0.5, 0.9, 1.0):
         np.testing.assert_allclose(stepper.interpolate(theta), dense(theta * solver.t), rtol=0, atol=roundoff)
-    assert stepper.evaluations == 12 + 1 + 3  # twelve stages, f at the new solution, the extension's three
+    assert stepper.evaluations == evaluations
 
 
 def test_a_dense_output_needs_a_continuous_extension_and_the_plain_form():
     with pytest.raises(ValueError, match="interpolate reads the last step: take one first"):
         ExplicitRungeKutta(TABLEAUX["dop853"], lambda q: -q, norm=rms, tolerance=lambda q: 1.0).interpolate(0.5)
-    stepper = ExplicitRungeKutta(TABLEAUX["dormand_prince"], lambda q: -q, norm=rms, tolerance=lambda q: 1.0)
+    stepper = ExplicitRungeKutta(TABLEAUX["bogacki_shampine"], lambda q: -q, norm=rms, tolerance=lambda q: 1.0)
     stepper.step(np.ones(2), 0.1)
-    with pytest.raises(ValueError, match="'dormand_prince': no dense output"):
+    with pytest.raises(ValueError, match="'bogacki_shampine': no dense output"):
+        stepper.interpolate(0.5)
+    stepper = ExplicitRungeKutta(TABLEAUX["dormand_prince"], lambda q: -q, decay=np.ones(2), norm=rms,
+                                 tolerance=lambda q: 1.0)
+    stepper.step(np.ones(2), 0.1)
+    with pytest.raises(ValueError, match="'dormand_prince': no dense output in integrating-factor form"):
         stepper.interpolate(0.5)
     with pytest.raises(ValueError, match="continuous extension needs f at the new solution"):
         ExplicitTableau(name="no_fsal", c=(0.0, 1.0), a=((), (1.0,)), b=(0.5, 0.5), order=2, error=(-0.5, 0.5),

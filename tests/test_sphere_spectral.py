@@ -279,6 +279,23 @@ def test_dormand_prince_853_by_name_meets_rtol_and_is_refused_with_diffusion():
         SphereSpectral(mf.SelfAttention(1.0, diffusion=0.1), tableau="dormand_prince_853")
 
 
+@pytest.mark.parametrize("tableau", ["dormand_prince", "dormand_prince_853"])
+def test_interpolated_outputs_meet_a_stepped_run_at_a_tight_tolerance(tableau):
+    """``outputs="interpolated"``: 40 outputs from the pair's continuous extension, against a run that
+    steps to each of them at rtol 1e-12. Within the steps' local errors (rtol times the deviation
+    each) and one more for the interpolant; a run stepping to each output takes more right-hand sides."""
+    model, times, rtol = mf.SelfAttention(5.0), np.linspace(0.0, 2.0, 41), 1e-6
+    reference = SphereSpectral(model, lmax=31, rtol=1e-12).solve(smooth_density, times).rho.values
+    deviation = np.abs(reference - reference.mean(axis=(1, 2), keepdims=True)).max(axis=(1, 2))
+    ds = SphereSpectral(model, lmax=31, rtol=rtol, tableau=tableau, outputs="interpolated").solve(smooth_density, times)
+    settings = json.loads(ds.attrs["settings"])
+    errors = np.abs(ds.rho.values - reference).max(axis=(1, 2)) / deviation
+    assert errors.max() <= (settings["steps"] + 1) * rtol, (errors.max(), settings["steps"])
+    stepped = SphereSpectral(model, lmax=31, rtol=rtol, tableau=tableau).solve(smooth_density, times)
+    assert settings["rhs_evaluations"] < json.loads(stepped.attrs["settings"])["rhs_evaluations"]
+    with pytest.raises(ValueError, match="no dense output with diffusion"):
+        SphereSpectral(mf.SelfAttention(1.0, diffusion=0.1), lmax=15, outputs="interpolated")
+
 def test_threads_change_the_time_not_the_numbers(tmp_path):
     """shtns on two threads gives the one-thread run bit for bit; configs take method.threads."""
     rho0 = lambda x: 1 + 0.3 * x[..., 2] * x[..., 0]  # noqa: E731

@@ -65,11 +65,17 @@ class AdaptiveStep:
         ``admit(old, new) -> (state, reason)``: the state an accepted step leads to (e.g. with
         round-off repaired), or ``(None, reason)`` to retry with half the step (positivity,
         a Lyapunov functional that must not rise).
+    dense_output : callable, optional
+        ``dense_output(theta)``: the state at the fraction ``theta`` of the last accepted step
+        (the driver's ``interpolate``: steps then pass the output times); only where every
+        accepted state is the stepper's own, as ``admit`` leaves it.
     """
 
     def __init__(self, stepper: Stepper, *, stable_step: Callable[[Any], float] | None = None,
-                 bound_after: bool = True, admit: Callable[[Any, Any], tuple[Any, str | None]] | None = None):
+                 bound_after: bool = True, admit: Callable[[Any, Any], tuple[Any, str | None]] | None = None,
+                 dense_output: Callable[[float], Any] | None = None):
         self.stepper, self.stable_step, self.bound_after, self.admit = stepper, stable_step, bound_after, admit
+        self.dense_output = dense_output
         self.controller = StepController(stepper.error_estimator_order)
 
     def __call__(self, state, dt: float, t: float | None = None):
@@ -111,9 +117,17 @@ class FixedStep:
         return self.advance(state, t, dt), dt, None
 
 
-def explicit_adaptive_step(discretisation: Discretisation, tableau: ExplicitTableau) -> AdaptiveStep:
-    """The adaptive step of an embedded pair on a discretisation, within its stability bound."""
+def explicit_adaptive_step(discretisation: Discretisation, tableau: ExplicitTableau, *,
+                           dense_output: bool = False) -> AdaptiveStep:
+    """The adaptive step of an embedded pair on a discretisation, within its stability bound.
+
+    With ``dense_output``, a discretisation that admits every new state unchanged asks for the
+    pair's continuous extension: the step then has one (:attr:`AdaptiveStep.dense_output`) where
+    the tableau carries an extension and there is no decay (in integrating-factor form the
+    extension would need growing exponentials).
+    """
     stepper = ExplicitRungeKutta(tableau, discretisation.rhs, decay=discretisation.decay,
                                  norm=discretisation.norm, tolerance=discretisation.tolerance)
-    return AdaptiveStep(stepper, stable_step=discretisation.stable_step,
-                        bound_after=tableau.first_same_as_last, admit=discretisation.admit)
+    dense = dense_output and tableau.continuous_extension is not None and discretisation.decay is None
+    return AdaptiveStep(stepper, stable_step=discretisation.stable_step, bound_after=tableau.first_same_as_last,
+                        admit=discretisation.admit, dense_output=stepper.interpolate if dense else None)

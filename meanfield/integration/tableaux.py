@@ -246,7 +246,7 @@ BOGACKI_SHAMPINE = ExplicitTableau(
     b=_rationals("2/9", "1/3", "4/9"), order=3,
     error=_rationals("5/72", "-1/12", "-1/9", "1/8"), error_estimator_order=2)
 
-#: Dormand-Prince 5(4), first same as last (scipy's ``RK45``).
+#: Dormand-Prince 5(4), first same as last, with its quartic dense output (scipy's ``RK45``).
 DORMAND_PRINCE = ExplicitTableau(
     name="dormand_prince", c=_rationals("0", "1/5", "3/10", "4/5", "8/9", "1"),
     a=((), _rationals("1/5"), _rationals("3/40", "9/40"), _rationals("44/45", "-56/15", "32/9"),
@@ -256,7 +256,17 @@ DORMAND_PRINCE = ExplicitTableau(
     error=tuple(float(Fraction(b) - Fraction(e)) for b, e in zip(
         ("35/384", "0", "500/1113", "125/192", "-2187/6784", "11/84", "0"),
         ("5179/57600", "0", "7571/16695", "393/640", "-92097/339200", "187/2100", "1/40"))),
-    error_estimator_order=4)
+    error_estimator_order=4,
+    # Shampine's quartic interpolant, as scipy's RK45 has it (Hairer, Norsett & Wanner I, II.6):
+    # the seven stages the step already has, f at the new solution included, and no more.
+    continuous_extension=ContinuousExtension(c=(), a=(), weights=(
+        _rationals("1", "-8048581381/2820520608", "8663915743/2820520608", "-12715105075/11282082432"),
+        (0.0, 0.0, 0.0, 0.0),
+        _rationals("0", "131558114200/32700410799", "-68118460800/10900136933", "87487479700/32700410799"),
+        _rationals("0", "-1754552775/470086768", "14199869525/1410260304", "-10690763975/1880347072"),
+        _rationals("0", "127303824393/49829197408", "-318862633887/49829197408", "701980252875/199316789632"),
+        _rationals("0", "-282668133/205662961", "2019193451/616988883", "-1453857185/822651844"),
+        _rationals("0", "40617522/29380423", "-110615467/29380423", "69997945/29380423")), order=4))
 
 #: Merson 4(3): five stages, and the imaginary axis up to :math:`2\sqrt 3` in its stability
 #: region (Dormand-Prince's reaches 0.997): a step limited by stability costs 5 / 3.46 right-hand
@@ -284,10 +294,11 @@ def dormand_prince_853() -> ExplicitTableau:
     6 / 0.997, and the kept solution is of order 8. The error estimate is the fifth-order one
     alone (:func:`dop853` blends it with the third-order one), which overestimates the error
     of the eighth-order solution. Its abscissas decrease once (:math:`c_7 < c_6`), so the
-    integrating-factor form (diffusion) refuses it.
+    integrating-factor form (diffusion) refuses it. It has DOP853's seventh-order dense output.
     """
     return ExplicitTableau(name="dormand_prince_853", **_dop853_steps(), order=8,
-                           error=tuple(float(e) for e in dop853_data.E5), error_estimator_order=5)
+                           error=tuple(float(e) for e in dop853_data.E5), error_estimator_order=5,
+                           continuous_extension=_dop853_extension())
 
 
 def dop853() -> ExplicitTableau:
@@ -299,6 +310,14 @@ def dop853() -> ExplicitTableau:
     estimate alone at the same tolerance; the dense output gives the solution at output
     times inside a step, so steps need not land on them. The particle system's default.
     """
+    return ExplicitTableau(name="dop853", **_dop853_steps(), order=8,
+                           error=tuple(float(e) for e in dop853_data.E5), error_estimator_order=7,
+                           coarse_error=tuple(float(e) for e in dop853_data.E3),
+                           continuous_extension=_dop853_extension())
+
+
+def _dop853_extension() -> ContinuousExtension:
+    """DOP853's seventh-order dense output: three more stages, and scipy's interpolant as weights."""
     stages = dop853_data.N_STAGES
     extended = dop853_data.N_STAGES_EXTENDED
     # scipy's interpolant: y(t + x h) = y + x (F0 + (1-x)(F1 + x (F2 + (1-x)(F3 + ...)))) with
@@ -313,13 +332,10 @@ def dop853() -> ExplicitTableau:
     degree = max(p.degree() for p in basis)
     powers = np.array([np.pad(p.coef, (0, degree + 1 - p.coef.size))[1:] for p in basis])
     weights = rows.T @ powers  # stage i: b_i(x) as coefficients of x, x^2, ...
-    extension = ContinuousExtension(
+    return ContinuousExtension(
         c=tuple(float(c) for c in dop853_data.C[stages + 1:]),
         a=tuple(tuple(float(a) for a in dop853_data.A[j, :j]) for j in range(stages + 1, extended)),
         weights=tuple(tuple(float(w) for w in row) for row in weights), order=7)
-    return ExplicitTableau(name="dop853", **_dop853_steps(), order=8,
-                           error=tuple(float(e) for e in dop853_data.E5), error_estimator_order=7,
-                           coarse_error=tuple(float(e) for e in dop853_data.E3), continuous_extension=extension)
 
 
 def _dop853_steps() -> dict:

@@ -50,7 +50,6 @@ from scipy.fft import next_fast_len
 
 from meanfield.checks import check_density, check_int
 from meanfield.docstrings import fill_docstrings, inherit_docstrings
-from meanfield.integration import explicit_adaptive_step
 from meanfield.records import CIRCLE
 from meanfield.sphere import periodic_angles
 
@@ -58,8 +57,7 @@ from .general import GeneralCircleOperators
 from ..grid_solver import Diagnosis
 from ..reference import ReferenceCircleOperators, interaction_path
 from ..resolution import fourier_tail_error
-from ..spectral_solver import SPEED_PARAMETERS, SpectralSolver
-from ..spectral_transport import SpectralTransport
+from ..spectral_solver import OUTPUTS_PARAMETER, SPEED_PARAMETERS, SpectralSolver
 
 #: The smallest positive double: K*rho is floored there before dividing by it.
 _TINY = np.finfo(float).tiny
@@ -77,7 +75,8 @@ coefficients : numpy.ndarray, shape (cells // 2,)
 """
 
 
-@fill_docstrings(series_parameters=SERIES_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@fill_docstrings(outputs_parameter=OUTPUTS_PARAMETER, series_parameters=SERIES_PARAMETERS,
+                 speed_parameters=SPEED_PARAMETERS)
 @inherit_docstrings
 @dataclass(frozen=True, eq=False)
 class CircleSpectral(SpectralSolver):
@@ -108,6 +107,7 @@ class CircleSpectral(SpectralSolver):
         The embedded Runge-Kutta pair (``meanfield.integration.TABLEAUX``), in
         integrating-factor form with diffusion; held within its imaginary stability.
         ``"dormand_prince_853"``: as for :class:`~solvers.SphereSpectral`.
+    {outputs_parameter}
     record_cells : int, optional
         Cells of the recorded averages (and of an array ``rho0``): a multiple of ``cells``
         (default ``cells``), e.g. the grid of a finite-volume run to compare with or hand over to.
@@ -517,12 +517,10 @@ class CircleSpectral(SpectralSolver):
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
         decay = self.model.diffusion * self.wavenumber ** 2 if self.model.diffusion > 0 else None
-        discretisation = SpectralTransport(self, decay, self._norm)
-        attempt = explicit_adaptive_step(discretisation, self.tableau)
         # The first step: a tenth of the undamped advection bound (diffusion may lift the bound of
         # later steps, judged with an error estimate in hand, not this blind one).
-        first = min(times[-1] - times[0], 0.1 * self._undamped_stable_step(discretisation.speed(coefficients))) or 1.0
-        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
+        return self._transport_stepper(decay, self._norm, times,
+                                       lambda transport: self._undamped_stable_step(transport.speed(coefficients)))
 
     def _resolves(self, coefficients: np.ndarray) -> bool:
         r"""Whether the series still resolves the solution.
@@ -583,7 +581,7 @@ class CircleSpectral(SpectralSolver):
 
     def _recorded_settings(self) -> dict:
         return {"cells": self.cells, "record_cells": self.record_cells, "rtol": self.rtol, "flux_points": self.points,
-                "tableau": self.tableau.name, "error_level": self.error_level}
+                "tableau": self.tableau.name, "outputs": self.outputs, "error_level": self.error_level}
 
 
 @lru_cache(maxsize=64)

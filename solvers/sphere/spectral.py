@@ -39,14 +39,12 @@ from meanfield.docstrings import fill_docstrings, inherit_docstrings
 from meanfield.records import SPHERE
 from meanfield.spectra import attention_spectrum
 
-from meanfield.integration import explicit_adaptive_step
 
 from ..grid_solver import Diagnosis
 from ..heads import energy_factors
 from ..reference import ReferenceSphereInteraction, interaction_path
 from ..resolution import geometric_tail_error
-from ..spectral_solver import SPEED_PARAMETERS, SpectralSolver
-from ..spectral_transport import SpectralTransport
+from ..spectral_solver import OUTPUTS_PARAMETER, SPEED_PARAMETERS, SpectralSolver
 from .general import GeneralSphereInteraction
 from .grid import SphereGrid
 from ..threads import single_threaded_blas
@@ -64,7 +62,8 @@ coefficients : numpy.ndarray
 """
 
 
-@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@fill_docstrings(outputs_parameter=OUTPUTS_PARAMETER, coefficients_parameters=COEFFICIENTS_PARAMETERS,
+                 speed_parameters=SPEED_PARAMETERS)
 @inherit_docstrings
 @dataclass(frozen=True, eq=False)
 class SphereSpectral(SpectralSolver):
@@ -104,6 +103,7 @@ class SphereSpectral(SpectralSolver):
         ``"dormand_prince_853"`` reaches six times further along the imaginary axis: about
         cheaper on resolved runs without diffusion (``docs/performance.md``; it is refused with diffusion,
         and slower than the default once the run is under-resolved).
+    {outputs_parameter}
     threads : int
         OpenMP threads of the shtns transforms. One by default: with other work on the machine a
         second thread waits for a busy core at every transform, and a run costs several times
@@ -390,10 +390,8 @@ class SphereSpectral(SpectralSolver):
 
     def _stepper(self, coefficients: np.ndarray, times: np.ndarray):
         decay = self.model.diffusion * self.grid.laplacian_eigenvalue if self.model.diffusion > 0 else None
-        discretisation = SpectralTransport(self, decay, lambda c: float(np.sqrt(self.grid.inner(c, c))))
-        attempt = explicit_adaptive_step(discretisation, self.tableau)
-        first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
-        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
+        return self._transport_stepper(decay, lambda c: float(np.sqrt(self.grid.inner(c, c))), times,
+                                       lambda discretisation: discretisation.stable_step(coefficients))
 
     def _resolves(self, coefficients: np.ndarray, rho: np.ndarray | None = None) -> bool:
         """Whether the truncated series still represents the density (the hand-over criterion).
@@ -435,7 +433,7 @@ class SphereSpectral(SpectralSolver):
 
     def _recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "rtol": self.rtol, "grid": list(self.grid.shape), "tableau": self.tableau.name,
-                "error_level": self.error_level}
+                "outputs": self.outputs, "error_level": self.error_level}
 
 
 def check_kernel_resolved(spectrum_by_degree: Callable[[int], np.ndarray], lmax: int) -> None:

@@ -47,13 +47,11 @@ import numpy as np
 
 from meanfield.checks import check_density, check_int
 from meanfield.docstrings import fill_docstrings, inherit_docstrings
-from meanfield.integration import explicit_adaptive_step
 from meanfield.records import geometry_name
 
 from ..grid_solver import Diagnosis
 from ..resolution import geometric_tail_error
-from ..spectral_solver import SPEED_PARAMETERS, SpectralSolver
-from ..spectral_transport import SpectralTransport
+from ..spectral_solver import OUTPUTS_PARAMETER, SPEED_PARAMETERS, SpectralSolver
 from .gegenbauer import derivative_factors, gauss_rule, log_law_of_u, mass_profile, orthonormal_gegenbauer
 from .spectral import check_kernel_resolved
 
@@ -72,7 +70,8 @@ AXISYMMETRY_PROBES = 3
 AXISYMMETRY_TOLERANCE = 1e-10
 
 
-@fill_docstrings(coefficients_parameters=COEFFICIENTS_PARAMETERS, speed_parameters=SPEED_PARAMETERS)
+@fill_docstrings(outputs_parameter=OUTPUTS_PARAMETER, coefficients_parameters=COEFFICIENTS_PARAMETERS,
+                 speed_parameters=SPEED_PARAMETERS)
 @inherit_docstrings
 @dataclass(frozen=True, eq=False)
 class ZonalSphereSpectral(SpectralSolver):
@@ -113,6 +112,7 @@ class ZonalSphereSpectral(SpectralSolver):
         the sphere for a model's reference).
     tableau : str or ExplicitTableau
         As for :class:`SphereSpectral`.
+    {outputs_parameter}
     """
 
     lmax: int = 64
@@ -448,10 +448,8 @@ class ZonalSphereSpectral(SpectralSolver):
         d = self.d
         degrees = np.arange(self.lmax + 1, dtype=float)
         decay = self.model.diffusion * degrees * (degrees + d - 2) if self.model.diffusion > 0 else None  # of -D Lap
-        discretisation = SpectralTransport(self, decay, lambda c: float(np.sqrt(np.sum(c * c))))
-        attempt = explicit_adaptive_step(discretisation, self.tableau)
-        first = min(times[-1] - times[0], 0.1 * discretisation.stable_step(coefficients)) or 1.0
-        return attempt, first, lambda: {"rhs_evaluations": attempt.stepper.evaluations}
+        return self._transport_stepper(decay, lambda c: float(np.sqrt(np.sum(c * c))), times,
+                                       lambda discretisation: discretisation.stable_step(coefficients))
 
     def _resolves(self, coefficients: np.ndarray) -> bool:
         """Whether the truncated series still represents the density.
@@ -501,7 +499,7 @@ class ZonalSphereSpectral(SpectralSolver):
 
     def _recorded_settings(self) -> dict:
         return {"lmax": self.lmax, "d": self.d, "rtol": self.rtol, "nodes": int(self._nodes.size),
-                "tableau": self.tableau.name, "error_level": self.error_level}
+                "tableau": self.tableau.name, "outputs": self.outputs, "error_level": self.error_level}
 
     def solve(self, rho0, times, *, progress=None, observer=None, max_steps=None, first_step=None, continued=False,
               pace=None, underresolved="stop"):
