@@ -20,7 +20,7 @@ from solvers import (CausalCircleFV, CausalCircleSpectral, CausalSphereSpectral,
 from solvers.circle.general import GeneralCircleOperators
 from solvers.circle.operators import CircleOperators
 from solvers.sphere.general import GeneralSphereInteraction
-from solvers.sphere.grid import SphereGrid
+from solvers.sphere.grid import BandLimited
 from validation import mean_field_convergence
 from validation.convergence import StudySettings
 
@@ -222,7 +222,7 @@ PERTURBATIONS = {
     "circle Fourier, zonal SA": (CircleSpectral, "_log_velocity", mf.SelfAttention(4.0), "CircleSpectral's zonal path"),
     "circle Fourier, general": (GeneralCircleOperators, "point_velocity", mf.SelfAttention(2.0, query=QUERY_2),
                                 "CircleSpectral's general path"),
-    "sphere, zonal": (SphereGrid, "gradient", mf.SelfAttention(3.0, normalized=False), "SphereSpectral's zonal path"),
+    "sphere, zonal": (BandLimited, "gradient", mf.SelfAttention(3.0, normalized=False), "SphereSpectral's zonal path"),
     "sphere, general": (GeneralSphereInteraction, "velocity", mf.SelfAttention(2.0, query=QUERY_3, key=KEY_3),
                         "SphereSpectral's general path"),
 }

@@ -94,6 +94,37 @@ def test_energy_flux_has_the_sign_and_size_of_model_md(model):
     assert solver_rate == pytest.approx(expected, rel=1e-10)
 
 
+
+@pytest.mark.parametrize("model", [mf.SelfAttention(2.0, normalized=False), mf.SelfAttention(3.0)], ids=["USA", "SA"])
+def test_the_velocity_through_the_kernels_band_meets_direct_quadrature(model):
+    r"""At lmax 63 the kernel is negligible above degree ~25 (NEGLIGIBLE_KERNEL): the velocity's
+    syntheses sum only those degrees. At sampled grid points it equals the velocity by direct
+    Gauss quadrature of the kernel (no harmonics; USA :math:`P_x\int e^{\beta\langle x,y\rangle} y\rho`,
+    SA the same over :math:`\int e^{\beta\langle x,y\rangle}\rho`), to the quadrature's round-off,
+    and the full-degree syntheses to round-off."""
+    solver = SphereSpectral(model, lmax=63)
+    grid, band = solver.grid, solver._kernel_band
+    assert 10 < np.count_nonzero(band.kept) < grid.transform.nlm / 4  # the band is in use, and narrow
+    q = solver.initial_coefficients(smooth_density)
+    along_t, along_p = solver.velocity(q)
+    e_theta, e_phi = grid.tangent_frame()
+    velocity = (along_t * e_theta + along_p * e_phi).transpose(1, 2, 0).reshape(-1, 3)
+    rho = grid.synthesise(q)
+    points, w = grid.points().reshape(-1, 3), (grid.area_weight * rho).ravel()
+    sample = np.random.default_rng(5).choice(points.shape[0], 60, replace=False)
+    kernel = np.exp(model.beta * (points[sample] @ points.T - 1.0))  # scaled by e^{-beta}
+    numerator = kernel @ (w[:, None] * points)
+    tangent = numerator - np.sum(numerator * points[sample], axis=1, keepdims=True) * points[sample]
+    expected = tangent / (kernel @ w)[:, None] if model.normalized else tangent * np.exp(model.beta)
+    scale = np.abs(expected).max()
+    np.testing.assert_allclose(velocity[sample], expected, rtol=0, atol=1e-12 * scale)
+    symbol = solver._symbol
+    if model.normalized:
+        full = np.array(grid.gradient(symbol * q)) / (model.beta * grid.synthesise(symbol * q))
+    else:
+        full = np.array(grid.gradient(symbol * q))
+    np.testing.assert_allclose(np.array([along_t, along_p]), full, rtol=0, atol=1e-15 * scale)
+
 def test_raising_lmax_does_not_raise_the_error_and_raises_no_false_alarm():
     """SA beta = 5, D = 0, smooth density, default rtol: the exact solution's tail is ~1e-29.
 

@@ -155,6 +155,25 @@ class SphereGrid:
     def mass(self, coefficients: np.ndarray) -> float:
         return float(np.sqrt(4 * np.pi) * coefficients[0].real)
 
+    def band_limited(self, degree: int) -> "BandLimited":
+        """Synthesis on this grid of fields without degrees above ``degree`` (:class:`BandLimited`).
+
+        Parameters
+        ----------
+        degree : int
+            The largest degree the fields hold (at least ``lmax``: this grid's own transform).
+
+        Returns
+        -------
+        BandLimited
+        """
+        check_int(degree, "degree", minimum=1)
+        if degree >= self.lmax:
+            return BandLimited(self.transform, slice(None))
+        sh = shtns.sht(degree, degree, nthreads=self.threads)
+        sh.set_grid(nlat=self.transform.nlat, nphi=self.transform.nphi, flags=shtns.sht_gauss)
+        return BandLimited(sh, self.transform.l <= degree)
+
     def values_on(self, coefficients: np.ndarray, other: "SphereGrid") -> np.ndarray:
         """The band-limited field of these coefficients at the points of another grid (of any ``lmax``).
 
@@ -174,3 +193,36 @@ class SphereGrid:
         longitudes = np.arctan2(points[:, 1], points[:, 0])
         return np.array([self.transform.SH_to_point(coefficients, z, p)
                          for z, p in zip(np.clip(points[:, 2], -1, 1), longitudes)])
+
+
+@dataclass(frozen=True, eq=False)
+class BandLimited:
+    """Synthesis of a band-limited field on a grid by a transform truncated at its degree.
+
+    A transform's cost grows with the degrees it sums: the field of a smooth kernel, negligible
+    above a low degree, costs a fraction of the grid's own synthesis. The coefficients are
+    given in the grid's layout and selected by ``kept`` (shtns orders them by ``m``, then
+    ``l``: the truncated layout is the grid's with the higher degrees left out).
+
+    Parameters
+    ----------
+    transform : shtns.sht
+        The truncated transform, on the grid's points.
+    kept : numpy.ndarray or slice
+        The grid's coefficients that it holds.
+    """
+
+    transform: shtns.sht
+    kept: np.ndarray | slice
+
+    def select(self, coefficients: np.ndarray) -> np.ndarray:
+        """The coefficients the truncated transform holds, from the grid's layout."""
+        return coefficients[self.kept]
+
+    def synthesise(self, selected: np.ndarray) -> np.ndarray:
+        """Grid values of the field of ``selected`` coefficients (:meth:`select`'s layout)."""
+        return self.transform.synth(selected)
+
+    def gradient(self, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Colatitude and longitude components of its surface gradient, on the grid."""
+        return self.transform.synth_grad(selected)

@@ -46,11 +46,17 @@ from ..reference import ReferenceSphereInteraction, interaction_path
 from ..resolution import geometric_tail_error
 from ..spectral_solver import OUTPUTS_PARAMETER, SPEED_PARAMETERS, SpectralSolver
 from .general import GeneralSphereInteraction
-from .grid import SphereGrid
+from .grid import BandLimited, SphereGrid
 from ..threads import single_threaded_blas
 
 #: Degrees whose kernel eigenvalue is below this fraction of the largest are negligible.
 KERNEL_TOLERANCE = 1e-8
+
+#: The velocity's syntheses leave out the degrees above the last whose kernel eigenvalue is at
+#: least this fraction of the largest: their terms lie four decades below the synthesis's own
+#: round-off (machine epsilon times its largest term), so that the velocity changes by round-off
+#: at most, and the syntheses sum a fraction of the degrees (a band-limited transform).
+NEGLIGIBLE_KERNEL = 1e-20
 
 
 #: The Parameters section of the methods that read the state, its coefficients (``{coefficients_parameters}``).
@@ -115,6 +121,8 @@ class SphereSpectral(SpectralSolver):
     threads: int = 1
     grid: SphereGrid = field(init=False, repr=False)
     _symbol: np.ndarray = field(init=False, repr=False)
+    _kernel_band: BandLimited = field(init=False, repr=False)
+    _band_symbol: np.ndarray = field(init=False, repr=False)
     _energy_symbol: np.ndarray = field(init=False, repr=False)
     energy_scaled: bool = field(init=False, repr=False)
     general: GeneralSphereInteraction | None = field(init=False, repr=False)
@@ -148,7 +156,11 @@ class SphereSpectral(SpectralSolver):
             return
         object.__setattr__(self, "general", None)
         check_kernel_resolved(self._symbol_by_degree, self.lmax)
-        object.__setattr__(self, "_symbol", self._per_coefficient(self._symbol_by_degree()))
+        by_degree = self._symbol_by_degree()
+        object.__setattr__(self, "_symbol", self._per_coefficient(by_degree))
+        band = self.grid.band_limited(max(1, significant_degree(by_degree, NEGLIGIBLE_KERNEL)))
+        object.__setattr__(self, "_kernel_band", band)
+        object.__setattr__(self, "_band_symbol", band.select(self._symbol))
         energy_spectrum, scaled = zonal_energy_spectrum(model, self.lmax)
         object.__setattr__(self, "_energy_symbol", self._per_coefficient(energy_spectrum))
         object.__setattr__(self, "energy_scaled", scaled)
@@ -211,14 +223,13 @@ class SphereSpectral(SpectralSolver):
         """
         if self.general is not None:
             return self._with_external(*self.general.velocity(coefficients))
-        grid = self.grid
-        symbol = self._symbol
+        band = self._kernel_band  # the convolution's degrees that are not negligible (NEGLIGIBLE_KERNEL)
+        convolution = self._band_symbol * band.select(coefficients)
         if self._linear:
-            return self._with_external(*grid.gradient(symbol * coefficients))
+            return self._with_external(*band.gradient(convolution))
         c, beta = self._kernel_model.value_scale, self._kernel_model.beta
-        convolution = symbol * coefficients
-        scale = (c / beta) / np.maximum(grid.synthesise(convolution), np.finfo(float).tiny)
-        along_t, along_p = grid.gradient(convolution)
+        scale = (c / beta) / np.maximum(band.synthesise(convolution), np.finfo(float).tiny)
+        along_t, along_p = band.gradient(convolution)
         along_t *= scale
         along_p *= scale
         # |grad log K*rho| <= beta for the exact kernel, so |v| <= |c|: the bound removes round-off
@@ -478,3 +489,10 @@ def energy_is_scaled(model, lmax: int, interaction: str = "auto") -> bool:
 
 def _largest_speed(along_t: np.ndarray, along_p: np.ndarray) -> float:
     return float(np.sqrt(np.max(along_t * along_t + along_p * along_p)))
+
+
+def significant_degree(by_degree: np.ndarray, fraction: float) -> int:
+    """The largest degree whose eigenvalue is at least ``fraction`` of the largest in magnitude (0 if none)."""
+    magnitude = np.abs(by_degree)
+    significant = np.flatnonzero(magnitude >= fraction * magnitude.max())
+    return int(significant[-1]) if significant.size else 0
