@@ -47,7 +47,9 @@ outputs : {"stepped", "interpolated"}
     ``"interpolated"``: the steps pass the output times and the pair's continuous extension
     gives the state there (order 4 for Dormand-Prince 5(4), 7 for 8(5,3)), so outputs more
     frequent than the steps cost no right-hand sides (a film, a fine time series); the last
-    output is still stepped to. It needs a pair with an extension and no diffusion (the
+    output is still stepped to, and a run that stops or hands over at a step's end keeps the
+    outputs inside that step (with ``underresolved="stop"``, those after the first
+    under-resolved one too, flagged). It needs a pair with an extension and no diffusion (the
     integrating-factor form has none).
 """
 

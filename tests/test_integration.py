@@ -480,6 +480,25 @@ def test_the_driver_steps_past_outputs_with_a_dense_output_and_lands_on_the_last
                   counts=StepCounts(), record=lambda t, q: None, interpolate=lambda theta: None)
 
 
+
+def test_a_stop_inside_a_step_past_outputs_loses_none_of_them():
+    """With a dense output and a ``stop``: the outputs strictly inside the step at whose end ``stop``
+    holds are recorded (interpolated) before the run ends there; the one it ends on is not (the
+    solver it hands over to records it), nor are the later ones."""
+    records = []
+
+    def attempt(state, dt, t):
+        return state + dt, 0.3, None  # q' = 1, always accepted, next step 0.3
+
+    reached, state = integrate(0.0, np.array([0.0, 0.1, 0.35, 0.4, 0.5, 0.6, 0.9, 1.0]), attempt, first_step=0.3,
+                               progress=False, name="test", counts=StepCounts(),
+                               record=lambda t, q: records.append((t, q)), stop=lambda t, q: t > 0.5,
+                               interpolate=lambda theta: ("theta", round(theta, 12)))
+    assert reached == pytest.approx(0.6) and state == pytest.approx(0.6)  # the second step, 0.3 to 0.6
+    assert [t for t, _ in records] == [0.0, 0.1, 0.35, 0.4, 0.5]
+    assert records[2:] == [(0.35, ("theta", round(0.05 / 0.3, 12))), (0.4, ("theta", round(0.1 / 0.3, 12))),
+                           (0.5, ("theta", round(0.2 / 0.3, 12)))]
+
 @pytest.mark.parametrize("name", ["dormand_prince", "merson"])
 def test_a_step_retried_after_a_rejection_does_not_evaluate_its_first_stage_again(name):
     tableau = TABLEAUX[name]

@@ -90,7 +90,9 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
     nothing can collapse (fixed steps and no ``max_steps`` budget).
     ``interpolate(theta)`` (adaptive steps only): the state at the fraction ``theta`` of the last
     accepted step. Given, steps are shortened only to end at ``times[-1]``, and the outputs a
-    step passes are recorded from it (as :mod:`scipy.integrate` does with ``dense_output``).
+    step passes are recorded from it (as :mod:`scipy.integrate` does with ``dense_output``);
+    with a ``stop``, those strictly inside a step are recorded before ``stop`` is asked, so that
+    a run handed over at the step's end has lost none of them.
     Returns the time and state reached: ``times[-1]``, or the first accepted step's (before
     its output time is recorded) at which ``stop`` holds.
     """
@@ -115,6 +117,8 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
 
     after = None if observer is None and pace is None and stop is None else after_step
     last_finite = t
+    # with a stop and a dense output: the outputs inside the accepted steps so far are recorded as soon as passed
+    passed = outputs[0] if stop is not None and interpolate is not None else None
 
     def record_finite(t_out: float, state_out) -> None:
         """Record an output, or end the run at the first one that is not finite."""
@@ -148,6 +152,8 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     counts.next_step = dt
                     record_finite(target, state)
                     continue
+                if passed is not None and target <= passed:  # recorded inside an earlier step
+                    continue
                 landing = outputs[-1] if interpolate is not None else target  # where adaptive steps are cut short
                 while t < target:
                     if max_steps is not None and counts.steps + counts.rejected >= max_steps:
@@ -169,11 +175,16 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     advanced(trial)
                     # A step shortened to land on an output time says nothing about the step size.
                     dt = proposal if trial == dt else max(proposal, dt)
+                    if passed is not None:
+                        for inside in [output for output in outputs if passed < output < t]:
+                            record_finite(inside, interpolate((inside - before) / (t - before)))
+                            passed = inside
                     if after is not None and after(t, state):
                         counts.next_step = dt
                         return t, state
                 counts.next_step = dt
-                record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
+                if passed is None or target > passed:
+                    record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
         return t, state
     except ReductionRefused as refusal:  # a cluster reduction would pass its error tolerance: end with the outputs so far
         if collapse is not None:
