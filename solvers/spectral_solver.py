@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import KW_ONLY, dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -144,8 +145,8 @@ class SpectralSolver(GridSolver):
         """The :math:`L^2` norm of the series' constant part (of every layer)."""
         raise NotImplementedError
 
-    def _transport_stepper(self, decay: np.ndarray | None, norm, times: np.ndarray,
-                           first_bound) -> tuple:
+    def _transport_stepper(self, decay: np.ndarray | None, norm: Callable[[np.ndarray], float], times: np.ndarray,
+                           first_bound: Callable[[SpectralTransport], float]) -> tuple:
         """The solver's ``_stepper``: its pair on :class:`~solvers.spectral_transport.SpectralTransport`.
 
         With ``outputs="interpolated"`` (checked: a pair with a continuous extension and no
