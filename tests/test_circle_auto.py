@@ -167,3 +167,19 @@ def test_the_tail_criterion_past_its_threshold_compares_the_error_estimate_with_
     negative = coefficients.copy()
     negative[0] *= -1  # the mean negated: negative over most of the circle, whatever the error
     assert solver._resolves(negative) is False
+
+
+@pytest.mark.filterwarnings("ignore::solvers.UnderResolvedWarning")  # the finite volumes from t = 5.6, run on
+def test_interpolated_outputs_reach_the_spectral_part_and_every_output_is_recorded():
+    """``outputs="interpolated"`` is the spectral solver's: it takes fewer steps than the outputs before
+    the hand-over, the finite volumes step to each after it, and none of the 801 is lost."""
+    times = np.linspace(0.0, 8.0, 801)
+    ds = CircleAuto(mf.SelfAttention(9.0), cells=512, outputs="interpolated").solve(
+        lambda th: 1 + 0.1 * np.cos(4 * th), times, progress=False, underresolved="continue")
+    np.testing.assert_array_equal(ds.time.values, times)
+    settings = json.loads(ds.attrs["settings"])
+    spectral = settings["runs"]["CircleSpectral"]
+    assert spectral["outputs"] == "interpolated" and spectral["steps"] < ds.spectral.values.sum()
+    assert settings["runs"]["CircleFV"]["steps"] >= (~ds.spectral.values).sum()
+    with pytest.raises(ValueError, match="no dense output with diffusion"):
+        CircleAuto(mf.SelfAttention(9.0, diffusion=0.1), cells=512, outputs="interpolated")

@@ -291,3 +291,22 @@ def test_merging_keeps_mass_and_centre():
     assert merged[:, 3].sum() == pytest.approx(atoms[:, 3].sum(), rel=1e-15)
     centre = atoms[:5, 3] @ atoms[:5, :3]
     np.testing.assert_allclose(merged[0, :3], centre / np.linalg.norm(centre), atol=1e-15)
+
+
+def test_interpolated_outputs_are_the_spectral_parts():
+    """``outputs="interpolated"`` goes to SphereSpectral, which then takes fewer steps than its outputs;
+    before the hand-over the outputs agree with a run that steps to each, within the tolerance."""
+    times = np.linspace(0.0, 6.0, 121)
+
+    def rho0(x):
+        return 1 + 0.2 * x[..., 0] + 0.8 * x[..., 1] * x[..., 2] + 0.3 * x[..., 2] ** 2
+    runs = {outputs: SphereSpectralParticles(mf.SelfAttention(4.0), lmax=15, outputs=outputs).solve(
+        rho0, times, progress=False) for outputs in ("stepped", "interpolated")}
+    settings = json.loads(runs["interpolated"].attrs["settings"])
+    assert settings["runs"]["SphereSpectral"]["outputs"] == "interpolated"
+    spectral = ~runs["interpolated"].particles.values
+    assert settings["runs"]["SphereSpectral"]["steps"] < spectral.sum()
+    before = spectral & ~runs["stepped"].particles.values
+    deviation = np.abs(runs["stepped"].rho.values[0] - runs["stepped"].rho.values[0].mean()).max()
+    difference = np.abs(runs["interpolated"].rho.values[before] - runs["stepped"].rho.values[before]).max()
+    assert difference <= (settings["runs"]["SphereSpectral"]["steps"] + 1) * 1e-6 * deviation

@@ -60,6 +60,9 @@ class CircleAuto(StartsWithFiniteVolumes, SolverPair):
         the hand-over ends the spectral part before the density is rough enough for its
         error estimates to reject step after step), Dormand-Prince 5(4) with diffusion (the
         integrating-factor form needs its nondecreasing abscissas).
+    outputs : {"stepped", "interpolated"}
+        The spectral solver's (:class:`~solvers.CircleSpectral`); the finite volumes step to
+        every output.
 
     Notes
     -----
@@ -78,6 +81,7 @@ class CircleAuto(StartsWithFiniteVolumes, SolverPair):
     interaction: str = "auto"
     error_level: float | None = 1e-3
     tableau: str | ExplicitTableau = "auto"
+    outputs: str = "stepped"
     spectral: CircleSpectral | None = field(init=False, repr=False)
     finite_volumes: CircleFV = field(init=False, repr=False)
 
@@ -99,7 +103,8 @@ class CircleAuto(StartsWithFiniteVolumes, SolverPair):
         # The tail criterion (error_level=None): the finite volumes carry on whatever error the
         # handed density has, so it is handed while its error is within rtol's, not error_level's.
         settings = dict(rtol=self.rtol, tail_threshold=self.tail_threshold, interaction=self.interaction,
-                        record_cells=self.cells, tableau=self._spectral_tableau(), error_level=None)
+                        record_cells=self.cells, tableau=self._spectral_tableau(), outputs=self.outputs,
+                        error_level=None)
         if self.spectral_cells is not None:
             check_int(self.spectral_cells, "spectral_cells", minimum=8)
             if self.cells % self.spectral_cells:

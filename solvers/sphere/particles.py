@@ -518,7 +518,7 @@ class SphereSpectralParticles(SolverPair):
     model : SelfAttention or ZonalAggregation
         Any model both solvers take; the hand-over needs ``diffusion = 0`` (with diffusion the
         run stays spectral, and warns where it stops resolving the density).
-    lmax, rtol, error_level, tail_threshold, interaction, tableau, threads
+    lmax, rtol, error_level, tail_threshold, interaction, tableau, outputs, threads
         The spectral solver's (:class:`~solvers.SphereSpectral`): it hands over after the first
         step at which it no longer resolves the density (by default: its estimated error passes
         ``error_level`` times :math:`\max\rho`); ``lmax`` and ``rtol`` are also the particles'.
@@ -543,6 +543,7 @@ class SphereSpectralParticles(SolverPair):
     tail_threshold: float = 1e-10
     interaction: str = "auto"
     tableau: str | ExplicitTableau = "dormand_prince"
+    outputs: str = "stepped"
     cluster_separation: float = 0.2
     min_cluster_mass: float = 0.01
     dropped_mass: float = 1e-12
@@ -563,7 +564,7 @@ class SphereSpectralParticles(SolverPair):
                                                             tail_threshold=self.tail_threshold,
                                                             error_level=self.error_level,
                                                             interaction=self.interaction, tableau=self.tableau,
-                                                            threads=self.threads))
+                                                            outputs=self.outputs, threads=self.threads))
         particles = None
         if self.model.diffusion == 0:
             particles = SphereWeightedParticles(self.model, lmax=self.lmax, quadrature_lmax=self.quadrature_lmax,
