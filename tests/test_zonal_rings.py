@@ -165,3 +165,13 @@ def test_the_atoms_on_s3_record_a_scaled_energy_where_it_would_overflow():
     assert ds.energy.attrs["note"] == "exp(-beta) E" and np.isfinite(ds.energy.values).all()
     assert float(ds.energy[0]) == pytest.approx(expected, rel=1e-12)
     assert ZonalSphereSpectral(model, d=4, lmax=171).energy_scaled  # the series records the same convention
+
+
+def test_interpolated_outputs_are_the_spectral_parts():
+    """``outputs="interpolated"`` goes to ZonalSphereSpectral: fewer steps than its outputs, none lost."""
+    times = np.linspace(0.0, 10.0, 201)
+    ds = ZonalSpectralRings(mf.SelfAttention(2.0), d=5, lmax=24, outputs="interpolated").solve(
+        lambda x: np.exp(x[..., -1]), times, progress=False)
+    np.testing.assert_array_equal(ds.time.values, times)
+    spectral = json.loads(ds.attrs["settings"])["runs"]["ZonalSphereSpectral"]
+    assert spectral["outputs"] == "interpolated" and spectral["steps"] < (~ds.rings.values).sum()

@@ -406,6 +406,8 @@ class ZonalSpectralRings(SolverPair):
         The spectral solver's (:class:`~solvers.ZonalSphereSpectral`): it hands over after the
         first step at which it no longer resolves the density; ``lmax`` (the recording grid),
         ``rtol`` and ``tableau`` are also the rings'.
+    outputs : {"stepped", "interpolated"}
+        The spectral solver's; the rings step to every output.
     rings, fibre_nodes, cluster_separation, min_cluster_mass, merge_distance
         The rings' (:class:`ZonalRings`).
 
@@ -423,6 +425,7 @@ class ZonalSpectralRings(SolverPair):
     rtol: float = 1e-6
     error_level: float | None = 1e-3
     tableau: str | ExplicitTableau = "dormand_prince"
+    outputs: str = "stepped"
     rings: int | None = None
     fibre_nodes: int | None = None
     cluster_separation: float = 1e-2
@@ -438,7 +441,7 @@ class ZonalSpectralRings(SolverPair):
 
     def __post_init__(self) -> None:
         spectral = ZonalSphereSpectral(self.model, d=self.d, lmax=self.lmax, rtol=self.rtol,
-                                       error_level=self.error_level, tableau=self.tableau)
+                                       error_level=self.error_level, tableau=self.tableau, outputs=self.outputs)
         object.__setattr__(self, "spectral", spectral)
         object.__setattr__(self, "d", spectral.d)
         measure = None
