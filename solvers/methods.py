@@ -131,9 +131,9 @@ _GRID = ("rtol", "interaction", "underresolved")  # what the grid solvers of the
 #: ``method="auto"`` picks when ``then`` is not given.
 METHODS: tuple[Method, ...] = (
     Method("CircleAuto", "circle", "fourier", then="finite_volumes",
-           settings=("cells", *_GRID)),  # underresolved: of its finite volumes, after the hand-over
+           settings=("cells", "outputs", *_GRID)),  # underresolved: of its finite volumes, after the hand-over
     Method("CircleFV", "circle", "finite_volumes", settings=("cells", *_GRID), hands_to=("CircleLagrangian",)),
-    Method("CircleSpectral", "circle", "fourier", settings=("cells", *_GRID), hands_to=("CircleFV",)),
+    Method("CircleSpectral", "circle", "fourier", settings=("cells", "outputs", *_GRID), hands_to=("CircleFV",)),
     Method("CircleLagrangian", "circle", "mass_coordinates",
            settings=("points", "cells", "rtol")),  # exact for any measure: nothing to under-resolve
     Method("CircleFVLagrangian", "circle", "finite_volumes", then="mass_coordinates",
@@ -147,19 +147,19 @@ METHODS: tuple[Method, ...] = (
     Method("CausalCircleFV", "circle", "finite_volumes", causal=True,
            settings=("cells", "layers", *_GRID)),
     Method("CausalCircleSpectral", "circle", "fourier", causal=True,
-           settings=("cells", "layers", *_GRID), hands_to=("CausalCircleFV",)),
-    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", "threads", *_GRID),
+           settings=("cells", "layers", "outputs", *_GRID), hands_to=("CausalCircleFV",)),
+    Method("SphereSpectral", "sphere", "harmonics", settings=("lmax", "threads", "outputs", *_GRID),
            hands_to=("SphereWeightedParticles",)),
     Method("SphereWeightedParticles", "sphere", "atoms",
            settings=("lmax", "quadrature_lmax", "rtol", "interaction")),  # as CircleLagrangian
     Method("SphereSpectralParticles", "sphere", "harmonics", then="atoms",
-           settings=("lmax", "quadrature_lmax", "threads", "rtol", "interaction")),
+           settings=("lmax", "quadrature_lmax", "threads", "outputs", "rtol", "interaction")),
     Method("CausalSphereSpectral", "sphere", "harmonics", causal=True,
-           settings=("lmax", "layers", "threads", *_GRID)),
+           settings=("lmax", "layers", "threads", "outputs", *_GRID)),
     # S^{d-1} for any d >= 3 (the setting d), zonal models and densities of u = <x, e>
-    Method("ZonalSphereSpectral", "sphere", "gegenbauer", settings=("d", "lmax", "rtol", "underresolved"),
+    Method("ZonalSphereSpectral", "sphere", "gegenbauer", settings=("d", "lmax", "rtol", "outputs", "underresolved"),
            hands_to=("ZonalRings",)),
-    Method("ZonalSpectralRings", "sphere", "gegenbauer", then="rings", settings=("d", "lmax", "rtol")),
+    Method("ZonalSpectralRings", "sphere", "gegenbauer", then="rings", settings=("d", "lmax", "rtol", "outputs")),
     Method("ZonalRings", "sphere", "rings", settings=("d", "lmax", "rtol")),
     # one density per position s, by quantile particles (rotary attention; D = 0)
     Method("PositionalQuantiles", "circle", "mass_coordinates", positional=True, settings=("layers", "points", "cells"),

@@ -135,6 +135,9 @@ BASE = {"geometry": "circle", "output": "OUT", "times": [0.0, 1.0],
     (lambda c: c["method"].update(kind="particles", cells=1024, d=3),
      "method.d = 3 does not fit geometry = 'circle'"),
     (lambda c: c["method"].update(kind="CircleFV", d=2), "method.d does not apply"),
+    (lambda c: c["method"].update(outputs="interpolated"), "method.outputs does not apply"),
+    (lambda c: c["method"].update(kind="CircleSpectral", outputs="dense"),
+     "method.outputs must be one of stepped, interpolated"),
 ])
 def test_bad_configs_exit_2_naming_the_key(change, message, tmp_path):
     config = json.loads(json.dumps(BASE))
@@ -258,3 +261,14 @@ def test_sphere_config_hands_over_to_atoms_across_checkpoints(tmp_path):
     # a segment boundary restarts the steps (clipped at the boundary): equal within the step error
     np.testing.assert_allclose(segmented.energy.values, whole.energy.values, rtol=1e-7)
     assert whole.attrs["trustworthy"] == 1
+
+
+def test_a_film_config_interpolates_its_outputs(tmp_path):
+    """``method.outputs = "interpolated"``: 61 outputs of SphereSpectral in fewer steps, each recorded."""
+    config = check_config({"geometry": "sphere", "output": str(tmp_path / "film"),
+                           "times": {"start": 0.0, "stop": 3.0, "count": 61}, "model": {"beta": 4.0},
+                           "method": {"kind": "SphereSpectral", "lmax": 31, "outputs": "interpolated"},
+                           "initial": {"kind": "perturbed_uniform", "amplitude": 0.1}})
+    ds = run_experiment(config, progress=False)
+    settings = json.loads(ds.attrs["settings"])
+    assert ds.time.size == 61 and settings["outputs"] == "interpolated" and settings["steps"] < 60

@@ -369,6 +369,11 @@ class MethodConfig(ConfigSection):
                           help="SphereSpectral, SphereSpectralParticles, CausalSphereSpectral: OpenMP threads of "
                                "the shtns transforms "
                                "(more only on idle cores)")
+    outputs: str = option("stepped", types=str, choices=("stepped", "interpolated"),
+                          help="the spectral solvers (and the spectral part of a chain), without diffusion: "
+                               "'interpolated' takes the outputs from the pair's dense output, so that outputs "
+                               "closer than the steps cost none (checkpointed segments then join within the "
+                               "tolerance, not bit for bit)")
     quadrature_lmax: int = option(None, types=int, minimum=2,
                                   help="SphereWeightedParticles, SphereSpectralParticles: the Gauss grid of the "
                                        "atoms (default lmax)")
