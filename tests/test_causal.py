@@ -470,7 +470,9 @@ def test_layered_spectral_solver_against_lagrangian_quantiles(normalized):
 def test_layered_spectral_solver_interpolates_its_outputs_within_its_steps_error():
     """``outputs="interpolated"`` on a state of many layers: 20 outputs from the continuous extension,
     against a run that steps to each at rtol 1e-11, within the steps' local errors (rtol times the
-    deviation each) and one more for the interpolant, in fewer right-hand sides than stepping to each."""
+    deviation each) and one more for the interpolant, in fewer right-hand sides than stepping to each.
+    The bound is the tolerance's guarantee, far above the errors of these stability-held steps; what it
+    catches is a layered state interpolated wrongly (a wrong fraction of a step, or layers mixed up)."""
     model, times, rtol = mf.CausalAttention(1.0, normalized=True, alibi=2.0), np.linspace(0.0, 2.0, 21), 1e-8
     reference = CausalCircleSpectral(model, cells=64, layers=8, rtol=1e-11).solve(tilted, times)
     run = CausalCircleSpectral(model, cells=64, layers=8, rtol=rtol, outputs="interpolated").solve(tilted, times)

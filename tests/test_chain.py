@@ -70,8 +70,10 @@ def test_the_circle_from_smooth_data_to_merged_clusters_in_one_chain():
 def test_interpolated_outputs_through_a_hand_over_are_all_recorded():
     """``outputs="interpolated"`` on the Fourier stage, 801 outputs 0.01 apart: its steps pass several,
     and the one at whose end it hands over passes some too. Every output is in the dataset, once,
-    and the Fourier stage's agree with a run that steps to each (the steps' error and one more for the
-    interpolant: rtol times the deviation, times the steps)."""
+    and the Fourier stage's agree with a run that steps to each within both runs' bounds (rtol times
+    the deviation per step, and once more for the interpolant). The steps are held by stability, so
+    the runs agree far better than that; a wrong fraction of the step would be off by about 1e-3,
+    and the extension's order is tested in tests/test_integration.py."""
     model, times = mf.SelfAttention(9.0), np.linspace(0.0, 8.0, 801)
     def start(theta):
         return 1 + 0.1 * np.cos(4 * theta)
@@ -82,10 +84,11 @@ def test_interpolated_outputs_through_a_hand_over_are_all_recorded():
     np.testing.assert_array_equal(ds.time.values, times)
     fourier = ds.stage.values == "CircleSpectral"
     assert 100 < fourier.sum() < times.size and np.all(runs["stepped"].stage.values[fourier] == "CircleSpectral")
-    steps = json.loads(ds.attrs["settings"])["runs"]["CircleSpectral"]["steps"]
+    steps = [json.loads(run.attrs["settings"])["runs"]["CircleSpectral"]["steps"] for run in runs.values()]
     deviation = np.abs(runs["stepped"].rho.values[fourier] - 1 / (2 * np.pi)).max(axis=1)
     errors = np.abs(ds.rho.values[fourier] - runs["stepped"].rho.values[fourier]).max(axis=1) / deviation
-    assert errors.max() <= 2 * (steps + 1) * 1e-6, (errors.max(), steps)
+    assert errors.max() <= (sum(steps) + 1) * 1e-6, (errors.max(), steps)  # both runs' bounds: rtol 1e-6
+
 
 def sphere_start(x):
     return 1 + 0.2 * x[..., 0] + 0.8 * x[..., 1] * x[..., 2] + 0.3 * x[..., 2] ** 2

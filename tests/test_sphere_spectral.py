@@ -314,7 +314,10 @@ def test_dormand_prince_853_by_name_meets_rtol_and_is_refused_with_diffusion():
 def test_interpolated_outputs_meet_a_stepped_run_at_a_tight_tolerance(tableau):
     """``outputs="interpolated"``: 40 outputs from the pair's continuous extension, against a run that
     steps to each of them at rtol 1e-12. Within the steps' local errors (rtol times the deviation
-    each) and one more for the interpolant; a run stepping to each output takes more right-hand sides."""
+    each) and one more for the interpolant; a run stepping to each output takes more right-hand sides.
+    The bound is the tolerance's guarantee (the errors here are 2e-9 to 6e-8); a wrong fraction of a step
+    would be off by about the density's change over a step, and the extension's order is tested in
+    tests/test_integration.py."""
     model, times, rtol = mf.SelfAttention(5.0), np.linspace(0.0, 2.0, 41), 1e-6
     reference = SphereSpectral(model, lmax=31, rtol=1e-12).solve(smooth_density, times).rho.values
     deviation = np.abs(reference - reference.mean(axis=(1, 2), keepdims=True)).max(axis=(1, 2))

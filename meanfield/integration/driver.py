@@ -18,6 +18,7 @@ to another).
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, NoReturn
@@ -117,8 +118,9 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
 
     after = None if observer is None and pace is None and stop is None else after_step
     last_finite = t
-    # with a stop and a dense output: the outputs inside the accepted steps so far are recorded as soon as passed
-    passed = outputs[0] if stop is not None and interpolate is not None else None
+    # with a stop and a dense output, the outputs inside each accepted step are recorded as soon as it is
+    # taken: the index of the first not yet recorded so far (never the last, which a step lands on)
+    unrecorded = 1 if stop is not None and interpolate is not None else None
 
     def record_finite(t_out: float, state_out) -> None:
         """Record an output, or end the run at the first one that is not finite."""
@@ -152,7 +154,7 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     counts.next_step = dt
                     record_finite(target, state)
                     continue
-                if passed is not None and target <= passed:  # recorded inside an earlier step
+                if unrecorded is not None and target < outputs[unrecorded]:  # recorded inside an earlier step
                     continue
                 landing = outputs[-1] if interpolate is not None else target  # where adaptive steps are cut short
                 while t < target:
@@ -175,15 +177,16 @@ def integrate(state, times: np.ndarray, attempt: Attempt, *, first_step: float |
                     advanced(trial)
                     # A step shortened to land on an output time says nothing about the step size.
                     dt = proposal if trial == dt else max(proposal, dt)
-                    if passed is not None:
-                        for inside in [output for output in outputs if passed < output < t]:
-                            record_finite(inside, interpolate((inside - before) / (t - before)))
-                            passed = inside
+                    if unrecorded is not None:
+                        inside = bisect.bisect_left(outputs, t, lo=unrecorded)  # outputs[unrecorded:inside] < t
+                        for output in outputs[unrecorded:inside]:
+                            record_finite(output, interpolate((output - before) / (t - before)))
+                        unrecorded = inside
                     if after is not None and after(t, state):
                         counts.next_step = dt
                         return t, state
                 counts.next_step = dt
-                if passed is None or target > passed:
+                if unrecorded is None or target >= outputs[unrecorded]:
                     record_finite(target, state if t == target else interpolate((target - before) / (t - before)))
         return t, state
     except ReductionRefused as refusal:  # a cluster reduction would pass its error tolerance: end with the outputs so far

@@ -39,7 +39,6 @@ from meanfield.docstrings import fill_docstrings, inherit_docstrings
 from meanfield.records import SPHERE
 from meanfield.spectra import attention_spectrum
 
-
 from ..grid_solver import Diagnosis
 from ..heads import energy_factors
 from ..reference import ReferenceSphereInteraction, interaction_path

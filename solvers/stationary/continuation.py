@@ -48,10 +48,10 @@ from meanfield.progress import count_progress
 NEWTON_ITERATIONS = 12
 
 #: The relative residual each Krylov solve of a Newton step stops at (inexact Newton's forcing term).
-#: A Newton step then leaves at most this fraction of the residual besides its quadratic error, and
-#: from a continuation step's prediction reaches the tolerance in the same three or so steps as an
-#: exact solve; each further decade costs GMRES about one Krylov step per Newton step (its
-#: preconditioner, frozen at the prediction, leaves a fixed fraction of the residual per step).
+#: A Newton step then leaves at most this fraction of the residual besides its quadratic error, which
+#: from a continuation step's prediction adds no Newton step, while each further decade costs GMRES
+#: Krylov steps: its preconditioner, frozen at the prediction, leaves a fixed fraction of the residual
+#: per step (``bench_stationary.py`` counts both).
 INNER_RTOL = 1e-4
 
 #: Largest Newton iteration count of a solve from a user's guess (line search from afar).
